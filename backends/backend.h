@@ -1,0 +1,74 @@
+// backends/backend.h: what a platform provides to the layers above it.
+//
+// A backend owns its devices' memory and executors and knows how to copy bytes. It knows
+// nothing about meshes, shardings or tensors; devices are its local indices 0..n-1.
+#pragma once
+
+#include <cstddef>
+#include <functional>
+#include <memory>
+#include <string>
+#include <string_view>
+
+namespace meshrt::backend {
+
+class Backend;
+
+// Pass as a device index to copy_2d for memory that is ordinary host memory.
+inline constexpr int kHost = -1;
+
+// A block of one device's memory, freed by its backend when the last reference goes.
+class Buffer {
+ public:
+  Buffer(Backend* backend, int device, void* data, size_t bytes)
+      : backend_(backend), device_(device), data_(data), bytes_(bytes) {}
+  Buffer(const Buffer&) = delete;
+  Buffer& operator=(const Buffer&) = delete;
+  ~Buffer();
+  void* data() const { return data_; }
+  size_t bytes() const { return bytes_; }
+  int device() const { return device_; }
+  Backend& backend() const { return *backend_; }
+
+ private:
+  Backend* backend_;
+  int device_;
+  void* data_;
+  size_t bytes_;
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual std::string_view platform() const = 0;
+  // Devices this backend can use now (0 when the platform is built but has no hardware).
+  virtual int device_count() const = 0;
+  // Why device_count() is 0, for error messages ("" when devices exist).
+  virtual std::string unavailable_reason() const = 0;
+  // True when device memory is directly readable by host code (cpu).
+  virtual bool host_addressable() const = 0;
+
+  // Allocates `bytes` on `device` (at least 64-byte aligned). Errors are meshrt::Errors.
+  virtual std::shared_ptr<Buffer> allocate(int device, size_t bytes) = 0;
+  // Called by ~Buffer.
+  virtual void deallocate(int device, void* data, size_t bytes) noexcept = 0;
+
+  // Copies `height` rows of `width` bytes; row r starts at src + r*spitch and dst + r*dpitch
+  // (cudaMemcpy2D semantics). A device index of kHost marks host memory. Synchronous.
+  virtual void copy_2d(void* dst, int dst_device, size_t dpitch, const void* src, int src_device,
+                       size_t spitch, size_t width, size_t height) = 0;
+
+  // Runs `task` on the device's executor, in submission order. Returns at once; the task must
+  // not throw (callers wrap it and carry exceptions back themselves).
+  virtual void submit(int device, std::function<void()> task) = 0;
+};
+
+// The cpu backend with `device_count` simulated devices.
+std::unique_ptr<Backend> make_cpu_backend(int device_count);
+// The cuda backend: real when meshrt was built with CUDA, else a stub with no devices whose
+// unavailable_reason() says so.
+std::unique_ptr<Backend> make_cuda_backend();
+// Whether this build contains the real cuda backend.
+bool cuda_backend_built();
+
+}  // namespace meshrt::backend

@@ -1,0 +1,10 @@
+# MESHRT_SANITIZE=thread | address (AddressSanitizer + UndefinedBehaviorSanitizer) for every target.
+if(MESHRT_SANITIZE STREQUAL "thread")
+  add_compile_options(-fsanitize=thread -g -O1)
+  add_link_options(-fsanitize=thread)
+elseif(MESHRT_SANITIZE STREQUAL "address")
+  add_compile_options(-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined -g -O1)
+  add_link_options(-fsanitize=address,undefined)
+elseif(NOT MESHRT_SANITIZE STREQUAL "")
+  message(FATAL_ERROR "MESHRT_SANITIZE must be thread, address or empty, not '${MESHRT_SANITIZE}'")
+endif()

@@ -1,0 +1,81 @@
+#!/usr/bin/env bash
+# meshrt's entry point.
+#   ./run.sh demo                         set up, build, run the walkthrough on 8 simulated cpu devices
+#   ./run.sh test [--sanitize=thread|address]   set up, build, run the whole suite (CTest)
+#   ./run.sh bench                        set up, build, run the benchmarks
+#   ./run.sh build                        set up and build only
+# Installs missing Debian packages with apt-get (needs root or sudo).
+set -euo pipefail
+cd "$(dirname "$0")"
+
+cmd="${1:-demo}"
+[ $# -gt 0 ] && shift
+sanitize=""
+extra=()
+for arg in "$@"; do
+  case "$arg" in
+    --sanitize=thread|--sanitize=address) sanitize="${arg#--sanitize=}" ;;
+    --sanitize=*) echo "run.sh: --sanitize takes thread or address" >&2; exit 2 ;;
+    *) extra+=("$arg") ;;
+  esac
+done
+
+packages=(build-essential cmake ninja-build ccache pkg-config libtbb-dev libopenblas-dev
+          libgtest-dev libgmock-dev libbenchmark-dev)
+
+install_missing() {
+  local missing=()
+  for p in "${packages[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+  done
+  [ ${#missing[@]} -eq 0 ] && return
+  echo "run.sh: installing ${missing[*]}"
+  local sudo=""
+  [ "$(id -u)" -ne 0 ] && sudo="sudo"
+  export DEBIAN_FRONTEND=noninteractive
+  $sudo apt-get update -q || true
+  $sudo apt-get install -y -q --no-install-recommends "${missing[@]}"
+}
+
+build_dir="build"
+cmake_args=(-G Ninja -DCMAKE_BUILD_TYPE=Release)
+if [ -n "$sanitize" ]; then
+  build_dir="build-$sanitize"
+  cmake_args=(-G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DMESHRT_SANITIZE="$sanitize" -DMESHRT_BUILD_BENCHMARKS=OFF)
+fi
+command -v ccache >/dev/null 2>&1 && cmake_args+=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
+
+configure_and_build() {
+  install_missing
+  cmake -S . -B "$build_dir" "${cmake_args[@]}" > "$build_dir.configure.log" 2>&1 ||
+    { cat "$build_dir.configure.log"; exit 1; }
+  cmake --build "$build_dir" -j "$(nproc)" "$@"
+}
+
+jobs=$(nproc)
+case "$cmd" in
+  demo)
+    configure_and_build --target meshrt-demo
+    MESHRT_CPU_DEVICES="${MESHRT_CPU_DEVICES:-8}" "./$build_dir/examples/meshrt-demo" "${extra[@]}"
+    ;;
+  test)
+    configure_and_build
+    if [ "$sanitize" = "thread" ]; then
+      export TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1"
+    elif [ "$sanitize" = "address" ]; then
+      export ASAN_OPTIONS="detect_leaks=1:abort_on_error=1" UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"
+    fi
+    ctest --test-dir "$build_dir" --output-on-failure -j "$jobs" "${extra[@]}"
+    ;;
+  bench)
+    configure_and_build
+    MESHRT_CPU_DEVICES="${MESHRT_CPU_DEVICES:-8}" "./$build_dir/bench/bench_transfer" "${extra[@]}"
+    ;;
+  build)
+    configure_and_build
+    ;;
+  *)
+    echo "usage: ./run.sh demo | test [--sanitize=thread|address] | bench | build" >&2
+    exit 2
+    ;;
+esac

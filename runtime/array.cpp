@@ -1,0 +1,161 @@
+// Arrays: assembling blocks, host transfers, and resharding that moves only what must move.
+#include "runtime/array.h"
+
+#include <algorithm>
+#include <map>
+#include <optional>
+#include <set>
+
+#include "runtime/detail/copy.h"
+#include "runtime/detail/sharding_impl.h"
+#include "runtime/detail/strings.h"
+#include "runtime/error.h"
+
+namespace meshrt {
+
+using detail::cat;
+
+namespace {
+
+Shape starts(const Index& idx) {
+  Shape s;
+  for (auto& [a, b] : idx) s.push_back(a);
+  return s;
+}
+
+Shape extents(const Index& idx) {
+  Shape s;
+  for (auto& [a, b] : idx) s.push_back(b - a);
+  return s;
+}
+
+// The overlap of two boxes, or nullopt when empty.
+std::optional<Index> intersect(const Index& a, const Index& b) {
+  Index out;
+  for (size_t d = 0; d < a.size(); ++d) {
+    int64_t lo = std::max(a[d].first, b[d].first), hi = std::min(a[d].second, b[d].second);
+    if (lo >= hi) return std::nullopt;
+    out.emplace_back(lo, hi);
+  }
+  return out;
+}
+
+Shape offset_in(const Index& box, const Index& outer) {
+  Shape s;
+  for (size_t d = 0; d < box.size(); ++d) s.push_back(box[d].first - outer[d].first);
+  return s;
+}
+
+}  // namespace
+
+Array::Array(Shape shape, DType dtype, Sharding sharding, std::vector<Tensor> blocks)
+    : shape_(std::move(shape)), dtype_(dtype), sharding_(std::move(sharding)), blocks_(std::move(blocks)) {
+  const auto& devs = sharding_.device_list();
+  Shape block = detail::checked_shard_shape(sharding_, shape_, "array");
+  if (blocks_.size() != devs.size()) {
+    throw Error(cat("[array] ", blocks_.size(), " blocks given for a sharding over ", devs.size(),
+                    " devices"));
+  }
+  for (size_t i = 0; i < devs.size(); ++i) {
+    const Tensor& t = blocks_[i];
+    if (!t.valid() || t.device() != devs[i] || t.dtype() != dtype_ || t.shape() != block) {
+      throw Error(cat("[array] block ", i, " is ", t.valid() ? t.str() : "empty", " but ",
+                      sharding_.str(), " of ", dtype_name(dtype_), shape_str(shape_),
+                      " needs ", dtype_name(dtype_), shape_str(block), " on ", devs[i].str()));
+    }
+  }
+}
+
+std::vector<Shard> Array::addressable_shards() const {
+  std::vector<Index> idx = detail::indices(sharding_, shape_, "array");
+  std::vector<Shard> out;
+  for (size_t i = 0; i < blocks_.size(); ++i) {
+    out.push_back(Shard{sharding_.device_list()[i], std::move(idx[i]), blocks_[i]});
+  }
+  return out;
+}
+
+void Array::copy_to_host(void* dst, DType expected) const {
+  if (blocks_.empty()) throw Error("[array] to_vector on an empty (default-constructed) Array");
+  if (expected != dtype_) {
+    throw Error(cat("[array] to_vector<", dtype_cpp_name(expected), "> called on a ",
+                    dtype_name(dtype_), " array; use to_vector<", dtype_cpp_name(dtype_),
+                    "> (or astype first)"));
+  }
+  std::vector<Index> idx = detail::indices(sharding_, shape_, "array");
+  std::set<Index> done;  // replicated boxes come from the first holder in mesh order
+  for (size_t i = 0; i < blocks_.size(); ++i) {
+    if (!done.insert(idx[i]).second) continue;
+    const Tensor& t = blocks_[i];
+    detail::copy_box({dst, shape_, starts(idx[i]), t.device(), true},
+                     {t.data(), t.shape(), Shape(t.shape().size(), 0), t.device(), false},
+                     t.shape(), dtype_size(dtype_));
+  }
+}
+
+Array device_put(const void* data, int64_t count, DType dtype, Shape shape, const Sharding& to) {
+  std::vector<Index> idx = detail::indices(to, shape, "device_put");
+  if (count != shape_size(shape)) {
+    throw Error(cat("[device_put] host data has ", count, " elements but shape ", shape_str(shape),
+                    " needs ", shape_size(shape), "; pass exactly prod(shape) elements"));
+  }
+  Shape block = to.shard_shape(shape);
+  std::vector<Tensor> blocks;
+  const auto& devs = to.device_list();
+  for (size_t i = 0; i < devs.size(); ++i) {
+    Tensor t = empty(block, dtype, devs[i]);
+    detail::copy_box({t.data(), block, Shape(block.size(), 0), devs[i], false},
+                     {data, shape, starts(idx[i]), devs[i], true}, block, dtype_size(dtype));
+    blocks.push_back(std::move(t));
+  }
+  return Array(std::move(shape), dtype, to, std::move(blocks));
+}
+
+Array device_put(const Array& x, const Sharding& to) {
+  if (x.blocks().empty()) throw Error("[device_put] resharding an empty (default-constructed) Array");
+  const Shape& shape = x.shape();
+  std::vector<Index> dst_idx = detail::indices(to, shape, "device_put");
+  std::vector<Index> src_idx = detail::indices(x.sharding(), shape, "device_put");
+  const auto& src_devs = x.sharding().device_list();
+  // Distinct source boxes (they tile the array) and the devices holding each, in mesh order.
+  std::map<Index, std::vector<size_t>> holders;
+  for (size_t i = 0; i < src_idx.size(); ++i) holders[src_idx[i]].push_back(i);
+
+  Shape block = to.shard_shape(shape);
+  const size_t elem = dtype_size(x.dtype());
+  std::vector<Tensor> blocks;
+  const auto& devs = to.device_list();
+  for (size_t j = 0; j < devs.size(); ++j) {
+    const Device dev = devs[j];
+    // Already held by this device: share the block, move nothing.
+    auto same = holders.find(dst_idx[j]);
+    if (same != holders.end()) {
+      bool reused = false;
+      for (size_t i : same->second) {
+        if (src_devs[i] == dev) {
+          blocks.push_back(x.blocks()[i]);
+          reused = true;
+          break;
+        }
+      }
+      if (reused) continue;
+    }
+    Tensor t = empty(block, x.dtype(), dev);
+    for (auto& [box, who] : holders) {
+      std::optional<Index> part = intersect(box, dst_idx[j]);
+      if (!part) continue;
+      size_t from = who.front();
+      for (size_t i : who) {
+        if (src_devs[i] == dev) from = i;  // a local copy beats a transfer
+      }
+      const Tensor& s = x.blocks()[from];
+      detail::copy_box({t.data(), block, offset_in(*part, dst_idx[j]), dev, false},
+                       {s.data(), s.shape(), offset_in(*part, box), s.device(), false},
+                       extents(*part), elem);
+    }
+    blocks.push_back(std::move(t));
+  }
+  return Array(shape, x.dtype(), to, std::move(blocks));
+}
+
+}  // namespace meshrt

@@ -1,0 +1,79 @@
+// meshrt/array.h: a global array spread over devices, and device_put.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "dtype.h"
+#include "sharding.h"
+#include "tensor.h"
+
+namespace meshrt {
+
+// One device's piece of an Array: its device, the [start, stop) range it holds per dimension,
+// and the data.
+struct Shard {
+  Device device;
+  Index index;
+  Tensor data;
+};
+
+// A global array: a shape, a dtype, a sharding, and one block per device of the sharding
+// (replicated blocks are separate copies, as in JAX). Immutable; cheap to copy.
+class Array {
+ public:
+  Array() = default;
+  const Shape& shape() const { return shape_; }
+  DType dtype() const { return dtype_; }
+  const Sharding& sharding() const { return sharding_; }
+  int64_t size() const { return shape_size(shape_); }
+  // One Shard per device, in the sharding's device order (mesh.devices.flat).
+  std::vector<Shard> addressable_shards() const;
+  // The block held by each device, in the sharding's device order.
+  const std::vector<Tensor>& blocks() const { return blocks_; }
+
+  // Gathers the global value to the host; T must match dtype() exactly. Replicated blocks are
+  // read from the first device holding them (mesh order).
+  template <class T>
+  std::vector<T> to_vector() const {
+    std::vector<T> out(static_cast<size_t>(size()));
+    copy_to_host(out.data(), dtype_v<T>);
+    return out;
+  }
+  void copy_to_host(void* dst, DType expected) const;
+
+  // Internal: assembles an Array from per-device blocks (checked against the sharding).
+  Array(Shape shape, DType dtype, Sharding sharding, std::vector<Tensor> blocks);
+
+ private:
+  Shape shape_;
+  DType dtype_ = DType::f32;
+  Sharding sharding_ = SingleDeviceSharding(Device());
+  std::vector<Tensor> blocks_;
+};
+
+// Places host data (row-major, prod(shape) elements) on the devices of `to`.
+Array device_put(const void* data, int64_t count, DType dtype, Shape shape, const Sharding& to);
+template <class T>
+Array device_put(std::span<const T> data, Shape shape, const Sharding& to) {
+  return device_put(data.data(), static_cast<int64_t>(data.size()), dtype_v<T>,
+                    std::move(shape), to);
+}
+template <class T>
+Array device_put(const std::vector<T>& data, Shape shape, const Sharding& to) {
+  return device_put(std::span<const T>(data), std::move(shape), to);
+}
+
+// Reshards `x` onto `to`. Blocks a device already holds are kept (shared, not copied); only
+// the missing ranges move, each from the device that holds it (its own copy first). This is
+// the only way to move data between platforms.
+Array device_put(const Array& x, const Sharding& to);
+
+// Text picture of which device holds which block, in the layout of
+// jax.debug.visualize_array_sharding (no-colour form): 1-D and 2-D shapes only.
+std::string visualize_sharding(const Array& x);
+std::string visualize_sharding(const Sharding& sharding, const Shape& shape);
+
+}  // namespace meshrt

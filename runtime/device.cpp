@@ -1,0 +1,149 @@
+// The platform registry: which backends exist, how many cpu devices, the default platform.
+#include "runtime/device.h"
+
+#include <atomic>
+#include <cerrno>
+#include <cstdlib>
+#include <memory>
+#include <mutex>
+
+#include "runtime/detail/platform.h"
+#include "runtime/detail/strings.h"
+#include "runtime/error.h"
+
+namespace meshrt {
+namespace {
+
+using detail::cat;
+
+constexpr int kMaxCpuDevices = 4096;
+
+struct Registry {
+  std::mutex mu;
+  int requested_cpu = 0;                           // guarded by mu; 0 = not set
+  std::unique_ptr<backend::Backend> cpu_owner;     // guarded by mu
+  std::atomic<backend::Backend*> cpu{nullptr};     // published once cpu_owner is built
+  std::once_flag cuda_once;
+  std::unique_ptr<backend::Backend> cuda;          // written once under cuda_once
+};
+
+// Leaked on purpose: executors may still run while static destructors do.
+Registry& registry() {
+  static Registry* r = new Registry;
+  return *r;
+}
+
+int cpu_count_from_env() {
+  const char* env = std::getenv("MESHRT_CPU_DEVICES");
+  if (env == nullptr || *env == '\0') return 1;
+  char* end = nullptr;
+  errno = 0;
+  long v = std::strtol(env, &end, 10);
+  if (errno != 0 || *end != '\0' || v < 1 || v > kMaxCpuDevices) {
+    throw Error(cat("[devices] MESHRT_CPU_DEVICES='", env, "' is not a device count between 1 and ",
+                    kMaxCpuDevices, "; set it to the number of simulated cpu devices, e.g. "
+                    "MESHRT_CPU_DEVICES=8"));
+  }
+  return static_cast<int>(v);
+}
+
+backend::Backend& cpu_backend() {
+  Registry& r = registry();
+  if (auto* b = r.cpu.load(std::memory_order_acquire)) return *b;
+  std::lock_guard<std::mutex> lock(r.mu);
+  if (!r.cpu_owner) {
+    int n = r.requested_cpu > 0 ? r.requested_cpu : cpu_count_from_env();
+    r.cpu_owner = backend::make_cpu_backend(n);
+    r.cpu.store(r.cpu_owner.get(), std::memory_order_release);
+  }
+  return *r.cpu_owner;
+}
+
+backend::Backend& cuda_backend() {
+  Registry& r = registry();
+  std::call_once(r.cuda_once, [&] { r.cuda = backend::make_cuda_backend(); });
+  return *r.cuda;
+}
+
+std::vector<Device> devices_of(Device::Kind kind) {
+  backend::Backend& b = detail::backend_of(kind);
+  std::vector<Device> out;
+  out.reserve(static_cast<size_t>(b.device_count()));
+  for (int i = 0; i < b.device_count(); ++i) out.emplace_back(kind, i);
+  return out;
+}
+
+}  // namespace
+
+Device::Device(Kind kind, int local_index)
+    : id_(kind == Kind::cpu ? local_index : kCudaIdBase + local_index),
+      local_index_(local_index),
+      kind_(kind) {}
+
+std::string_view Device::platform() const { return kind_ == Kind::cpu ? "cpu" : "cuda"; }
+
+std::string Device::str() const {
+  if (id_ < 0) return "<no device>";
+  return cat(platform(), ":", local_index_);
+}
+
+void set_cpu_device_count(int n) {
+  if (n < 1 || n > kMaxCpuDevices) {
+    throw Error(cat("[devices] set_cpu_device_count(", n, "): the count must be between 1 and ",
+                    kMaxCpuDevices));
+  }
+  Registry& r = registry();
+  std::lock_guard<std::mutex> lock(r.mu);
+  if (r.cpu_owner) {
+    int have = r.cpu_owner->device_count();
+    if (have == n) return;
+    throw Error(cat("[devices] set_cpu_device_count(", n, ") called after the cpu platform was "
+                    "initialised with ", have, " device(s); call it before any other meshrt call "
+                    "(devices, make_mesh, device_put), or set MESHRT_CPU_DEVICES=", n));
+  }
+  r.requested_cpu = n;
+}
+
+std::vector<std::string> platforms() {
+  std::vector<std::string> out{"cpu"};
+  if (cuda_backend().device_count() > 0) out.emplace_back("cuda");
+  return out;
+}
+
+std::string default_platform() {
+  if (const char* env = std::getenv("MESHRT_PLATFORM"); env != nullptr && *env != '\0') {
+    std::string p = env;
+    if (p != "cpu" && p != "cuda") {
+      throw Error(cat("[devices] MESHRT_PLATFORM='", p, "' is not a platform; use cpu or cuda"));
+    }
+    return p;
+  }
+  return cuda_backend().device_count() > 0 ? "cuda" : "cpu";
+}
+
+std::vector<Device> devices(std::string_view platform) {
+  std::string p = platform.empty() ? default_platform() : std::string(platform);
+  if (p == "cpu") return devices_of(Device::Kind::cpu);
+  if (p == "cuda") {
+    backend::Backend& b = cuda_backend();
+    if (b.device_count() == 0) {
+      throw Error(cat("[devices] the cuda platform has no usable devices: ", b.unavailable_reason(),
+                      "; use devices(\"cpu\") (platforms() lists what is usable)"));
+    }
+    return devices_of(Device::Kind::cuda);
+  }
+  throw Error(cat("[devices] unknown platform '", p, "'; meshrt platforms are \"cpu\" and "
+                  "\"cuda\" (platforms() lists the usable ones)"));
+}
+
+namespace detail {
+backend::Backend& backend_of(Device::Kind kind) {
+  return kind == Device::Kind::cpu ? cpu_backend() : cuda_backend();
+}
+backend::Backend& backend_of(const Device& d) {
+  if (d.id() < 0) throw Error("[devices] use of a default-constructed Device; take one from devices()");
+  return backend_of(d.kind());
+}
+}  // namespace detail
+
+}  // namespace meshrt

@@ -1,0 +1,5 @@
+#include "runtime/error.h"
+
+namespace meshrt {
+Error::Error(const std::string& what) : std::runtime_error(what) {}
+}  // namespace meshrt

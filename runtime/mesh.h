@@ -1,0 +1,53 @@
+// meshrt/mesh.h: a named, row-major grid of devices.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "device.h"
+#include "dtype.h"
+
+namespace meshrt {
+
+// A Mesh arranges devices of one platform in an n-d grid with named axes, row-major (C order)
+// like jax.sharding.Mesh. Cheap to copy (shared, immutable state); thread-safe.
+//
+//   Mesh mesh = make_mesh({4, 2}, {"data", "model"});   // device id = 2*data + model
+class Mesh {
+ public:
+  // devices: prod(shape) distinct devices of one platform, in row-major order.
+  Mesh(std::vector<Device> devices, Shape shape, std::vector<std::string> axis_names);
+
+  const Shape& shape() const;
+  const std::vector<std::string>& axis_names() const;
+  // Size of a named axis; an unknown name is an Error.
+  int64_t axis_size(std::string_view axis) const;
+  // Position of a named axis in axis_names(), or -1.
+  int axis_position(std::string_view axis) const;
+  int64_t size() const;
+  // Row-major order (mesh.devices.flat in JAX).
+  const std::vector<Device>& devices() const;
+  std::string_view platform() const;
+  // Coordinates of the device at flat position `flat`.
+  std::vector<int64_t> coords(int64_t flat) const;
+  // Flat position of a device in this mesh, or -1.
+  int64_t position_of(const Device& d) const;
+  // "Mesh('x': 4, 'y': 2)".
+  std::string str() const;
+
+  friend bool operator==(const Mesh& a, const Mesh& b);
+
+ private:
+  struct Impl;
+  std::shared_ptr<const Impl> impl_;
+};
+
+// The first prod(shape) devices of `platform` ("" = default platform) in id order, reshaped
+// row-major, like jax.make_mesh on CPU and GPU. Too few devices is an Error that says how to
+// get more.
+Mesh make_mesh(Shape shape, std::vector<std::string> axis_names, std::string_view platform = "");
+
+}  // namespace meshrt

@@ -1,0 +1,71 @@
+// meshrt/sharding.h: NamedSharding and SingleDeviceSharding, with JAX's shard rule.
+//
+// For a dimension d whose spec entry names axes (a1, ..., ak), the dimension is split in
+// T = M[a1]*...*M[ak] equal blocks and a device at mesh coordinates c holds block
+// k = ((c[a1]*M[a2] + c[a2])*M[a3] + ...) (first name major). Axes the spec does not name
+// replicate the data.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "device.h"
+#include "dtype.h"
+#include "mesh.h"
+#include "partition_spec.h"
+
+namespace meshrt {
+
+// [start, stop) in each dimension.
+using Index = std::vector<std::pair<int64_t, int64_t>>;
+
+// A value type describing where the blocks of an array live. NamedSharding and
+// SingleDeviceSharding convert to it. Cheap to copy; thread-safe.
+class Sharding {
+ public:
+  // The block shape each device holds; an Error when a dimension is not divisible or the spec
+  // is longer than the rank.
+  Shape shard_shape(const Shape& global_shape) const;
+  // For every device (mesh.devices.flat order): the [start, stop) range it holds per dimension.
+  std::vector<std::pair<Device, Index>> devices_indices_map(const Shape& global_shape) const;
+  // True when no mesh axis of size > 1 is used.
+  bool is_fully_replicated() const;
+  std::string_view platform() const;
+  // The devices holding blocks, in mesh.devices.flat order.
+  const std::vector<Device>& device_list() const;
+  // Same devices holding the same ranges of an array of `global_shape`.
+  bool is_equivalent_to(const Sharding& other, const Shape& global_shape) const;
+  // "NamedSharding(mesh=Mesh('x': 4), spec=P('x',))" or "SingleDeviceSharding(device=cpu:0)".
+  std::string str() const;
+
+  // Internal accessors (nullptr / empty when not a NamedSharding).
+  const Mesh* mesh_or_null() const;
+  const PartitionSpec& spec_or_empty() const;
+
+ protected:
+  struct Impl;
+  explicit Sharding(std::shared_ptr<const Impl> impl) : impl_(std::move(impl)) {}
+  std::shared_ptr<const Impl> impl_;
+};
+
+// Blocks placed by a PartitionSpec over a Mesh. The constructor checks the spec against the
+// mesh (unknown axes, an axis used twice); shapes are checked when they are given.
+class NamedSharding : public Sharding {
+ public:
+  NamedSharding(Mesh mesh, PartitionSpec spec);
+  const Mesh& mesh() const;
+  const PartitionSpec& spec() const;
+};
+
+// The whole array on one device.
+class SingleDeviceSharding : public Sharding {
+ public:
+  explicit SingleDeviceSharding(Device device);
+  Device device() const;
+};
+
+}  // namespace meshrt

@@ -1,0 +1,72 @@
+#include "runtime/tensor.h"
+
+#include "backends/backend.h"
+#include "runtime/detail/copy.h"
+#include "runtime/detail/platform.h"
+#include "runtime/detail/strings.h"
+#include "runtime/error.h"
+
+namespace meshrt {
+
+using detail::cat;
+
+Tensor::Tensor(std::shared_ptr<backend::Buffer> buffer, size_t byte_offset, Shape shape,
+               DType dtype, Device device)
+    : buffer_(std::move(buffer)),
+      byte_offset_(byte_offset),
+      shape_(std::move(shape)),
+      dtype_(dtype),
+      device_(device) {}
+
+void* Tensor::data() const {
+  return buffer_ ? static_cast<char*>(buffer_->data()) + byte_offset_ : nullptr;
+}
+
+std::string Tensor::str() const {
+  return cat("Tensor(", dtype_name(dtype_), shape_str(shape_), " on ", device_.str(), ")");
+}
+
+void Tensor::copy_to_host(void* dst, DType expected) const {
+  if (!valid()) throw Error("[tensor] to_vector on an empty (default-constructed) Tensor");
+  if (expected != dtype_) {
+    throw Error(cat("[tensor] to_vector<", dtype_cpp_name(expected), "> called on a ",
+                    dtype_name(dtype_), " tensor; use to_vector<", dtype_cpp_name(dtype_),
+                    "> (or astype first)"));
+  }
+  detail::copy_box({dst, shape_, Shape(shape_.size(), 0), device_, true},
+                   {data(), shape_, Shape(shape_.size(), 0), device_, false}, shape_,
+                   dtype_size(dtype_));
+}
+
+namespace {
+void check_shape(const Shape& shape, std::string_view component) {
+  for (int64_t d : shape) {
+    if (d < 0) {
+      throw Error(cat("[", component, "] shape ", shape_str(shape),
+                      " has a negative dimension; dimensions must be >= 0"));
+    }
+  }
+}
+}  // namespace
+
+Tensor empty(Shape shape, DType dtype, Device device) {
+  check_shape(shape, "tensor");
+  size_t bytes = static_cast<size_t>(shape_size(shape)) * dtype_size(dtype);
+  auto buf = detail::backend_of(device).allocate(device.local_index(), bytes);
+  return Tensor(std::move(buf), 0, std::move(shape), dtype, device);
+}
+
+Tensor tensor(const void* data, int64_t count, DType dtype, Shape shape, Device device) {
+  check_shape(shape, "tensor");
+  if (count != shape_size(shape)) {
+    throw Error(cat("[tensor] host data has ", count, " elements but shape ", shape_str(shape),
+                    " needs ", shape_size(shape), "; pass exactly prod(shape) elements"));
+  }
+  Tensor t = empty(shape, dtype, device);
+  Shape zero(shape.size(), 0);
+  detail::copy_box({t.data(), shape, zero, device, false}, {data, shape, zero, device, true}, shape,
+                   dtype_size(dtype));
+  return t;
+}
+
+}  // namespace meshrt

@@ -1,0 +1,218 @@
+// Tensors and Arrays: host round trips (property style), resharding between every pair of a set
+// of shardings, what resharding moves, memory alignment and lifetime, and bad input.
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <algorithm>
+#include <numeric>
+#include <random>
+
+#include "backends/backend.h"
+#include "runtime/detail/copy.h"
+#include "tests/test_util.h"
+
+namespace meshrt {
+namespace {
+
+using test::host_slice;
+
+template <class T>
+std::vector<T> random_values(size_t n, std::mt19937& rng) {
+  std::vector<T> v(n);
+  std::uniform_int_distribution<int64_t> dist(-1000000, 1000000);
+  for (auto& x : v) {
+    if constexpr (std::is_floating_point_v<T>) {
+      x = static_cast<T>(dist(rng)) / T(7);
+    } else {
+      x = static_cast<T>(dist(rng));
+    }
+  }
+  return v;
+}
+
+// Checks every block against the host reference and the global read-back.
+template <class T>
+void check_array(const Array& a, const std::vector<T>& host, const Shape& shape, const std::string& what) {
+  EXPECT_EQ(a.shape(), shape) << what;
+  EXPECT_EQ(a.dtype(), dtype_v<T>) << what;
+  EXPECT_EQ(a.to_vector<T>(), host) << what;
+  for (const Shard& s : a.addressable_shards()) {
+    EXPECT_EQ(s.data.device(), s.device) << what;
+    EXPECT_EQ(s.data.to_vector<T>(), host_slice(host, shape, s.index)) << what << " on " << s.device.str();
+  }
+}
+
+struct MeshChoice {
+  Shape shape;
+  std::vector<std::string> names;
+};
+
+const std::vector<MeshChoice> kMeshes = {
+    {{8}, {"x"}},       {{4, 2}, {"x", "y"}}, {{2, 4}, {"x", "y"}}, {{2, 2, 2}, {"x", "y", "z"}},
+    {{1, 8}, {"x", "y"}}, {{3}, {"x"}},       {{2, 3}, {"x", "y"}}, {{1}, {"x"}}, {{5}, {"x"}}};
+
+// Random spec for `rank` dims over the mesh, with each axis used at most once.
+PartitionSpec random_spec(const MeshChoice& m, size_t rank, std::mt19937& rng) {
+  std::vector<PartitionSpec::Entry> entries(rank);
+  std::vector<std::string> names = m.names;
+  std::shuffle(names.begin(), names.end(), rng);
+  for (const std::string& n : names) {
+    int where = static_cast<int>(rng() % (rank + 1));  // rank = unused
+    if (where < static_cast<int>(rank)) entries[static_cast<size_t>(where)].push_back(n);
+  }
+  size_t len = rank == 0 ? 0 : rng() % (rank + 1);  // trailing dims may be left out
+  for (size_t d = len; d < rank; ++d) {
+    if (!entries[d].empty()) len = d + 1;
+  }
+  entries.resize(len);
+  return PartitionSpec(entries);
+}
+
+template <class T>
+void round_trips(int cases, uint32_t seed) {
+  std::mt19937 rng(seed);
+  for (int c = 0; c < cases; ++c) {
+    const MeshChoice& mc = kMeshes[rng() % kMeshes.size()];
+    Mesh mesh = make_mesh(mc.shape, mc.names);
+    size_t rank = rng() % 5;
+    PartitionSpec spec = random_spec(mc, rank, rng);
+    NamedSharding sharding(mesh, spec);
+    Shape shape(rank);
+    for (size_t d = 0; d < rank; ++d) {
+      int64_t t = 1;
+      for (const std::string& a : spec[d]) t *= mesh.axis_size(a);
+      shape[d] = t * static_cast<int64_t>(rng() % 4);  // includes size-0 dimensions
+      if (rng() % 3 == 0) shape[d] = t;                // and size-1 blocks
+    }
+    auto host = random_values<T>(static_cast<size_t>(shape_size(shape)), rng);
+    Array a = device_put(host, shape, sharding);
+    check_array(a, host, shape, mesh.str() + " " + spec.str() + " " + shape_str(shape));
+  }
+}
+
+TEST(RoundTrip, Float32) { round_trips<float>(150, 1); }
+TEST(RoundTrip, Float64) { round_trips<double>(150, 2); }
+TEST(RoundTrip, Int32) { round_trips<int32_t>(150, 3); }
+TEST(RoundTrip, Int64) { round_trips<int64_t>(150, 4); }
+
+TEST(Reshard, EveryPairOfShardings) {
+  auto devs = devices("cpu");
+  Mesh m42 = make_mesh({4, 2}, {"x", "y"});
+  Mesh m24 = make_mesh({2, 4}, {"x", "y"});
+  Mesh m8 = make_mesh({8}, {"x"});
+  Mesh rev({devs[7], devs[6], devs[5], devs[4], devs[3], devs[2], devs[1], devs[0]}, {8}, {"x"});
+  Mesh m4({devs[4], devs[5], devs[6], devs[7]}, {2, 2}, {"a", "b"});
+  std::vector<Sharding> shardings = {
+      NamedSharding(m42, P()),           NamedSharding(m42, P("x")),
+      NamedSharding(m42, P("x", "y")),   NamedSharding(m42, P("y", "x")),
+      NamedSharding(m42, P(None, "y")),  NamedSharding(m42, P(Axes{"y", "x"})),
+      NamedSharding(m24, P("x", "y")),   NamedSharding(m24, P(Axes{"x", "y"}, None)),
+      NamedSharding(m8, P("x")),         NamedSharding(m8, P(None, "x")),
+      NamedSharding(rev, P("x")),        NamedSharding(m4, P("a", "b")),
+      SingleDeviceSharding(devs[3]),     SingleDeviceSharding(devs[0])};
+  const Shape shape{8, 8};
+  std::mt19937 rng(7);
+  auto host = random_values<float>(64, rng);
+  int pairs = 0;
+  for (const Sharding& from : shardings) {
+    Array a = device_put(host, shape, from);
+    for (const Sharding& to : shardings) {
+      Array b = device_put(a, to);
+      check_array(b, host, shape, from.str() + " -> " + to.str());
+      EXPECT_TRUE(b.sharding().is_equivalent_to(to, shape));
+      ++pairs;
+    }
+  }
+  EXPECT_EQ(pairs, 196);
+}
+
+TEST(Reshard, KeepsBlocksThatStay) {
+  Mesh mesh = make_mesh({4, 2}, {"x", "y"});
+  std::vector<int32_t> host(64);
+  std::iota(host.begin(), host.end(), 0);
+  Array a = device_put(host, {8, 8}, NamedSharding(mesh, P("x")));
+  // P("x", None) describes the same placement: every block is shared, nothing is copied.
+  auto& stats = detail::copy_stats();
+  int64_t local0 = stats.local_bytes, cross0 = stats.cross_device_bytes;
+  Array b = device_put(a, NamedSharding(mesh, P("x", None)));
+  EXPECT_EQ(stats.local_bytes - local0, 0);
+  EXPECT_EQ(stats.cross_device_bytes - cross0, 0);
+  for (size_t i = 0; i < 8; ++i) EXPECT_EQ(b.blocks()[i].buffer(), a.blocks()[i].buffer());
+
+  // P("x") -> P("x", "y"): each device already holds what it needs; only local copies.
+  Array c = device_put(a, NamedSharding(mesh, P("x", "y")));
+  EXPECT_EQ(stats.cross_device_bytes - cross0, 0);
+  EXPECT_EQ(stats.local_bytes - local0, 64 * 4);  // 8 blocks of 2x4 int32
+  // P("x", "y") -> P("x"): each device fetches the other half of its rows from its y-peer.
+  int64_t local1 = stats.local_bytes, cross1 = stats.cross_device_bytes;
+  Array d = device_put(c, NamedSharding(mesh, P("x")));
+  EXPECT_EQ(stats.local_bytes - local1, 8 * 8 * 4);         // own half: 8 devices x 8 int32
+  EXPECT_EQ(stats.cross_device_bytes - cross1, 8 * 8 * 4);  // the peer's half, same amount
+  EXPECT_EQ(d.to_vector<int32_t>(), host);
+}
+
+TEST(Tensor, AlignmentAndLifetime) {
+  Device dev = devices("cpu")[2];
+  std::weak_ptr<backend::Buffer> weak;
+  {
+    Tensor t = tensor(std::vector<double>{1, 2, 3}, {3}, dev);
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(t.data()) % 64, 0u);
+    EXPECT_EQ(t.device(), dev);
+    EXPECT_EQ(t.str(), "Tensor(float64(3,) on cpu:2)");
+    weak = t.buffer();
+    Tensor copy = t;  // shares memory
+    EXPECT_EQ(copy.data(), t.data());
+  }
+  EXPECT_TRUE(weak.expired());  // freed with the last reference
+  Mesh mesh = make_mesh({8}, {"x"});
+  std::vector<std::weak_ptr<backend::Buffer>> blocks;
+  {
+    Array a = device_put(std::vector<float>(64, 1.f), {64}, NamedSharding(mesh, P("x")));
+    for (const Tensor& b : a.blocks()) {
+      EXPECT_EQ(reinterpret_cast<uintptr_t>(b.data()) % 64, 0u);
+      blocks.push_back(b.buffer());
+    }
+    Tensor kept = a.blocks()[5];
+    a = Array();
+    for (size_t i = 0; i < 8; ++i) EXPECT_EQ(blocks[i].expired(), i != 5) << i;
+  }
+  for (auto& w : blocks) EXPECT_TRUE(w.expired());
+}
+
+TEST(Tensor, RankZeroAndEmpty) {
+  Device dev = devices("cpu")[0];
+  Tensor s = tensor(std::vector<int64_t>{42}, {}, dev);
+  EXPECT_EQ(s.size(), 1);
+  EXPECT_EQ(s.to_vector<int64_t>(), std::vector<int64_t>{42});
+  Tensor e = tensor(std::vector<float>{}, {0, 5}, dev);
+  EXPECT_EQ(e.size(), 0);
+  EXPECT_TRUE(e.to_vector<float>().empty());
+  Mesh mesh = make_mesh({4, 2}, {"x", "y"});
+  Array a = device_put(std::vector<int32_t>{7}, {}, NamedSharding(mesh, P()));
+  EXPECT_EQ(a.to_vector<int32_t>(), std::vector<int32_t>{7});
+  EXPECT_EQ(a.addressable_shards().size(), 8u);
+}
+
+TEST(ArrayErrors, BadInput) {
+  Mesh mesh = make_mesh({4, 2}, {"x", "y"});
+  NamedSharding rows(mesh, P("x"));
+  std::vector<float> ten(10);
+  EXPECT_MESHRT_ERROR(device_put(ten, {4, 2}, rows), "[device_put]", "host data has 10 elements",
+                      "shape (4, 2) needs 8");
+  EXPECT_MESHRT_ERROR(device_put(ten, {10}, rows), "[device_put]",
+                      "array axis 0 is partitioned 4 times, but the dimension size is 10");
+  EXPECT_MESHRT_ERROR(device_put(std::vector<float>(8), {8}, NamedSharding(mesh, P("x", "y"))),
+                      "[device_put]", "rank at least 2");
+  Array a = device_put(std::vector<float>(8), {8}, rows);
+  EXPECT_MESHRT_ERROR(a.to_vector<int32_t>(), "[array]", "to_vector<int32_t> called on a float32 array",
+                      "use to_vector<float>");
+  EXPECT_MESHRT_ERROR(a.blocks()[0].to_vector<double>(), "[tensor]", "use to_vector<float>");
+  EXPECT_MESHRT_ERROR(device_put(a, NamedSharding(mesh, P("y", "x"))), "[device_put]", "rank at least 2");
+  EXPECT_MESHRT_ERROR(tensor(ten, {3, 3}, devices("cpu")[0]), "[tensor]", "host data has 10 elements");
+  EXPECT_MESHRT_ERROR(tensor(ten, {-10}, devices("cpu")[0]), "negative dimension");
+  EXPECT_MESHRT_ERROR(Array().to_vector<float>(), "[array]");
+  EXPECT_MESHRT_ERROR(Array({8}, DType::f32, rows, {}), "[array]", "0 blocks");
+}
+
+}  // namespace
+}  // namespace meshrt

@@ -1,0 +1,100 @@
+// tests/test_util.h: host-side references shared by the tests.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "runtime/meshrt.h"
+
+namespace meshrt::test {
+
+// Asserts that `stmt` throws meshrt::Error whose message contains every fragment.
+#define EXPECT_MESHRT_ERROR(stmt, ...)                                                 \
+  do {                                                                                 \
+    try {                                                                              \
+      stmt;                                                                            \
+      ADD_FAILURE() << "expected meshrt::Error from " #stmt;                           \
+    } catch (const ::meshrt::Error& e) {                                               \
+      for (const char* frag : {__VA_ARGS__}) {                                         \
+        EXPECT_NE(std::string(e.what()).find(frag), std::string::npos)                 \
+            << "message lacks \"" << frag << "\": " << e.what();                       \
+      }                                                                                \
+    }                                                                                  \
+  } while (0)
+
+inline std::string read_data_file(const std::string& name) {
+  std::string path = std::string(MESHRT_TEST_DATA_DIR) + "/" + name;
+  std::ifstream in(path);
+  if (!in) throw std::runtime_error("cannot open test data " + path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+inline std::vector<std::string> split(const std::string& s, char sep) {
+  std::vector<std::string> out;
+  std::string cur;
+  for (char c : s) {
+    if (c == sep) {
+      out.push_back(cur);
+      cur.clear();
+    } else {
+      cur += c;
+    }
+  }
+  out.push_back(cur);
+  return out;
+}
+
+inline std::string trim(const std::string& s) {
+  size_t a = s.find_first_not_of(' '), b = s.find_last_not_of(' ');
+  return a == std::string::npos ? "" : s.substr(a, b - a + 1);
+}
+
+// Decodes the data files' spec notation: entries split by '|', axes by '+', '-' = None.
+inline PartitionSpec parse_spec(const std::string& enc) {
+  std::vector<PartitionSpec::Entry> entries;
+  if (enc.empty()) return PartitionSpec(entries);
+  for (const std::string& e : split(enc, '|')) {
+    entries.push_back(e == "-" ? PartitionSpec::Entry{} : split(e, '+'));
+  }
+  return PartitionSpec(entries);
+}
+
+inline Shape parse_shape(const std::string& s) {
+  Shape out;
+  if (s.empty()) return out;
+  for (const std::string& d : split(s, ',')) out.push_back(std::stoll(d));
+  return out;
+}
+
+// The host reference of a block: elements of the row-major `global` array inside `idx`.
+template <class T>
+std::vector<T> host_slice(const std::vector<T>& global, const Shape& shape, const Index& idx) {
+  std::vector<T> out;
+  size_t rank = shape.size();
+  if (rank == 0) return global;
+  for (auto& [a, b] : idx) {
+    if (a >= b) return out;
+  }
+  std::vector<int64_t> pos(rank);
+  for (size_t d = 0; d < rank; ++d) pos[d] = idx[d].first;
+  for (;;) {
+    int64_t flat = 0;
+    for (size_t d = 0; d < rank; ++d) flat = flat * shape[d] + pos[d];
+    out.push_back(global[static_cast<size_t>(flat)]);
+    size_t d = rank;
+    while (d-- > 0) {
+      if (++pos[d] < idx[d].second) break;
+      pos[d] = idx[d].first;
+      if (d == 0) return out;
+    }
+  }
+}
+
+}  // namespace meshrt::test
