@@ -1,8 +1,12 @@
 # MESHRT_SANITIZE=thread | address (AddressSanitizer + UndefinedBehaviorSanitizer) for every target.
+# MESHRT_SANITIZER_FLAGS is what an outside consumer (tests/package_test.cmake) must use too.
+set(MESHRT_SANITIZER_FLAGS "")
 if(MESHRT_SANITIZE STREQUAL "thread")
+  set(MESHRT_SANITIZER_FLAGS -fsanitize=thread)
   add_compile_options(-fsanitize=thread -g -O1)
   add_link_options(-fsanitize=thread)
 elseif(MESHRT_SANITIZE STREQUAL "address")
+  set(MESHRT_SANITIZER_FLAGS -fsanitize=address,undefined)
   add_compile_options(-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined -g -O1)
   add_link_options(-fsanitize=address,undefined)
 elseif(NOT MESHRT_SANITIZE STREQUAL "")

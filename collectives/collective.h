@@ -1,0 +1,49 @@
+// collectives/collective.h: running one device's side of a collective.
+//
+// start() registers the call at the group's rendezvous and returns at once; finish() waits for
+// the peers and moves the data. Blocking collectives are finish(start(...)); the asynchronous
+// forms (ppermute_start, all_gather_start) let a body compute in between.
+//
+// Data movement today is the direct one-shot algorithm on host-addressable memory (peers.md §B):
+//   psum/pmean/pmax/pmin  small: the last arriver reduces once and writes every output;
+//                         large: device i reduces slice i from every input, tile by tile, and
+//                         pushes each tile to every output while it is hot; a second barrier ends it;
+//   all_gather, psum_scatter, all_to_all, ppermute: each device pulls what it needs from the
+//                         inputs, which the rendezvous keeps alive, so one barrier suffices.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "collectives/call.h"
+#include "collectives/groups.h"
+#include "collectives/session.h"
+
+namespace meshrt::coll {
+
+class Pending {
+ public:
+  Pending() = default;
+  bool valid() const { return inst_ != nullptr; }
+
+ private:
+  friend Pending start(Session&, int64_t, const GroupLayout&, const Call&, Slot, std::vector<int64_t>);
+  friend void finish(Pending&);
+  Session* session_ = nullptr;
+  int64_t pos_ = 0;
+  int64_t index_ = 0;
+  std::shared_ptr<Instance> inst_;
+  std::vector<int64_t> out_shape_;
+};
+
+// `slot.out` must already hold the output (shape out_shape, dtype of the result).
+Pending start(Session& session, int64_t pos, const GroupLayout& layout, const Call& call, Slot slot,
+              std::vector<int64_t> out_shape);
+// Waits for the peers and fills the output. Throws meshrt::Error on any collective failure.
+void finish(Pending& pending);
+
+// Inputs up to this many bytes are reduced once, by the last device to arrive.
+inline constexpr int64_t kSmallReduceBytes = 32 * 1024;
+
+}  // namespace meshrt::coll

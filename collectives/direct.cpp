@@ -1,0 +1,213 @@
+// The direct one-shot algorithm for every collective, on host-addressable memory.
+#include <cstring>
+
+#include "collectives/collective.h"
+#include "collectives/reduce.h"
+#include "collectives/strided.h"
+#include "collectives/wait.h"
+
+namespace meshrt::coll {
+
+namespace {
+
+using Shape = std::vector<int64_t>;
+
+bool is_reduction(Kind k) {
+  return k == Kind::psum || k == Kind::pmean || k == Kind::pmax || k == Kind::pmin;
+}
+
+DType out_dtype(const Call& c) { return c.kind == Kind::pmean ? pmean_dtype(c.dtype) : c.dtype; }
+
+int64_t count(const Shape& s) {
+  int64_t n = 1;
+  for (int64_t d : s) n *= d;
+  return n;
+}
+
+const char* in_ptr(const Instance& inst, int64_t j) { return static_cast<const char*>(inst.slot(j).in); }
+char* out_ptr(const Instance& inst, int64_t j) { return static_cast<char*>(inst.slot(j).out); }
+
+// Copies `extent` elements between two strided views (element size `elem`).
+void copy_view(char* dst, const View& dv, const char* src, const View& sv, const Shape& extent, size_t elem) {
+  const auto e = static_cast<int64_t>(elem);
+  for_each_runs(extent, {&dv, &sv}, [&](const Runs& r) {
+    for (int64_t row = 0; row < r.rows; ++row) {
+      std::memcpy(dst + (r.offsets[0] + row * r.pitches[0]) * e,
+                  src + (r.offsets[1] + row * r.pitches[1]) * e, static_cast<size_t>(r.run * e));
+    }
+  });
+}
+
+// Inserts a dimension of `size` with `stride` at `at` into a view.
+View insert_dim(View v, size_t at, int64_t stride) {
+  v.strides.insert(v.strides.begin() + static_cast<std::ptrdiff_t>(at), stride);
+  return v;
+}
+
+// Small reductions: the last arriver computes the result once and writes every output.
+void reduce_small(const Instance& inst) {
+  const Call& c = inst.call();
+  const int64_t n = count(c.shape);
+  std::vector<const void*> srcs(static_cast<size_t>(inst.size()));
+  for (int64_t j = 0; j < inst.size(); ++j) srcs[static_cast<size_t>(j)] = inst.slot(j).in;
+  const DType od = out_dtype(c);
+  char* first = out_ptr(inst, 0);
+  reduce_run(c.kind, c.dtype, od, first, srcs, n);
+  const size_t bytes = static_cast<size_t>(n) * dtype_size(od);
+  for (int64_t j = 1; j < inst.size(); ++j) std::memcpy(out_ptr(inst, j), first, bytes);
+}
+
+// Large reductions: device `me` owns slice `me`, reduces it tile by tile and pushes each tile to
+// every output while it is in cache; then waits until every slice has been pushed.
+void reduce_large(Instance& inst, int64_t me) {
+  const Call& c = inst.call();
+  const int64_t n = count(c.shape), N = inst.size();
+  const DType od = out_dtype(c);
+  const size_t ie = dtype_size(c.dtype), oe = dtype_size(od);
+  const int64_t slice = (n + N - 1) / N;
+  const int64_t lo = std::min(n, me * slice), hi = std::min(n, lo + slice);
+  constexpr int64_t kTile = 16 * 1024;  // elements: a few tiles fit in L2 with their N inputs
+  std::vector<const void*> srcs(static_cast<size_t>(N));
+  char* mine = out_ptr(inst, me);
+  for (int64_t base = lo; base < hi; base += kTile) {
+    const int64_t m = std::min(kTile, hi - base);
+    for (int64_t j = 0; j < N; ++j) srcs[static_cast<size_t>(j)] = in_ptr(inst, j) + base * static_cast<int64_t>(ie);
+    char* dst = mine + base * static_cast<int64_t>(oe);
+    reduce_run(c.kind, c.dtype, od, dst, srcs, m);
+    for (int64_t j = 0; j < N; ++j) {
+      if (j != me) std::memcpy(out_ptr(inst, j) + base * static_cast<int64_t>(oe), dst, static_cast<size_t>(m) * oe);
+    }
+  }
+  std::atomic<uint32_t>& done = inst.phase_counter();
+  if (done.fetch_add(1, std::memory_order_acq_rel) + 1 == static_cast<uint32_t>(N)) {
+    wake_all(done);
+    return;
+  }
+  for (uint32_t v; (v = done.load(std::memory_order_acquire)) != static_cast<uint32_t>(N);) {
+    wait_while(done, v, std::chrono::seconds(1), inst.oversubscribed());
+  }
+}
+
+void all_gather(const Instance& inst, int64_t me, const Shape& out_shape) {
+  const Call& c = inst.call();
+  const size_t elem = dtype_size(c.dtype);
+  const auto a = static_cast<size_t>(c.axis);
+  Shape extent = c.shape;
+  View src{0, dense_strides(c.shape)};
+  if (!c.tiled) {
+    extent.insert(extent.begin() + static_cast<std::ptrdiff_t>(a), 1);
+    src = insert_dim(src, a, 0);
+  }
+  for (int64_t j = 0; j < inst.size(); ++j) {
+    Shape start(out_shape.size(), 0);
+    start[a] = c.tiled ? j * c.shape[a] : j;
+    copy_view(out_ptr(inst, me), box_view(out_shape, start), in_ptr(inst, j), src, extent, elem);
+  }
+}
+
+void psum_scatter(const Instance& inst, int64_t me, const Shape& out_shape) {
+  const Call& c = inst.call();
+  const int64_t N = inst.size();
+  const auto sd = static_cast<size_t>(c.axis);
+  const size_t elem = dtype_size(c.dtype);
+  Shape extent = c.shape, start(c.shape.size(), 0);
+  extent[sd] = c.tiled ? c.shape[sd] / N : 1;
+  start[sd] = me * extent[sd];
+  const View src = box_view(c.shape, start);
+  View dst{0, dense_strides(out_shape)};
+  if (!c.tiled) dst = insert_dim(dst, sd, 0);
+  std::vector<const View*> views{&dst};
+  for (int64_t j = 0; j < N; ++j) views.push_back(&src);  // same box in every input
+  std::vector<const void*> srcs(static_cast<size_t>(N));
+  char* out = out_ptr(inst, me);
+  const auto e = static_cast<int64_t>(elem);
+  for_each_runs(extent, views, [&](const Runs& r) {
+    for (int64_t row = 0; row < r.rows; ++row) {
+      for (int64_t j = 0; j < N; ++j) {
+        srcs[static_cast<size_t>(j)] = in_ptr(inst, j) + (r.offsets[1] + row * r.pitches[1]) * e;
+      }
+      reduce_run(Kind::psum, c.dtype, c.dtype, out + (r.offsets[0] + row * r.pitches[0]) * e, srcs, r.run);
+    }
+  });
+}
+
+void ppermute(const Instance& inst, int64_t me) {
+  const Call& c = inst.call();
+  const size_t bytes = static_cast<size_t>(count(c.shape)) * dtype_size(c.dtype);
+  for (auto [s, d] : c.perm) {
+    if (d == me) {
+      std::memcpy(out_ptr(inst, me), in_ptr(inst, s), bytes);
+      return;
+    }
+  }
+  std::memset(out_ptr(inst, me), 0, bytes);  // nothing arrives here: zeros, as in JAX
+}
+
+void all_to_all(const Instance& inst, int64_t me, const Shape& out_shape) {
+  const Call& c = inst.call();
+  const int64_t N = inst.size();
+  const auto split = static_cast<size_t>(c.axis), concat = static_cast<size_t>(c.axis2);
+  const size_t elem = dtype_size(c.dtype);
+  for (int64_t j = 0; j < N; ++j) {
+    if (c.tiled) {
+      Shape extent = c.shape, sstart(c.shape.size(), 0), dstart(out_shape.size(), 0);
+      extent[split] = c.shape[split] / N;
+      sstart[split] = me * extent[split];
+      dstart[concat] = j * extent[concat];
+      copy_view(out_ptr(inst, me), box_view(out_shape, dstart), in_ptr(inst, j), box_view(c.shape, sstart),
+                extent, elem);
+    } else {
+      // Take index `me` along split from x_j, place it at index j along concat.
+      Shape extent = c.shape;
+      extent.erase(extent.begin() + static_cast<std::ptrdiff_t>(split));
+      View src{0, dense_strides(c.shape)};
+      src.offset = me * src.strides[split];
+      src.strides.erase(src.strides.begin() + static_cast<std::ptrdiff_t>(split));
+      View dst{0, dense_strides(out_shape)};
+      dst.offset = j * dst.strides[concat];
+      dst.strides.erase(dst.strides.begin() + static_cast<std::ptrdiff_t>(concat));
+      copy_view(out_ptr(inst, me), dst, in_ptr(inst, j), src, extent, elem);
+    }
+  }
+}
+
+}  // namespace
+
+Pending start(Session& session, int64_t pos, const GroupLayout& layout, const Call& call, Slot slot,
+              std::vector<int64_t> out_shape) {
+  Pending p;
+  p.session_ = &session;
+  p.pos_ = pos;
+  p.index_ = layout.index_of[static_cast<size_t>(pos)];
+  p.out_shape_ = std::move(out_shape);
+  Session::Arrival a = session.arrive(pos, layout, call, std::move(slot));
+  p.inst_ = std::move(a.instance);
+  if (a.completed) {
+    const int64_t bytes = count(call.shape) * static_cast<int64_t>(dtype_size(call.dtype));
+    if (is_reduction(call.kind) && bytes <= kSmallReduceBytes) reduce_small(*p.inst_);
+    session.publish(*p.inst_);
+  }
+  return p;
+}
+
+void finish(Pending& p) {
+  Instance& inst = *p.inst_;
+  p.session_->wait_ready(p.pos_, inst);
+  const Call& c = inst.call();
+  const int64_t me = p.index_;
+  switch (c.kind) {
+    case Kind::psum:
+    case Kind::pmean:
+    case Kind::pmax:
+    case Kind::pmin:
+      if (count(c.shape) * static_cast<int64_t>(dtype_size(c.dtype)) > kSmallReduceBytes) reduce_large(inst, me);
+      break;
+    case Kind::all_gather: all_gather(inst, me, p.out_shape_); break;
+    case Kind::psum_scatter: psum_scatter(inst, me, p.out_shape_); break;
+    case Kind::ppermute: ppermute(inst, me); break;
+    case Kind::all_to_all: all_to_all(inst, me, p.out_shape_); break;
+  }
+  p.inst_.reset();
+}
+
+}  // namespace meshrt::coll

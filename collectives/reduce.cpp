@@ -1,0 +1,117 @@
+#include "collectives/reduce.h"
+
+#include <algorithm>
+#include <type_traits>
+
+#include "runtime/error.h"
+
+namespace meshrt::coll {
+
+namespace {
+
+// Integer sums wrap (two's complement) like XLA's, without signed-overflow UB.
+template <class T>
+inline T add(T a, T b) {
+  if constexpr (std::is_integral_v<T>) {
+    using U = std::make_unsigned_t<T>;
+    return static_cast<T>(static_cast<U>(a) + static_cast<U>(b));
+  } else {
+    return a + b;
+  }
+}
+
+template <class T>
+void fold(Kind op, T* __restrict dst, const std::vector<const void*>& srcs, int64_t len) {
+  const T* s0 = static_cast<const T*>(srcs[0]);
+  if (srcs.size() == 1) {
+    std::copy(s0, s0 + len, dst);
+    return;
+  }
+  const T* s1 = static_cast<const T*>(srcs[1]);
+  // The first two inputs are combined straight into dst; the rest are folded in, in order.
+  switch (op) {
+    case Kind::pmax:
+#pragma omp simd
+      for (int64_t e = 0; e < len; ++e) dst[e] = std::max(s0[e], s1[e]);
+      for (size_t j = 2; j < srcs.size(); ++j) {
+        const T* s = static_cast<const T*>(srcs[j]);
+#pragma omp simd
+        for (int64_t e = 0; e < len; ++e) dst[e] = std::max(dst[e], s[e]);
+      }
+      break;
+    case Kind::pmin:
+#pragma omp simd
+      for (int64_t e = 0; e < len; ++e) dst[e] = std::min(s0[e], s1[e]);
+      for (size_t j = 2; j < srcs.size(); ++j) {
+        const T* s = static_cast<const T*>(srcs[j]);
+#pragma omp simd
+        for (int64_t e = 0; e < len; ++e) dst[e] = std::min(dst[e], s[e]);
+      }
+      break;
+    default:
+#pragma omp simd
+      for (int64_t e = 0; e < len; ++e) dst[e] = add(s0[e], s1[e]);
+      for (size_t j = 2; j < srcs.size(); ++j) {
+        const T* s = static_cast<const T*>(srcs[j]);
+#pragma omp simd
+        for (int64_t e = 0; e < len; ++e) dst[e] = add(dst[e], s[e]);
+      }
+      break;
+  }
+}
+
+template <class T>
+void fold_dispatch_out(Kind op, DType out, void* dst, const std::vector<const void*>& srcs, int64_t len) {
+  const auto n = static_cast<double>(srcs.size());
+  if (op != Kind::pmean) {
+    fold<T>(op, static_cast<T*>(dst), srcs, len);
+    return;
+  }
+  if constexpr (std::is_floating_point_v<T>) {
+    T* d = static_cast<T*>(dst);
+    fold<T>(Kind::psum, d, srcs, len);
+    const T tn = static_cast<T>(n);
+#pragma omp simd
+    for (int64_t e = 0; e < len; ++e) d[e] = d[e] / tn;
+  } else {
+    // Integer pmean: wrap-around integer sum (as psum), then true division in the float type.
+    constexpr int64_t kTile = 1024;
+    T tmp[kTile];
+    for (int64_t base = 0; base < len; base += kTile) {
+      const int64_t m = std::min(kTile, len - base);
+      std::vector<const void*> part(srcs.size());
+      for (size_t j = 0; j < srcs.size(); ++j) part[j] = static_cast<const T*>(srcs[j]) + base;
+      fold<T>(Kind::psum, tmp, part, m);
+      if (out == DType::f32) {
+        float* d = static_cast<float*>(dst) + base;
+        for (int64_t e = 0; e < m; ++e) d[e] = static_cast<float>(tmp[e]) / static_cast<float>(n);
+      } else {
+        double* d = static_cast<double*>(dst) + base;
+        for (int64_t e = 0; e < m; ++e) d[e] = static_cast<double>(tmp[e]) / n;
+      }
+    }
+  }
+}
+
+}  // namespace
+
+DType pmean_dtype(DType in) {
+  switch (in) {
+    case DType::i32: return DType::f32;
+    case DType::i64: return DType::f64;
+    default: return in;
+  }
+}
+
+void reduce_run(Kind op, DType in, DType out, void* dst, const std::vector<const void*>& srcs, int64_t len) {
+  if (len <= 0) return;
+  switch (in) {
+    case DType::f32: return fold_dispatch_out<float>(op, out, dst, srcs, len);
+    case DType::f64: return fold_dispatch_out<double>(op, out, dst, srcs, len);
+    case DType::i32: return fold_dispatch_out<int32_t>(op, out, dst, srcs, len);
+    case DType::i64: return fold_dispatch_out<int64_t>(op, out, dst, srcs, len);
+  }
+  throw Error("[collectives] reduction of an unknown dtype");
+}
+
+}  // namespace meshrt::coll

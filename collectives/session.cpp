@@ -1,0 +1,247 @@
+#include "collectives/session.h"
+
+#include <sstream>
+
+#include "collectives/wait.h"
+#include "runtime/error.h"
+
+namespace meshrt::coll {
+
+namespace {
+
+std::string axes_str(const std::vector<std::string>& axes) {
+  std::string s = "(";
+  for (size_t i = 0; i < axes.size(); ++i) s += (i ? ", '" : "'") + axes[i] + "'";
+  return s + (axes.size() == 1 ? ",)" : ")");
+}
+
+constexpr const char* kSameOrder =
+    "every device of a group must make the same collective calls, with the same arguments, in "
+    "the same order";
+
+}  // namespace
+
+Session::Session(std::vector<std::string> names, std::chrono::milliseconds timeout, bool oversubscribed)
+    : names_(std::move(names)), timeout_(timeout), oversubscribed_(oversubscribed), devs_(names_.size()) {}
+
+std::string Session::members_str(const std::vector<int64_t>& pos) const {
+  std::string s;
+  for (size_t i = 0; i < pos.size(); ++i) s += (i ? ", " : "") + names_[static_cast<size_t>(pos[i])];
+  return s;
+}
+
+// What device `pos` is doing, for error messages.
+std::string Session::describe_locked(int64_t pos) const {
+  const Dev& d = devs_[static_cast<size_t>(pos)];
+  switch (d.state) {
+    case DevState::running: return names_[static_cast<size_t>(pos)] + " is running its body (not in a collective)";
+    case DevState::finished: return names_[static_cast<size_t>(pos)] + " has returned from its body";
+    case DevState::threw: return names_[static_cast<size_t>(pos)] + " has thrown out of its body";
+    case DevState::waiting: {
+      const Instance& w = *d.waiting_on;
+      std::vector<int64_t> missing;
+      for (size_t i = 0; i < w.members_.size(); ++i) {
+        if (!w.arrived_[i]) missing.push_back(w.members_[i]);
+      }
+      return names_[static_cast<size_t>(pos)] + " waits in " + w.call_.str() + " (" + w.where_ +
+             ") for " + members_str(missing);
+    }
+  }
+  return "";
+}
+
+void Session::fail_locked(Instance& inst, const std::string& message) {
+  // Complete instances never fail: their completer is about to publish them.
+  if (inst.state_.load(std::memory_order_relaxed) != Instance::kGathering ||
+      inst.arrived_count_ == inst.size()) {
+    return;
+  }
+  inst.error_ = message;
+  for (int64_t m : inst.members_) {
+    Dev& d = devs_[static_cast<size_t>(m)];
+    if (d.waiting_on == &inst) {
+      d.state = DevState::running;
+      d.waiting_on = nullptr;
+    }
+  }
+  inst.state_.store(Instance::kFailed, std::memory_order_release);
+  wake_all(inst.state_);
+}
+
+void Session::throw_failed(const Instance& inst) const { throw Error(inst.error_); }
+
+Session::Arrival Session::arrive(int64_t pos, const GroupLayout& layout, const Call& call, Slot slot) {
+  std::lock_guard<std::mutex> lock(mu_);
+  Dev& me = devs_[static_cast<size_t>(pos)];
+  const std::string axes = axes_str(call.axes);
+  const int64_t seq = me.calls_per_axes[axes]++;
+  const int64_t group = layout.group_of[static_cast<size_t>(pos)];
+  const int64_t index = layout.index_of[static_cast<size_t>(pos)];
+  Key key{axes, group, seq};
+  auto it = open_.find(key);
+  std::shared_ptr<Instance> inst;
+  if (it == open_.end()) {
+    inst = std::make_shared<Instance>();
+    inst->call_ = call;
+    inst->members_ = layout.members[static_cast<size_t>(group)];
+    inst->where_ = "call #" + std::to_string(seq + 1) + " over " + axes + " in group {" +
+                   members_str(inst->members_) + "}";
+    const size_t n = inst->members_.size();
+    inst->slots_.resize(n);
+    inst->calls_.resize(n);
+    inst->arrived_.assign(n, false);
+    inst->oversubscribed_ = oversubscribed_;
+    it = open_.emplace(key, inst).first;
+  } else {
+    inst = it->second;
+  }
+  if (inst->state_.load(std::memory_order_relaxed) == Instance::kFailed) throw_failed(*inst);
+  const auto i = static_cast<size_t>(index);
+  if (!(call == inst->call_)) {
+    std::ostringstream os;
+    os << "[" << kind_name(call.kind) << "] mismatched collectives in " << inst->where_ << ": ";
+    for (size_t k = 0; k < inst->members_.size(); ++k) {
+      os << (k ? "; " : "") << names_[static_cast<size_t>(inst->members_[k])];
+      if (k == i) os << " called " << call.str();
+      else if (inst->arrived_[k]) os << " called " << inst->calls_[k].str();
+      else os << " has not arrived";
+    }
+    os << ". " << kSameOrder;
+    fail_locked(*inst, os.str());  // this arrival is not counted, so the instance is incomplete
+    throw_failed(*inst);
+  }
+  inst->arrived_[i] = true;
+  inst->calls_[i] = call;
+  inst->slots_[i] = std::move(slot);
+  ++inst->arrived_count_;
+  // A member that already left its body can never arrive.
+  for (size_t k = 0; k < inst->members_.size(); ++k) {
+    const Dev& d = devs_[static_cast<size_t>(inst->members_[k])];
+    if (!inst->arrived_[k] && (d.state == DevState::finished || d.state == DevState::threw)) {
+      fail_locked(*inst, "[" + std::string(kind_name(call.kind)) + "] " +
+                             names_[static_cast<size_t>(inst->members_[k])] +
+                             (d.state == DevState::threw ? " threw out of" : " returned from") +
+                             " its shard_map body without making " + inst->call_.str() + " (" +
+                             inst->where_ + "); " + kSameOrder);
+      throw_failed(*inst);
+    }
+  }
+  const bool complete = inst->arrived_count_ == static_cast<int64_t>(inst->members_.size());
+  if (complete) {
+    open_.erase(it);
+    for (int64_t m : inst->members_) {
+      Dev& d = devs_[static_cast<size_t>(m)];
+      if (d.waiting_on == inst.get()) {
+        d.state = DevState::running;  // released as soon as the data is published
+        d.waiting_on = nullptr;
+      }
+    }
+  }
+  return {std::move(inst), complete};
+}
+
+void Session::publish(Instance& inst) {
+  inst.state_.store(Instance::kReady, std::memory_order_release);
+  wake_all(inst.state_);
+}
+
+void Session::wait_ready(int64_t pos, Instance& inst) {
+  uint32_t s = inst.state_.load(std::memory_order_acquire);
+  if (s == Instance::kGathering) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      s = inst.state_.load(std::memory_order_acquire);
+      if (s == Instance::kGathering && inst.arrived_count_ < inst.size()) {
+        Dev& me = devs_[static_cast<size_t>(pos)];
+        me.state = DevState::waiting;
+        me.waiting_on = &inst;
+      }
+    }
+    // Short slices first so a deadlock is reported within milliseconds; each slice that ends
+    // without progress re-runs the deadlock check and the timeout backstop.
+    auto slice = std::chrono::milliseconds(2);
+    const auto start = std::chrono::steady_clock::now();
+    while (!wait_while(inst.state_, Instance::kGathering, slice, oversubscribed_)) {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (inst.state_.load(std::memory_order_acquire) != Instance::kGathering) break;
+      check_deadlock_locked();
+      if (inst.state_.load(std::memory_order_acquire) != Instance::kGathering) break;
+      if (std::chrono::steady_clock::now() - start >= timeout_) {
+        std::ostringstream os;
+        os << "[" << kind_name(inst.call_.kind) << "] " << inst.call_.str() << " (" << inst.where_
+           << ") timed out after " << std::chrono::duration<double>(timeout_).count()
+           << " s (MESHRT_COLLECTIVE_TIMEOUT): ";
+        std::vector<int64_t> missing;
+        for (size_t k = 0; k < inst.members_.size(); ++k) {
+          if (!inst.arrived_[k]) missing.push_back(inst.members_[k]);
+        }
+        os << members_str(missing) << " never arrived (";
+        for (size_t k = 0; k < missing.size(); ++k) os << (k ? "; " : "") << describe_locked(missing[k]);
+        os << "). Raise MESHRT_COLLECTIVE_TIMEOUT if their work is just slow.";
+        fail_locked(inst, os.str());
+        break;
+      }
+      slice = std::min(slice * 2, std::chrono::milliseconds(100));
+    }
+    s = inst.state_.load(std::memory_order_acquire);
+  }
+  if (s == Instance::kFailed) throw_failed(inst);
+}
+
+void Session::device_finished(int64_t pos, bool threw) {
+  std::lock_guard<std::mutex> lock(mu_);
+  Dev& me = devs_[static_cast<size_t>(pos)];
+  me.state = threw ? DevState::threw : DevState::finished;
+  me.waiting_on = nullptr;
+  for (auto& [key, inst] : open_) {
+    for (size_t k = 0; k < inst->members_.size(); ++k) {
+      if (inst->members_[k] != pos || inst->arrived_[k]) continue;
+      std::vector<int64_t> waiting;
+      for (size_t j = 0; j < inst->members_.size(); ++j) {
+        if (inst->arrived_[j]) waiting.push_back(inst->members_[j]);
+      }
+      fail_locked(*inst, "[" + std::string(kind_name(inst->call_.kind)) + "] " +
+                             names_[static_cast<size_t>(pos)] +
+                             (threw ? " threw out of" : " returned from") +
+                             " its shard_map body while " + members_str(waiting) + " wait for it in " +
+                             inst->call_.str() + " (" + inst->where_ + "); " + kSameOrder);
+    }
+  }
+}
+
+// A waiting device can make progress only if every member missing from its instance can: a
+// running device might still arrive; a waiting one only if its own instance can complete. What
+// cannot be shown live this way is deadlocked.
+void Session::check_deadlock_locked() {
+  const size_t n = devs_.size();
+  std::vector<bool> live(n);
+  for (size_t p = 0; p < n; ++p) live[p] = devs_[p].state == DevState::running;
+  for (bool changed = true; changed;) {
+    changed = false;
+    for (size_t p = 0; p < n; ++p) {
+      if (live[p] || devs_[p].state != DevState::waiting) continue;
+      const Instance& w = *devs_[p].waiting_on;
+      bool ok = true;
+      for (size_t k = 0; k < w.members_.size() && ok; ++k) {
+        if (!w.arrived_[k] && !live[static_cast<size_t>(w.members_[k])]) ok = false;
+      }
+      if (ok) live[p] = changed = true;
+    }
+  }
+  std::vector<int64_t> stuck;
+  for (size_t p = 0; p < n; ++p) {
+    if (devs_[p].state == DevState::waiting && !live[p]) stuck.push_back(static_cast<int64_t>(p));
+  }
+  if (stuck.empty()) return;
+  std::ostringstream os;
+  os << "[" << kind_name(devs_[static_cast<size_t>(stuck[0])].waiting_on->call_.kind)
+     << "] deadlock: devices wait for each other and none can proceed: ";
+  for (size_t k = 0; k < stuck.size(); ++k) os << (k ? "; " : "") << describe_locked(stuck[k]);
+  os << ". " << kSameOrder;
+  const std::string message = os.str();
+  std::vector<Instance*> instances;
+  for (int64_t p : stuck) instances.push_back(devs_[static_cast<size_t>(p)].waiting_on);
+  for (Instance* inst : instances) fail_locked(*inst, message);
+}
+
+}  // namespace meshrt::coll

@@ -1,0 +1,106 @@
+// collectives/session.h: the rendezvous of one shard_map launch.
+//
+// Every collective call of a device arrives at an Instance keyed by (axes, group, sequence number
+// of that device's calls on that group). The session knows what every device is doing (running
+// its body, waiting in an instance, finished), so it turns misuse into errors at once:
+//   * a participant whose Call differs from the others' (op, dtype, shape, axes, parameters);
+//   * a device that leaves its body (returns or throws) while peers wait for it;
+//   * devices waiting on each other in a cycle (a wait-for graph with no way forward);
+// and, as a backstop for bodies stuck in user code, a timeout naming who never arrived.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "collectives/call.h"
+#include "collectives/groups.h"
+
+namespace meshrt::coll {
+
+// One participant's buffers. The shared_ptrs keep them alive as long as any peer may read them.
+struct Slot {
+  const void* in = nullptr;
+  void* out = nullptr;
+  std::shared_ptr<const void> keep_in;
+  std::shared_ptr<void> keep_out;
+};
+
+class Session;
+
+// One collective over one group. Slots are indexed by group index.
+class Instance {
+ public:
+  enum State : uint32_t { kGathering = 0, kReady = 1, kFailed = 2 };
+
+  const Call& call() const { return call_; }
+  int64_t size() const { return static_cast<int64_t>(members_.size()); }
+  const Slot& slot(int64_t index) const { return slots_[static_cast<size_t>(index)]; }
+  std::atomic<uint32_t>& phase_counter() { return phase_; }  // free for two-phase algorithms
+  bool oversubscribed() const { return oversubscribed_; }
+
+ private:
+  friend class Session;
+  Call call_;                       // the first arrival's
+  std::string where_;               // "group {cpu:0, cpu:2}, call #3 over ('x',)"
+  std::vector<int64_t> members_;    // mesh positions by group index
+  std::vector<Slot> slots_;         // guarded by Session::mu_ until state_ leaves kGathering
+  std::vector<Call> calls_;         // guarded by Session::mu_
+  std::vector<bool> arrived_;       // guarded by Session::mu_
+  int64_t arrived_count_ = 0;       // guarded by Session::mu_
+  std::string error_;               // written before state_ = kFailed
+  std::atomic<uint32_t> state_{kGathering};
+  std::atomic<uint32_t> phase_{0};
+  bool oversubscribed_ = false;
+};
+
+class Session {
+ public:
+  // names: one per mesh position ("cpu:3"); timeout: MESHRT_COLLECTIVE_TIMEOUT.
+  Session(std::vector<std::string> names, std::chrono::milliseconds timeout, bool oversubscribed);
+
+  // Registers device `pos`'s call on its group of `layout` (built for `call.axes`). Never blocks.
+  // Returns the instance and whether this arrival completed it (then the caller must finish any
+  // completion work and call publish()). Throws Error when the call cannot match.
+  struct Arrival {
+    std::shared_ptr<Instance> instance;
+    bool completed;
+  };
+  Arrival arrive(int64_t pos, const GroupLayout& layout, const Call& call, Slot slot);
+  // Makes a completed instance ready and wakes its waiters.
+  void publish(Instance& inst);
+  // Blocks device `pos` until `inst` is ready; throws Error if it failed.
+  void wait_ready(int64_t pos, Instance& inst);
+  // The device's body ended: peers still waiting for it get an error now.
+  void device_finished(int64_t pos, bool threw);
+
+ private:
+  enum class DevState { running, waiting, finished, threw };
+  struct Dev {
+    DevState state = DevState::running;
+    Instance* waiting_on = nullptr;
+    std::map<std::string, int64_t> calls_per_axes;  // sequence numbers
+  };
+  using Key = std::tuple<std::string, int64_t, int64_t>;  // axes, group, sequence
+
+  void fail_locked(Instance& inst, const std::string& message);
+  void check_deadlock_locked();
+  std::string describe_locked(int64_t pos) const;
+  std::string members_str(const std::vector<int64_t>& pos) const;
+  [[noreturn]] void throw_failed(const Instance& inst) const;
+
+  const std::vector<std::string> names_;
+  const std::chrono::milliseconds timeout_;
+  const bool oversubscribed_;
+  mutable std::mutex mu_;
+  std::vector<Dev> devs_;                               // guarded by mu_
+  std::map<Key, std::shared_ptr<Instance>> open_;       // guarded by mu_: gathering or failed
+};
+
+}  // namespace meshrt::coll

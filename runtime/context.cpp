@@ -1,0 +1,340 @@
+// Context: what a shard_map body calls. Checks arguments exactly as JAX does, then hands the
+// call to the collectives layer.
+#include <algorithm>
+#include <cstdlib>
+#include <set>
+
+#include "backends/backend.h"
+#include "collectives/collective.h"
+#include "collectives/reduce.h"
+#include "runtime/detail/launch.h"
+#include "runtime/detail/platform.h"
+#include "runtime/detail/strings.h"
+#include "runtime/error.h"
+#include "runtime/shard_map.h"
+
+namespace meshrt {
+
+using detail::cat;
+
+namespace detail {
+
+Launch::Launch(Mesh m, std::chrono::milliseconds timeout, bool oversubscribed)
+    : mesh(std::move(m)),
+      session(
+          [&] {
+            std::vector<std::string> names;
+            for (const Device& d : mesh.devices()) names.push_back(d.str());
+            return names;
+          }(),
+          timeout, oversubscribed),
+      host_addressable(backend_of(mesh.devices().front()).host_addressable()) {}
+
+const coll::GroupLayout& Launch::layout(const std::vector<int>& axes) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto& slot = layouts_[axes];
+  if (!slot) slot = std::make_unique<coll::GroupLayout>(coll::make_group_layout(mesh.shape(), axes));
+  return *slot;
+}
+
+std::chrono::milliseconds collective_timeout() {
+  const char* env = std::getenv("MESHRT_COLLECTIVE_TIMEOUT");
+  if (env == nullptr || *env == '\0') return std::chrono::seconds(300);
+  char* end = nullptr;
+  double s = std::strtod(env, &end);
+  if (*end != '\0' || !(s > 0) || s > 1e7) {
+    throw Error(cat("[shard_map] MESHRT_COLLECTIVE_TIMEOUT='", env,
+                    "' is not a positive number of seconds; e.g. MESHRT_COLLECTIVE_TIMEOUT=60"));
+  }
+  return std::chrono::milliseconds(static_cast<int64_t>(s * 1000));
+}
+
+}  // namespace detail
+
+namespace {
+
+std::string axes_tuple(const std::vector<std::string>& names) { return detail::names_tuple(names); }
+
+// JAX normalises an axis against a rank (negative counts from the end).
+int64_t normalize_axis(int64_t axis, int64_t rank, const char* op) {
+  if (axis < -rank || axis >= rank) {
+    throw Error(cat("[", op, "] axis ", axis, " is out of bounds for array of dimension ",
+                    rank == 0 ? 0 : rank, ""));
+  }
+  return axis < 0 ? axis + rank : axis;
+}
+
+}  // namespace
+
+Context::Context(std::shared_ptr<detail::Launch> launch, int64_t position)
+    : launch_(std::move(launch)), pos_(position) {}
+
+Device Context::device() const { return launch_->mesh.devices()[static_cast<size_t>(pos_)]; }
+const Mesh& Context::mesh() const { return launch_->mesh; }
+
+// Resolved axes, the device's group layout and the operand, checked.
+struct Context::Prepared {
+  std::vector<std::string> names;
+  std::vector<int> positions;
+  const coll::GroupLayout* layout;
+  int64_t group_size;
+};
+
+Context::Prepared Context::prepare(int, const Tensor& x, const AxisNames& axes, const char* op) const {
+  const Mesh& mesh = launch_->mesh;
+  if (!x.valid()) throw Error(cat("[", op, "] the operand is an empty (default-constructed) Tensor"));
+  if (x.device() != device()) {
+    throw Error(cat("[", op, "] the operand lives on ", x.device().str(), " but this body runs on ",
+                    device().str(), "; collectives take tensors of the body's own device"));
+  }
+  Prepared p;
+  p.names = axes.names();
+  std::set<std::string> seen;
+  for (const std::string& a : p.names) {
+    int at = mesh.axis_position(a);
+    if (at < 0) {
+      throw Error(cat("[", op, "] Found an unbound axis name: ", a, ". The mesh axes are ",
+                      axes_tuple(mesh.axis_names()), "; name one of them"));
+    }
+    if (!seen.insert(a).second) {
+      throw Error(cat("[", op, "] axis ", detail::quote(a), " appears twice in axis_name ",
+                      axes_tuple(p.names)));
+    }
+    p.positions.push_back(at);
+  }
+  if (!launch_->host_addressable) {
+    throw Error(cat("[", op, "] collectives on the ", mesh.platform(), " platform are not "
+                    "implemented yet (only cpu); run this program on a cpu mesh"));
+  }
+  p.layout = &launch_->layout(p.positions);
+  p.group_size = p.layout->group_size;
+  return p;
+}
+
+int64_t Context::axis_index(const AxisNames& axes) const {
+  const Mesh& mesh = launch_->mesh;
+  std::vector<int64_t> c = mesh.coords(pos_);
+  int64_t idx = 0;
+  for (const std::string& a : axes.names()) {
+    int at = mesh.axis_position(a);
+    if (at < 0) {
+      throw Error(cat("[axis_index] Found an unbound axis name: ", a, ". The mesh axes are ",
+                      axes_tuple(mesh.axis_names())));
+    }
+    idx = idx * mesh.shape()[static_cast<size_t>(at)] + c[static_cast<size_t>(at)];
+  }
+  return idx;
+}
+
+int64_t Context::axis_size(const AxisNames& axes) const {
+  int64_t n = 1;
+  for (const std::string& a : axes.names()) {
+    if (launch_->mesh.axis_position(a) < 0) {
+      throw Error(cat("[axis_size] Found an unbound axis name: ", a, ". The mesh axes are ",
+                      axes_tuple(launch_->mesh.axis_names())));
+    }
+    n *= launch_->mesh.axis_size(a);
+  }
+  return n;
+}
+
+namespace {
+
+// Joins the collective and returns the pending handle and the output tensor.
+std::pair<coll::Pending, Tensor> begin(detail::Launch& launch, int64_t pos, const coll::GroupLayout& layout,
+                                       coll::Call call, const Tensor& x, Shape out_shape, DType out_dtype) {
+  Tensor out = empty(out_shape, out_dtype, x.device());
+  coll::Slot slot{x.data(), out.data(), x.buffer(), out.buffer()};
+  coll::Pending p = coll::start(launch.session, pos, layout, call, std::move(slot), std::move(out_shape));
+  return {std::move(p), std::move(out)};
+}
+
+coll::Call base_call(coll::Kind kind, const Tensor& x, const std::vector<std::string>& names) {
+  coll::Call c;
+  c.kind = kind;
+  c.dtype = x.dtype();
+  c.shape = x.shape();
+  c.axes = names;
+  return c;
+}
+
+}  // namespace
+
+#define MESHRT_REDUCTION(method, kind)                                                      \
+  Tensor Context::method(const Tensor& x, const AxisNames& axes) {                          \
+    Prepared p = prepare(0, x, axes, #method);                                              \
+    coll::Call c = base_call(coll::Kind::kind, x, p.names);                                 \
+    DType od = coll::Kind::kind == coll::Kind::pmean ? coll::pmean_dtype(x.dtype()) : x.dtype(); \
+    auto [pending, out] = begin(*launch_, pos_, *p.layout, c, x, x.shape(), od);            \
+    coll::finish(pending);                                                                  \
+    return out;                                                                             \
+  }
+MESHRT_REDUCTION(psum, psum)
+MESHRT_REDUCTION(pmean, pmean)
+MESHRT_REDUCTION(pmax, pmax)
+MESHRT_REDUCTION(pmin, pmin)
+#undef MESHRT_REDUCTION
+
+namespace {
+
+struct GatherPlan {
+  coll::Call call;
+  Shape out_shape;
+};
+
+GatherPlan plan_all_gather(const Tensor& x, const std::vector<std::string>& names, int axis, bool tiled,
+                           int64_t n) {
+  GatherPlan g{base_call(coll::Kind::all_gather, x, names), x.shape()};
+  const auto rank = static_cast<int64_t>(x.shape().size());
+  if (tiled) {
+    int64_t a = normalize_axis(axis, rank, "all_gather");
+    g.out_shape[static_cast<size_t>(a)] *= n;
+    g.call.axis = a;
+  } else {
+    int64_t a = normalize_axis(axis, rank + 1, "all_gather");
+    g.out_shape.insert(g.out_shape.begin() + a, n);
+    g.call.axis = a;
+  }
+  g.call.tiled = tiled;
+  return g;
+}
+
+GatherPlan plan_ppermute(const Tensor& x, const std::vector<std::string>& names, const Mesh& mesh,
+                         const std::vector<std::pair<int64_t, int64_t>>& perm, int64_t n) {
+  // JAX: axes must be in mesh order for ppermute (it used to sort silently: wrong answers).
+  for (size_t i = 1; i < names.size(); ++i) {
+    if (mesh.axis_position(names[i - 1]) > mesh.axis_position(names[i])) {
+      throw Error(cat("[ppermute] Make sure that the axis_name passed to ppermute is in the same order "
+                      "as the axis_names declared on the mesh: got ", axes_tuple(names), " for mesh axes ",
+                      axes_tuple(mesh.axis_names())));
+    }
+  }
+  GatherPlan g{base_call(coll::Kind::ppermute, x, names), x.shape()};
+  std::set<int64_t> srcs, dsts;
+  bool unique = true;
+  for (auto [s, d] : perm) {
+    int64_t sm = ((s % n) + n) % n, dm = ((d % n) + n) % n;  // Python's %, as JAX
+    unique &= srcs.insert(sm).second;
+    unique &= dsts.insert(dm).second;
+    g.call.perm.emplace_back(sm, dm);
+  }
+  if (!unique) {
+    std::string s = "(";
+    for (size_t i = 0; i < perm.size(); ++i) {
+      s += cat(i ? ", " : "", "(", perm[i].first, ", ", perm[i].second, ")");
+    }
+    s += perm.size() == 1 ? ",)" : ")";
+    throw Error(cat("[ppermute] ppermute sources and destinations must be unique, got ", s, "."));
+  }
+  return g;
+}
+
+}  // namespace
+
+Tensor Context::all_gather(const Tensor& x, const AxisNames& axes, int axis, bool tiled) {
+  return all_gather_start(x, axes, axis, tiled).wait();
+}
+
+PendingTensor Context::all_gather_start(const Tensor& x, const AxisNames& axes, int axis, bool tiled) {
+  Prepared p = prepare(0, x, axes, "all_gather");
+  GatherPlan g = plan_all_gather(x, p.names, axis, tiled, p.group_size);
+  auto [pending, out] = begin(*launch_, pos_, *p.layout, g.call, x, g.out_shape, x.dtype());
+  PendingTensor result;
+  result.launch_ = launch_;
+  result.pending_ = std::make_unique<coll::Pending>(std::move(pending));
+  result.out_ = std::move(out);
+  return result;
+}
+
+Tensor Context::ppermute(const Tensor& x, const AxisNames& axes,
+                         const std::vector<std::pair<int64_t, int64_t>>& perm) {
+  return ppermute_start(x, axes, perm).wait();
+}
+
+PendingTensor Context::ppermute_start(const Tensor& x, const AxisNames& axes,
+                                      const std::vector<std::pair<int64_t, int64_t>>& perm) {
+  Prepared p = prepare(0, x, axes, "ppermute");
+  GatherPlan g = plan_ppermute(x, p.names, launch_->mesh, perm, p.group_size);
+  auto [pending, out] = begin(*launch_, pos_, *p.layout, g.call, x, g.out_shape, x.dtype());
+  PendingTensor result;
+  result.launch_ = launch_;
+  result.pending_ = std::make_unique<coll::Pending>(std::move(pending));
+  result.out_ = std::move(out);
+  return result;
+}
+
+Tensor Context::psum_scatter(const Tensor& x, const AxisNames& axes, int scatter_dimension, bool tiled) {
+  Prepared p = prepare(0, x, axes, "psum_scatter");
+  const int64_t n = p.group_size;
+  const auto rank = static_cast<int64_t>(x.shape().size());
+  const int64_t sd = normalize_axis(scatter_dimension, rank, "psum_scatter");
+  const int64_t size = x.shape()[static_cast<size_t>(sd)];
+  Shape out_shape = x.shape();
+  if (tiled) {
+    if (size % n != 0) {
+      throw Error(cat("[psum_scatter] tiled reduce_scatter operand scatter dimension size ", size,
+                      " must be divisible by shard_count ", n));
+    }
+    out_shape[static_cast<size_t>(sd)] = size / n;
+  } else {
+    if (size != n) {
+      throw Error(cat("[psum_scatter] reduce_scatter operand scatter dimension size ", size,
+                      " must match shard count ", n));
+    }
+    out_shape.erase(out_shape.begin() + sd);
+  }
+  coll::Call c = base_call(coll::Kind::psum_scatter, x, p.names);
+  c.axis = sd;
+  c.tiled = tiled;
+  auto [pending, out] = begin(*launch_, pos_, *p.layout, c, x, out_shape, x.dtype());
+  coll::finish(pending);
+  return out;
+}
+
+Tensor Context::all_to_all(const Tensor& x, const AxisNames& axes, int split_axis, int concat_axis, bool tiled) {
+  Prepared p = prepare(0, x, axes, "all_to_all");
+  const int64_t n = p.group_size;
+  const auto rank = static_cast<int64_t>(x.shape().size());
+  const int64_t split = normalize_axis(split_axis, rank, "all_to_all");
+  const int64_t concat = normalize_axis(concat_axis, rank, "all_to_all");
+  const int64_t size = x.shape()[static_cast<size_t>(split)];
+  Shape out_shape = x.shape();
+  if (tiled) {
+    if (size % n != 0) {
+      throw Error(cat("[all_to_all] The size of all_to_all split_axis (", size,
+                      ") has to be divisible by the size of the named axis ", axes_tuple(p.names), " (", n, ")"));
+    }
+    out_shape[static_cast<size_t>(split)] /= n;
+    out_shape[static_cast<size_t>(concat)] *= n;
+  } else {
+    if (size != n) {
+      throw Error(cat("[all_to_all] all_to_all requires the size of the mapped axis ", axes_tuple(p.names),
+                      " to equal x.shape[split_axis], but they are ", n, " and ", size, " respectively."));
+    }
+    out_shape.erase(out_shape.begin() + split);
+    out_shape.insert(out_shape.begin() + concat, n);
+  }
+  coll::Call c = base_call(coll::Kind::all_to_all, x, p.names);
+  c.axis = split;
+  c.axis2 = concat;
+  c.tiled = tiled;
+  auto [pending, out] = begin(*launch_, pos_, *p.layout, c, x, out_shape, x.dtype());
+  coll::finish(pending);
+  return out;
+}
+
+PendingTensor::PendingTensor() = default;
+PendingTensor::PendingTensor(PendingTensor&&) noexcept = default;
+PendingTensor& PendingTensor::operator=(PendingTensor&&) noexcept = default;
+PendingTensor::~PendingTensor() = default;
+bool PendingTensor::valid() const { return pending_ && pending_->valid(); }
+
+Tensor PendingTensor::wait() {
+  if (!valid()) throw Error("[collectives] wait() on a PendingTensor that was already waited for or is empty");
+  coll::finish(*pending_);
+  pending_.reset();
+  launch_.reset();
+  return std::move(out_);
+}
+
+}  // namespace meshrt

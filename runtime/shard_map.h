@@ -1,0 +1,196 @@
+// meshrt/shard_map.h: run a per-device body over a mesh, with JAX's collectives.
+//
+//   auto f = shard_map(
+//       [](Context& ctx, const Tensor& x) { return ctx.psum(x, "data"); },
+//       mesh, {P("data")}, P());
+//   Array total = f(x);
+//
+// The body runs once per mesh device, concurrently, on that device's executor. Inputs are
+// resharded to in_specs (same platform) and each device sees its block; outputs are assembled
+// per out_specs (JAX §2.3). An out_spec that leaves out a mesh axis promises the output is equal
+// along it: checked at run time (ShardMapOptions::check_replication).
+//
+// Collectives follow JAX exactly (groups, in-group order, shapes, zeros for ppermute). Misuse is
+// an Error, never a hang: mismatched calls, a device leaving while peers wait, or a wait-for
+// cycle are reported at once; MESHRT_COLLECTIVE_TIMEOUT (seconds, default 300) catches bodies
+// stuck in user code. One shard_map runs at a time per process; calls from several threads are
+// serialised, and calling shard_map inside a body is an Error.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <initializer_list>
+#include <memory>
+#include <string>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include "array.h"
+#include "mesh.h"
+#include "partition_spec.h"
+#include "tensor.h"
+
+namespace meshrt {
+
+namespace detail {
+struct Launch;
+}
+namespace coll {
+class Pending;
+}
+
+// One mesh axis name or several ("x", {"x", "y"}); several are mixed radix, first name major.
+class AxisNames {
+ public:
+  AxisNames(const char* name) : names_{name} {}
+  AxisNames(std::string name) : names_{std::move(name)} {}
+  AxisNames(std::initializer_list<std::string> names) : names_(names) {}
+  explicit AxisNames(std::vector<std::string> names) : names_(std::move(names)) {}
+  const std::vector<std::string>& names() const { return names_; }
+
+ private:
+  std::vector<std::string> names_;
+};
+
+// The result of an asynchronous collective: wait() blocks until it is complete (once).
+class PendingTensor {
+ public:
+  PendingTensor();
+  PendingTensor(PendingTensor&&) noexcept;
+  PendingTensor& operator=(PendingTensor&&) noexcept;
+  ~PendingTensor();
+  Tensor wait();
+  bool valid() const;
+
+ private:
+  friend class Context;
+  std::shared_ptr<detail::Launch> launch_;
+  std::unique_ptr<coll::Pending> pending_;
+  Tensor out_;
+};
+
+// What a body sees on its device. Valid only inside that body, on its thread.
+class Context {
+ public:
+  Device device() const;
+  const Mesh& mesh() const;
+  // Mixed radix over axes (first name major): the device's index in its group.
+  int64_t axis_index(const AxisNames& axes) const;
+  int64_t axis_size(const AxisNames& axes) const;
+
+  Tensor psum(const Tensor& x, const AxisNames& axes);
+  // psum / group size; integer inputs give floats (int32 -> float32, int64 -> float64).
+  Tensor pmean(const Tensor& x, const AxisNames& axes);
+  Tensor pmax(const Tensor& x, const AxisNames& axes);
+  Tensor pmin(const Tensor& x, const AxisNames& axes);
+  Tensor all_gather(const Tensor& x, const AxisNames& axes, int axis = 0, bool tiled = false);
+  Tensor psum_scatter(const Tensor& x, const AxisNames& axes, int scatter_dimension = 0,
+                      bool tiled = false);
+  // (src, dst) pairs of group indices; destinations no pair names receive zeros.
+  Tensor ppermute(const Tensor& x, const AxisNames& axes,
+                  const std::vector<std::pair<int64_t, int64_t>>& perm);
+  Tensor all_to_all(const Tensor& x, const AxisNames& axes, int split_axis, int concat_axis,
+                    bool tiled = false);
+
+  // Asynchronous forms: the call joins the collective now and returns; wait() gives the result.
+  // The body may compute in between (collective matmul overlaps its ring steps this way).
+  PendingTensor ppermute_start(const Tensor& x, const AxisNames& axes,
+                               const std::vector<std::pair<int64_t, int64_t>>& perm);
+  PendingTensor all_gather_start(const Tensor& x, const AxisNames& axes, int axis = 0,
+                                 bool tiled = false);
+
+  // Internal: made by shard_map for each device.
+  Context(std::shared_ptr<detail::Launch> launch, int64_t position);
+
+ private:
+  struct Prepared;
+  Prepared prepare(int kind, const Tensor& x, const AxisNames& axes, const char* op) const;
+  std::shared_ptr<detail::Launch> launch_;
+  int64_t pos_;
+};
+
+struct ShardMapOptions {
+  // Check at run time that outputs are equal along the mesh axes their out_spec leaves out
+  // (JAX's check_vma, done on values). Off: the first device's block (mesh order) is used.
+  bool check_replication = true;
+};
+
+namespace detail {
+using ErasedBody = std::function<std::vector<Tensor>(Context&, const std::vector<Tensor>&)>;
+std::vector<Array> run_shard_map(const ErasedBody& body, const Mesh& mesh,
+                                 const std::vector<PartitionSpec>& in_specs,
+                                 const std::vector<PartitionSpec>& out_specs,
+                                 const std::vector<Array>& args, const ShardMapOptions& options);
+
+template <class Body, size_t... I>
+auto invoke_body(const Body& body, Context& ctx, const std::vector<Tensor>& xs, std::index_sequence<I...>) {
+  return body(ctx, xs[I]...);
+}
+}  // namespace detail
+
+// The callable shard_map returns: takes one Array per in_spec.
+template <class Body, bool kSingleOut>
+class ShardMapped {
+ public:
+  ShardMapped(Body body, Mesh mesh, std::vector<PartitionSpec> in_specs,
+              std::vector<PartitionSpec> out_specs, ShardMapOptions options)
+      : body_(std::move(body)), mesh_(std::move(mesh)), in_specs_(std::move(in_specs)),
+        out_specs_(std::move(out_specs)), options_(options) {}
+
+  template <class... A>
+  auto operator()(const A&... args) const {
+    static_assert((std::is_same_v<A, Array> && ...), "shard_map arguments are meshrt::Arrays");
+    constexpr size_t n = sizeof...(A);
+    using R = decltype(detail::invoke_body(body_, std::declval<Context&>(),
+                                           std::declval<const std::vector<Tensor>&>(),
+                                           std::make_index_sequence<n>{}));
+    if constexpr (kSingleOut) {
+      static_assert(std::is_same_v<R, Tensor>,
+                    "with a single PartitionSpec as out_specs the body returns a Tensor");
+    } else {
+      static_assert(std::is_same_v<R, std::vector<Tensor>>,
+                    "with a vector of out_specs the body returns std::vector<Tensor>");
+    }
+    const Body& body = body_;
+    detail::ErasedBody erased = [&body](Context& ctx, const std::vector<Tensor>& xs) {
+      if constexpr (kSingleOut) {
+        return std::vector<Tensor>{detail::invoke_body(body, ctx, xs, std::make_index_sequence<n>{})};
+      } else {
+        return detail::invoke_body(body, ctx, xs, std::make_index_sequence<n>{});
+      }
+    };
+    std::vector<Array> out =
+        detail::run_shard_map(erased, mesh_, in_specs_, out_specs_, std::vector<Array>{args...}, options_);
+    if constexpr (kSingleOut) {
+      return out.front();
+    } else {
+      return out;
+    }
+  }
+
+ private:
+  Body body_;
+  Mesh mesh_;
+  std::vector<PartitionSpec> in_specs_;
+  std::vector<PartitionSpec> out_specs_;
+  ShardMapOptions options_;
+};
+
+// body: Tensor(Context&, const Tensor&...) with out_specs a PartitionSpec, or
+//       std::vector<Tensor>(Context&, const Tensor&...) with out_specs a vector of them.
+// Specs are checked when the result is called (as in JAX).
+template <class Body>
+auto shard_map(Body body, Mesh mesh, std::vector<PartitionSpec> in_specs, PartitionSpec out_specs,
+               ShardMapOptions options = {}) {
+  return ShardMapped<Body, true>(std::move(body), std::move(mesh), std::move(in_specs),
+                                 {std::move(out_specs)}, options);
+}
+template <class Body>
+auto shard_map(Body body, Mesh mesh, std::vector<PartitionSpec> in_specs,
+               std::vector<PartitionSpec> out_specs, ShardMapOptions options = {}) {
+  return ShardMapped<Body, false>(std::move(body), std::move(mesh), std::move(in_specs),
+                                  std::move(out_specs), options);
+}
+
+}  // namespace meshrt

@@ -1,0 +1,227 @@
+// Collective conformance: every collective, every ordered tuple of mesh axes, tiled and untiled,
+// on meshes of 1, 2, 3, 4 and 8 devices, against the independent host model. Written once and
+// instantiated per platform (cuda cases skip where no GPU is usable).
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "tests/collective_harness.h"
+
+namespace meshrt {
+namespace {
+
+using test::HostArr;
+using test::MeshCase;
+
+class Collectives : public ::testing::TestWithParam<MeshCase> {};
+
+int64_t group_size(const Mesh& mesh, const std::vector<std::string>& axes) {
+  int64_t n = 1;
+  for (const auto& a : axes) n *= mesh.axis_size(a);
+  return n;
+}
+
+TEST_P(Collectives, Reductions) {
+  MESHRT_MESH_OR_SKIP(mesh, GetParam());
+  for (const auto& axes : test::axis_choices(mesh)) {
+    AxisNames an(axes);
+    const std::string tag = test::axes_label(axes);
+    const int64_t n = group_size(mesh, axes);
+    for (DType dt : {DType::i32, DType::f32, DType::f64, DType::i64}) {
+      std::string w = tag + " " + std::string(dtype_name(dt));
+      test::check_collective(mesh, axes, {3, 4}, dt, [&](Context& c, const Tensor& x) { return c.psum(x, an); },
+                             [](const std::vector<HostArr>& xs, int64_t) {
+                               return test::elementwise(xs, [](double a, double b) { return a + b; });
+                             }, "psum " + w);
+      test::check_collective(mesh, axes, {2, 3}, dt, [&](Context& c, const Tensor& x) { return c.pmax(x, an); },
+                             [](const std::vector<HostArr>& xs, int64_t) {
+                               return test::elementwise(xs, [](double a, double b) { return std::max(a, b); });
+                             }, "pmax " + w);
+      test::check_collective(mesh, axes, {2, 3}, dt, [&](Context& c, const Tensor& x) { return c.pmin(x, an); },
+                             [](const std::vector<HostArr>& xs, int64_t) {
+                               return test::elementwise(xs, [](double a, double b) { return std::min(a, b); });
+                             }, "pmin " + w);
+    }
+    // pmean: true division; integers give floats (int32 -> float32).
+    for (DType dt : {DType::i32, DType::f32, DType::f64}) {
+      test::check_collective(mesh, axes, {2, 3}, dt,
+                             [&](Context& c, const Tensor& x) {
+                               Tensor m = c.pmean(x, an);
+                               EXPECT_EQ(m.dtype(), dt == DType::f64 ? DType::f64 : DType::f32);
+                               return m;
+                             },
+                             [&](const std::vector<HostArr>& xs, int64_t) {
+                               HostArr s = test::elementwise(xs, [](double a, double b) { return a + b; });
+                               for (double& v : s.v) {
+                                 v = dt == DType::f64 ? v / static_cast<double>(n)
+                                                      : static_cast<double>(static_cast<float>(v) / static_cast<float>(n));
+                               }
+                               return s;
+                             }, "pmean " + tag + " " + std::string(dtype_name(dt)));
+    }
+  }
+}
+
+TEST_P(Collectives, AllGather) {
+  MESHRT_MESH_OR_SKIP(mesh, GetParam());
+  for (const auto& axes : test::axis_choices(mesh)) {
+    AxisNames an(axes);
+    const std::string tag = test::axes_label(axes);
+    for (int axis : {0, 1, -1}) {
+      test::check_collective(mesh, axes, {2, 3}, DType::i32,
+                             [&](Context& c, const Tensor& x) { return c.all_gather(x, an, axis, true); },
+                             [&](const std::vector<HostArr>& xs, int64_t) {
+                               return test::concat(xs, static_cast<size_t>(axis < 0 ? axis + 2 : axis));
+                             }, "all_gather tiled axis=" + std::to_string(axis) + " " + tag);
+    }
+    for (int axis : {0, 1, 2, -1, -3}) {
+      test::check_collective(mesh, axes, {2, 3}, DType::f32,
+                             [&](Context& c, const Tensor& x) { return c.all_gather(x, an, axis, false); },
+                             [&](const std::vector<HostArr>& xs, int64_t) {
+                               return test::stack(xs, static_cast<size_t>(axis < 0 ? axis + 3 : axis));
+                             }, "all_gather untiled axis=" + std::to_string(axis) + " " + tag);
+    }
+  }
+}
+
+TEST_P(Collectives, PsumScatter) {
+  MESHRT_MESH_OR_SKIP(mesh, GetParam());
+  for (const auto& axes : test::axis_choices(mesh)) {
+    AxisNames an(axes);
+    const std::string tag = test::axes_label(axes);
+    const int64_t n = group_size(mesh, axes);
+    auto total = [](const std::vector<HostArr>& xs) {
+      return test::elementwise(xs, [](double a, double b) { return a + b; });
+    };
+    test::check_collective(mesh, axes, {2 * n, 3}, DType::i32,
+                           [&](Context& c, const Tensor& x) { return c.psum_scatter(x, an, 0, true); },
+                           [&](const std::vector<HostArr>& xs, int64_t me) { return test::split_part(total(xs), n, 0, me); },
+                           "psum_scatter tiled sd=0 " + tag);
+    test::check_collective(mesh, axes, {2, 3 * n}, DType::f64,
+                           [&](Context& c, const Tensor& x) { return c.psum_scatter(x, an, -1, true); },
+                           [&](const std::vector<HostArr>& xs, int64_t me) { return test::split_part(total(xs), n, 1, me); },
+                           "psum_scatter tiled sd=-1 " + tag);
+    test::check_collective(mesh, axes, {n, 3}, DType::i64,
+                           [&](Context& c, const Tensor& x) { return c.psum_scatter(x, an, 0, false); },
+                           [&](const std::vector<HostArr>& xs, int64_t me) { return test::take(total(xs), me, 0); },
+                           "psum_scatter untiled sd=0 " + tag);
+    test::check_collective(mesh, axes, {2, n}, DType::f32,
+                           [&](Context& c, const Tensor& x) { return c.psum_scatter(x, an, 1, false); },
+                           [&](const std::vector<HostArr>& xs, int64_t me) { return test::take(total(xs), me, 1); },
+                           "psum_scatter untiled sd=1 " + tag);
+  }
+}
+
+TEST_P(Collectives, Ppermute) {
+  MESHRT_MESH_OR_SKIP(mesh, GetParam());
+  for (const auto& axes : test::axis_choices(mesh)) {
+    if (!test::in_mesh_order(mesh, axes)) continue;  // other orders are an error (ErrorCases)
+    AxisNames an(axes);
+    const int64_t n = group_size(mesh, axes);
+    std::vector<std::vector<std::pair<int64_t, int64_t>>> perms;
+    std::vector<std::pair<int64_t, int64_t>> shift, back, partial{{0, n - 1}}, wrap{{-1, 0}};
+    for (int64_t i = 0; i < n; ++i) {
+      shift.emplace_back(i, (i + 1) % n);
+      back.emplace_back(i, (i + n - 1) % n);
+    }
+    perms = {shift, back, partial, wrap, {}};
+    for (const auto& perm : perms) {
+      test::check_collective(mesh, axes, {2, 3}, DType::i32,
+                             [&](Context& c, const Tensor& x) { return c.ppermute(x, an, perm); },
+                             [&](const std::vector<HostArr>& xs, int64_t me) {
+                               for (auto [s, d] : perm) {
+                                 if (((d % n) + n) % n == me) return xs[static_cast<size_t>(((s % n) + n) % n)];
+                               }
+                               HostArr z = xs[0];
+                               std::fill(z.v.begin(), z.v.end(), 0.0);  // nothing arrives: zeros
+                               return z;
+                             }, "ppermute " + test::axes_label(axes) + " perm size " + std::to_string(perm.size()));
+    }
+  }
+}
+
+TEST_P(Collectives, AllToAll) {
+  MESHRT_MESH_OR_SKIP(mesh, GetParam());
+  for (const auto& axes : test::axis_choices(mesh)) {
+    AxisNames an(axes);
+    const std::string tag = test::axes_label(axes);
+    const int64_t n = group_size(mesh, axes);
+    struct TiledCase { int split, concat; Shape block; };
+    for (const TiledCase& tc : {TiledCase{0, 1, {2 * n, 3}}, TiledCase{1, 0, {2, 3 * n}}, TiledCase{0, 0, {n, 2}},
+                                TiledCase{1, 1, {2, 2 * n}}, TiledCase{-1, 0, {3, n}}}) {
+      test::check_collective(mesh, axes, tc.block, DType::i32,
+                             [&](Context& c, const Tensor& x) { return c.all_to_all(x, an, tc.split, tc.concat, true); },
+                             [&](const std::vector<HostArr>& xs, int64_t me) {
+                               size_t s = static_cast<size_t>(tc.split < 0 ? tc.split + 2 : tc.split);
+                               std::vector<HostArr> chunks;
+                               for (const HostArr& x : xs) chunks.push_back(test::split_part(x, n, s, me));
+                               return test::concat(chunks, static_cast<size_t>(tc.concat));
+                             }, "all_to_all tiled " + std::to_string(tc.split) + "->" + std::to_string(tc.concat) + " " + tag);
+    }
+    struct UntiledCase { int split, concat; Shape block; };
+    for (const UntiledCase& uc : {UntiledCase{0, 1, {n, 3}}, UntiledCase{0, 0, {n, 3}}, UntiledCase{1, 0, {2, n}},
+                                  UntiledCase{1, 1, {2, n}}, UntiledCase{0, 1, {n, 2, 2}}}) {
+      test::check_collective(mesh, axes, uc.block, DType::f32,
+                             [&](Context& c, const Tensor& x) { return c.all_to_all(x, an, uc.split, uc.concat, false); },
+                             [&](const std::vector<HostArr>& xs, int64_t me) {
+                               std::vector<HostArr> parts;
+                               for (const HostArr& x : xs) parts.push_back(test::take(x, me, static_cast<size_t>(uc.split)));
+                               return test::stack(parts, static_cast<size_t>(uc.concat));
+                             }, "all_to_all untiled " + std::to_string(uc.split) + "->" + std::to_string(uc.concat) + " " + tag);
+    }
+  }
+}
+
+// Above the small-message threshold psum runs the two-phase tiled algorithm: check it too.
+TEST_P(Collectives, LargeReductions) {
+  MESHRT_MESH_OR_SKIP(mesh, GetParam());
+  const auto axes = test::axis_choices(mesh);
+  for (const auto& a : {axes.front(), axes.back()}) {
+    AxisNames an(a);
+    const int64_t n = group_size(mesh, a);
+    for (Shape block : {Shape{100, 171}, Shape{3, 20000}}) {
+      test::check_collective(mesh, a, block, DType::f32, [&](Context& c, const Tensor& x) { return c.psum(x, an); },
+                             [](const std::vector<HostArr>& xs, int64_t) {
+                               return test::elementwise(xs, [](double x, double y) { return x + y; });
+                             }, "large psum " + test::axes_label(a));
+      test::check_collective(mesh, a, block, DType::i32, [&](Context& c, const Tensor& x) { return c.pmax(x, an); },
+                             [](const std::vector<HostArr>& xs, int64_t) {
+                               return test::elementwise(xs, [](double x, double y) { return std::max(x, y); });
+                             }, "large pmax " + test::axes_label(a));
+      test::check_collective(mesh, a, block, DType::i32, [&](Context& c, const Tensor& x) { return c.pmean(x, an); },
+                             [&](const std::vector<HostArr>& xs, int64_t) {
+                               HostArr s = test::elementwise(xs, [](double x, double y) { return x + y; });
+                               for (double& v : s.v) v = static_cast<float>(v) / static_cast<float>(n);
+                               return s;
+                             }, "large pmean " + test::axes_label(a));
+    }
+  }
+}
+
+TEST_P(Collectives, AxisIndexAndSize) {
+  MESHRT_MESH_OR_SKIP(mesh, GetParam());
+  for (const auto& axes : test::axis_choices(mesh)) {
+    AxisNames an(axes);
+    test::check_collective(mesh, axes, {1}, DType::i64,
+                           [&](Context& c, const Tensor&) {
+                             std::vector<int64_t> v{c.axis_index(an), c.axis_size(an)};
+                             return tensor(v, {2}, c.device());
+                           },
+                           [&](const std::vector<HostArr>& xs, int64_t me) {
+                             HostArr r = test::make_arr({2});
+                             r.v = {static_cast<double>(me), static_cast<double>(xs.size())};
+                             return r;
+                           }, "axis_index " + test::axes_label(axes));
+  }
+}
+
+const std::vector<MeshCase> kMeshes = {
+    {"cpu", {1}, {"x"}},       {"cpu", {2}, {"x"}},       {"cpu", {3}, {"x"}},
+    {"cpu", {4}, {"x"}},       {"cpu", {8}, {"x"}},       {"cpu", {4, 2}, {"x", "y"}},
+    {"cpu", {2, 4}, {"x", "y"}}, {"cpu", {2, 2, 2}, {"x", "y", "z"}}, {"cpu", {3, 2}, {"x", "y"}},
+    {"cpu", {5}, {"x"}},
+    {"cuda", {1}, {"x"}},      {"cuda", {2}, {"x"}},      {"cuda", {4}, {"x"}},     {"cuda", {8}, {"x"}}};
+INSTANTIATE_TEST_SUITE_P(Meshes, Collectives, ::testing::ValuesIn(kMeshes), test::mesh_case_name);
+
+}  // namespace
+}  // namespace meshrt
