@@ -203,7 +203,8 @@ void Session::device_finished(int64_t pos, bool threw) {
       fail_locked(*inst, "[" + std::string(kind_name(inst->call_.kind)) + "] " +
                              names_[static_cast<size_t>(pos)] +
                              (threw ? " threw out of" : " returned from") +
-                             " its shard_map body while " + members_str(waiting) + " wait for it in " +
+                             " its shard_map body while " + members_str(waiting) +
+                             (waiting.size() == 1 ? " waits" : " wait") + " for it in " +
                              inst->call_.str() + " (" + inst->where_ + "); " + kSameOrder);
     }
   }
