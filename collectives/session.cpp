@@ -11,7 +11,11 @@ namespace {
 
 std::string axes_str(const std::vector<std::string>& axes) {
   std::string s = "(";
-  for (size_t i = 0; i < axes.size(); ++i) s += (i ? ", '" : "'") + axes[i] + "'";
+  for (size_t i = 0; i < axes.size(); ++i) {
+    s += i ? ", '" : "'";  // appended piecewise: GCC 12 warns (-Wrestrict) on "lit" + str chains
+    s += axes[i];
+    s += "'";
+  }
   return s + (axes.size() == 1 ? ",)" : ")");
 }
 
@@ -20,6 +24,20 @@ constexpr const char* kSameOrder =
     "the same order";
 
 }  // namespace
+
+std::string Instance::where(const std::vector<std::string>& names) const {
+  std::string s = "call #" + std::to_string(seq_ + 1) + " over " + axes_str(call_.axes) + " in group {";
+  for (size_t i = 0; i < members_.size(); ++i) {
+    if (i) s += ", ";
+    s += names[static_cast<size_t>(members_[i])];
+  }
+  return s + "}";
+}
+
+void Instance::set_state(uint32_t s) {
+  state_.store(s, std::memory_order_seq_cst);
+  if (sleepers_.load(std::memory_order_seq_cst) > 0) wake_all(state_);
+}
 
 Session::Session(std::vector<std::string> names, std::chrono::milliseconds timeout, bool oversubscribed)
     : names_(std::move(names)), timeout_(timeout), oversubscribed_(oversubscribed), devs_(names_.size()) {}
@@ -43,7 +61,7 @@ std::string Session::describe_locked(int64_t pos) const {
       for (size_t i = 0; i < w.members_.size(); ++i) {
         if (!w.arrived_[i]) missing.push_back(w.members_[i]);
       }
-      return names_[static_cast<size_t>(pos)] + " waits in " + w.call_.str() + " (" + w.where_ +
+      return names_[static_cast<size_t>(pos)] + " waits in " + w.call_.str() + " (" + w.where(names_) +
              ") for " + members_str(missing);
     }
   }
@@ -64,31 +82,27 @@ void Session::fail_locked(Instance& inst, const std::string& message) {
       d.waiting_on = nullptr;
     }
   }
-  inst.state_.store(Instance::kFailed, std::memory_order_release);
-  wake_all(inst.state_);
+  inst.set_state(Instance::kFailed);
 }
 
 void Session::throw_failed(const Instance& inst) const { throw Error(inst.error_); }
 
 Session::Arrival Session::arrive(int64_t pos, const GroupLayout& layout, const Call& call, Slot slot) {
-  std::lock_guard<std::mutex> lock(mu_);
+  std::lock_guard<YieldLock> lock(mu_);
   Dev& me = devs_[static_cast<size_t>(pos)];
-  const std::string axes = axes_str(call.axes);
-  const int64_t seq = me.calls_per_axes[axes]++;
+  const int64_t seq = me.calls_per_group[&layout]++;
   const int64_t group = layout.group_of[static_cast<size_t>(pos)];
   const int64_t index = layout.index_of[static_cast<size_t>(pos)];
-  Key key{axes, group, seq};
+  Key key{&layout, group, seq};
   auto it = open_.find(key);
   std::shared_ptr<Instance> inst;
   if (it == open_.end()) {
     inst = std::make_shared<Instance>();
     inst->call_ = call;
+    inst->seq_ = seq;
     inst->members_ = layout.members[static_cast<size_t>(group)];
-    inst->where_ = "call #" + std::to_string(seq + 1) + " over " + axes + " in group {" +
-                   members_str(inst->members_) + "}";
     const size_t n = inst->members_.size();
     inst->slots_.resize(n);
-    inst->calls_.resize(n);
     inst->arrived_.assign(n, false);
     inst->oversubscribed_ = oversubscribed_;
     it = open_.emplace(key, inst).first;
@@ -98,12 +112,13 @@ Session::Arrival Session::arrive(int64_t pos, const GroupLayout& layout, const C
   if (inst->state_.load(std::memory_order_relaxed) == Instance::kFailed) throw_failed(*inst);
   const auto i = static_cast<size_t>(index);
   if (!(call == inst->call_)) {
+    // Every arrival so far matched the first one, so they all called call_.
     std::ostringstream os;
-    os << "[" << kind_name(call.kind) << "] mismatched collectives in " << inst->where_ << ": ";
+    os << "[" << kind_name(call.kind) << "] mismatched collectives in " << inst->where(names_) << ": ";
     for (size_t k = 0; k < inst->members_.size(); ++k) {
       os << (k ? "; " : "") << names_[static_cast<size_t>(inst->members_[k])];
       if (k == i) os << " called " << call.str();
-      else if (inst->arrived_[k]) os << " called " << inst->calls_[k].str();
+      else if (inst->arrived_[k]) os << " called " << inst->call_.str();
       else os << " has not arrived";
     }
     os << ". " << kSameOrder;
@@ -111,7 +126,6 @@ Session::Arrival Session::arrive(int64_t pos, const GroupLayout& layout, const C
     throw_failed(*inst);
   }
   inst->arrived_[i] = true;
-  inst->calls_[i] = call;
   inst->slots_[i] = std::move(slot);
   ++inst->arrived_count_;
   // A member that already left its body can never arrive.
@@ -122,7 +136,7 @@ Session::Arrival Session::arrive(int64_t pos, const GroupLayout& layout, const C
                              names_[static_cast<size_t>(inst->members_[k])] +
                              (d.state == DevState::threw ? " threw out of" : " returned from") +
                              " its shard_map body without making " + inst->call_.str() + " (" +
-                             inst->where_ + "); " + kSameOrder);
+                             inst->where(names_) + "); " + kSameOrder);
       throw_failed(*inst);
     }
   }
@@ -140,56 +154,59 @@ Session::Arrival Session::arrive(int64_t pos, const GroupLayout& layout, const C
   return {std::move(inst), complete};
 }
 
-void Session::publish(Instance& inst) {
-  inst.state_.store(Instance::kReady, std::memory_order_release);
-  wake_all(inst.state_);
+void Session::publish(Instance& inst) { inst.set_state(Instance::kReady); }
+
+void Session::timeout_locked(Instance& inst) {
+  std::ostringstream os;
+  os << "[" << kind_name(inst.call_.kind) << "] " << inst.call_.str() << " (" << inst.where(names_)
+     << ") timed out after " << std::chrono::duration<double>(timeout_).count()
+     << " s (MESHRT_COLLECTIVE_TIMEOUT): ";
+  std::vector<int64_t> missing;
+  for (size_t k = 0; k < inst.members_.size(); ++k) {
+    if (!inst.arrived_[k]) missing.push_back(inst.members_[k]);
+  }
+  os << members_str(missing) << " never arrived (";
+  for (size_t k = 0; k < missing.size(); ++k) os << (k ? "; " : "") << describe_locked(missing[k]);
+  os << "). Raise MESHRT_COLLECTIVE_TIMEOUT if their work is just slow.";
+  fail_locked(inst, os.str());
 }
 
 void Session::wait_ready(int64_t pos, Instance& inst) {
-  uint32_t s = inst.state_.load(std::memory_order_acquire);
-  if (s == Instance::kGathering) {
+  // Fast path, no lock: peers usually arrive within the spin budget. Until this device sleeps it
+  // counts as running, which can only delay deadlock reports, never cause a false one.
+  const auto start = std::chrono::steady_clock::now();
+  if (inst.state_.load(std::memory_order_acquire) == Instance::kGathering &&
+      !spin_while(inst.state_, Instance::kGathering, kSpinBudget, oversubscribed_)) {
     {
-      std::lock_guard<std::mutex> lock(mu_);
-      s = inst.state_.load(std::memory_order_acquire);
-      if (s == Instance::kGathering && inst.arrived_count_ < inst.size()) {
+      std::lock_guard<YieldLock> lock(mu_);
+      if (inst.state_.load(std::memory_order_acquire) == Instance::kGathering && inst.arrived_count_ < inst.size()) {
         Dev& me = devs_[static_cast<size_t>(pos)];
         me.state = DevState::waiting;
         me.waiting_on = &inst;
       }
     }
+    inst.sleepers_.fetch_add(1, std::memory_order_seq_cst);
     // Short slices first so a deadlock is reported within milliseconds; each slice that ends
     // without progress re-runs the deadlock check and the timeout backstop.
     auto slice = std::chrono::milliseconds(2);
-    const auto start = std::chrono::steady_clock::now();
-    while (!wait_while(inst.state_, Instance::kGathering, slice, oversubscribed_)) {
-      std::lock_guard<std::mutex> lock(mu_);
+    while (!sleep_while(inst.state_, Instance::kGathering, slice)) {
+      std::lock_guard<YieldLock> lock(mu_);
       if (inst.state_.load(std::memory_order_acquire) != Instance::kGathering) break;
       check_deadlock_locked();
       if (inst.state_.load(std::memory_order_acquire) != Instance::kGathering) break;
       if (std::chrono::steady_clock::now() - start >= timeout_) {
-        std::ostringstream os;
-        os << "[" << kind_name(inst.call_.kind) << "] " << inst.call_.str() << " (" << inst.where_
-           << ") timed out after " << std::chrono::duration<double>(timeout_).count()
-           << " s (MESHRT_COLLECTIVE_TIMEOUT): ";
-        std::vector<int64_t> missing;
-        for (size_t k = 0; k < inst.members_.size(); ++k) {
-          if (!inst.arrived_[k]) missing.push_back(inst.members_[k]);
-        }
-        os << members_str(missing) << " never arrived (";
-        for (size_t k = 0; k < missing.size(); ++k) os << (k ? "; " : "") << describe_locked(missing[k]);
-        os << "). Raise MESHRT_COLLECTIVE_TIMEOUT if their work is just slow.";
-        fail_locked(inst, os.str());
+        timeout_locked(inst);
         break;
       }
       slice = std::min(slice * 2, std::chrono::milliseconds(100));
     }
-    s = inst.state_.load(std::memory_order_acquire);
+    inst.sleepers_.fetch_sub(1, std::memory_order_seq_cst);
   }
-  if (s == Instance::kFailed) throw_failed(inst);
+  if (inst.state_.load(std::memory_order_acquire) == Instance::kFailed) throw_failed(inst);
 }
 
 void Session::device_finished(int64_t pos, bool threw) {
-  std::lock_guard<std::mutex> lock(mu_);
+  std::lock_guard<YieldLock> lock(mu_);
   Dev& me = devs_[static_cast<size_t>(pos)];
   me.state = threw ? DevState::threw : DevState::finished;
   me.waiting_on = nullptr;
@@ -205,7 +222,7 @@ void Session::device_finished(int64_t pos, bool threw) {
                              (threw ? " threw out of" : " returned from") +
                              " its shard_map body while " + members_str(waiting) +
                              (waiting.size() == 1 ? " waits" : " wait") + " for it in " +
-                             inst->call_.str() + " (" + inst->where_ + "); " + kSameOrder);
+                             inst->call_.str() + " (" + inst->where(names_) + "); " + kSameOrder);
     }
   }
 }

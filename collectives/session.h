@@ -21,6 +21,7 @@
 
 #include "collectives/call.h"
 #include "collectives/groups.h"
+#include "collectives/yield_lock.h"
 
 namespace meshrt::coll {
 
@@ -40,6 +41,8 @@ class Instance {
   enum State : uint32_t { kGathering = 0, kReady = 1, kFailed = 2 };
 
   const Call& call() const { return call_; }
+  // "call #3 over ('x',) in group {cpu:0, cpu:2}" (built on demand: error paths only).
+  std::string where(const std::vector<std::string>& names) const;
   int64_t size() const { return static_cast<int64_t>(members_.size()); }
   const Slot& slot(int64_t index) const { return slots_[static_cast<size_t>(index)]; }
   std::atomic<uint32_t>& phase_counter() { return phase_; }  // free for two-phase algorithms
@@ -47,15 +50,17 @@ class Instance {
 
  private:
   friend class Session;
-  Call call_;                       // the first arrival's
-  std::string where_;               // "group {cpu:0, cpu:2}, call #3 over ('x',)"
+  void set_state(uint32_t s);       // publishes and wakes sleepers, if any
+
+  Call call_;                       // the first arrival's; every later arrival's equals it
+  int64_t seq_ = 0;                 // which call of its members on this group
   std::vector<int64_t> members_;    // mesh positions by group index
   std::vector<Slot> slots_;         // guarded by Session::mu_ until state_ leaves kGathering
-  std::vector<Call> calls_;         // guarded by Session::mu_
   std::vector<bool> arrived_;       // guarded by Session::mu_
   int64_t arrived_count_ = 0;       // guarded by Session::mu_
   std::string error_;               // written before state_ = kFailed
   std::atomic<uint32_t> state_{kGathering};
+  std::atomic<uint32_t> sleepers_{0};  // waiters in a futex sleep on state_
   std::atomic<uint32_t> phase_{0};
   bool oversubscribed_ = false;
 };
@@ -84,12 +89,13 @@ class Session {
   enum class DevState { running, waiting, finished, threw };
   struct Dev {
     DevState state = DevState::running;
-    Instance* waiting_on = nullptr;
-    std::map<std::string, int64_t> calls_per_axes;  // sequence numbers
+    Instance* waiting_on = nullptr;                         // set only while asleep in wait_ready
+    std::map<const GroupLayout*, int64_t> calls_per_group;  // sequence numbers
   };
-  using Key = std::tuple<std::string, int64_t, int64_t>;  // axes, group, sequence
+  using Key = std::tuple<const GroupLayout*, int64_t, int64_t>;  // axes' layout, group, sequence
 
   void fail_locked(Instance& inst, const std::string& message);
+  void timeout_locked(Instance& inst);
   void check_deadlock_locked();
   std::string describe_locked(int64_t pos) const;
   std::string members_str(const std::vector<int64_t>& pos) const;
@@ -98,7 +104,7 @@ class Session {
   const std::vector<std::string> names_;
   const std::chrono::milliseconds timeout_;
   const bool oversubscribed_;
-  mutable std::mutex mu_;
+  mutable YieldLock mu_;
   std::vector<Dev> devs_;                               // guarded by mu_
   std::map<Key, std::shared_ptr<Instance>> open_;       // guarded by mu_: gathering or failed
 };

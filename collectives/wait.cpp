@@ -5,6 +5,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <climits>
 #include <ctime>
 
@@ -27,27 +28,40 @@ uint32_t* futex_word(const std::atomic<uint32_t>& word) {
 
 }  // namespace
 
-bool wait_while(const std::atomic<uint32_t>& word, uint32_t value, std::chrono::nanoseconds timeout,
+bool spin_while(const std::atomic<uint32_t>& word, uint32_t value, std::chrono::nanoseconds budget,
                 bool oversubscribed) {
-  const int spins = oversubscribed ? 16 : 2000;
+  // With more runnable devices than cores a pure spin only delays the peer being waited for:
+  // spin a little, then yield so that peer can run on this core.
+  const int spins = oversubscribed ? 0 : 4000;
   for (int i = 0; i < spins; ++i) {
     if (word.load(std::memory_order_acquire) != value) return true;
     cpu_relax();
   }
-  const int yields = oversubscribed ? 8 : 64;
-  for (int i = 0; i < yields; ++i) {
+  const auto deadline = std::chrono::steady_clock::now() + budget;
+  for (int i = 0;; ++i) {
     if (word.load(std::memory_order_acquire) != value) return true;
+    if ((i & 15) == 15 && std::chrono::steady_clock::now() >= deadline) return false;
     sched_yield();
   }
+}
+
+bool sleep_while(const std::atomic<uint32_t>& word, uint32_t value, std::chrono::nanoseconds timeout) {
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   for (;;) {
-    if (word.load(std::memory_order_acquire) != value) return true;
+    // seq_cst: pairs with the sleeper count a waker reads after its store (Dekker-style).
+    if (word.load(std::memory_order_seq_cst) != value) return true;
     auto left = deadline - std::chrono::steady_clock::now();
     if (left <= std::chrono::nanoseconds::zero()) return false;
     auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(left).count();
     timespec ts{static_cast<time_t>(ns / 1000000000), static_cast<long>(ns % 1000000000)};
     syscall(SYS_futex, futex_word(word), FUTEX_WAIT_PRIVATE, value, &ts, nullptr, 0);
   }
+}
+
+bool wait_while(const std::atomic<uint32_t>& word, uint32_t value, std::chrono::nanoseconds timeout,
+                bool oversubscribed) {
+  if (spin_while(word, value, std::min<std::chrono::nanoseconds>(kSpinBudget, timeout), oversubscribed)) return true;
+  return sleep_while(word, value, timeout);
 }
 
 void wake_all(std::atomic<uint32_t>& word) {

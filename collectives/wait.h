@@ -11,10 +11,19 @@
 
 namespace meshrt::coll {
 
-// Waits while word == value. Returns false when `timeout` passed first.
+// Spins, then yields, while word == value, for about `budget`. True once the word changed.
+bool spin_while(const std::atomic<uint32_t>& word, uint32_t value, std::chrono::nanoseconds budget,
+                bool oversubscribed);
+// Sleeps (futex) while word == value, at most `timeout`. True once the word changed.
+bool sleep_while(const std::atomic<uint32_t>& word, uint32_t value, std::chrono::nanoseconds timeout);
+// spin_while for the default budget, then sleep_while. False when `timeout` passed first.
 bool wait_while(const std::atomic<uint32_t>& word, uint32_t value, std::chrono::nanoseconds timeout,
                 bool oversubscribed);
-// Wakes every thread waiting on `word` (call after changing it).
+// Wakes every thread sleeping on `word` (call after changing it).
 void wake_all(std::atomic<uint32_t>& word);
+
+// How long a waiter spins/yields before it sleeps: long enough to cover a peer's typical
+// arrival on a busy machine, short enough not to matter when the peer is computing.
+inline constexpr std::chrono::microseconds kSpinBudget{100};
 
 }  // namespace meshrt::coll

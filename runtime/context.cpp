@@ -106,7 +106,15 @@ Context::Prepared Context::prepare(int, const Tensor& x, const AxisNames& axes, 
     throw Error(cat("[", op, "] collectives on the ", mesh.platform(), " platform are not "
                     "implemented yet (only cpu); run this program on a cpu mesh"));
   }
-  p.layout = &launch_->layout(p.positions);
+  const void* found = nullptr;
+  for (const auto& [key, layout] : layouts_) {
+    if (key == p.positions) found = layout;
+  }
+  if (found == nullptr) {
+    found = &launch_->layout(p.positions);
+    layouts_.emplace_back(p.positions, found);
+  }
+  p.layout = static_cast<const coll::GroupLayout*>(found);
   p.group_size = p.layout->group_size;
   return p;
 }

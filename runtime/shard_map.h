@@ -108,6 +108,8 @@ class Context {
   Prepared prepare(int kind, const Tensor& x, const AxisNames& axes, const char* op) const;
   std::shared_ptr<detail::Launch> launch_;
   int64_t pos_;
+  // Group layouts this device used, by axis positions: found without the launch's lock.
+  mutable std::vector<std::pair<std::vector<int>, const void*>> layouts_;
 };
 
 struct ShardMapOptions {

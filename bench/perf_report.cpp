@@ -1,0 +1,200 @@
+// meshrt-perf-report: the numbers of the shard_map issue, each with the baseline it is judged
+// against, measured in the same run (medians of repeated runs; this machine is shared and noisy).
+//
+//   ./run.sh perf            (or build/bench/meshrt-perf-report [--quick] [--no-mpi])
+//
+// Bounds (time to memcpy the bytes each collective must move, memcpy bandwidth measured with
+// all cores here): psum 2*P*N bytes (the issue's formula); all_gather N*S_out; psum_scatter
+// N*(S + S/N)/2; all_to_all and ppermute N*S  (S = bytes per device, N = devices).
+#include <algorithm>
+#include <barrier>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "runtime/meshrt.h"
+
+using namespace meshrt;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+// Copy bandwidth (bytes copied per second) with `threads` threads each copying `bytes`.
+double memcpy_bandwidth(size_t bytes, int threads, int reps) {
+  std::vector<std::vector<char>> src(static_cast<size_t>(threads)), dst(static_cast<size_t>(threads));
+  for (int t = 0; t < threads; ++t) {
+    src[static_cast<size_t>(t)].assign(bytes, 1);
+    dst[static_cast<size_t>(t)].assign(bytes, 0);
+  }
+  std::vector<double> bw;
+  for (int r = 0; r < reps; ++r) {
+    std::barrier sync(threads + 1);
+    std::vector<std::thread> pool;
+    for (int t = 0; t < threads; ++t) {
+      pool.emplace_back([&, t] {
+        sync.arrive_and_wait();
+        std::memcpy(dst[static_cast<size_t>(t)].data(), src[static_cast<size_t>(t)].data(), bytes);
+        sync.arrive_and_wait();
+      });
+    }
+    sync.arrive_and_wait();
+    auto t0 = Clock::now();
+    sync.arrive_and_wait();
+    double s = seconds_since(t0);
+    for (auto& th : pool) th.join();
+    bw.push_back(static_cast<double>(bytes) * threads / s);
+  }
+  return median(bw);
+}
+
+// Seconds per call of op on a mesh of the first n cpu devices, each device holding `elems`
+// floats: iterations timed on device 0 between two synchronising psums; median over reps.
+double time_op(int64_t n, int64_t elems, int iters, int reps, const std::function<Tensor(Context&, const Tensor&)>& op) {
+  Mesh mesh = make_mesh({n}, {"x"});
+  std::vector<float> host(static_cast<size_t>(n * elems), 1.0f);
+  Array x = device_put(host, {n * elems}, NamedSharding(mesh, P("x")));
+  std::vector<double> samples;
+  shard_map(
+      [&](Context& ctx, const Tensor& t) {
+        Tensor one = tensor(std::vector<float>{1.f}, {1}, ctx.device());
+        op(ctx, t);  // warm-up: first touch of the output buffers
+        for (int r = 0; r < reps; ++r) {
+          ctx.psum(one, "x");
+          auto t0 = Clock::now();
+          for (int i = 0; i < iters; ++i) op(ctx, t);
+          ctx.psum(one, "x");
+          if (ctx.axis_index("x") == 0) samples.push_back(seconds_since(t0) / iters);
+        }
+        return t;
+      },
+      mesh, {P("x")}, P("x"))(x);
+  return median(samples);
+}
+
+// A plain std::barrier "psum" of one float with n threads: write, barrier, sum, barrier.
+double barrier_psum_latency(int n, int iters, int reps) {
+  std::vector<double> samples;
+  for (int r = 0; r < reps; ++r) {
+    std::vector<float> slots(static_cast<size_t>(n), 1.f), out(static_cast<size_t>(n));
+    std::barrier sync(n);
+    std::vector<std::thread> pool;
+    auto t0 = Clock::now();
+    for (int t = 0; t < n; ++t) {
+      pool.emplace_back([&, t] {
+        for (int i = 0; i < iters; ++i) {
+          slots[static_cast<size_t>(t)] = static_cast<float>(i);
+          sync.arrive_and_wait();
+          float s = 0;
+          for (float v : slots) s += v;
+          out[static_cast<size_t>(t)] = s;
+          sync.arrive_and_wait();
+        }
+      });
+    }
+    for (auto& th : pool) th.join();
+    samples.push_back(seconds_since(t0) / iters);
+  }
+  return median(samples);
+}
+
+// Open MPI MPI_Allreduce with n ranks (mpirun --oversubscribe); seconds, or -1 if unavailable.
+double mpi_allreduce(int n, size_t bytes, int iters, int reps) {
+#ifdef MESHRT_MPI_BASELINE
+  std::string cmd = "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 mpirun --oversubscribe --bind-to none "
+                    "--mca btl self,vader -np " + std::to_string(n) + " " MESHRT_MPI_BASELINE " " +
+                    std::to_string(bytes) + " " + std::to_string(iters) + " " + std::to_string(reps) + " 2>/dev/null";
+  FILE* p = popen(cmd.c_str(), "r");
+  if (!p) return -1;
+  std::vector<double> us;
+  char line[256];
+  while (fgets(line, sizeof line, p)) {
+    double v;
+    if (std::sscanf(line, "us %lf", &v) == 1) us.push_back(v);
+  }
+  pclose(p);
+  return us.empty() ? -1 : median(us) * 1e-6;
+#else
+  (void)n, (void)bytes, (void)iters, (void)reps;
+  return -1;
+#endif
+}
+
+void row(const char* what, double t, const char* base_name, double base, const char* target) {
+  if (base > 0) {
+    std::printf("| %-44s | %10.1f us | %-30s | %10.1f us | %6.2fx | %-10s |\n", what, t * 1e6, base_name, base * 1e6, t / base, target);
+  } else {
+    std::printf("| %-44s | %10.1f us | %-30s | %13s | %7s | %-10s |\n", what, t * 1e6, base_name, "n/a", "n/a", target);
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  bool quick = false, mpi = true;
+  for (int i = 1; i < argc; ++i) {
+    if (std::strcmp(argv[i], "--quick") == 0) quick = true;
+    if (std::strcmp(argv[i], "--no-mpi") == 0) mpi = false;
+  }
+  const int max_devices = quick ? 32 : 256;
+  set_cpu_device_count(max_devices);
+  const int reps = quick ? 3 : 7;
+  const int64_t n = 8;
+  const size_t big = size_t{64} << 20, mid = size_t{16} << 20;
+
+  const double bw = memcpy_bandwidth(size_t{64} << 20, static_cast<int>(std::max(1u, std::thread::hardware_concurrency())), reps);
+  const double bw1 = memcpy_bandwidth(size_t{64} << 20, 1, reps);
+  std::printf("# meshrt performance report: %lld simulated cpu devices on %u hardware threads\n",
+              static_cast<long long>(n), std::thread::hardware_concurrency());
+  std::printf("# memcpy bandwidth: %.2f GB/s (all cores), %.2f GB/s (one thread)\n\n", bw / 1e9, bw1 / 1e9);
+  std::printf("| %-44s | %13s | %-30s | %13s | %7s | %-10s |\n", "measurement", "meshrt", "baseline", "baseline", "ratio", "target");
+  std::printf("|%s|%s|%s|%s|%s|%s|\n", std::string(46, '-').c_str(), std::string(15, '-').c_str(),
+              std::string(32, '-').c_str(), std::string(15, '-').c_str(), std::string(9, '-').c_str(), std::string(12, '-').c_str());
+
+  auto psum = [](Context& c, const Tensor& t) { return c.psum(t, "x"); };
+  const int64_t big_elems = static_cast<int64_t>(big / 4);
+  double t_big = time_op(n, big_elems, quick ? 2 : 4, reps, psum);
+  row("psum 64 MiB/device, float32", t_big, "bound 2*P*N / memcpy bw", 2.0 * big * n / bw, "<= 1.25x");
+  if (mpi) {
+    double m = mpi_allreduce(static_cast<int>(n), big, quick ? 2 : 4, quick ? 3 : 5);
+    row("psum 64 MiB/device, float32", t_big, "Open MPI MPI_Allreduce 8 ranks", m, "<= 0.33x");
+  }
+  double t_small = time_op(n, 1, quick ? 2000 : 20000, reps, psum);
+  row("psum of one float", t_small, "std::barrier rendezvous", barrier_psum_latency(static_cast<int>(n), quick ? 2000 : 20000, reps), "< 8 us");
+  if (mpi) row("psum of one float", t_small, "Open MPI MPI_Allreduce 8 ranks", mpi_allreduce(static_cast<int>(n), 4, 20000, 5), "< 8 us");
+
+  const int64_t mid_elems = static_cast<int64_t>(mid / 4);
+  const int it = quick ? 3 : 8;
+  double t_ag = time_op(n, mid_elems / n, it, reps, [](Context& c, const Tensor& t) { return c.all_gather(t, "x", 0, true); });
+  row("all_gather 16 MiB output/device", t_ag, "bound N*S_out / memcpy bw", static_cast<double>(n) * mid / bw, "<= 1.5x");
+  double t_rs = time_op(n, mid_elems, it, reps, [](Context& c, const Tensor& t) { return c.psum_scatter(t, "x", 0, true); });
+  row("psum_scatter 16 MiB input/device", t_rs, "bound N*(S+S/N)/2 / memcpy bw", n * (mid + mid / n) / 2.0 / bw, "<= 1.5x");
+  double t_a2a = time_op(n, mid_elems, it, reps, [](Context& c, const Tensor& t) { return c.all_to_all(t, "x", 0, 0, true); });
+  row("all_to_all 16 MiB/device", t_a2a, "bound N*S / memcpy bw", static_cast<double>(n) * mid / bw, "<= 1.5x");
+  std::vector<std::pair<int64_t, int64_t>> shift;
+  for (int64_t i = 0; i < n; ++i) shift.emplace_back(i, (i + 1) % n);
+  double t_pp = time_op(n, mid_elems, it, reps, [&](Context& c, const Tensor& t) { return c.ppermute(t, "x", shift); });
+  row("ppermute 16 MiB/device (ring shift)", t_pp, "bound N*S / memcpy bw", static_cast<double>(n) * mid / bw, "<= 1.5x");
+
+  std::printf("\n# psum of one float vs number of simulated devices (time per call; per device)\n");
+  std::printf("| devices | psum 1 float | per device | psum 64 KiB/device | per device |\n|---|---|---|---|---|\n");
+  for (int64_t d = 8; d <= max_devices; d *= 2) {
+    double a = time_op(d, 1, quick ? 200 : 2000, reps, psum);
+    double b = time_op(d, 16 * 1024, quick ? 20 : 100, reps, psum);
+    std::printf("| %7lld | %9.1f us | %7.2f us | %15.1f us | %7.2f us |\n", static_cast<long long>(d), a * 1e6, a * 1e6 / d,
+                b * 1e6, b * 1e6 / d);
+  }
+  return 0;
+}
