@@ -3,6 +3,7 @@
 #include <meshrt/meshrt.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <numeric>
 #include <string>
 #include <vector>
@@ -52,6 +53,105 @@ void show(const Mesh& mesh, const PartitionSpec& spec, const Shape& shape) {
   std::printf("\n");
 }
 
+// Host reference helpers for part 2.
+std::vector<int32_t> iota(int64_t n) {
+  std::vector<int32_t> v(static_cast<size_t>(n));
+  std::iota(v.begin(), v.end(), 0);
+  return v;
+}
+
+void report(const char* title, const Array& y, const std::vector<int32_t>& want) {
+  bool ok = y.to_vector<int32_t>() == want;
+  std::printf("-- %s -> %s %s: %s\n", title, shape_str(y.shape()).c_str(), y.sharding().str().c_str(),
+              ok ? "matches the host computation" : "MISMATCH");
+  for (const Shard& s : y.addressable_shards()) {
+    std::printf("   %-6s %s\n", s.device.str().c_str(), values_str(s.data).c_str());
+  }
+  std::printf("\n");
+  if (!ok) std::exit(1);
+}
+
+// Part 2: shard_map bodies and the collectives, on a (4, 2) mesh and an (8, 4) arange.
+void part2() {
+  std::printf("== Part 2: shard_map and collectives on Mesh('data': 4, 'model': 2)\n\n");
+  Mesh mesh = make_mesh({4, 2}, {"data", "model"});
+  const std::vector<int32_t> host = iota(32);
+  Array x = device_put(host, {8, 4}, NamedSharding(mesh, P("data", "model")));
+  std::printf("x = arange(32).reshape(8, 4), sharded P('data', 'model'):\n%s\n", visualize_sharding(x).c_str());
+
+  // Elementwise: each device maps its own (2, 2) block; no communication.
+  Array y = shard_map(
+      [](Context& ctx, const Tensor& b) {
+        std::vector<int32_t> v = b.to_vector<int32_t>();
+        for (int32_t& e : v) e = 2 * e + 1;
+        return tensor(v, b.shape(), ctx.device());
+      },
+      mesh, {P("data", "model")}, P("data", "model"))(x);
+  std::vector<int32_t> want(host);
+  for (int32_t& e : want) e = 2 * e + 1;
+  report("2*x + 1 (elementwise, per block)", y, want);
+
+  // Sum: each device sums its block, psum over both axes gives every device the total.
+  Array total = shard_map(
+      [](Context& ctx, const Tensor& b) {
+        std::vector<int32_t> v = b.to_vector<int32_t>();
+        int32_t s = std::accumulate(v.begin(), v.end(), 0);
+        return ctx.psum(tensor(std::vector<int32_t>{s}, {1}, ctx.device()), {"data", "model"});
+      },
+      mesh, {P("data", "model")}, P())(x);
+  report("sum(x) via local sum + psum over ('data', 'model'), out_specs P()", total, {std::accumulate(host.begin(), host.end(), 0)});
+
+  // all_gather over 'model' (tiled, axis 1): every device ends with its full rows.
+  Array rows = shard_map([](Context& ctx, const Tensor& b) { return ctx.all_gather(b, "model", 1, true); },
+                         mesh, {P("data", "model")}, P("data", None))(x);
+  std::printf("all_gather(x, 'model', axis=1, tiled=True): blocks (2, 2) -> (2, 4), out_specs P('data', None):\n%s",
+              visualize_sharding(rows).c_str());
+  report("all_gather over 'model'", rows, host);
+
+  // psum_scatter over 'data' (tiled): device (d, m) holds 4 values of the flat arange; the 4
+  // devices of a 'data' group sum their vectors and device d keeps element d of the sum.
+  Array flat = device_put(host, {32}, NamedSharding(mesh, P(Axes{"data", "model"})));
+  Array scattered = shard_map(
+      [](Context& ctx, const Tensor& b) { return ctx.psum_scatter(b, "data", 0, true); },
+      mesh, {P(Axes{"data", "model"})}, P(Axes{"data", "model"}))(flat);
+  std::vector<int32_t> sc_want(8);
+  for (int d = 0; d < 4; ++d) {
+    for (int m = 0; m < 2; ++m) {
+      int s = 0;
+      for (int k = 0; k < 4; ++k) s += host[static_cast<size_t>((k * 2 + m) * 4 + d)];
+      sc_want[static_cast<size_t>(d * 2 + m)] = s;
+    }
+  }
+  report("psum_scatter(v, 'data', tiled=True) of each device's 4 values", scattered, sc_want);
+
+  // ppermute over 'data': a ring shift, block i goes to device i+1.
+  Array shifted = shard_map(
+      [](Context& ctx, const Tensor& b) { return ctx.ppermute(b, "data", {{0, 1}, {1, 2}, {2, 3}, {3, 0}}); },
+      mesh, {P("data", "model")}, P("data", "model"))(x);
+  std::vector<int32_t> sh_want(32);
+  for (int r = 0; r < 8; ++r) {
+    for (int c = 0; c < 4; ++c) sh_want[static_cast<size_t>(r * 4 + c)] = host[static_cast<size_t>(((r + 6) % 8) * 4 + c)];
+  }
+  report("ppermute(x, 'data', ring shift +1)", shifted, sh_want);
+
+  // all_to_all over 'model' (tiled, split columns, concat rows): a blocked transpose.
+  Array a2a = shard_map([](Context& ctx, const Tensor& b) { return ctx.all_to_all(b, "model", 1, 0, true); },
+                        mesh, {P("data", "model")}, P("data", "model"))(x);
+  // Device (d, m) holds B(d, m) = x[2d:2d+2, 2m:2m+2]; it splits its columns in 2 and sends column j
+  // to model=j; device (d, m) stacks the column m of B(d, 0) and B(d, 1) as its 4 rows.
+  std::vector<int32_t> a2a_want(32);  // global (16, 2): device (d, m) holds rows [4d, 4d+4), column m
+  for (int d = 0; d < 4; ++d) {
+    for (int m = 0; m < 2; ++m) {
+      for (int j = 0; j < 2; ++j) {
+        for (int r = 0; r < 2; ++r) {
+          a2a_want[static_cast<size_t>((4 * d + 2 * j + r) * 2 + m)] = host[static_cast<size_t>((2 * d + r) * 4 + 2 * j + m)];
+        }
+      }
+    }
+  }
+  report("all_to_all(x, 'model', split_axis=1, concat_axis=0, tiled=True)", a2a, a2a_want);
+}
+
 }  // namespace
 
 int main() {
@@ -88,5 +188,7 @@ int main() {
     std::printf("   %s -> %-14s blocks kept in place: %d/8, value preserved: %s\n",
                 P("data", None).str().c_str(), to.str().c_str(), shared, same ? "yes" : "NO");
   }
+
+  part2();
   return 0;
 }
