@@ -2,7 +2,8 @@
 # meshrt's entry point.
 #   ./run.sh demo                         set up, build, run the walkthrough on 8 simulated cpu devices
 #   ./run.sh test [--sanitize=thread|address]   set up, build, run the whole suite (CTest)
-#   ./run.sh bench                        set up, build, run the benchmarks
+#   ./run.sh perf [--quick]               set up (with Open MPI), build, print the collective performance report
+#   ./run.sh bench                        set up, build, run the Google Benchmark suites
 #   ./run.sh build                        set up and build only
 # Installs missing Debian packages with apt-get (needs root or sudo).
 set -euo pipefail
@@ -67,6 +68,11 @@ case "$cmd" in
     fi
     ctest --test-dir "$build_dir" --output-on-failure -j "$jobs" "${extra[@]}"
     ;;
+  perf)
+    packages+=(openmpi-bin libopenmpi-dev)
+    configure_and_build --target meshrt-perf-report mpi_baseline
+    "./$build_dir/bench/meshrt-perf-report" "${extra[@]}"
+    ;;
   bench)
     configure_and_build
     MESHRT_CPU_DEVICES="${MESHRT_CPU_DEVICES:-8}" "./$build_dir/bench/bench_transfer" "${extra[@]}"
@@ -75,7 +81,7 @@ case "$cmd" in
     configure_and_build
     ;;
   *)
-    echo "usage: ./run.sh demo | test [--sanitize=thread|address] | bench | build" >&2
+    echo "usage: ./run.sh demo | test [--sanitize=thread|address] | perf [--quick] | bench | build" >&2
     exit 2
     ;;
 esac
