@@ -23,8 +23,10 @@ std::string Call::str() const {
   os << kind_name(kind) << "(" << dtype_name(dtype) << "[";
   for (size_t i = 0; i < shape.size(); ++i) os << (i ? "," : "") << shape[i];
   os << "], axes=(";
-  for (size_t i = 0; i < axes.size(); ++i) os << (i ? ", " : "") << "'" << axes[i] << "'";
-  os << (axes.size() == 1 ? ",)" : ")");
+  const std::vector<std::string> none;
+  const auto& names = axes ? *axes : none;
+  for (size_t i = 0; i < names.size(); ++i) os << (i ? ", " : "") << "'" << names[i] << "'";
+  os << (names.size() == 1 ? ",)" : ")");
   switch (kind) {
     case Kind::all_gather:
       os << ", axis=" << axis << ", tiled=" << (tiled ? "True" : "False");

@@ -19,7 +19,9 @@ struct Call {
   Kind kind = Kind::psum;
   DType dtype = DType::f32;
   std::vector<int64_t> shape;
-  std::vector<std::string> axes;
+  // The group layout's names: one interned vector per axes tuple and launch, so comparing the
+  // pointer compares the axes.
+  const std::vector<std::string>* axes = nullptr;
   int64_t axis = 0;      // all_gather axis, psum_scatter dimension, all_to_all split_axis
   int64_t axis2 = 0;     // all_to_all concat_axis
   bool tiled = false;

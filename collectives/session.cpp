@@ -26,10 +26,10 @@ constexpr const char* kSameOrder =
 }  // namespace
 
 std::string Instance::where(const std::vector<std::string>& names) const {
-  std::string s = "call #" + std::to_string(seq_ + 1) + " over " + axes_str(call_.axes) + " in group {";
-  for (size_t i = 0; i < members_.size(); ++i) {
+  std::string s = "call #" + std::to_string(seq_ + 1) + " over " + axes_str(*call_.axes) + " in group {";
+  for (size_t i = 0; i < members_->size(); ++i) {
     if (i) s += ", ";
-    s += names[static_cast<size_t>(members_[i])];
+    s += names[static_cast<size_t>((*members_)[i])];
   }
   return s + "}";
 }
@@ -58,8 +58,8 @@ std::string Session::describe_locked(int64_t pos) const {
     case DevState::waiting: {
       const Instance& w = *d.waiting_on;
       std::vector<int64_t> missing;
-      for (size_t i = 0; i < w.members_.size(); ++i) {
-        if (!w.arrived_[i]) missing.push_back(w.members_[i]);
+      for (size_t i = 0; i < w.members_->size(); ++i) {
+        if (!w.arrived(i)) missing.push_back(w.member(i));
       }
       return names_[static_cast<size_t>(pos)] + " waits in " + w.call_.str() + " (" + w.where(names_) +
              ") for " + members_str(missing);
@@ -75,7 +75,7 @@ void Session::fail_locked(Instance& inst, const std::string& message) {
     return;
   }
   inst.error_ = message;
-  for (int64_t m : inst.members_) {
+  for (int64_t m : *inst.members_) {
     Dev& d = devs_[static_cast<size_t>(m)];
     if (d.waiting_on == &inst) {
       d.state = DevState::running;
@@ -100,12 +100,18 @@ Session::Arrival Session::arrive(int64_t pos, const GroupLayout& layout, const C
     inst = std::make_shared<Instance>();
     inst->call_ = call;
     inst->seq_ = seq;
-    inst->members_ = layout.members[static_cast<size_t>(group)];
-    const size_t n = inst->members_.size();
-    inst->slots_.resize(n);
-    inst->arrived_.assign(n, false);
+    inst->members_ = &layout.members[static_cast<size_t>(group)];
+    inst->parts_.resize(inst->members_->size());
     inst->oversubscribed_ = oversubscribed_;
-    it = open_.emplace(key, inst).first;
+    if (spare_nodes_.empty()) {
+      it = open_.emplace(key, inst).first;
+    } else {
+      Open::node_type node = std::move(spare_nodes_.back());
+      spare_nodes_.pop_back();
+      node.key() = key;
+      node.mapped() = inst;
+      it = open_.insert(std::move(node)).position;
+    }
   } else {
     inst = it->second;
   }
@@ -115,35 +121,36 @@ Session::Arrival Session::arrive(int64_t pos, const GroupLayout& layout, const C
     // Every arrival so far matched the first one, so they all called call_.
     std::ostringstream os;
     os << "[" << kind_name(call.kind) << "] mismatched collectives in " << inst->where(names_) << ": ";
-    for (size_t k = 0; k < inst->members_.size(); ++k) {
-      os << (k ? "; " : "") << names_[static_cast<size_t>(inst->members_[k])];
+    for (size_t k = 0; k < inst->members_->size(); ++k) {
+      os << (k ? "; " : "") << names_[static_cast<size_t>(inst->member(k))];
       if (k == i) os << " called " << call.str();
-      else if (inst->arrived_[k]) os << " called " << inst->call_.str();
+      else if (inst->arrived(k)) os << " called " << inst->call_.str();
       else os << " has not arrived";
     }
     os << ". " << kSameOrder;
     fail_locked(*inst, os.str());  // this arrival is not counted, so the instance is incomplete
     throw_failed(*inst);
   }
-  inst->arrived_[i] = true;
-  inst->slots_[i] = std::move(slot);
+  inst->parts_[i].arrived = true;
+  inst->parts_[i].slot = std::move(slot);
   ++inst->arrived_count_;
   // A member that already left its body can never arrive.
-  for (size_t k = 0; k < inst->members_.size(); ++k) {
-    const Dev& d = devs_[static_cast<size_t>(inst->members_[k])];
-    if (!inst->arrived_[k] && (d.state == DevState::finished || d.state == DevState::threw)) {
+  for (size_t k = 0; k < inst->members_->size(); ++k) {
+    const Dev& d = devs_[static_cast<size_t>(inst->member(k))];
+    if (!inst->arrived(k) && (d.state == DevState::finished || d.state == DevState::threw)) {
       fail_locked(*inst, "[" + std::string(kind_name(call.kind)) + "] " +
-                             names_[static_cast<size_t>(inst->members_[k])] +
+                             names_[static_cast<size_t>(inst->member(k))] +
                              (d.state == DevState::threw ? " threw out of" : " returned from") +
                              " its shard_map body without making " + inst->call_.str() + " (" +
                              inst->where(names_) + "); " + kSameOrder);
       throw_failed(*inst);
     }
   }
-  const bool complete = inst->arrived_count_ == static_cast<int64_t>(inst->members_.size());
+  const bool complete = inst->arrived_count_ == inst->size();
   if (complete) {
-    open_.erase(it);
-    for (int64_t m : inst->members_) {
+    spare_nodes_.push_back(open_.extract(it));
+    spare_nodes_.back().mapped().reset();
+    for (int64_t m : *inst->members_) {
       Dev& d = devs_[static_cast<size_t>(m)];
       if (d.waiting_on == inst.get()) {
         d.state = DevState::running;  // released as soon as the data is published
@@ -162,8 +169,8 @@ void Session::timeout_locked(Instance& inst) {
      << ") timed out after " << std::chrono::duration<double>(timeout_).count()
      << " s (MESHRT_COLLECTIVE_TIMEOUT): ";
   std::vector<int64_t> missing;
-  for (size_t k = 0; k < inst.members_.size(); ++k) {
-    if (!inst.arrived_[k]) missing.push_back(inst.members_[k]);
+  for (size_t k = 0; k < inst.members_->size(); ++k) {
+    if (!inst.arrived(k)) missing.push_back(inst.member(k));
   }
   os << members_str(missing) << " never arrived (";
   for (size_t k = 0; k < missing.size(); ++k) os << (k ? "; " : "") << describe_locked(missing[k]);
@@ -174,9 +181,9 @@ void Session::timeout_locked(Instance& inst) {
 void Session::wait_ready(int64_t pos, Instance& inst) {
   // Fast path, no lock: peers usually arrive within the spin budget. Until this device sleeps it
   // counts as running, which can only delay deadlock reports, never cause a false one.
-  const auto start = std::chrono::steady_clock::now();
   if (inst.state_.load(std::memory_order_acquire) == Instance::kGathering &&
       !spin_while(inst.state_, Instance::kGathering, kSpinBudget, oversubscribed_)) {
+    const auto start = std::chrono::steady_clock::now() - kSpinBudget;
     {
       std::lock_guard<YieldLock> lock(mu_);
       if (inst.state_.load(std::memory_order_acquire) == Instance::kGathering && inst.arrived_count_ < inst.size()) {
@@ -211,11 +218,11 @@ void Session::device_finished(int64_t pos, bool threw) {
   me.state = threw ? DevState::threw : DevState::finished;
   me.waiting_on = nullptr;
   for (auto& [key, inst] : open_) {
-    for (size_t k = 0; k < inst->members_.size(); ++k) {
-      if (inst->members_[k] != pos || inst->arrived_[k]) continue;
+    for (size_t k = 0; k < inst->members_->size(); ++k) {
+      if (inst->member(k) != pos || inst->arrived(k)) continue;
       std::vector<int64_t> waiting;
-      for (size_t j = 0; j < inst->members_.size(); ++j) {
-        if (inst->arrived_[j]) waiting.push_back(inst->members_[j]);
+      for (size_t j = 0; j < inst->members_->size(); ++j) {
+        if (inst->arrived(j)) waiting.push_back(inst->member(j));
       }
       fail_locked(*inst, "[" + std::string(kind_name(inst->call_.kind)) + "] " +
                              names_[static_cast<size_t>(pos)] +
@@ -240,8 +247,8 @@ void Session::check_deadlock_locked() {
       if (live[p] || devs_[p].state != DevState::waiting) continue;
       const Instance& w = *devs_[p].waiting_on;
       bool ok = true;
-      for (size_t k = 0; k < w.members_.size() && ok; ++k) {
-        if (!w.arrived_[k] && !live[static_cast<size_t>(w.members_[k])]) ok = false;
+      for (size_t k = 0; k < w.members_->size() && ok; ++k) {
+        if (!w.arrived(k) && !live[static_cast<size_t>(w.member(k))]) ok = false;
       }
       if (ok) live[p] = changed = true;
     }

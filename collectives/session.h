@@ -43,8 +43,8 @@ class Instance {
   const Call& call() const { return call_; }
   // "call #3 over ('x',) in group {cpu:0, cpu:2}" (built on demand: error paths only).
   std::string where(const std::vector<std::string>& names) const;
-  int64_t size() const { return static_cast<int64_t>(members_.size()); }
-  const Slot& slot(int64_t index) const { return slots_[static_cast<size_t>(index)]; }
+  int64_t size() const { return static_cast<int64_t>(members_->size()); }
+  const Slot& slot(int64_t index) const { return parts_[static_cast<size_t>(index)].slot; }
   std::atomic<uint32_t>& phase_counter() { return phase_; }  // free for two-phase algorithms
   bool oversubscribed() const { return oversubscribed_; }
 
@@ -52,12 +52,18 @@ class Instance {
   friend class Session;
   void set_state(uint32_t s);       // publishes and wakes sleepers, if any
 
-  Call call_;                       // the first arrival's; every later arrival's equals it
-  int64_t seq_ = 0;                 // which call of its members on this group
-  std::vector<int64_t> members_;    // mesh positions by group index
-  std::vector<Slot> slots_;         // guarded by Session::mu_ until state_ leaves kGathering
-  std::vector<bool> arrived_;       // guarded by Session::mu_
-  int64_t arrived_count_ = 0;       // guarded by Session::mu_
+  struct Part {
+    Slot slot;
+    bool arrived = false;
+  };
+  int64_t member(size_t k) const { return (*members_)[k]; }
+  bool arrived(size_t k) const { return parts_[k].arrived; }
+
+  Call call_;                              // the first arrival's; every later arrival's equals it
+  int64_t seq_ = 0;                        // which call of its members on this group
+  const std::vector<int64_t>* members_;    // mesh positions by group index (the layout's)
+  std::vector<Part> parts_;                // guarded by Session::mu_ until state_ leaves kGathering
+  int64_t arrived_count_ = 0;              // guarded by Session::mu_
   std::string error_;               // written before state_ = kFailed
   std::atomic<uint32_t> state_{kGathering};
   std::atomic<uint32_t> sleepers_{0};  // waiters in a futex sleep on state_
@@ -106,7 +112,9 @@ class Session {
   const bool oversubscribed_;
   mutable YieldLock mu_;
   std::vector<Dev> devs_;                               // guarded by mu_
-  std::map<Key, std::shared_ptr<Instance>> open_;       // guarded by mu_: gathering or failed
+  using Open = std::map<Key, std::shared_ptr<Instance>>;
+  Open open_;                                           // guarded by mu_: gathering or failed
+  std::vector<Open::node_type> spare_nodes_;            // guarded by mu_: reused map nodes
 };
 
 }  // namespace meshrt::coll

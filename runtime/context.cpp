@@ -30,10 +30,13 @@ Launch::Launch(Mesh m, std::chrono::milliseconds timeout, bool oversubscribed)
           timeout, oversubscribed),
       host_addressable(backend_of(mesh.devices().front()).host_addressable()) {}
 
-const coll::GroupLayout& Launch::layout(const std::vector<int>& axes) {
+const coll::GroupLayout& Launch::layout(const std::vector<std::string>& names, const std::vector<int>& axes) {
   std::lock_guard<std::mutex> lock(mu_);
   auto& slot = layouts_[axes];
-  if (!slot) slot = std::make_unique<coll::GroupLayout>(coll::make_group_layout(mesh.shape(), axes));
+  if (!slot) {
+    slot = std::make_unique<coll::GroupLayout>(coll::make_group_layout(mesh.shape(), axes));
+    slot->axis_names = names;
+  }
   return *slot;
 }
 
@@ -72,51 +75,48 @@ Context::Context(std::shared_ptr<detail::Launch> launch, int64_t position)
 Device Context::device() const { return launch_->mesh.devices()[static_cast<size_t>(pos_)]; }
 const Mesh& Context::mesh() const { return launch_->mesh; }
 
-// Resolved axes, the device's group layout and the operand, checked.
+// The device's group layout for the axes, with the operand checked.
 struct Context::Prepared {
-  std::vector<std::string> names;
-  std::vector<int> positions;
   const coll::GroupLayout* layout;
   int64_t group_size;
 };
 
 Context::Prepared Context::prepare(int, const Tensor& x, const AxisNames& axes, const char* op) const {
-  const Mesh& mesh = launch_->mesh;
   if (!x.valid()) throw Error(cat("[", op, "] the operand is an empty (default-constructed) Tensor"));
   if (x.device() != device()) {
     throw Error(cat("[", op, "] the operand lives on ", x.device().str(), " but this body runs on ",
                     device().str(), "; collectives take tensors of the body's own device"));
   }
-  Prepared p;
-  p.names = axes.names();
-  std::set<std::string> seen;
-  for (const std::string& a : p.names) {
-    int at = mesh.axis_position(a);
-    if (at < 0) {
-      throw Error(cat("[", op, "] Found an unbound axis name: ", a, ". The mesh axes are ",
-                      axes_tuple(mesh.axis_names()), "; name one of them"));
-    }
-    if (!seen.insert(a).second) {
-      throw Error(cat("[", op, "] axis ", detail::quote(a), " appears twice in axis_name ",
-                      axes_tuple(p.names)));
-    }
-    p.positions.push_back(at);
-  }
   if (!launch_->host_addressable) {
-    throw Error(cat("[", op, "] collectives on the ", mesh.platform(), " platform are not "
+    throw Error(cat("[", op, "] collectives on the ", launch_->mesh.platform(), " platform are not "
                     "implemented yet (only cpu); run this program on a cpu mesh"));
   }
-  const void* found = nullptr;
+  // Layouts this device used before are found by name, without the launch's lock.
+  const std::vector<std::string>& names = axes.names();
   for (const auto& [key, layout] : layouts_) {
-    if (key == p.positions) found = layout;
+    if (static_cast<const coll::GroupLayout*>(layout)->axis_names == names) {
+      const auto* l = static_cast<const coll::GroupLayout*>(layout);
+      return {l, l->group_size};
+    }
   }
-  if (found == nullptr) {
-    found = &launch_->layout(p.positions);
-    layouts_.emplace_back(p.positions, found);
+  const Mesh& mesh = launch_->mesh;
+  std::vector<int> positions;
+  for (size_t i = 0; i < names.size(); ++i) {
+    int at = mesh.axis_position(names[i]);
+    if (at < 0) {
+      throw Error(cat("[", op, "] Found an unbound axis name: ", names[i], ". The mesh axes are ",
+                      axes_tuple(mesh.axis_names()), "; name one of them"));
+    }
+    if (std::find(names.begin(), names.begin() + static_cast<std::ptrdiff_t>(i), names[i]) !=
+        names.begin() + static_cast<std::ptrdiff_t>(i)) {
+      throw Error(cat("[", op, "] axis ", detail::quote(names[i]), " appears twice in axis_name ",
+                      axes_tuple(names)));
+    }
+    positions.push_back(at);
   }
-  p.layout = static_cast<const coll::GroupLayout*>(found);
-  p.group_size = p.layout->group_size;
-  return p;
+  const coll::GroupLayout* l = &launch_->layout(names, positions);
+  layouts_.emplace_back(positions, l);
+  return {l, l->group_size};
 }
 
 int64_t Context::axis_index(const AxisNames& axes) const {
@@ -157,12 +157,12 @@ std::pair<coll::Pending, Tensor> begin(detail::Launch& launch, int64_t pos, cons
   return {std::move(p), std::move(out)};
 }
 
-coll::Call base_call(coll::Kind kind, const Tensor& x, const std::vector<std::string>& names) {
+coll::Call base_call(coll::Kind kind, const Tensor& x, const coll::GroupLayout& layout) {
   coll::Call c;
   c.kind = kind;
   c.dtype = x.dtype();
   c.shape = x.shape();
-  c.axes = names;
+  c.axes = &layout.axis_names;
   return c;
 }
 
@@ -171,7 +171,7 @@ coll::Call base_call(coll::Kind kind, const Tensor& x, const std::vector<std::st
 #define MESHRT_REDUCTION(method, kind)                                                      \
   Tensor Context::method(const Tensor& x, const AxisNames& axes) {                          \
     Prepared p = prepare(0, x, axes, #method);                                              \
-    coll::Call c = base_call(coll::Kind::kind, x, p.names);                                 \
+    coll::Call c = base_call(coll::Kind::kind, x, *p.layout);                                 \
     DType od = coll::Kind::kind == coll::Kind::pmean ? coll::pmean_dtype(x.dtype()) : x.dtype(); \
     auto [pending, out] = begin(*launch_, pos_, *p.layout, c, x, x.shape(), od);            \
     coll::finish(pending);                                                                  \
@@ -190,9 +190,9 @@ struct GatherPlan {
   Shape out_shape;
 };
 
-GatherPlan plan_all_gather(const Tensor& x, const std::vector<std::string>& names, int axis, bool tiled,
+GatherPlan plan_all_gather(const Tensor& x, const coll::GroupLayout& layout, int axis, bool tiled,
                            int64_t n) {
-  GatherPlan g{base_call(coll::Kind::all_gather, x, names), x.shape()};
+  GatherPlan g{base_call(coll::Kind::all_gather, x, layout), x.shape()};
   const auto rank = static_cast<int64_t>(x.shape().size());
   if (tiled) {
     int64_t a = normalize_axis(axis, rank, "all_gather");
@@ -207,8 +207,9 @@ GatherPlan plan_all_gather(const Tensor& x, const std::vector<std::string>& name
   return g;
 }
 
-GatherPlan plan_ppermute(const Tensor& x, const std::vector<std::string>& names, const Mesh& mesh,
+GatherPlan plan_ppermute(const Tensor& x, const coll::GroupLayout& layout, const Mesh& mesh,
                          const std::vector<std::pair<int64_t, int64_t>>& perm, int64_t n) {
+  const std::vector<std::string>& names = layout.axis_names;
   // JAX: axes must be in mesh order for ppermute (it used to sort silently: wrong answers).
   for (size_t i = 1; i < names.size(); ++i) {
     if (mesh.axis_position(names[i - 1]) > mesh.axis_position(names[i])) {
@@ -217,7 +218,7 @@ GatherPlan plan_ppermute(const Tensor& x, const std::vector<std::string>& names,
                       axes_tuple(mesh.axis_names())));
     }
   }
-  GatherPlan g{base_call(coll::Kind::ppermute, x, names), x.shape()};
+  GatherPlan g{base_call(coll::Kind::ppermute, x, layout), x.shape()};
   std::set<int64_t> srcs, dsts;
   bool unique = true;
   for (auto [s, d] : perm) {
@@ -245,7 +246,7 @@ Tensor Context::all_gather(const Tensor& x, const AxisNames& axes, int axis, boo
 
 PendingTensor Context::all_gather_start(const Tensor& x, const AxisNames& axes, int axis, bool tiled) {
   Prepared p = prepare(0, x, axes, "all_gather");
-  GatherPlan g = plan_all_gather(x, p.names, axis, tiled, p.group_size);
+  GatherPlan g = plan_all_gather(x, *p.layout, axis, tiled, p.group_size);
   auto [pending, out] = begin(*launch_, pos_, *p.layout, g.call, x, g.out_shape, x.dtype());
   PendingTensor result;
   result.launch_ = launch_;
@@ -262,7 +263,7 @@ Tensor Context::ppermute(const Tensor& x, const AxisNames& axes,
 PendingTensor Context::ppermute_start(const Tensor& x, const AxisNames& axes,
                                       const std::vector<std::pair<int64_t, int64_t>>& perm) {
   Prepared p = prepare(0, x, axes, "ppermute");
-  GatherPlan g = plan_ppermute(x, p.names, launch_->mesh, perm, p.group_size);
+  GatherPlan g = plan_ppermute(x, *p.layout, launch_->mesh, perm, p.group_size);
   auto [pending, out] = begin(*launch_, pos_, *p.layout, g.call, x, g.out_shape, x.dtype());
   PendingTensor result;
   result.launch_ = launch_;
@@ -291,7 +292,7 @@ Tensor Context::psum_scatter(const Tensor& x, const AxisNames& axes, int scatter
     }
     out_shape.erase(out_shape.begin() + sd);
   }
-  coll::Call c = base_call(coll::Kind::psum_scatter, x, p.names);
+  coll::Call c = base_call(coll::Kind::psum_scatter, x, *p.layout);
   c.axis = sd;
   c.tiled = tiled;
   auto [pending, out] = begin(*launch_, pos_, *p.layout, c, x, out_shape, x.dtype());
@@ -310,19 +311,19 @@ Tensor Context::all_to_all(const Tensor& x, const AxisNames& axes, int split_axi
   if (tiled) {
     if (size % n != 0) {
       throw Error(cat("[all_to_all] The size of all_to_all split_axis (", size,
-                      ") has to be divisible by the size of the named axis ", axes_tuple(p.names), " (", n, ")"));
+                      ") has to be divisible by the size of the named axis ", axes_tuple(p.layout->axis_names), " (", n, ")"));
     }
     out_shape[static_cast<size_t>(split)] /= n;
     out_shape[static_cast<size_t>(concat)] *= n;
   } else {
     if (size != n) {
-      throw Error(cat("[all_to_all] all_to_all requires the size of the mapped axis ", axes_tuple(p.names),
+      throw Error(cat("[all_to_all] all_to_all requires the size of the mapped axis ", axes_tuple(p.layout->axis_names),
                       " to equal x.shape[split_axis], but they are ", n, " and ", size, " respectively."));
     }
     out_shape.erase(out_shape.begin() + split);
     out_shape.insert(out_shape.begin() + concat, n);
   }
-  coll::Call c = base_call(coll::Kind::all_to_all, x, p.names);
+  coll::Call c = base_call(coll::Kind::all_to_all, x, *p.layout);
   c.axis = split;
   c.axis2 = concat;
   c.tiled = tiled;

@@ -14,8 +14,9 @@ namespace meshrt::detail {
 
 struct Launch {
   Launch(Mesh m, std::chrono::milliseconds timeout, bool oversubscribed);
-  // The device groups for a tuple of mesh axes (positions in the mesh), built once per launch.
-  const coll::GroupLayout& layout(const std::vector<int>& axes);
+  // The device groups for a tuple of mesh axes (names and their positions in the mesh), built
+  // once per launch.
+  const coll::GroupLayout& layout(const std::vector<std::string>& names, const std::vector<int>& axes);
 
   Mesh mesh;
   coll::Session session;
