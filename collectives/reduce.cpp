@@ -20,43 +20,30 @@ inline T add(T a, T b) {
   }
 }
 
-template <class T>
-void fold(Kind op, T* __restrict dst, const std::vector<const void*>& srcs, int64_t len) {
+// dst = f(...f(f(s0, s1), s2)..., s_{n-1}); the first two inputs combine straight into dst.
+template <class T, class F>
+void fold_with(T* __restrict dst, const std::vector<const void*>& srcs, int64_t len, F f) {
   const T* s0 = static_cast<const T*>(srcs[0]);
   if (srcs.size() == 1) {
     std::copy(s0, s0 + len, dst);
     return;
   }
   const T* s1 = static_cast<const T*>(srcs[1]);
-  // The first two inputs are combined straight into dst; the rest are folded in, in order.
+#pragma omp simd
+  for (int64_t e = 0; e < len; ++e) dst[e] = f(s0[e], s1[e]);
+  for (size_t j = 2; j < srcs.size(); ++j) {
+    const T* s = static_cast<const T*>(srcs[j]);
+#pragma omp simd
+    for (int64_t e = 0; e < len; ++e) dst[e] = f(dst[e], s[e]);
+  }
+}
+
+template <class T>
+void fold(Kind op, T* dst, const std::vector<const void*>& srcs, int64_t len) {
   switch (op) {
-    case Kind::pmax:
-#pragma omp simd
-      for (int64_t e = 0; e < len; ++e) dst[e] = std::max(s0[e], s1[e]);
-      for (size_t j = 2; j < srcs.size(); ++j) {
-        const T* s = static_cast<const T*>(srcs[j]);
-#pragma omp simd
-        for (int64_t e = 0; e < len; ++e) dst[e] = std::max(dst[e], s[e]);
-      }
-      break;
-    case Kind::pmin:
-#pragma omp simd
-      for (int64_t e = 0; e < len; ++e) dst[e] = std::min(s0[e], s1[e]);
-      for (size_t j = 2; j < srcs.size(); ++j) {
-        const T* s = static_cast<const T*>(srcs[j]);
-#pragma omp simd
-        for (int64_t e = 0; e < len; ++e) dst[e] = std::min(dst[e], s[e]);
-      }
-      break;
-    default:
-#pragma omp simd
-      for (int64_t e = 0; e < len; ++e) dst[e] = add(s0[e], s1[e]);
-      for (size_t j = 2; j < srcs.size(); ++j) {
-        const T* s = static_cast<const T*>(srcs[j]);
-#pragma omp simd
-        for (int64_t e = 0; e < len; ++e) dst[e] = add(dst[e], s[e]);
-      }
-      break;
+    case Kind::pmax: return fold_with<T>(dst, srcs, len, [](T a, T b) { return std::max(a, b); });
+    case Kind::pmin: return fold_with<T>(dst, srcs, len, [](T a, T b) { return std::min(a, b); });
+    default: return fold_with<T>(dst, srcs, len, [](T a, T b) { return add(a, b); });
   }
 }
 

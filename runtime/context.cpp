@@ -81,7 +81,7 @@ struct Context::Prepared {
   int64_t group_size;
 };
 
-Context::Prepared Context::prepare(int, const Tensor& x, const AxisNames& axes, const char* op) const {
+Context::Prepared Context::prepare(const Tensor& x, const AxisNames& axes, const char* op) const {
   if (!x.valid()) throw Error(cat("[", op, "] the operand is an empty (default-constructed) Tensor"));
   if (x.device() != device()) {
     throw Error(cat("[", op, "] the operand lives on ", x.device().str(), " but this body runs on ",
@@ -170,7 +170,7 @@ coll::Call base_call(coll::Kind kind, const Tensor& x, const coll::GroupLayout& 
 
 #define MESHRT_REDUCTION(method, kind)                                                      \
   Tensor Context::method(const Tensor& x, const AxisNames& axes) {                          \
-    Prepared p = prepare(0, x, axes, #method);                                              \
+    Prepared p = prepare(x, axes, #method);                                              \
     coll::Call c = base_call(coll::Kind::kind, x, *p.layout);                                 \
     DType od = coll::Kind::kind == coll::Kind::pmean ? coll::pmean_dtype(x.dtype()) : x.dtype(); \
     auto [pending, out] = begin(*launch_, pos_, *p.layout, c, x, x.shape(), od);            \
@@ -245,14 +245,10 @@ Tensor Context::all_gather(const Tensor& x, const AxisNames& axes, int axis, boo
 }
 
 PendingTensor Context::all_gather_start(const Tensor& x, const AxisNames& axes, int axis, bool tiled) {
-  Prepared p = prepare(0, x, axes, "all_gather");
+  Prepared p = prepare(x, axes, "all_gather");
   GatherPlan g = plan_all_gather(x, *p.layout, axis, tiled, p.group_size);
   auto [pending, out] = begin(*launch_, pos_, *p.layout, g.call, x, g.out_shape, x.dtype());
-  PendingTensor result;
-  result.launch_ = launch_;
-  result.pending_ = std::make_unique<coll::Pending>(std::move(pending));
-  result.out_ = std::move(out);
-  return result;
+  return PendingTensor(launch_, std::make_unique<coll::Pending>(std::move(pending)), std::move(out));
 }
 
 Tensor Context::ppermute(const Tensor& x, const AxisNames& axes,
@@ -262,18 +258,14 @@ Tensor Context::ppermute(const Tensor& x, const AxisNames& axes,
 
 PendingTensor Context::ppermute_start(const Tensor& x, const AxisNames& axes,
                                       const std::vector<std::pair<int64_t, int64_t>>& perm) {
-  Prepared p = prepare(0, x, axes, "ppermute");
+  Prepared p = prepare(x, axes, "ppermute");
   GatherPlan g = plan_ppermute(x, *p.layout, launch_->mesh, perm, p.group_size);
   auto [pending, out] = begin(*launch_, pos_, *p.layout, g.call, x, g.out_shape, x.dtype());
-  PendingTensor result;
-  result.launch_ = launch_;
-  result.pending_ = std::make_unique<coll::Pending>(std::move(pending));
-  result.out_ = std::move(out);
-  return result;
+  return PendingTensor(launch_, std::make_unique<coll::Pending>(std::move(pending)), std::move(out));
 }
 
 Tensor Context::psum_scatter(const Tensor& x, const AxisNames& axes, int scatter_dimension, bool tiled) {
-  Prepared p = prepare(0, x, axes, "psum_scatter");
+  Prepared p = prepare(x, axes, "psum_scatter");
   const int64_t n = p.group_size;
   const auto rank = static_cast<int64_t>(x.shape().size());
   const int64_t sd = normalize_axis(scatter_dimension, rank, "psum_scatter");
@@ -301,7 +293,7 @@ Tensor Context::psum_scatter(const Tensor& x, const AxisNames& axes, int scatter
 }
 
 Tensor Context::all_to_all(const Tensor& x, const AxisNames& axes, int split_axis, int concat_axis, bool tiled) {
-  Prepared p = prepare(0, x, axes, "all_to_all");
+  Prepared p = prepare(x, axes, "all_to_all");
   const int64_t n = p.group_size;
   const auto rank = static_cast<int64_t>(x.shape().size());
   const int64_t split = normalize_axis(split_axis, rank, "all_to_all");
@@ -333,6 +325,8 @@ Tensor Context::all_to_all(const Tensor& x, const AxisNames& axes, int split_axi
 }
 
 PendingTensor::PendingTensor() = default;
+PendingTensor::PendingTensor(std::shared_ptr<detail::Launch> launch, std::unique_ptr<coll::Pending> pending, Tensor out)
+    : launch_(std::move(launch)), pending_(std::move(pending)), out_(std::move(out)) {}
 PendingTensor::PendingTensor(PendingTensor&&) noexcept = default;
 PendingTensor& PendingTensor::operator=(PendingTensor&&) noexcept = default;
 PendingTensor::~PendingTensor() = default;

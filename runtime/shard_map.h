@@ -65,6 +65,7 @@ class PendingTensor {
 
  private:
   friend class Context;
+  PendingTensor(std::shared_ptr<detail::Launch> launch, std::unique_ptr<coll::Pending> pending, Tensor out);
   std::shared_ptr<detail::Launch> launch_;
   std::unique_ptr<coll::Pending> pending_;
   Tensor out_;
@@ -105,7 +106,7 @@ class Context {
 
  private:
   struct Prepared;
-  Prepared prepare(int kind, const Tensor& x, const AxisNames& axes, const char* op) const;
+  Prepared prepare(const Tensor& x, const AxisNames& axes, const char* op) const;
   std::shared_ptr<detail::Launch> launch_;
   int64_t pos_;
   // Group layouts this device used, by axis positions: found without the launch's lock.

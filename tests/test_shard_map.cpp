@@ -166,6 +166,11 @@ TEST(ShardMap, ManySmallCollectivesDoNotGrowMemory) {
   Array y = run(100000);
   long after = rss_kib();
   EXPECT_EQ(y.to_vector<float>(), std::vector<float>{28});
+#if defined(__SANITIZE_THREAD__) || defined(__SANITIZE_ADDRESS__)
+  // A sanitizer's own shadow memory and metadata grow with every fresh heap address, so RSS
+  // says nothing about meshrt here; the unsanitized build checks the bound.
+  GTEST_SKIP() << "RSS bound not checked under a sanitizer (grew " << (after - before) << " KiB)";
+#endif
   EXPECT_LT(after - before, 2048) << "RSS grew by " << (after - before) << " KiB over 10^5 psums";
 }
 
