@@ -4,7 +4,10 @@
 // nothing about meshes, shardings or tensors; devices are its local indices 0..n-1.
 #pragma once
 
+#include <atomic>
+#include <chrono>
 #include <cstddef>
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <string>
@@ -63,7 +66,25 @@ class Backend {
   virtual void submit(int device, std::function<void()> task) = 0;
 };
 
-// The cpu backend with `device_count` simulated devices.
+// ---- executors that run several devices on one thread (fibers)
+
+// On a device executor that multiplexes devices on its thread (a fiber), lets the other devices
+// run until word != value or `deadline` passes, then returns true; the caller re-checks its
+// condition. Elsewhere returns false at once and the caller must wait by itself (spin/futex).
+bool cooperative_wait(const std::atomic<uint32_t>& word, uint32_t value,
+                      std::chrono::steady_clock::time_point deadline);
+// True once any fiber executor exists in the process (for error messages).
+bool fiber_executors_in_use();
+// True when the caller runs on a fiber (so cooperative_wait applies).
+bool on_fiber();
+// True on a device executor's thread (thread or fiber worker), i.e. inside a device's task.
+bool on_executor();
+// Called once by each executor thread when it starts.
+void mark_executor_thread();
+
+// The cpu backend with `device_count` simulated devices. MESHRT_CPU_EXECUTOR picks how they run:
+// "threads" (one thread each), "fibers" (fibers on one worker thread per core), or "auto"
+// (default: fibers when there are more devices than cores).
 std::unique_ptr<Backend> make_cpu_backend(int device_count);
 // The cuda backend: real when meshrt was built with CUDA, else a stub with no devices whose
 // unavailable_reason() says so.

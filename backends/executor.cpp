@@ -1,8 +1,17 @@
 #include "backends/executor.h"
 
+#include "backends/backend.h"
+
 #include <utility>
 
 namespace meshrt::backend {
+
+namespace {
+thread_local bool t_on_executor = false;
+}  // namespace
+
+bool on_executor() { return t_on_executor; }
+void mark_executor_thread() { t_on_executor = true; }
 
 Executor::~Executor() {
   {
@@ -23,6 +32,7 @@ void Executor::submit(std::function<void()> task) {
 }
 
 void Executor::loop() {
+  mark_executor_thread();
   if (on_start_) on_start_();
   for (;;) {
     std::function<void()> task;

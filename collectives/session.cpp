@@ -2,6 +2,7 @@
 
 #include <sstream>
 
+#include "backends/backend.h"
 #include "collectives/wait.h"
 #include "runtime/error.h"
 
@@ -175,6 +176,11 @@ void Session::timeout_locked(Instance& inst) {
   os << members_str(missing) << " never arrived (";
   for (size_t k = 0; k < missing.size(); ++k) os << (k ? "; " : "") << describe_locked(missing[k]);
   os << "). Raise MESHRT_COLLECTIVE_TIMEOUT if their work is just slow.";
+  if (backend::fiber_executors_in_use()) {
+    os << " Devices run as fibers sharing a thread per core (MESHRT_CPU_EXECUTOR=auto|fibers): a body "
+          "blocked outside meshrt (sleep, a lock, I/O) also stalls the devices sharing its thread; "
+          "MESHRT_CPU_EXECUTOR=threads gives each device its own thread.";
+  }
   fail_locked(inst, os.str());
 }
 

@@ -9,6 +9,8 @@
 #include <climits>
 #include <ctime>
 
+#include "backends/backend.h"
+
 namespace meshrt::coll {
 
 namespace {
@@ -30,6 +32,14 @@ uint32_t* futex_word(const std::atomic<uint32_t>& word) {
 
 bool spin_while(const std::atomic<uint32_t>& word, uint32_t value, std::chrono::nanoseconds budget,
                 bool oversubscribed) {
+  if (word.load(std::memory_order_acquire) != value) return true;
+  if (backend::on_fiber()) {  // waiting is handing the thread to the other devices
+    const auto until = std::chrono::steady_clock::now() + budget;
+    while (backend::cooperative_wait(word, value, until)) {
+      if (word.load(std::memory_order_acquire) != value) return true;
+      if (std::chrono::steady_clock::now() >= until) return false;
+    }
+  }
   // With more runnable devices than cores a pure spin only delays the peer being waited for:
   // spin a little, then yield so that peer can run on this core.
   const int spins = oversubscribed ? 0 : 4000;
@@ -52,6 +62,11 @@ bool spin_while(const std::atomic<uint32_t>& word, uint32_t value, std::chrono::
 
 bool sleep_while(const std::atomic<uint32_t>& word, uint32_t value, std::chrono::nanoseconds timeout) {
   const auto deadline = std::chrono::steady_clock::now() + timeout;
+  // A fiber must not block its thread: the devices sharing it may be the ones awaited.
+  while (backend::cooperative_wait(word, value, deadline)) {
+    if (word.load(std::memory_order_seq_cst) != value) return true;
+    if (std::chrono::steady_clock::now() >= deadline) return false;
+  }
   for (;;) {
     // seq_cst: pairs with the sleeper count a waker reads after its store (Dekker-style).
     if (word.load(std::memory_order_seq_cst) != value) return true;

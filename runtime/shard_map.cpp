@@ -23,8 +23,6 @@ using detail::cat;
 
 namespace {
 
-thread_local bool t_in_body = false;
-
 std::mutex& launch_mutex() {
   static std::mutex* mu = new std::mutex;  // leaked: may be held while static destructors run
   return *mu;
@@ -187,7 +185,7 @@ std::vector<Array> detail::run_shard_map(const ErasedBody& body, const Mesh& mes
                                          const std::vector<PartitionSpec>& in_specs,
                                          const std::vector<PartitionSpec>& out_specs,
                                          const std::vector<Array>& args, const ShardMapOptions& options) {
-  if (t_in_body) {
+  if (backend::on_executor()) {  // only bodies run on device executors
     throw Error("[shard_map] shard_map called inside a shard_map body; nesting is not supported: call "
                 "it from the host, or use collectives inside the one body");
   }
@@ -228,12 +226,8 @@ std::vector<Array> detail::run_shard_map(const ErasedBody& body, const Mesh& mes
         std::vector<Tensor> inputs;
         for (const Array& a : placed) inputs.push_back(a.blocks()[pos]);
         Context ctx(launch, static_cast<int64_t>(pos));
-        t_in_body = true;
-        std::vector<Tensor> out = body(ctx, inputs);
-        t_in_body = false;
-        outcome.outputs[pos] = std::move(out);
+        outcome.outputs[pos] = body(ctx, inputs);
       } catch (...) {
-        t_in_body = false;
         threw = true;
         std::lock_guard<std::mutex> lock(outcome.mu);
         outcome.errors[pos] = std::current_exception();

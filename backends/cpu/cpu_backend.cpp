@@ -1,4 +1,5 @@
 // The cpu platform: N simulated devices sharing host memory, one executor each.
+#include <algorithm>
 #include <bit>
 #include <iterator>
 #include <cstdlib>
@@ -8,10 +9,12 @@
 #include <mutex>
 #include <new>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "backends/backend.h"
 #include "backends/executor.h"
+#include "backends/fiber_executor.h"
 #include "runtime/error.h"
 
 namespace meshrt::cpu {
@@ -74,13 +77,31 @@ class BlockCache {
   size_t cached_ = 0;                          // guarded by mu_
 };
 
+// MESHRT_CPU_EXECUTOR: threads | fibers | auto (fibers when devices outnumber cores).
+bool use_fibers(int devices) {
+  const char* env = std::getenv("MESHRT_CPU_EXECUTOR");
+  std::string mode = env != nullptr && *env != '\0' ? env : "auto";
+  if (mode == "threads") return false;
+  if (mode == "fibers") return true;
+  if (mode != "auto") {
+    throw Error("[cpu] MESHRT_CPU_EXECUTOR='" + mode + "' is not one of threads, fibers, auto");
+  }
+  return devices > static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+}
+
 class CpuBackend final : public backend::Backend {
  public:
-  explicit CpuBackend(int n) : executors_(static_cast<size_t>(n)), caches_(static_cast<size_t>(n)) {
-    for (auto& e : executors_) e = std::make_unique<backend::Executor>();
+  explicit CpuBackend(int n) : caches_(static_cast<size_t>(n)) {
+    if (use_fibers(n)) {
+      const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+      fibers_ = std::make_unique<backend::FiberPool>(n, std::min(n, cores));
+    } else {
+      executors_.resize(static_cast<size_t>(n));
+      for (auto& e : executors_) e = std::make_unique<backend::Executor>();
+    }
   }
   std::string_view platform() const override { return "cpu"; }
-  int device_count() const override { return static_cast<int>(executors_.size()); }
+  int device_count() const override { return static_cast<int>(caches_.size()); }
   std::string unavailable_reason() const override { return ""; }
   bool host_addressable() const override { return true; }
 
@@ -116,12 +137,17 @@ class CpuBackend final : public backend::Backend {
   }
 
   void submit(int device, std::function<void()> task) override {
-    executors_[static_cast<size_t>(device)]->submit(std::move(task));
+    if (fibers_) {
+      fibers_->submit(device, std::move(task));
+    } else {
+      executors_[static_cast<size_t>(device)]->submit(std::move(task));
+    }
   }
 
  private:
-  std::vector<std::unique_ptr<backend::Executor>> executors_;
   std::vector<BlockCache> caches_;
+  std::vector<std::unique_ptr<backend::Executor>> executors_;  // one thread per device, or
+  std::unique_ptr<backend::FiberPool> fibers_;                 // devices as fibers on few threads
 };
 
 }  // namespace

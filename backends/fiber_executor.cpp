@@ -1,0 +1,288 @@
+#include "backends/fiber_executor.h"
+
+#include <pthread.h>
+#include <sched.h>
+#include <sys/mman.h>
+#include <time.h>
+#include <ucontext.h>
+
+#include <cstring>
+#include <string>
+
+#include "backends/backend.h"
+#include "runtime/error.h"
+
+#if defined(__SANITIZE_THREAD__)
+#include <sanitizer/tsan_interface.h>
+#define MESHRT_FIBER_TSAN 1
+#endif
+#if defined(__SANITIZE_ADDRESS__)
+#include <sanitizer/common_interface_defs.h>
+#define MESHRT_FIBER_ASAN 1
+#endif
+
+namespace meshrt::backend {
+
+namespace {
+using Clock = std::chrono::steady_clock;
+constexpr size_t kStackSize = size_t{8} << 20;  // like a thread's; committed lazily
+}  // namespace
+
+struct FiberPool::Fiber {
+  Worker* worker = nullptr;
+  ucontext_t ctx{};
+  void* map = nullptr;  // guard page + stack
+  void* stack_lo = nullptr;
+  std::deque<std::function<void()>> queue;  // guarded by worker->mu
+  std::atomic<int> queued{0};               // queue.size(), readable without the lock
+  // Worker-thread-only state: whether a task is in progress, and while the fiber is switched
+  // out inside cooperative_wait, what it waits for.
+  bool busy = false;
+  const std::atomic<uint32_t>* word = nullptr;
+  uint32_t value = 0;
+  Clock::time_point deadline{};
+#ifdef MESHRT_FIBER_TSAN
+  void* tsan = nullptr;
+#endif
+  void run();
+};
+
+struct FiberPool::Worker {
+  std::thread thread;
+  std::mutex mu;
+  std::condition_variable cv;
+  std::atomic<int> queued{0};  // tasks queued on this worker's fibers
+  bool stop = false;           // guarded by mu
+  std::vector<Fiber*> fibers;
+  ucontext_t ctx{};
+  Fiber* current = nullptr;
+  void* stack_lo = nullptr;
+  size_t stack_size = 0;
+#ifdef MESHRT_FIBER_TSAN
+  void* tsan = nullptr;
+#endif
+  void loop();
+};
+
+namespace {
+
+thread_local FiberPool::Worker* t_worker = nullptr;
+std::atomic<bool> g_fibers_in_use{false};
+
+inline void cpu_relax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#endif
+}
+
+}  // namespace
+
+// The switches, with the annotations ThreadSanitizer and AddressSanitizer need to follow them.
+static void switch_to_fiber(FiberPool::Worker* w, FiberPool::Fiber* f) {
+  w->current = f;
+#ifdef MESHRT_FIBER_TSAN
+  __tsan_switch_to_fiber(f->tsan, 0);
+#endif
+#ifdef MESHRT_FIBER_ASAN
+  void* fake = nullptr;
+  __sanitizer_start_switch_fiber(&fake, f->stack_lo, kStackSize);
+#endif
+  swapcontext(&w->ctx, &f->ctx);
+#ifdef MESHRT_FIBER_ASAN
+  __sanitizer_finish_switch_fiber(fake, nullptr, nullptr);
+#endif
+  w->current = nullptr;
+}
+
+static void switch_to_worker(FiberPool::Fiber* f) {
+  FiberPool::Worker* w = f->worker;
+#ifdef MESHRT_FIBER_TSAN
+  __tsan_switch_to_fiber(w->tsan, 0);
+#endif
+#ifdef MESHRT_FIBER_ASAN
+  void* fake = nullptr;
+  __sanitizer_start_switch_fiber(&fake, w->stack_lo, w->stack_size);
+#endif
+  swapcontext(&f->ctx, &w->ctx);
+#ifdef MESHRT_FIBER_ASAN
+  __sanitizer_finish_switch_fiber(fake, nullptr, nullptr);
+#endif
+}
+
+static void fiber_entry(unsigned hi, unsigned lo) {
+  auto* f = reinterpret_cast<FiberPool::Fiber*>((static_cast<uintptr_t>(hi) << 32) | lo);
+#ifdef MESHRT_FIBER_ASAN
+  __sanitizer_finish_switch_fiber(nullptr, nullptr, nullptr);
+#endif
+  f->run();
+}
+
+// A device's fiber: runs its tasks in order, forever; with none queued it returns to the worker.
+void FiberPool::Fiber::run() {
+  for (;;) {
+    std::function<void()> task;
+    {
+      std::lock_guard<std::mutex> lock(worker->mu);
+      if (!queue.empty()) {
+        task = std::move(queue.front());
+        queue.pop_front();
+        queued.fetch_sub(1, std::memory_order_relaxed);
+        worker->queued.fetch_sub(1, std::memory_order_relaxed);
+      }
+    }
+    if (!task) {
+      busy = false;
+      switch_to_worker(this);
+      continue;
+    }
+    busy = true;
+    task();
+    task = nullptr;  // release captures on this fiber, before it idles
+  }
+}
+
+void FiberPool::Worker::loop() {
+  t_worker = this;
+  mark_executor_thread();
+  pthread_attr_t attr;
+  if (pthread_getattr_np(pthread_self(), &attr) == 0) {
+    pthread_attr_getstack(&attr, &stack_lo, &stack_size);
+    pthread_attr_destroy(&attr);
+  }
+#ifdef MESHRT_FIBER_TSAN
+  tsan = __tsan_get_current_fiber();
+#endif
+  uint64_t idle_passes = 0;
+  for (;;) {
+    bool ran = false, active = false;
+    Clock::time_point now{};
+    bool have_now = false;
+    for (Fiber* f : fibers) {
+      bool runnable;
+      if (f->busy) {
+        active = true;
+        runnable = f->word == nullptr || f->word->load(std::memory_order_acquire) != f->value;
+        if (!runnable) {
+          if (!have_now) {
+            now = Clock::now();
+            have_now = true;
+          }
+          runnable = now >= f->deadline;
+        }
+      } else {
+        runnable = f->queued.load(std::memory_order_acquire) > 0;
+      }
+      if (runnable) {
+        ran = true;
+        switch_to_fiber(this, f);
+      }
+    }
+    if (ran) {
+      idle_passes = 0;
+      continue;
+    }
+    if (!active) {  // no device has work: sleep until a task arrives
+      std::unique_lock<std::mutex> lock(mu);
+      cv.wait(lock, [&] { return stop || queued.load(std::memory_order_relaxed) > 0; });
+      if (stop && queued.load(std::memory_order_relaxed) == 0) return;
+      continue;
+    }
+    // Every device here waits for a peer on another worker: back off, gently at first.
+    ++idle_passes;
+    if (idle_passes < 64) {
+      cpu_relax();
+    } else if (idle_passes < 4096) {
+      sched_yield();
+    } else {
+      timespec ts{0, 20000};
+      nanosleep(&ts, nullptr);
+    }
+  }
+}
+
+// getcontext returns twice like setjmp; kept out of the constructor's loop (-Wclobbered).
+[[gnu::noinline]] static void make_fiber_context(FiberPool::Fiber* f) {
+  getcontext(&f->ctx);
+  f->ctx.uc_stack.ss_sp = f->stack_lo;
+  f->ctx.uc_stack.ss_size = kStackSize;
+  f->ctx.uc_link = nullptr;
+  const auto p = reinterpret_cast<uintptr_t>(f);
+  makecontext(&f->ctx, reinterpret_cast<void (*)()>(fiber_entry), 2, static_cast<unsigned>(p >> 32),
+              static_cast<unsigned>(p & 0xffffffffu));
+}
+
+FiberPool::FiberPool(int devices, int workers) {
+  g_fibers_in_use.store(true, std::memory_order_relaxed);
+  if (workers < 1) workers = 1;
+  for (int i = 0; i < workers; ++i) workers_.push_back(std::make_unique<Worker>());
+  for (int d = 0; d < devices; ++d) {
+    auto f = std::make_unique<Fiber>();
+    f->worker = workers_[static_cast<size_t>(d % workers)].get();
+    const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+    f->map = mmap(nullptr, kStackSize + page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (f->map == MAP_FAILED) {
+      throw Error("[cpu] cannot map a fiber stack for cpu:" + std::to_string(d) + ": " + std::strerror(errno) +
+                  "; use fewer devices or MESHRT_CPU_EXECUTOR=threads");
+    }
+    mprotect(f->map, page, PROT_NONE);  // guard page: an overflow faults instead of corrupting
+    f->stack_lo = static_cast<char*>(f->map) + page;
+    make_fiber_context(f.get());
+#ifdef MESHRT_FIBER_TSAN
+    f->tsan = __tsan_create_fiber(0);
+#endif
+    f->worker->fibers.push_back(f.get());
+    fibers_.push_back(std::move(f));
+  }
+  for (auto& w : workers_) {
+    Worker* wp = w.get();
+    w->thread = std::thread([wp] { wp->loop(); });
+  }
+}
+
+FiberPool::~FiberPool() {
+  for (auto& w : workers_) {
+    {
+      std::lock_guard<std::mutex> lock(w->mu);
+      w->stop = true;
+    }
+    w->cv.notify_all();
+    if (w->thread.joinable()) w->thread.join();
+  }
+  const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+  for (auto& f : fibers_) {
+#ifdef MESHRT_FIBER_TSAN
+    __tsan_destroy_fiber(f->tsan);
+#endif
+    munmap(f->map, kStackSize + page);
+  }
+}
+
+void FiberPool::submit(int device, std::function<void()> task) {
+  Fiber* f = fibers_[static_cast<size_t>(device)].get();
+  Worker* w = f->worker;
+  {
+    std::lock_guard<std::mutex> lock(w->mu);
+    f->queue.push_back(std::move(task));
+    f->queued.fetch_add(1, std::memory_order_release);
+    w->queued.fetch_add(1, std::memory_order_release);
+  }
+  w->cv.notify_one();
+}
+
+bool fiber_executors_in_use() { return g_fibers_in_use.load(std::memory_order_relaxed); }
+
+bool on_fiber() { return t_worker != nullptr && t_worker->current != nullptr; }
+
+bool cooperative_wait(const std::atomic<uint32_t>& word, uint32_t value, std::chrono::steady_clock::time_point deadline) {
+  FiberPool::Worker* w = t_worker;
+  if (w == nullptr || w->current == nullptr) return false;
+  FiberPool::Fiber* f = w->current;
+  f->word = &word;
+  f->value = value;
+  f->deadline = deadline;
+  switch_to_worker(f);
+  f->word = nullptr;
+  return true;
+}
+
+}  // namespace meshrt::backend
