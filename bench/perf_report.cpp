@@ -166,11 +166,37 @@ void row(const char* what, double t, const char* base_name, double base, const c
 
 }  // namespace
 
+// Runs this program again with MESHRT_CPU_EXECUTOR=threads for the small-psum latency alone.
+std::pair<double, double> latency_with_threads(const char* self, bool quick) {
+  std::string cmd = std::string("MESHRT_CPU_EXECUTOR=threads ") + self + " --latency-only" + (quick ? " --quick" : "");
+  FILE* p = popen(cmd.c_str(), "r");
+  double med = -1, mean = -1;
+  if (p) {
+    char line[256];
+    while (fgets(line, sizeof line, p)) std::sscanf(line, "latency %lf %lf", &med, &mean);
+    pclose(p);
+  }
+  return {med, mean};
+}
+
+const char* executor_name() {
+  const char* e = std::getenv("MESHRT_CPU_EXECUTOR");
+  return e && *e ? e : "auto";
+}
+
 int main(int argc, char** argv) {
-  bool quick = false, mpi = true;
+  bool quick = false, mpi = true, latency_only = false;
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--quick") == 0) quick = true;
     if (std::strcmp(argv[i], "--no-mpi") == 0) mpi = false;
+    if (std::strcmp(argv[i], "--latency-only") == 0) latency_only = true;
+  }
+  auto psum = [](Context& c, const Tensor& t) { return c.psum(t, "x"); };
+  if (latency_only) {
+    set_cpu_device_count(8);
+    auto [med, mean] = latency_op(8, quick ? 2000 : 20000, quick ? 3 : 7, psum);
+    std::printf("latency %.9f %.9f\n", med, mean);
+    return 0;
   }
   const int max_devices = quick ? 32 : 256;
   set_cpu_device_count(max_devices);
@@ -180,14 +206,14 @@ int main(int argc, char** argv) {
 
   const double bw = memcpy_bandwidth(size_t{64} << 20, static_cast<int>(std::max(1u, std::thread::hardware_concurrency())), reps);
   const double bw1 = memcpy_bandwidth(size_t{64} << 20, 1, reps);
-  std::printf("# meshrt performance report: %lld simulated cpu devices on %u hardware threads\n",
-              static_cast<long long>(n), std::thread::hardware_concurrency());
+  std::printf("# meshrt performance report: %lld simulated cpu devices on %u hardware threads, "
+              "MESHRT_CPU_EXECUTOR=%s (fibers when devices outnumber cores)\n",
+              static_cast<long long>(n), std::thread::hardware_concurrency(), executor_name());
   std::printf("# memcpy bandwidth: %.2f GB/s (all cores), %.2f GB/s (one thread)\n\n", bw / 1e9, bw1 / 1e9);
   std::printf("| %-44s | %13s | %-30s | %13s | %7s | %-10s |\n", "measurement", "meshrt", "baseline", "baseline", "ratio", "target");
   std::printf("|%s|%s|%s|%s|%s|%s|\n", std::string(46, '-').c_str(), std::string(15, '-').c_str(),
               std::string(32, '-').c_str(), std::string(15, '-').c_str(), std::string(9, '-').c_str(), std::string(12, '-').c_str());
 
-  auto psum = [](Context& c, const Tensor& t) { return c.psum(t, "x"); };
   const int64_t big_elems = static_cast<int64_t>(big / 4);
   double t_big = time_op(n, big_elems, quick ? 2 : 4, reps, psum);
   row("psum 64 MiB/device, float32", t_big, "bound 2*P*N / memcpy bw", 2.0 * big * n / bw, "<= 1.25x");
@@ -199,6 +225,9 @@ int main(int argc, char** argv) {
   row("psum of one float: median per call", t_small, "std::barrier rendezvous (mean)", barrier_psum_latency(static_cast<int>(n), quick ? 2000 : 20000, reps), "< 8 us");
   if (mpi) row("psum of one float: median per call", t_small, "Open MPI MPI_Allreduce (mean)", mpi_allreduce(static_cast<int>(n), 4, 20000, 5), "< 8 us");
   row("psum of one float: mean per call", t_small_mean, "", -1, "");
+  auto [thr_med, thr_mean] = latency_with_threads(argv[0], quick);
+  row("psum of one float: median, threads executor", thr_med, "", -1, "(compare)");
+  (void)thr_mean;
 
   const int64_t mid_elems = static_cast<int64_t>(mid / 4);
   const int it = quick ? 3 : 8;

@@ -135,8 +135,9 @@ Session::Arrival Session::arrive(int64_t pos, const GroupLayout& layout, const C
   inst->parts_[i].arrived = true;
   inst->parts_[i].slot = std::move(slot);
   ++inst->arrived_count_;
-  // A member that already left its body can never arrive.
-  for (size_t k = 0; k < inst->members_->size(); ++k) {
+  // A member that already left its body can never arrive (scanned only once some device left,
+  // so an arrival costs O(1) while every body is still running).
+  for (size_t k = 0; left_ > 0 && k < inst->members_->size(); ++k) {
     const Dev& d = devs_[static_cast<size_t>(inst->member(k))];
     if (!inst->arrived(k) && (d.state == DevState::finished || d.state == DevState::threw)) {
       fail_locked(*inst, "[" + std::string(kind_name(call.kind)) + "] " +
@@ -222,6 +223,7 @@ void Session::device_finished(int64_t pos, bool threw) {
   std::lock_guard<YieldLock> lock(mu_);
   Dev& me = devs_[static_cast<size_t>(pos)];
   me.state = threw ? DevState::threw : DevState::finished;
+  ++left_;
   me.waiting_on = nullptr;
   for (auto& [key, inst] : open_) {
     for (size_t k = 0; k < inst->members_->size(); ++k) {

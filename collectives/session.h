@@ -112,6 +112,7 @@ class Session {
   const bool oversubscribed_;
   mutable YieldLock mu_;
   std::vector<Dev> devs_;                               // guarded by mu_
+  int64_t left_ = 0;                                    // guarded by mu_: devices out of their body
   using Open = std::map<Key, std::shared_ptr<Instance>>;
   Open open_;                                           // guarded by mu_: gathering or failed
   std::vector<Open::node_type> spare_nodes_;            // guarded by mu_: reused map nodes
