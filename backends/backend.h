@@ -12,10 +12,26 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <vector>
+
+#include "runtime/dtype.h"
 
 namespace meshrt::backend {
 
 class Backend;
+
+// ---- kernel vocabulary (device-local ops)
+
+enum class UnaryOp { copy, neg, exp, log, sin, cos, tanh, sqrt, relu };
+enum class BinaryOp { add, sub, mul, div, max, min, eq, ne, lt, le, gt, ge };
+enum class ReduceOp { sum, max, min, argmax };
+
+// An operand of an elementwise kernel: device memory and one stride (in elements) per output
+// dimension; 0 broadcasts. Outputs are dense and row-major.
+struct Strided {
+  const void* data;
+  std::vector<int64_t> strides;
+};
 
 // Pass as a device index to copy_2d for memory that is ordinary host memory.
 inline constexpr int kHost = -1;
@@ -60,6 +76,25 @@ class Backend {
   // (cudaMemcpy2D semantics). A device index of kHost marks host memory. Synchronous.
   virtual void copy_2d(void* dst, int dst_device, size_t dpitch, const void* src, int src_device,
                        size_t spitch, size_t width, size_t height) = 0;
+
+  // ---- kernels, run on the calling thread against `device`'s memory (cpu: host pointers).
+  // y = op(x) elementwise over `shape`, converting in -> out (copy with in != out is astype).
+  virtual void unary(int device, UnaryOp op, DType in, DType out, const std::vector<int64_t>& shape,
+                     const Strided& x, void* y) = 0;
+  // y = op(a, b); comparisons write bool.
+  virtual void binary(int device, BinaryOp op, DType in, DType out, const std::vector<int64_t>& shape,
+                      const Strided& a, const Strided& b, void* y) = 0;
+  // y = cond ? a : b (cond is bool).
+  virtual void select(int device, DType dtype, const std::vector<int64_t>& shape, const Strided& cond,
+                      const Strided& a, const Strided& b, void* y) = 0;
+  // x is dense [outer, len, inner]; y is dense [outer, inner] (argmax writes int64).
+  virtual void reduce(int device, ReduceOp op, DType dtype, int64_t outer, int64_t len, int64_t inner,
+                      const void* x, void* y) = 0;
+  // c[b] = a[b] @ b[b] for `batch` dense row-major (m, k) x (k, n) matrices.
+  virtual void matmul(int device, DType dtype, int64_t batch, int64_t m, int64_t n, int64_t k,
+                      const void* a, const void* b, void* c) = 0;
+  // y[i] = value (converted to dtype), or y[i] = i when iota.
+  virtual void fill(int device, DType dtype, int64_t n, double value, bool iota, void* y) = 0;
 
   // Runs `task` on the device's executor, in submission order. Returns at once; the task must
   // not throw (callers wrap it and carry exceptions back themselves).

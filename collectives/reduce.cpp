@@ -97,6 +97,7 @@ void reduce_run(Kind op, DType in, DType out, void* dst, const std::vector<const
     case DType::f64: return fold_dispatch_out<double>(op, out, dst, srcs, len);
     case DType::i32: return fold_dispatch_out<int32_t>(op, out, dst, srcs, len);
     case DType::i64: return fold_dispatch_out<int64_t>(op, out, dst, srcs, len);
+    case DType::bool_: break;  // rejected by the runtime before a rendezvous
   }
   throw Error("[collectives] reduction of an unknown dtype");
 }

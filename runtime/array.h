@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <span>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "dtype.h"
@@ -38,9 +39,15 @@ class Array {
   // read from the first device holding them (mesh order).
   template <class T>
   std::vector<T> to_vector() const {
-    std::vector<T> out(static_cast<size_t>(size()));
-    copy_to_host(out.data(), dtype_v<T>);
-    return out;
+    if constexpr (std::is_same_v<T, bool>) {  // std::vector<bool> has no data()
+      std::vector<uint8_t> bytes(static_cast<size_t>(size()));
+      copy_to_host(bytes.data(), DType::bool_);
+      return std::vector<bool>(bytes.begin(), bytes.end());
+    } else {
+      std::vector<T> out(static_cast<size_t>(size()));
+      copy_to_host(out.data(), dtype_v<T>);
+      return out;
+    }
   }
   void copy_to_host(void* dst, DType expected) const;
 
@@ -63,7 +70,12 @@ Array device_put(std::span<const T> data, Shape shape, const Sharding& to) {
 }
 template <class T>
 Array device_put(const std::vector<T>& data, Shape shape, const Sharding& to) {
-  return device_put(std::span<const T>(data), std::move(shape), to);
+  if constexpr (std::is_same_v<T, bool>) {
+    std::vector<uint8_t> bytes(data.begin(), data.end());
+    return device_put(bytes.data(), static_cast<int64_t>(bytes.size()), DType::bool_, std::move(shape), to);
+  } else {
+    return device_put(std::span<const T>(data), std::move(shape), to);
+  }
 }
 
 // Reshards `x` onto `to`. Blocks a device already holds are kept (shared, not copied); only

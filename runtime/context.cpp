@@ -170,6 +170,10 @@ coll::Call base_call(coll::Kind kind, const Tensor& x, const coll::GroupLayout& 
 
 #define MESHRT_REDUCTION(method, kind)                                                      \
   Tensor Context::method(const Tensor& x, const AxisNames& axes) {                          \
+    if (x.valid() && x.dtype() == DType::bool_) {                                           \
+      throw Error("[" #method "] bool operands are not reduced; convert first, e.g. "       \
+                  "astype(x, DType::i32)");                                                 \
+    }                                                                                       \
     Prepared p = prepare(x, axes, #method);                                              \
     coll::Call c = base_call(coll::Kind::kind, x, *p.layout);                                 \
     DType od = coll::Kind::kind == coll::Kind::pmean ? coll::pmean_dtype(x.dtype()) : x.dtype(); \

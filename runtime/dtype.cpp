@@ -11,6 +11,7 @@ size_t dtype_size(DType dtype) {
     case DType::f64: return 8;
     case DType::i32: return 4;
     case DType::i64: return 8;
+    case DType::bool_: return 1;
   }
   throw Error("[dtype] unknown dtype value " + std::to_string(static_cast<int>(dtype)));
 }
@@ -21,6 +22,7 @@ std::string_view dtype_name(DType dtype) {
     case DType::f64: return "float64";
     case DType::i32: return "int32";
     case DType::i64: return "int64";
+    case DType::bool_: return "bool";
   }
   return "unknown";
 }
@@ -31,9 +33,12 @@ std::string_view dtype_cpp_name(DType dtype) {
     case DType::f64: return "double";
     case DType::i32: return "int32_t";
     case DType::i64: return "int64_t";
+    case DType::bool_: return "bool";
   }
   return "unknown";
 }
+
+bool is_floating(DType dtype) { return dtype == DType::f32 || dtype == DType::f64; }
 
 int64_t shape_size(const Shape& shape) {
   int64_t n = 1;

@@ -10,18 +10,20 @@
 
 namespace meshrt {
 
-// Element type of a Tensor or Array. Names follow NumPy/JAX (float32, ...).
-enum class DType { f32, f64, i32, i64 };
+// Element type of a Tensor or Array. Names follow NumPy/JAX (float32, ..., bool). bool_ is what
+// comparisons return (one byte per element, 0 or 1).
+enum class DType { f32, f64, i32, i64, bool_ };
 
 template <class T>
 struct dtype_of {
   static_assert(!std::is_same_v<T, T>,
-                "meshrt supports float, double, int32_t and int64_t elements only");
+                "meshrt supports float, double, int32_t, int64_t and bool elements only");
 };
 template <> struct dtype_of<float> { static constexpr DType value = DType::f32; };
 template <> struct dtype_of<double> { static constexpr DType value = DType::f64; };
 template <> struct dtype_of<int32_t> { static constexpr DType value = DType::i32; };
 template <> struct dtype_of<int64_t> { static constexpr DType value = DType::i64; };
+template <> struct dtype_of<bool> { static constexpr DType value = DType::bool_; };
 
 // dtype_v<float> == DType::f32; any other element type is a compile-time error.
 template <class T>
@@ -29,9 +31,9 @@ inline constexpr DType dtype_v = dtype_of<std::remove_cv_t<T>>::value;
 
 // Size of one element in bytes.
 size_t dtype_size(DType dtype);
-// "float32", "float64", "int32", "int64".
+// "float32", "float64", "int32", "int64", "bool".
 std::string_view dtype_name(DType dtype);
-// The C++ element type name, for error messages: "float", "double", "int32_t", "int64_t".
+// The C++ element type name, for error messages: "float", "double", "int32_t", "int64_t", "bool".
 std::string_view dtype_cpp_name(DType dtype);
 
 // A row-major array shape. Every entry is >= 0.
@@ -39,6 +41,8 @@ using Shape = std::vector<int64_t>;
 
 // Number of elements (1 for rank 0).
 int64_t shape_size(const Shape& shape);
+// True for f32 and f64.
+bool is_floating(DType dtype);
 // Python tuple notation, as JAX prints shapes: "(8, 4)", "(10,)", "()".
 std::string shape_str(const Shape& shape);
 

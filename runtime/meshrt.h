@@ -13,6 +13,8 @@
 #include "dtype.h"
 #include "error.h"
 #include "mesh.h"
+#include "ops.h"
 #include "partition_spec.h"
+#include "random.h"
 #include "sharding.h"
 #include "tensor.h"

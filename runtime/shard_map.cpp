@@ -110,6 +110,7 @@ std::string first_difference(const Tensor& a, const Tensor& b) {
         case DType::f64: { double v; std::memcpy(&v, p, 8); return cat(v); }
         case DType::i32: { int32_t v; std::memcpy(&v, p, 4); return cat(v); }
         case DType::i64: { int64_t v; std::memcpy(&v, p, 8); return cat(v); }
+        case DType::bool_: return cat(*p != 0 ? "True" : "False");
       }
       return "?";
     };

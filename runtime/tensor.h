@@ -5,6 +5,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "device.h"
@@ -36,9 +37,15 @@ class Tensor {
   // Copies the data to the host. T must match dtype() exactly, else an Error.
   template <class T>
   std::vector<T> to_vector() const {
-    std::vector<T> out(static_cast<size_t>(size()));
-    copy_to_host(out.data(), dtype_v<T>);
-    return out;
+    if constexpr (std::is_same_v<T, bool>) {  // std::vector<bool> has no data()
+      std::vector<uint8_t> bytes(static_cast<size_t>(size()));
+      copy_to_host(bytes.data(), DType::bool_);
+      return std::vector<bool>(bytes.begin(), bytes.end());
+    } else {
+      std::vector<T> out(static_cast<size_t>(size()));
+      copy_to_host(out.data(), dtype_v<T>);
+      return out;
+    }
   }
 
   // Internal: the memory behind the tensor.
@@ -70,7 +77,12 @@ Tensor tensor(std::span<const T> data, Shape shape, Device device) {
 }
 template <class T>
 Tensor tensor(const std::vector<T>& data, Shape shape, Device device) {
-  return tensor(std::span<const T>(data), std::move(shape), device);
+  if constexpr (std::is_same_v<T, bool>) {
+    std::vector<uint8_t> bytes(data.begin(), data.end());
+    return tensor(bytes.data(), static_cast<int64_t>(bytes.size()), DType::bool_, std::move(shape), device);
+  } else {
+    return tensor(std::span<const T>(data), std::move(shape), device);
+  }
 }
 
 }  // namespace meshrt

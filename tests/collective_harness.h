@@ -68,6 +68,7 @@ inline std::vector<double> array_values(const Array& a) {
     case DType::f64: return a.to_vector<double>();
     case DType::i32: { auto v = a.to_vector<int32_t>(); return {v.begin(), v.end()}; }
     case DType::i64: { auto v = a.to_vector<int64_t>(); return {v.begin(), v.end()}; }
+    case DType::bool_: { auto v = a.to_vector<bool>(); return {v.begin(), v.end()}; }
   }
   return {};
 }
@@ -78,6 +79,11 @@ inline Array put_values(const std::vector<double>& v, const Shape& shape, DType 
     case DType::f64: return device_put(v, shape, s);
     case DType::i32: return device_put(to_host_type<int32_t>(v), shape, s);
     case DType::i64: return device_put(to_host_type<int64_t>(v), shape, s);
+    case DType::bool_: {
+      std::vector<bool> b;
+      for (double x : v) b.push_back(x != 0);
+      return device_put(b, shape, s);
+    }
   }
   throw std::logic_error("dtype");
 }

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "backends/backend.h"
+#include "backends/cpu/kernels.h"
 #include "backends/executor.h"
 #include "backends/fiber_executor.h"
 #include "runtime/error.h"
@@ -92,6 +93,7 @@ bool use_fibers(int devices) {
 class CpuBackend final : public backend::Backend {
  public:
   explicit CpuBackend(int n) : caches_(static_cast<size_t>(n)) {
+    configure_blas_threads(n);
     if (use_fibers(n)) {
       const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
       fibers_ = std::make_unique<backend::FiberPool>(n, std::min(n, cores));
@@ -134,6 +136,30 @@ class CpuBackend final : public backend::Backend {
     auto* d = static_cast<char*>(dst);
     const auto* s = static_cast<const char*>(src);
     for (size_t r = 0; r < height; ++r) std::memcpy(d + r * dpitch, s + r * spitch, width);
+  }
+
+  void unary(int, backend::UnaryOp op, DType in, DType out, const std::vector<int64_t>& shape,
+             const backend::Strided& x, void* y) override {
+    cpu::unary(op, in, out, shape, x, y);
+  }
+  void binary(int, backend::BinaryOp op, DType in, DType out, const std::vector<int64_t>& shape,
+              const backend::Strided& a, const backend::Strided& b, void* y) override {
+    cpu::binary(op, in, out, shape, a, b, y);
+  }
+  void select(int, DType dtype, const std::vector<int64_t>& shape, const backend::Strided& cond,
+              const backend::Strided& a, const backend::Strided& b, void* y) override {
+    cpu::select(dtype, shape, cond, a, b, y);
+  }
+  void reduce(int, backend::ReduceOp op, DType dtype, int64_t outer, int64_t len, int64_t inner, const void* x,
+              void* y) override {
+    cpu::reduce(op, dtype, outer, len, inner, x, y);
+  }
+  void matmul(int, DType dtype, int64_t batch, int64_t m, int64_t n, int64_t k, const void* a, const void* b,
+              void* c) override {
+    cpu::matmul(dtype, batch, m, n, k, a, b, c);
+  }
+  void fill(int, DType dtype, int64_t n, double value, bool iota, void* y) override {
+    cpu::fill(dtype, n, value, iota, y);
   }
 
   void submit(int device, std::function<void()> task) override {

@@ -1,0 +1,422 @@
+#include "backends/cpu/kernels.h"
+
+#include <cblas.h>
+#include <oneapi/tbb/blocked_range.h>
+#include <oneapi/tbb/parallel_for.h>
+#include <oneapi/tbb/task_arena.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <thread>
+#include <type_traits>
+
+#include "runtime/error.h"
+
+namespace meshrt::cpu {
+
+namespace {
+
+using backend::BinaryOp;
+using backend::ReduceOp;
+using backend::Strided;
+using backend::UnaryOp;
+
+constexpr int64_t kParallelGrain = int64_t{1} << 16;  // elements per task; smaller runs stay serial
+
+tbb::task_arena& arena() {
+  static tbb::task_arena* a = new tbb::task_arena(static_cast<int>(std::max(1u, std::thread::hardware_concurrency())));
+  return *a;
+}
+
+// Runs fn(begin, end) over [0, n), in parallel chunks when n is large.
+template <class F>
+void parallel_ranges(int64_t n, F&& fn) {
+  if (n <= kParallelGrain) {
+    fn(int64_t{0}, n);
+    return;
+  }
+  arena().execute([&] {
+    tbb::parallel_for(tbb::blocked_range<int64_t>(0, n, kParallelGrain),
+                      [&](const tbb::blocked_range<int64_t>& r) { fn(r.begin(), r.end()); });
+  });
+}
+
+template <class F>
+void with_type(DType t, F&& f) {
+  switch (t) {
+    case DType::f32: return f(float{});
+    case DType::f64: return f(double{});
+    case DType::i32: return f(int32_t{});
+    case DType::i64: return f(int64_t{});
+    case DType::bool_: return f(bool{});
+  }
+  throw Error("[cpu] kernel for an unknown dtype");
+}
+
+// Walks output elements [b, e) of `shape` (row-major): fn(out_index, len, offsets) per run along
+// the last dimension, where offsets[i] is input i's element offset at out_index and input i
+// advances by its last stride along the run.
+template <size_t N, class F>
+void walk(const std::vector<int64_t>& shape, const std::array<const std::vector<int64_t>*, N>& strides, int64_t b,
+          int64_t e, F&& fn) {
+  const size_t rank = shape.size();
+  if (rank == 0) {
+    std::array<int64_t, N> off{};
+    if (b < e) fn(int64_t{0}, int64_t{1}, off);
+    return;
+  }
+  const int64_t inner = shape[rank - 1];
+  std::vector<int64_t> idx(rank);
+  int64_t rem = b;
+  for (size_t d = rank; d-- > 0;) {
+    idx[d] = rem % shape[d];
+    rem /= shape[d];
+  }
+  int64_t pos = b;
+  while (pos < e) {
+    std::array<int64_t, N> off{};
+    for (size_t i = 0; i < N; ++i) {
+      for (size_t d = 0; d < rank; ++d) off[i] += idx[d] * (*strides[i])[d];
+    }
+    const int64_t len = std::min(inner - idx[rank - 1], e - pos);
+    fn(pos, len, off);
+    pos += len;
+    idx[rank - 1] += len;
+    for (size_t d = rank - 1; d > 0 && idx[d] == shape[d]; --d) {
+      idx[d] = 0;
+      ++idx[d - 1];
+    }
+  }
+}
+
+// Integers wrap (two's complement) like XLA's, without signed-overflow UB.
+template <class T>
+inline T wrap_add(T a, T b) {
+  if constexpr (std::is_same_v<T, bool>) {
+    return a || b;  // NumPy: bool + bool is logical or
+  } else if constexpr (std::is_integral_v<T>) {
+    using U = std::make_unsigned_t<T>;
+    return static_cast<T>(static_cast<U>(a) + static_cast<U>(b));
+  } else {
+    return a + b;
+  }
+}
+template <class T>
+inline T wrap_sub(T a, T b) {
+  if constexpr (std::is_same_v<T, bool>) {
+    return a != b;  // unreachable: the runtime rejects bool subtraction, as NumPy does
+  } else if constexpr (std::is_integral_v<T>) {
+    using U = std::make_unsigned_t<T>;
+    return static_cast<T>(static_cast<U>(a) - static_cast<U>(b));
+  } else {
+    return a - b;
+  }
+}
+template <class T>
+inline T wrap_mul(T a, T b) {
+  if constexpr (std::is_same_v<T, bool>) {
+    return a && b;  // NumPy: bool * bool is logical and
+  } else if constexpr (std::is_integral_v<T>) {
+    using U = std::make_unsigned_t<T>;
+    return static_cast<T>(static_cast<U>(a) * static_cast<U>(b));
+  } else {
+    return a * b;
+  }
+}
+// max/min propagate NaN, as XLA's.
+template <class T>
+inline T max_nan(T a, T b) {
+  if constexpr (std::is_floating_point_v<T>) return (a > b || a != a) ? a : b;
+  else return a > b ? a : b;
+}
+template <class T>
+inline T min_nan(T a, T b) {
+  if constexpr (std::is_floating_point_v<T>) return (a < b || a != a) ? a : b;
+  else return a < b ? a : b;
+}
+
+template <class I, class O, class F>
+void run1(const I* x, int64_t sx, O* y, int64_t n, F f) {
+  if (sx == 1) {
+#pragma omp simd
+    for (int64_t i = 0; i < n; ++i) y[i] = f(x[i]);
+  } else {
+    for (int64_t i = 0; i < n; ++i) y[i] = f(x[i * sx]);
+  }
+}
+
+template <class I, class O, class F>
+void run2(const I* a, int64_t sa, const I* b, int64_t sb, O* y, int64_t n, F f) {
+  if (sa == 1 && sb == 1) {
+#pragma omp simd
+    for (int64_t i = 0; i < n; ++i) y[i] = f(a[i], b[i]);
+  } else if (sa == 1 && sb == 0) {
+    const I bv = b[0];
+#pragma omp simd
+    for (int64_t i = 0; i < n; ++i) y[i] = f(a[i], bv);
+  } else if (sa == 0 && sb == 1) {
+    const I av = a[0];
+#pragma omp simd
+    for (int64_t i = 0; i < n; ++i) y[i] = f(av, b[i]);
+  } else {
+    for (int64_t i = 0; i < n; ++i) y[i] = f(a[i * sa], b[i * sb]);
+  }
+}
+
+template <class T>
+auto unary_fn(UnaryOp op) {
+  return [op](T v) -> T {
+    if constexpr (std::is_same_v<T, bool>) {
+      return v;
+    } else if constexpr (std::is_floating_point_v<T>) {
+      switch (op) {
+        case UnaryOp::neg: return -v;
+        case UnaryOp::exp: return std::exp(v);
+        case UnaryOp::log: return std::log(v);
+        case UnaryOp::sin: return std::sin(v);
+        case UnaryOp::cos: return std::cos(v);
+        case UnaryOp::tanh: return std::tanh(v);
+        case UnaryOp::sqrt: return std::sqrt(v);
+        case UnaryOp::relu: return v > T(0) ? v : (v != v ? v : T(0));
+        default: return v;
+      }
+    } else {
+      switch (op) {
+        case UnaryOp::neg: return wrap_sub(T(0), v);
+        case UnaryOp::relu: return v > 0 ? v : T(0);
+        default: return v;
+      }
+    }
+  };
+}
+
+}  // namespace
+
+void unary(UnaryOp op, DType in, DType out, const std::vector<int64_t>& shape, const Strided& x, void* y) {
+  const int64_t n = [&] { int64_t c = 1; for (int64_t d : shape) c *= d; return c; }();
+  if (n == 0) return;
+  with_type(in, [&](auto iv) {
+    using I = decltype(iv);
+    with_type(out, [&](auto ov) {
+      using O = decltype(ov);
+      const I* xp = static_cast<const I*>(x.data);
+      O* yp = static_cast<O*>(y);
+      const int64_t sx = shape.empty() ? 0 : x.strides.back();
+      parallel_ranges(n, [&](int64_t b, int64_t e) {
+        walk<1>(shape, {&x.strides}, b, e, [&](int64_t pos, int64_t len, const std::array<int64_t, 1>& off) {
+          if (op == UnaryOp::copy) {
+            run1(xp + off[0], sx, yp + pos, len, [](I v) { return static_cast<O>(v); });
+          } else if constexpr (std::is_same_v<I, O>) {
+            run1(xp + off[0], sx, yp + pos, len, unary_fn<I>(op));
+          } else {
+            throw Error("[cpu] unary kernel needs equal input and output dtypes");
+          }
+        });
+      });
+    });
+  });
+}
+
+void binary(BinaryOp op, DType in, DType out, const std::vector<int64_t>& shape, const Strided& a, const Strided& b,
+            void* y) {
+  const int64_t n = [&] { int64_t c = 1; for (int64_t d : shape) c *= d; return c; }();
+  if (n == 0) return;
+  with_type(in, [&](auto iv) {
+    using I = decltype(iv);
+    const I* ap = static_cast<const I*>(a.data);
+    const I* bp = static_cast<const I*>(b.data);
+    const int64_t sa = shape.empty() ? 0 : a.strides.back(), sb = shape.empty() ? 0 : b.strides.back();
+    const bool compare = op == BinaryOp::eq || op == BinaryOp::ne || op == BinaryOp::lt || op == BinaryOp::le ||
+                         op == BinaryOp::gt || op == BinaryOp::ge;
+    if (compare != (out == DType::bool_) || (!compare && out != in)) {
+      throw Error("[cpu] binary kernel: bad output dtype");
+    }
+    parallel_ranges(n, [&](int64_t lo, int64_t hi) {
+      walk<2>(shape, {&a.strides, &b.strides}, lo, hi,
+              [&](int64_t pos, int64_t len, const std::array<int64_t, 2>& off) {
+                const I* pa = ap + off[0];
+                const I* pb = bp + off[1];
+                if (compare) {
+                  bool* yp = static_cast<bool*>(y) + pos;
+                  switch (op) {
+                    case BinaryOp::eq: return run2(pa, sa, pb, sb, yp, len, [](I u, I v) { return u == v; });
+                    case BinaryOp::ne: return run2(pa, sa, pb, sb, yp, len, [](I u, I v) { return u != v; });
+                    case BinaryOp::lt: return run2(pa, sa, pb, sb, yp, len, [](I u, I v) { return u < v; });
+                    case BinaryOp::le: return run2(pa, sa, pb, sb, yp, len, [](I u, I v) { return u <= v; });
+                    case BinaryOp::gt: return run2(pa, sa, pb, sb, yp, len, [](I u, I v) { return u > v; });
+                    default: return run2(pa, sa, pb, sb, yp, len, [](I u, I v) { return u >= v; });
+                  }
+                }
+                I* yp = static_cast<I*>(y) + pos;
+                switch (op) {
+                  case BinaryOp::add: return run2(pa, sa, pb, sb, yp, len, [](I u, I v) { return wrap_add(u, v); });
+                  case BinaryOp::sub: return run2(pa, sa, pb, sb, yp, len, [](I u, I v) { return wrap_sub(u, v); });
+                  case BinaryOp::mul: return run2(pa, sa, pb, sb, yp, len, [](I u, I v) { return wrap_mul(u, v); });
+                  case BinaryOp::div:
+                    if constexpr (std::is_floating_point_v<I>) {
+                      return run2(pa, sa, pb, sb, yp, len, [](I u, I v) { return u / v; });
+                    } else {
+                      throw Error("[cpu] integer division reached the kernel; the runtime divides in floating point");
+                    }
+                  case BinaryOp::max: return run2(pa, sa, pb, sb, yp, len, [](I u, I v) { return max_nan(u, v); });
+                  default: return run2(pa, sa, pb, sb, yp, len, [](I u, I v) { return min_nan(u, v); });
+                }
+              });
+    });
+  });
+}
+
+void select(DType dtype, const std::vector<int64_t>& shape, const Strided& cond, const Strided& a, const Strided& b,
+            void* y) {
+  const int64_t n = [&] { int64_t c = 1; for (int64_t d : shape) c *= d; return c; }();
+  if (n == 0) return;
+  with_type(dtype, [&](auto tv) {
+    using T = decltype(tv);
+    const bool* cp = static_cast<const bool*>(cond.data);
+    const T* ap = static_cast<const T*>(a.data);
+    const T* bp = static_cast<const T*>(b.data);
+    T* yp = static_cast<T*>(y);
+    const int64_t sc = shape.empty() ? 0 : cond.strides.back(), sa = shape.empty() ? 0 : a.strides.back(),
+                  sb = shape.empty() ? 0 : b.strides.back();
+    parallel_ranges(n, [&](int64_t lo, int64_t hi) {
+      walk<3>(shape, {&cond.strides, &a.strides, &b.strides}, lo, hi,
+              [&](int64_t pos, int64_t len, const std::array<int64_t, 3>& off) {
+                for (int64_t i = 0; i < len; ++i) {
+                  yp[pos + i] = cp[off[0] + i * sc] ? ap[off[1] + i * sa] : bp[off[2] + i * sb];
+                }
+              });
+    });
+  });
+}
+
+void reduce(ReduceOp op, DType dtype, int64_t outer, int64_t len, int64_t inner, const void* x, void* y) {
+  with_type(dtype, [&](auto tv) {
+    using T = decltype(tv);
+    if constexpr (std::is_same_v<T, bool>) {
+      throw Error("[cpu] reductions of bool are converted to integers by the runtime first");
+    } else {
+      const T* xp = static_cast<const T*>(x);
+      const int64_t rows = outer * inner;
+      auto body = [&](int64_t lo, int64_t hi) {
+        // One output row (o, i..i+w) at a time, accumulating over len: vectorises over inner.
+        for (int64_t r = lo; r < hi;) {
+          const int64_t o = r / std::max<int64_t>(inner, 1), i0 = r % std::max<int64_t>(inner, 1);
+          const int64_t w = std::min(inner - i0, hi - r);
+          const T* base = xp + o * len * inner + i0;
+          if (op == ReduceOp::argmax) {
+            int64_t* yp = static_cast<int64_t*>(y) + r;
+            for (int64_t i = 0; i < w; ++i) {
+              T best = base[i];
+              int64_t at = 0;
+              for (int64_t l = 1; l < len; ++l) {
+                const T v = base[l * inner + i];
+                bool better;
+                if constexpr (std::is_floating_point_v<T>) better = (best == best) && (v > best || v != v);
+                else better = v > best;
+                if (better) {
+                  best = v;
+                  at = l;
+                }
+              }
+              yp[i] = at;
+            }
+          } else {
+            T* yp = static_cast<T*>(y) + r;
+            if (len == 0) {
+              for (int64_t i = 0; i < w; ++i) yp[i] = T(0);
+            } else {
+              for (int64_t i = 0; i < w; ++i) yp[i] = base[i];
+              for (int64_t l = 1; l < len; ++l) {
+                const T* row = base + l * inner;
+                switch (op) {
+                  case ReduceOp::sum:
+#pragma omp simd
+                    for (int64_t i = 0; i < w; ++i) yp[i] = wrap_add(yp[i], row[i]);
+                    break;
+                  case ReduceOp::max:
+                    for (int64_t i = 0; i < w; ++i) yp[i] = max_nan(yp[i], row[i]);
+                    break;
+                  default:
+                    for (int64_t i = 0; i < w; ++i) yp[i] = min_nan(yp[i], row[i]);
+                    break;
+                }
+              }
+            }
+          }
+          r += w;
+        }
+      };
+      if (rows * std::max<int64_t>(len, 1) > kParallelGrain && rows > 1) {
+        arena().execute([&] {
+          tbb::parallel_for(tbb::blocked_range<int64_t>(0, rows, std::max<int64_t>(1, kParallelGrain / std::max<int64_t>(len, 1))),
+                            [&](const tbb::blocked_range<int64_t>& r) { body(r.begin(), r.end()); });
+        });
+      } else {
+        body(0, rows);
+      }
+    }
+  });
+}
+
+void matmul(DType dtype, int64_t batch, int64_t m, int64_t n, int64_t k, const void* a, const void* b, void* c) {
+  with_type(dtype, [&](auto tv) {
+    using T = decltype(tv);
+    if constexpr (std::is_same_v<T, bool>) {
+      throw Error("[cpu] matmul of bool is converted by the runtime first");
+    } else {
+      const T* ap = static_cast<const T*>(a);
+      const T* bp = static_cast<const T*>(b);
+      T* cp = static_cast<T*>(c);
+      for (int64_t i = 0; i < batch; ++i) {
+        const T* A = ap + i * m * k;
+        const T* B = bp + i * k * n;
+        T* C = cp + i * m * n;
+        if (m == 0 || n == 0) continue;
+        if (k == 0) {
+          std::fill(C, C + m * n, T(0));
+          continue;
+        }
+        if constexpr (std::is_same_v<T, float>) {
+          cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, static_cast<int>(m), static_cast<int>(n),
+                      static_cast<int>(k), 1.0f, A, static_cast<int>(k), B, static_cast<int>(n), 0.0f, C,
+                      static_cast<int>(n));
+        } else if constexpr (std::is_same_v<T, double>) {
+          cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, static_cast<int>(m), static_cast<int>(n),
+                      static_cast<int>(k), 1.0, A, static_cast<int>(k), B, static_cast<int>(n), 0.0, C,
+                      static_cast<int>(n));
+        } else {
+          // Integers (no BLAS): i-k-j order, wrapping like XLA.
+          std::fill(C, C + m * n, T(0));
+          for (int64_t r = 0; r < m; ++r) {
+            for (int64_t q = 0; q < k; ++q) {
+              const T av = A[r * k + q];
+              for (int64_t j = 0; j < n; ++j) C[r * n + j] = wrap_add(C[r * n + j], wrap_mul(av, B[q * n + j]));
+            }
+          }
+        }
+      }
+    }
+  });
+}
+
+void fill(DType dtype, int64_t n, double value, bool iota, void* y) {
+  with_type(dtype, [&](auto tv) {
+    using T = decltype(tv);
+    T* yp = static_cast<T*>(y);
+    if (iota) {
+      for (int64_t i = 0; i < n; ++i) yp[i] = static_cast<T>(i);
+    } else {
+      const T v = static_cast<T>(value);
+      std::fill(yp, yp + n, v);
+    }
+  });
+}
+
+void configure_blas_threads(int devices) {
+  const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  openblas_set_num_threads(devices >= cores ? 1 : std::max(1, cores / devices));
+}
+
+}  // namespace meshrt::cpu

@@ -1,0 +1,131 @@
+// meshrt/ops.h: device-local operations on Tensors (inside shard_map bodies or on the host).
+//
+// Semantics follow NumPy/JAX with 64-bit types enabled (jax_enable_x64): NumPy broadcasting,
+// JAX's dtype promotion (int32 + float32 -> float32, int64 + float32 -> float32, ...), true
+// division of integers gives floats (int32 -> float32, int64 -> float64), sums of integers are
+// int64, argmax returns int64. A double scalar is "weak": it takes a float tensor's dtype and
+// turns integer tensors into float64; an integer scalar takes an integer tensor's dtype.
+// Operands must live on one device; mixing devices or platforms is an Error naming both.
+// Every op dispatches through the tensor's backend, so a platform only adds kernels.
+//
+//   Tensor h = relu(matmul(x, w) + b);           // b broadcasts over rows
+//   Tensor loss = mean((h - y) * (h - y));
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <utility>
+#include <vector>
+
+#include "tensor.h"
+
+namespace meshrt {
+
+// ---- creation and conversion
+Tensor zeros(Shape shape, DType dtype, Device device);
+Tensor ones(Shape shape, DType dtype, Device device);
+Tensor full(Shape shape, double value, DType dtype, Device device);
+Tensor arange(int64_t n, DType dtype, Device device);  // 0, 1, ..., n-1
+Tensor astype(const Tensor& x, DType dtype);
+Tensor copy(const Tensor& x);  // a new buffer with the same values
+
+// ---- elementwise (broadcasting)
+Tensor add(const Tensor& a, const Tensor& b);
+Tensor subtract(const Tensor& a, const Tensor& b);
+Tensor multiply(const Tensor& a, const Tensor& b);
+Tensor divide(const Tensor& a, const Tensor& b);  // true division
+Tensor maximum(const Tensor& a, const Tensor& b);  // NaN propagates
+Tensor minimum(const Tensor& a, const Tensor& b);
+Tensor equal(const Tensor& a, const Tensor& b);  // comparisons give bool
+Tensor not_equal(const Tensor& a, const Tensor& b);
+Tensor less(const Tensor& a, const Tensor& b);
+Tensor less_equal(const Tensor& a, const Tensor& b);
+Tensor greater(const Tensor& a, const Tensor& b);
+Tensor greater_equal(const Tensor& a, const Tensor& b);
+Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b);  // cond is bool
+
+Tensor neg(const Tensor& x);
+Tensor exp(const Tensor& x);  // integer inputs give floats
+Tensor log(const Tensor& x);
+Tensor sin(const Tensor& x);
+Tensor cos(const Tensor& x);
+Tensor tanh(const Tensor& x);
+Tensor sqrt(const Tensor& x);
+Tensor relu(const Tensor& x);
+
+// A scalar operand, as a Python scalar in JAX (weakly typed, see above).
+struct Scalar {
+  Scalar(double v) : value(v), integral(false) {}
+  Scalar(int v) : value(v), integral(true) {}
+  Scalar(int64_t v) : value(static_cast<double>(v)), integral(true) {}
+  double value;
+  bool integral;
+};
+Tensor add(const Tensor& a, Scalar b);
+Tensor subtract(const Tensor& a, Scalar b);
+Tensor subtract(Scalar a, const Tensor& b);
+Tensor multiply(const Tensor& a, Scalar b);
+Tensor divide(const Tensor& a, Scalar b);
+Tensor divide(Scalar a, const Tensor& b);
+Tensor maximum(const Tensor& a, Scalar b);
+Tensor minimum(const Tensor& a, Scalar b);
+
+inline Tensor operator+(const Tensor& a, const Tensor& b) { return add(a, b); }
+inline Tensor operator-(const Tensor& a, const Tensor& b) { return subtract(a, b); }
+inline Tensor operator*(const Tensor& a, const Tensor& b) { return multiply(a, b); }
+inline Tensor operator/(const Tensor& a, const Tensor& b) { return divide(a, b); }
+inline Tensor operator-(const Tensor& x) { return neg(x); }
+inline Tensor operator+(const Tensor& a, Scalar b) { return add(a, b); }
+inline Tensor operator+(Scalar a, const Tensor& b) { return add(b, a); }
+inline Tensor operator-(const Tensor& a, Scalar b) { return subtract(a, b); }
+inline Tensor operator-(Scalar a, const Tensor& b) { return subtract(a, b); }
+inline Tensor operator*(const Tensor& a, Scalar b) { return multiply(a, b); }
+inline Tensor operator*(Scalar a, const Tensor& b) { return multiply(b, a); }
+inline Tensor operator/(const Tensor& a, Scalar b) { return divide(a, b); }
+inline Tensor operator/(Scalar a, const Tensor& b) { return divide(a, b); }
+inline Tensor operator==(const Tensor& a, const Tensor& b) { return equal(a, b); }
+inline Tensor operator!=(const Tensor& a, const Tensor& b) { return not_equal(a, b); }
+inline Tensor operator<(const Tensor& a, const Tensor& b) { return less(a, b); }
+inline Tensor operator<=(const Tensor& a, const Tensor& b) { return less_equal(a, b); }
+inline Tensor operator>(const Tensor& a, const Tensor& b) { return greater(a, b); }
+inline Tensor operator>=(const Tensor& a, const Tensor& b) { return greater_equal(a, b); }
+
+// ---- reductions: axis = std::nullopt reduces everything; negative axes count from the end
+Tensor sum(const Tensor& x, std::optional<int> axis = std::nullopt, bool keepdims = false);
+Tensor mean(const Tensor& x, std::optional<int> axis = std::nullopt, bool keepdims = false);
+Tensor max(const Tensor& x, std::optional<int> axis = std::nullopt, bool keepdims = false);
+Tensor min(const Tensor& x, std::optional<int> axis = std::nullopt, bool keepdims = false);
+Tensor argmax(const Tensor& x, std::optional<int> axis = std::nullopt, bool keepdims = false);
+Tensor log_softmax(const Tensor& x, int axis = -1);
+Tensor softmax(const Tensor& x, int axis = -1);
+
+// ---- linear algebra
+// 2-D, batched (leading dims broadcast) and 1-D operands as jnp.matmul; floats go to a BLAS.
+Tensor matmul(const Tensor& a, const Tensor& b);
+// jnp.dot for 1-D and 2-D operands, and N-D . 1-D.
+Tensor dot(const Tensor& a, const Tensor& b);
+// Any permutation; empty reverses the dimensions.
+Tensor transpose(const Tensor& x, std::vector<int> perm = {});
+
+// ---- shape
+Tensor reshape(const Tensor& x, Shape shape);  // one entry may be -1; shares the buffer
+// lax.slice: [start, limit) with optional strides per dimension.
+Tensor slice(const Tensor& x, const Shape& start, const Shape& limit, const Shape& strides = {});
+Tensor slice_in_dim(const Tensor& x, int64_t start, int64_t limit, int64_t stride = 1, int axis = 0);
+// lax.dynamic_slice_in_dim: `start` known at run time, clamped so the slice fits.
+Tensor dynamic_slice_in_dim(const Tensor& x, int64_t start, int64_t size, int axis = 0);
+// lax.dynamic_update_slice: starts clamped so the update fits.
+Tensor dynamic_update_slice(const Tensor& x, const Tensor& update, const Shape& starts);
+Tensor concatenate(const std::vector<Tensor>& xs, int axis = 0);
+std::vector<Tensor> split(const Tensor& x, int64_t sections, int axis = 0);  // equal parts
+Tensor stack(const std::vector<Tensor>& xs, int axis = 0);
+Tensor squeeze(const Tensor& x, std::vector<int> axes = {});  // empty: every size-1 dim
+Tensor expand_dims(const Tensor& x, int axis);
+// jnp.pad(mode="constant"): (before, after) >= 0 per dimension.
+Tensor pad(const Tensor& x, const std::vector<std::pair<int64_t, int64_t>>& widths, double value = 0.0);
+
+// The dtype JAX gives `a op b` for two arrays; and the float type of integer math.
+DType promote_types(DType a, DType b);
+DType float_dtype_for(DType x);  // f32 -> f32, f64 -> f64, i32/bool -> f32, i64 -> f64
+
+}  // namespace meshrt
