@@ -230,7 +230,7 @@ void binary(BinaryOp op, DType in, DType out, const std::vector<int64_t>& shape,
     const int64_t sa = shape.empty() ? 0 : a.strides.back(), sb = shape.empty() ? 0 : b.strides.back();
     const bool compare = op == BinaryOp::eq || op == BinaryOp::ne || op == BinaryOp::lt || op == BinaryOp::le ||
                          op == BinaryOp::gt || op == BinaryOp::ge;
-    if (compare != (out == DType::bool_) || (!compare && out != in)) {
+    if ((compare && out != DType::bool_) || (!compare && out != in)) {
       throw Error("[cpu] binary kernel: bad output dtype");
     }
     parallel_ranges(n, [&](int64_t lo, int64_t hi) {

@@ -1,0 +1,646 @@
+// Device-local ops against a float64 host reference, written once and instantiated per platform.
+// Tolerances (relative, with an absolute floor of the same size): float32 2e-6 elementwise and
+// 1e-5 for reductions/matmul; float64 1e-13 and 1e-12; integers and bools exact. Shapes are
+// random (ranks 0-3, size-0 and size-1 dimensions), operands broadcast, axes may be negative.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <functional>
+#include <limits>
+#include <numeric>
+#include <random>
+
+#include "tests/host_ref.h"
+#include "tests/test_util.h"
+
+namespace meshrt {
+namespace {
+
+using test::HostArr;
+
+class Ops : public ::testing::TestWithParam<std::string> {
+ protected:
+  void SetUp() override {
+    auto ps = platforms();
+    if (std::find(ps.begin(), ps.end(), GetParam()) == ps.end()) {
+      GTEST_SKIP() << "platform " << GetParam() << " is not usable on this machine";
+    }
+    if (GetParam() == "cuda") GTEST_SKIP() << "cuda kernels are not implemented yet (the cuda issue)";
+    dev_ = devices(GetParam())[0];
+  }
+  Device dev_;
+  std::mt19937 rng_{1234};
+};
+
+// ---- helpers
+
+std::vector<double> values(const Tensor& t) {
+  switch (t.dtype()) {
+    case DType::f32: { auto v = t.to_vector<float>(); return {v.begin(), v.end()}; }
+    case DType::f64: return t.to_vector<double>();
+    case DType::i32: { auto v = t.to_vector<int32_t>(); return {v.begin(), v.end()}; }
+    case DType::i64: { auto v = t.to_vector<int64_t>(); return {v.begin(), v.end()}; }
+    case DType::bool_: { auto v = t.to_vector<bool>(); return {v.begin(), v.end()}; }
+  }
+  return {};
+}
+
+Tensor make(const HostArr& h, DType dt, Device d) {
+  switch (dt) {
+    case DType::f32: return tensor(std::vector<float>(h.v.begin(), h.v.end()), h.shape, d);
+    case DType::f64: return tensor(h.v, h.shape, d);
+    case DType::i32: return tensor(std::vector<int32_t>(h.v.begin(), h.v.end()), h.shape, d);
+    case DType::i64: return tensor(std::vector<int64_t>(h.v.begin(), h.v.end()), h.shape, d);
+    case DType::bool_: {
+      std::vector<bool> b;
+      for (double x : h.v) b.push_back(x != 0);
+      return tensor(b, h.shape, d);
+    }
+  }
+  throw std::logic_error("dtype");
+}
+
+// Values representable exactly in every dtype (so the reference sees what the tensor holds).
+HostArr random_arr(std::mt19937& rng, const Shape& shape, DType dt, double lo = -3, double hi = 3) {
+  HostArr h = test::make_arr(shape);
+  std::uniform_real_distribution<double> u(lo, hi);
+  for (double& v : h.v) {
+    if (dt == DType::bool_) v = rng() % 2;
+    else if (dt == DType::i32 || dt == DType::i64) v = std::round(u(rng) * 7);
+    else v = static_cast<double>(static_cast<float>(u(rng)));
+  }
+  return h;
+}
+
+Shape random_shape(std::mt19937& rng, int max_rank = 3) {
+  Shape s(rng() % (max_rank + 1));
+  for (int64_t& d : s) d = rng() % 5;  // includes 0 and 1
+  return s;
+}
+
+// A shape that broadcasts to `out`: a suffix of it with some dims set to 1.
+Shape broadcastable_to(std::mt19937& rng, const Shape& out) {
+  Shape s(out.end() - static_cast<std::ptrdiff_t>(rng() % (out.size() + 1)), out.end());
+  for (int64_t& d : s) {
+    if (rng() % 3 == 0) d = 1;
+  }
+  return s;
+}
+
+// Reads `h` at `idx` of the broadcast output shape.
+double bcast_at(const HostArr& h, const std::vector<int64_t>& idx) {
+  std::vector<int64_t> i(h.shape.size());
+  const size_t off = idx.size() - h.shape.size();
+  for (size_t d = 0; d < h.shape.size(); ++d) i[d] = h.shape[d] == 1 ? 0 : idx[off + d];
+  return h.v[static_cast<size_t>(h.at(i))];
+}
+
+Shape broadcast(const Shape& a, const Shape& b) {
+  Shape out(std::max(a.size(), b.size()));
+  for (size_t i = 0; i < out.size(); ++i) {
+    int64_t da = i < out.size() - a.size() ? 1 : a[i - (out.size() - a.size())];
+    int64_t db = i < out.size() - b.size() ? 1 : b[i - (out.size() - b.size())];
+    out[i] = da == 1 ? db : da;
+  }
+  return out;
+}
+
+double tol(DType dt, bool accumulates) {
+  switch (dt) {
+    case DType::f32: return accumulates ? 1e-5 : 2e-6;
+    case DType::f64: return accumulates ? 1e-12 : 1e-13;
+    default: return 0;
+  }
+}
+
+void expect_close(const Tensor& got, const HostArr& want, DType dt, bool accumulates, const std::string& what) {
+  ASSERT_EQ(got.shape(), want.shape) << what;
+  ASSERT_EQ(got.dtype(), dt) << what << ": dtype " << dtype_name(got.dtype()) << " vs " << dtype_name(dt);
+  std::vector<double> g = values(got);
+  const double t = tol(dt, accumulates);
+  for (size_t i = 0; i < g.size(); ++i) {
+    const double w = want.v[i];
+    if (std::isnan(w)) {
+      EXPECT_TRUE(std::isnan(g[i])) << what << " [" << i << "]";
+    } else if (t == 0 || std::isinf(w)) {
+      EXPECT_EQ(g[i], w) << what << " [" << i << "]";
+    } else {
+      EXPECT_NEAR(g[i], w, t * std::max(1.0, std::fabs(w))) << what << " [" << i << "]";
+    }
+  }
+}
+
+// The reference of an elementwise binary op over broadcast operands.
+HostArr ref_binary(const HostArr& a, const HostArr& b, const std::function<double(double, double)>& f) {
+  HostArr out = test::make_arr(broadcast(a.shape, b.shape));
+  test::for_each_index(out.shape, [&](const std::vector<int64_t>& idx) {
+    out.v[static_cast<size_t>(out.at(idx))] = f(bcast_at(a, idx), bcast_at(b, idx));
+  });
+  return out;
+}
+
+// Rounds a reference computed in double to what a float32/int32 result holds.
+double as_dtype(double v, DType dt) {
+  switch (dt) {
+    case DType::f32: return static_cast<float>(v);
+    case DType::i32: return static_cast<int32_t>(v);
+    case DType::bool_: return v != 0;
+    default: return v;
+  }
+}
+
+const DType kAll[] = {DType::f32, DType::f64, DType::i32, DType::i64, DType::bool_};
+
+// ---- creation
+
+TEST_P(Ops, Creation) {
+  EXPECT_EQ(values(zeros({2, 3}, DType::f64, dev_)), std::vector<double>(6, 0.0));
+  EXPECT_EQ(values(ones({4}, DType::i32, dev_)), std::vector<double>(4, 1.0));
+  EXPECT_EQ(values(full({2, 2}, 2.5, DType::f32, dev_)), std::vector<double>(4, 2.5));
+  EXPECT_EQ(values(arange(5, DType::f32, dev_)), (std::vector<double>{0, 1, 2, 3, 4}));
+  EXPECT_EQ(arange(0, DType::i64, dev_).shape(), (Shape{0}));
+  Tensor a = arange(6, DType::i32, dev_);
+  EXPECT_EQ(astype(a, DType::f64).dtype(), DType::f64);
+  EXPECT_EQ(values(astype(full({3}, -2.7, DType::f32, dev_), DType::i32)), (std::vector<double>{-2, -2, -2}));
+  EXPECT_EQ(values(astype(a, DType::bool_)), (std::vector<double>{0, 1, 1, 1, 1, 1}));
+  Tensor c = copy(a);
+  EXPECT_NE(c.data(), a.data());
+  EXPECT_EQ(values(c), values(a));
+  EXPECT_MESHRT_ERROR(arange(-1, DType::f32, dev_), "[ops] arange", "negative");
+  EXPECT_MESHRT_ERROR(zeros({-2}, DType::f32, dev_), "negative dimension");
+}
+
+// ---- elementwise
+
+struct BinCase {
+  const char* name;
+  std::function<Tensor(const Tensor&, const Tensor&)> op;
+  std::function<double(double, double)> ref;
+  bool compare;
+};
+
+TEST_P(Ops, BinaryBroadcastingAndPromotion) {
+  const std::vector<BinCase> cases = {
+      {"add", [](auto& a, auto& b) { return a + b; }, [](double x, double y) { return x + y; }, false},
+      {"subtract", [](auto& a, auto& b) { return a - b; }, [](double x, double y) { return x - y; }, false},
+      {"multiply", [](auto& a, auto& b) { return a * b; }, [](double x, double y) { return x * y; }, false},
+      {"maximum", [](auto& a, auto& b) { return maximum(a, b); }, [](double x, double y) { return std::max(x, y); }, false},
+      {"minimum", [](auto& a, auto& b) { return minimum(a, b); }, [](double x, double y) { return std::min(x, y); }, false},
+      {"equal", [](auto& a, auto& b) { return a == b; }, [](double x, double y) { return double(x == y); }, true},
+      {"not_equal", [](auto& a, auto& b) { return a != b; }, [](double x, double y) { return double(x != y); }, true},
+      {"less", [](auto& a, auto& b) { return a < b; }, [](double x, double y) { return double(x < y); }, true},
+      {"less_equal", [](auto& a, auto& b) { return a <= b; }, [](double x, double y) { return double(x <= y); }, true},
+      {"greater", [](auto& a, auto& b) { return a > b; }, [](double x, double y) { return double(x > y); }, true},
+      {"greater_equal", [](auto& a, auto& b) { return a >= b; }, [](double x, double y) { return double(x >= y); }, true},
+  };
+  int checked = 0;
+  for (const BinCase& c : cases) {
+    for (DType da : kAll) {
+      for (DType db : kAll) {
+        if (std::string(c.name) == "subtract" && da == DType::bool_ && db == DType::bool_) continue;
+        for (int rep = 0; rep < 3; ++rep) {
+          Shape out = random_shape(rng_);
+          HostArr ha = random_arr(rng_, broadcastable_to(rng_, out), da);
+          HostArr hb = random_arr(rng_, broadcastable_to(rng_, out), db);
+          const DType t = promote_types(da, db);
+          const DType want_t = c.compare ? DType::bool_ : t;
+          HostArr want = ref_binary(ha, hb, [&](double x, double y) {
+            if (t == DType::bool_ && !c.compare) {  // bool arithmetic is logical
+              return std::string(c.name) == "add" ? double(x || y) : std::string(c.name) == "multiply" ? double(x && y)
+                                                                                                            : c.ref(x, y);
+            }
+            return as_dtype(c.ref(as_dtype(x, t), as_dtype(y, t)), want_t);
+          });
+          expect_close(c.op(make(ha, da, dev_), make(hb, db, dev_)), want, want_t, false,
+                       std::string(c.name) + " " + std::string(dtype_name(da)) + shape_str(ha.shape) + " " +
+                           std::string(dtype_name(db)) + shape_str(hb.shape));
+          ++checked;
+        }
+      }
+    }
+  }
+  EXPECT_GT(checked, 700);
+  // JAX's promotion lattice (x64): ints with float32 give float32; true division of ints gives floats.
+  EXPECT_EQ(promote_types(DType::i64, DType::f32), DType::f32);
+  EXPECT_EQ(promote_types(DType::i32, DType::i64), DType::i64);
+  EXPECT_EQ(promote_types(DType::bool_, DType::i32), DType::i32);
+  EXPECT_EQ((ones({2}, DType::i32, dev_) / ones({2}, DType::i32, dev_)).dtype(), DType::f32);
+  EXPECT_EQ((ones({2}, DType::i64, dev_) / ones({2}, DType::i64, dev_)).dtype(), DType::f64);
+}
+
+TEST_P(Ops, DivisionAndScalars) {
+  HostArr a = random_arr(rng_, {3, 4}, DType::f32), b = random_arr(rng_, {4}, DType::f32, 0.5, 3);
+  expect_close(make(a, DType::f32, dev_) / make(b, DType::f32, dev_),
+               ref_binary(a, b, [](double x, double y) { return static_cast<float>(static_cast<float>(x) / static_cast<float>(y)); }),
+               DType::f32, false, "divide");
+  // Weak scalars (JAX, x64): float tensors keep their dtype; int tensors with a double -> float64.
+  Tensor xi = arange(4, DType::i32, dev_), xf = arange(4, DType::f32, dev_), xb = astype(arange(4, DType::i32, dev_), DType::bool_);
+  EXPECT_EQ((xf * 2.0).dtype(), DType::f32);
+  EXPECT_EQ((xf * 2).dtype(), DType::f32);
+  EXPECT_EQ((xi * 2.0).dtype(), DType::f64);
+  EXPECT_EQ((xi + 1).dtype(), DType::i32);
+  EXPECT_EQ((xb + 1).dtype(), DType::i64);
+  EXPECT_EQ(values(2.0 - xf), (std::vector<double>{2, 1, 0, -1}));
+  EXPECT_EQ(values(1.0 / (xf + 1.0)), (std::vector<double>{1, 0.5, static_cast<float>(1.0 / 3), 0.25}));
+  EXPECT_EQ(values(maximum(xi, 2)), (std::vector<double>{2, 2, 2, 3}));
+  EXPECT_EQ(values(minimum(xf, 1.5)), (std::vector<double>{0, 1, 1.5, 1.5}));
+  // NaN propagates through maximum / minimum, as in XLA.
+  Tensor nan = full({1}, std::numeric_limits<double>::quiet_NaN(), DType::f64, dev_);
+  EXPECT_TRUE(std::isnan(values(maximum(nan, ones({1}, DType::f64, dev_)))[0]));
+  EXPECT_TRUE(std::isnan(values(minimum(ones({1}, DType::f64, dev_), nan))[0]));
+  // Integer arithmetic wraps like XLA.
+  Tensor big = full({1}, 2147483647, DType::i32, dev_);
+  EXPECT_EQ(values(big + 1), (std::vector<double>{-2147483648.0}));
+}
+
+TEST_P(Ops, Unary) {
+  struct U { const char* name; std::function<Tensor(const Tensor&)> op; std::function<double(double)> ref; double lo; };
+  const std::vector<U> cases = {
+      {"neg", [](auto& x) { return -x; }, [](double v) { return -v; }, -3},
+      {"exp", [](auto& x) { return exp(x); }, [](double v) { return std::exp(v); }, -3},
+      {"log", [](auto& x) { return log(x); }, [](double v) { return std::log(v); }, 0.01},
+      {"sin", [](auto& x) { return sin(x); }, [](double v) { return std::sin(v); }, -3},
+      {"cos", [](auto& x) { return cos(x); }, [](double v) { return std::cos(v); }, -3},
+      {"tanh", [](auto& x) { return tanh(x); }, [](double v) { return std::tanh(v); }, -3},
+      {"sqrt", [](auto& x) { return sqrt(x); }, [](double v) { return std::sqrt(v); }, 0},
+      {"relu", [](auto& x) { return relu(x); }, [](double v) { return v > 0 ? v : 0; }, -3},
+  };
+  for (const U& c : cases) {
+    for (DType dt : {DType::f32, DType::f64, DType::i32, DType::i64}) {
+      Shape s = random_shape(rng_);
+      HostArr h = random_arr(rng_, s, dt, c.lo, 3);
+      if (dt == DType::i32 || dt == DType::i64) {
+        for (double& v : h.v) v = std::max(v, std::string(c.name) == "log" ? 1.0 : c.lo < 0 ? v : 0.0);
+      }
+      const bool keeps = std::string(c.name) == "neg" || std::string(c.name) == "relu";
+      const DType out = keeps ? dt : float_dtype_for(dt);
+      HostArr want = h;
+      for (double& v : want.v) v = as_dtype(c.ref(as_dtype(v, out)), out);
+      Tensor got = c.op(make(h, dt, dev_));
+      // Transcendentals: float32 libm results may differ from the double reference by an ulp.
+      expect_close(got, want, out, std::string(c.name) != "neg" && std::string(c.name) != "relu",
+                   std::string(c.name) + " " + std::string(dtype_name(dt)) + shape_str(s));
+    }
+  }
+  EXPECT_MESHRT_ERROR(neg(astype(ones({1}, DType::i32, dev_), DType::bool_)), "[ops] neg", "bool");
+}
+
+TEST_P(Ops, Where) {
+  for (int rep = 0; rep < 20; ++rep) {
+    Shape out = random_shape(rng_);
+    HostArr c = random_arr(rng_, broadcastable_to(rng_, out), DType::bool_);
+    HostArr a = random_arr(rng_, broadcastable_to(rng_, out), DType::i32);
+    HostArr b = random_arr(rng_, broadcastable_to(rng_, out), DType::f32);
+    HostArr want = test::make_arr(broadcast(broadcast(c.shape, a.shape), b.shape));
+    test::for_each_index(want.shape, [&](const std::vector<int64_t>& idx) {
+      want.v[static_cast<size_t>(want.at(idx))] = bcast_at(c, idx) != 0 ? bcast_at(a, idx) : bcast_at(b, idx);
+    });
+    expect_close(where(make(c, DType::bool_, dev_), make(a, DType::i32, dev_), make(b, DType::f32, dev_)), want,
+                 DType::f32, false, "where");
+  }
+  EXPECT_MESHRT_ERROR(where(ones({2}, DType::i32, dev_), ones({2}, DType::f32, dev_), ones({2}, DType::f32, dev_)),
+                      "[ops] where", "condition is int32");
+}
+
+TEST_P(Ops, BroadcastErrorsAndDeviceMixing) {
+  EXPECT_MESHRT_ERROR(ones({2, 3}, DType::f32, dev_) + ones({4, 3}, DType::f32, dev_), "[ops] add",
+                      "shapes (2, 3) and (4, 3) are not broadcastable");
+  EXPECT_MESHRT_ERROR(ones({3}, DType::f32, dev_) * ones({2}, DType::f32, dev_), "[ops] multiply", "(3,) and (2,)");
+  auto all = devices(GetParam());
+  if (all.size() > 1) {
+    const std::string other = all[1].str();
+    EXPECT_MESHRT_ERROR(ones({2}, DType::f32, all[0]) + ones({2}, DType::f32, all[1]), "[ops] add",
+                        "operands live on", other.c_str());
+  }
+  EXPECT_MESHRT_ERROR(ones({2}, DType::f32, dev_) + Tensor(), "[ops] add", "empty");
+  EXPECT_MESHRT_ERROR(ones({2}, DType::bool_, dev_) - ones({2}, DType::bool_, dev_), "subtracting bool");
+}
+
+// ---- reductions
+
+TEST_P(Ops, Reductions) {
+  for (int rep = 0; rep < 40; ++rep) {
+    Shape s = random_shape(rng_);
+    for (DType dt : kAll) {
+      HostArr h = random_arr(rng_, s, dt);
+      Tensor x = make(h, dt, dev_);
+      std::vector<std::optional<int>> axes{std::nullopt};
+      for (int a = 0; a < static_cast<int>(s.size()); ++a) axes.push_back(rng_() % 2 ? a : a - static_cast<int>(s.size()));
+      for (std::optional<int> ax : axes) {
+        for (bool keep : {false, true}) {
+          // Reference: fold over the axis in double.
+          const int a = ax ? (*ax < 0 ? *ax + static_cast<int>(s.size()) : *ax) : -1;
+          Shape out_shape;
+          for (int d = 0; d < static_cast<int>(s.size()); ++d) {
+            if (a < 0 || d == a) {
+              if (keep) out_shape.push_back(1);
+            } else {
+              out_shape.push_back(s[static_cast<size_t>(d)]);
+            }
+          }
+          auto fold = [&](auto init, auto f) {
+            HostArr r = test::make_arr(out_shape);
+            std::vector<bool> started(r.v.size(), false);
+            test::for_each_index(s, [&](const std::vector<int64_t>& idx) {
+              std::vector<int64_t> o;
+              for (int d = 0; d < static_cast<int>(s.size()); ++d) {
+                if (a < 0 || d == a) {
+                  if (keep) o.push_back(0);
+                } else {
+                  o.push_back(idx[static_cast<size_t>(d)]);
+                }
+              }
+              size_t at = static_cast<size_t>(r.at(o));
+              const double v = h.v[static_cast<size_t>(h.at(idx))];
+              const int64_t pos = a < 0 ? h.at(idx) : idx[static_cast<size_t>(a)];
+              if (!started[at]) {
+                r.v[at] = init(v, pos);
+                started[at] = true;
+              } else {
+                r.v[at] = f(r.v[at], v, pos);
+              }
+            });
+            for (size_t i = 0; i < r.v.size(); ++i) {
+              if (!started[i]) r.v[i] = 0;  // empty sums
+            }
+            return r;
+          };
+          const int64_t len = a < 0 ? shape_size(s) : s[static_cast<size_t>(a)];
+          const std::string tag = std::string(dtype_name(dt)) + shape_str(s) + " axis " +
+                                  (ax ? std::to_string(*ax) : std::string("None")) + (keep ? " keepdims" : "");
+          const DType sum_t = is_floating(dt) ? dt : DType::i64;
+          expect_close(sum(x, ax, keep), fold([](double v, int64_t) { return v; },
+                                              [](double acc, double v, int64_t) { return acc + v; }),
+                       sum_t, true, "sum " + tag);
+          HostArr m = fold([](double v, int64_t) { return v; }, [](double acc, double v, int64_t) { return acc + v; });
+          for (double& v : m.v) v = as_dtype(v / static_cast<double>(len), float_dtype_for(dt));
+          if (len > 0) expect_close(mean(x, ax, keep), m, float_dtype_for(dt), true, "mean " + tag);
+          if (len == 0) {
+            EXPECT_MESHRT_ERROR(max(x, ax, keep), "[ops] max", "zero-size array");
+            EXPECT_MESHRT_ERROR(argmax(x, ax, keep), "[ops] argmax", "zero-size array");
+            continue;
+          }
+          expect_close(max(x, ax, keep), fold([](double v, int64_t) { return v; },
+                                              [](double acc, double v, int64_t) { return std::max(acc, v); }),
+                       dt, false, "max " + tag);
+          expect_close(min(x, ax, keep), fold([](double v, int64_t) { return v; },
+                                              [](double acc, double v, int64_t) { return std::min(acc, v); }),
+                       dt, false, "min " + tag);
+          // argmax: index of the first maximum along the axis (flat index when axis is None).
+          HostArr best = fold([](double v, int64_t) { return v; },
+                              [](double acc, double v, int64_t) { return std::max(acc, v); });
+          HostArr want = fold([](double, int64_t p) { return static_cast<double>(p); },
+                              [](double acc, double, int64_t) { return acc; });
+          // Recompute properly: first position whose value equals the max.
+          want = test::make_arr(out_shape);
+          std::vector<bool> found(want.v.size(), false);
+          test::for_each_index(s, [&](const std::vector<int64_t>& idx) {
+            std::vector<int64_t> o;
+            for (int d = 0; d < static_cast<int>(s.size()); ++d) {
+              if (a < 0 || d == a) {
+                if (keep) o.push_back(0);
+              } else {
+                o.push_back(idx[static_cast<size_t>(d)]);
+              }
+            }
+            size_t at = static_cast<size_t>(want.at(o));
+            if (!found[at] && h.v[static_cast<size_t>(h.at(idx))] == best.v[at]) {
+              want.v[at] = static_cast<double>(a < 0 ? h.at(idx) : idx[static_cast<size_t>(a)]);
+              found[at] = true;
+            }
+          });
+          expect_close(argmax(x, ax, keep), want, DType::i64, false, "argmax " + tag);
+        }
+      }
+    }
+  }
+  EXPECT_MESHRT_ERROR(sum(ones({2, 3}, DType::f32, dev_), 2), "[ops] sum", "axis 2 is out of bounds", "(2, 3)");
+  EXPECT_MESHRT_ERROR(sum(ones({2, 3}, DType::f32, dev_), -3), "axis -3 is out of bounds");
+  // NaN wins in max and argmax (first NaN), as in XLA.
+  Tensor v = tensor(std::vector<double>{1, std::nan(""), 5, std::nan("")}, {4}, dev_);
+  EXPECT_TRUE(std::isnan(values(max(v))[0]));
+  EXPECT_EQ(values(argmax(v)), std::vector<double>{1});
+}
+
+TEST_P(Ops, SoftmaxAndLogSoftmax) {
+  for (int rep = 0; rep < 20; ++rep) {
+    Shape s{1 + rng_() % 4, 1 + rng_() % 6};
+    for (DType dt : {DType::f32, DType::f64, DType::i32}) {
+      HostArr h = random_arr(rng_, s, dt, -5, 5);
+      for (int axis : {-1, 0, 1}) {
+        const int a = axis < 0 ? axis + 2 : axis;
+        HostArr sm = h, lsm = h;
+        test::for_each_index(s, [&](const std::vector<int64_t>& idx) {
+          double mx = -1e300, total = 0;
+          for (int64_t k = 0; k < s[static_cast<size_t>(a)]; ++k) {
+            auto j = idx;
+            j[static_cast<size_t>(a)] = k;
+            mx = std::max(mx, h.v[static_cast<size_t>(h.at(j))]);
+          }
+          for (int64_t k = 0; k < s[static_cast<size_t>(a)]; ++k) {
+            auto j = idx;
+            j[static_cast<size_t>(a)] = k;
+            total += std::exp(h.v[static_cast<size_t>(h.at(j))] - mx);
+          }
+          const double v = h.v[static_cast<size_t>(h.at(idx))];
+          sm.v[static_cast<size_t>(sm.at(idx))] = std::exp(v - mx) / total;
+          lsm.v[static_cast<size_t>(lsm.at(idx))] = v - mx - std::log(total);
+        });
+        const DType out = float_dtype_for(dt);
+        expect_close(softmax(make(h, dt, dev_), axis), sm, out, true, "softmax");
+        expect_close(log_softmax(make(h, dt, dev_), axis), lsm, out, true, "log_softmax");
+      }
+    }
+  }
+}
+
+// ---- linear algebra
+
+HostArr ref_matmul(const HostArr& a, const HostArr& b) {  // 2-D
+  const int64_t m = a.shape[0], k = a.shape[1], n = b.shape[1];
+  HostArr c = test::make_arr({m, n});
+  for (int64_t i = 0; i < m; ++i) {
+    for (int64_t j = 0; j < n; ++j) {
+      double acc = 0;
+      for (int64_t q = 0; q < k; ++q) acc += a.v[static_cast<size_t>(i * k + q)] * b.v[static_cast<size_t>(q * n + j)];
+      c.v[static_cast<size_t>(i * n + j)] = acc;
+    }
+  }
+  return c;
+}
+
+TEST_P(Ops, Matmul) {
+  for (DType dt : {DType::f32, DType::f64, DType::i32, DType::i64}) {
+    for (int rep = 0; rep < 10; ++rep) {
+      const int64_t m = rng_() % 9, k = rng_() % 9, n = rng_() % 9;
+      HostArr a = random_arr(rng_, {m, k}, dt), b = random_arr(rng_, {k, n}, dt);
+      expect_close(matmul(make(a, dt, dev_), make(b, dt, dev_)), ref_matmul(a, b), dt, true,
+                   "matmul " + shape_str(a.shape) + shape_str(b.shape));
+    }
+  }
+  // Batched with a broadcast batch dimension, and 1-D operands.
+  HostArr a = random_arr(rng_, {3, 2, 4, 5}, DType::f32), b = random_arr(rng_, {2, 5, 3}, DType::f32);
+  Tensor c = matmul(make(a, DType::f32, dev_), make(b, DType::f32, dev_));
+  ASSERT_EQ(c.shape(), (Shape{3, 2, 4, 3}));
+  std::vector<double> cv = values(c);
+  for (int64_t i = 0; i < 3; ++i) {
+    for (int64_t j = 0; j < 2; ++j) {
+      HostArr a2 = test::make_arr({4, 5}), b2 = test::make_arr({5, 3});
+      std::copy_n(a.v.begin() + (i * 2 + j) * 20, 20, a2.v.begin());
+      std::copy_n(b.v.begin() + j * 15, 15, b2.v.begin());
+      HostArr w = ref_matmul(a2, b2);
+      for (size_t e = 0; e < 12; ++e) EXPECT_NEAR(cv[static_cast<size_t>((i * 2 + j) * 12) + e], w.v[e], 1e-5) << i << j;
+    }
+  }
+  HostArr v = random_arr(rng_, {5}, DType::f64), mtx = random_arr(rng_, {5, 3}, DType::f64);
+  HostArr v2 = v;
+  v2.shape = {1, 5};
+  HostArr want = ref_matmul(v2, mtx);
+  want.shape = {3};
+  expect_close(matmul(make(v, DType::f64, dev_), make(mtx, DType::f64, dev_)), want, DType::f64, true, "vec @ mat");
+  HostArr d = test::make_arr({});
+  for (size_t i = 0; i < 5; ++i) d.v[0] += v.v[i] * v.v[i];
+  expect_close(dot(make(v, DType::f64, dev_), make(v, DType::f64, dev_)), d, DType::f64, true, "dot 1-D");
+  EXPECT_MESHRT_ERROR(matmul(ones({2, 3}, DType::f32, dev_), ones({4, 5}, DType::f32, dev_)), "[ops] matmul",
+                      "(2, 3) and (4, 5) are not aligned", "3 != 4");
+  EXPECT_MESHRT_ERROR(matmul(ones({}, DType::f32, dev_), ones({2}, DType::f32, dev_)), "at least 1-D");
+  EXPECT_MESHRT_ERROR(dot(ones({2, 3, 4}, DType::f32, dev_), ones({4, 2, 2}, DType::f32, dev_)), "[ops] dot");
+}
+
+TEST_P(Ops, Transpose) {
+  for (int rep = 0; rep < 20; ++rep) {
+    Shape s = random_shape(rng_, 4);
+    std::vector<int> perm(s.size());
+    std::iota(perm.begin(), perm.end(), 0);
+    std::shuffle(perm.begin(), perm.end(), rng_);
+    HostArr h = random_arr(rng_, s, DType::i64);
+    Shape out;
+    for (int p : perm) out.push_back(s[static_cast<size_t>(p)]);
+    HostArr want = test::make_arr(out);
+    test::for_each_index(out, [&](const std::vector<int64_t>& idx) {
+      std::vector<int64_t> src(s.size());
+      for (size_t d = 0; d < perm.size(); ++d) src[static_cast<size_t>(perm[d])] = idx[d];
+      want.v[static_cast<size_t>(want.at(idx))] = h.v[static_cast<size_t>(h.at(src))];
+    });
+    expect_close(transpose(make(h, DType::i64, dev_), perm), want, DType::i64, false, "transpose");
+  }
+  EXPECT_EQ(transpose(ones({2, 3, 4}, DType::f32, dev_)).shape(), (Shape{4, 3, 2}));
+  EXPECT_MESHRT_ERROR(transpose(ones({2, 3}, DType::f32, dev_), {0, 0}), "[ops] transpose", "not a permutation");
+  EXPECT_MESHRT_ERROR(transpose(ones({2, 3}, DType::f32, dev_), {0}), "not a permutation");
+}
+
+// ---- shape ops
+
+TEST_P(Ops, ReshapeSqueezeExpand) {
+  Tensor x = arange(24, DType::f32, dev_);
+  Tensor r = reshape(x, {2, -1, 4});
+  EXPECT_EQ(r.shape(), (Shape{2, 3, 4}));
+  EXPECT_EQ(r.data(), x.data());  // a view: no copy
+  EXPECT_EQ(values(r), values(x));
+  EXPECT_EQ(squeeze(ones({1, 3, 1}, DType::f32, dev_)).shape(), (Shape{3}));
+  EXPECT_EQ(squeeze(ones({1, 3, 1}, DType::f32, dev_), {-1}).shape(), (Shape{1, 3}));
+  EXPECT_EQ(expand_dims(ones({3}, DType::f32, dev_), -1).shape(), (Shape{3, 1}));
+  EXPECT_EQ(expand_dims(ones({3}, DType::f32, dev_), 0).shape(), (Shape{1, 3}));
+  EXPECT_MESHRT_ERROR(reshape(x, {5, 5}), "[ops] reshape", "(24,)", "(5, 5)");
+  EXPECT_MESHRT_ERROR(reshape(x, {-1, -1}), "only one dimension may be -1");
+  EXPECT_MESHRT_ERROR(reshape(x, {7, -1}), "cannot reshape");
+  EXPECT_MESHRT_ERROR(squeeze(ones({2, 3}, DType::f32, dev_), {0}), "[ops] squeeze", "size not equal to one");
+  EXPECT_MESHRT_ERROR(expand_dims(ones({3}, DType::f32, dev_), 3), "[ops] expand_dims", "out of bounds");
+}
+
+TEST_P(Ops, Slicing) {
+  HostArr h = random_arr(rng_, {5, 6, 3}, DType::f64);
+  Tensor x = make(h, DType::f64, dev_);
+  auto ref_slice = [&](Shape start, Shape limit, Shape step) {
+    Shape out;
+    for (size_t d = 0; d < 3; ++d) out.push_back((limit[d] - start[d] + step[d] - 1) / step[d]);
+    HostArr w = test::make_arr(out);
+    test::for_each_index(out, [&](const std::vector<int64_t>& idx) {
+      std::vector<int64_t> src(3);
+      for (size_t d = 0; d < 3; ++d) src[d] = start[d] + idx[d] * step[d];
+      w.v[static_cast<size_t>(w.at(idx))] = h.v[static_cast<size_t>(h.at(src))];
+    });
+    return w;
+  };
+  expect_close(slice(x, {1, 0, 1}, {4, 6, 3}), ref_slice({1, 0, 1}, {4, 6, 3}, {1, 1, 1}), DType::f64, false, "slice");
+  expect_close(slice(x, {0, 1, 0}, {5, 6, 3}, {2, 3, 1}), ref_slice({0, 1, 0}, {5, 6, 3}, {2, 3, 1}), DType::f64, false,
+               "strided slice");
+  expect_close(slice_in_dim(x, 2, 5, 1, -2), ref_slice({0, 2, 0}, {5, 5, 3}, {1, 1, 1}), DType::f64, false, "slice_in_dim");
+  // dynamic_slice_in_dim: the start is clamped so the slice fits (lax semantics).
+  expect_close(dynamic_slice_in_dim(x, 4, 3, 1), ref_slice({0, 3, 0}, {5, 6, 3}, {1, 1, 1}), DType::f64, false,
+               "dynamic_slice clamped");
+  expect_close(dynamic_slice_in_dim(x, -7, 2, 0), ref_slice({0, 0, 0}, {2, 6, 3}, {1, 1, 1}), DType::f64, false,
+               "dynamic_slice clamped low");
+  for (int64_t i = 0; i < 3; ++i) {  // the seed's lax.dynamic_slice_in_dim(x, i*B, B, 1)
+    expect_close(dynamic_slice_in_dim(x, i * 2, 2, 1), ref_slice({0, i * 2, 0}, {5, i * 2 + 2, 3}, {1, 1, 1}),
+                 DType::f64, false, "dynamic_slice block");
+  }
+  // dynamic_update_slice, clamped too.
+  Tensor z = zeros({5}, DType::f32, dev_);
+  EXPECT_EQ(values(dynamic_update_slice(z, ones({3}, DType::f32, dev_), {4})), (std::vector<double>{0, 0, 1, 1, 1}));
+  EXPECT_EQ(values(dynamic_update_slice(z, ones({2}, DType::f32, dev_), {1})), (std::vector<double>{0, 1, 1, 0, 0}));
+  EXPECT_EQ(values(z), std::vector<double>(5, 0.0));  // inputs are never modified
+  EXPECT_MESHRT_ERROR(slice(x, {0, 0, 0}, {6, 6, 3}), "[ops] slice", "do not fit shape (5, 6, 3)");
+  EXPECT_MESHRT_ERROR(slice(x, {0, 0}, {1, 1}), "one entry per dimension");
+  EXPECT_MESHRT_ERROR(dynamic_slice_in_dim(x, 0, 7, 0), "[ops] dynamic_slice_in_dim", "size 7 does not fit");
+  EXPECT_MESHRT_ERROR(dynamic_update_slice(z, ones({6}, DType::f32, dev_), {0}), "[ops] dynamic_update_slice",
+                      "larger than");
+}
+
+TEST_P(Ops, ConcatenateSplitStackPad) {
+  HostArr a = random_arr(rng_, {2, 3}, DType::i32), b = random_arr(rng_, {2, 1}, DType::i32);
+  Tensor ta = make(a, DType::i32, dev_), tb = make(b, DType::i32, dev_);
+  Tensor c = concatenate({ta, tb, ta}, -1);
+  ASSERT_EQ(c.shape(), (Shape{2, 7}));
+  std::vector<double> cv = values(c);
+  for (int64_t r = 0; r < 2; ++r) {
+    std::vector<double> row(cv.begin() + r * 7, cv.begin() + r * 7 + 7), want;
+    for (int64_t j = 0; j < 3; ++j) want.push_back(a.v[static_cast<size_t>(r * 3 + j)]);
+    want.push_back(b.v[static_cast<size_t>(r)]);
+    for (int64_t j = 0; j < 3; ++j) want.push_back(a.v[static_cast<size_t>(r * 3 + j)]);
+    EXPECT_EQ(row, want);
+  }
+  EXPECT_EQ(concatenate({ta, astype(ta, DType::f32)}).dtype(), DType::f32);
+  std::vector<Tensor> parts = split(c, 7, 1);
+  ASSERT_EQ(parts.size(), 7u);
+  EXPECT_EQ(values(parts[3]), values(tb));
+  Tensor s = stack({ta, ta * 2}, 1);
+  EXPECT_EQ(s.shape(), (Shape{2, 2, 3}));
+  EXPECT_EQ(values(slice_in_dim(s, 1, 2, 1, 1)), values(ta * 2));
+  Tensor p = pad(tb, {{1, 2}, {0, 1}}, -1.0);
+  EXPECT_EQ(p.shape(), (Shape{5, 2}));
+  EXPECT_EQ(values(p), (std::vector<double>{-1, -1, b.v[0], -1, b.v[1], -1, -1, -1, -1, -1}));
+  EXPECT_EQ(concatenate({zeros({0, 3}, DType::f32, dev_), ones({2, 3}, DType::f32, dev_)}).shape(), (Shape{2, 3}));
+  EXPECT_MESHRT_ERROR(concatenate({ta, ones({3, 3}, DType::i32, dev_)}, 1), "[ops] concatenate", "(2, 3) and (3, 3)");
+  EXPECT_MESHRT_ERROR(concatenate({}), "at least one");
+  EXPECT_MESHRT_ERROR(split(ta, 2, 1), "[ops] split", "equal division");
+  EXPECT_MESHRT_ERROR(stack({ta, tb}), "[ops] stack", "same shape");
+  EXPECT_MESHRT_ERROR(pad(ta, {{1, 1}}), "[ops] pad", "one per dimension");
+  EXPECT_MESHRT_ERROR(pad(ta, {{1, 1}, {-1, 0}}), ">= 0");
+}
+
+TEST_P(Ops, InsideShardMapBodies) {
+  // The MLP pattern: ops on each device's block, then a collective.
+  Mesh mesh = make_mesh({4}, {"x"}, GetParam());
+  std::vector<float> host(4 * 3 * 2);
+  std::iota(host.begin(), host.end(), 0.f);
+  Array x = device_put(host, {12, 2}, NamedSharding(mesh, P("x")));
+  Array y = shard_map(
+      [](Context& ctx, const Tensor& b) {
+        Tensor h = relu(matmul(b, ones({2, 2}, DType::f32, ctx.device())) - 10.0);
+        return ctx.psum(sum(h, 0, true), "x");
+      },
+      mesh, {P("x")}, P())(x);
+  std::vector<float> want(2, 0.f);
+  for (int r = 0; r < 12; ++r) {
+    float rowsum = host[static_cast<size_t>(2 * r)] + host[static_cast<size_t>(2 * r + 1)];
+    want[0] += std::max(rowsum - 10.f, 0.f);
+  }
+  want[1] = want[0];
+  EXPECT_EQ(y.to_vector<float>(), want);
+}
+
+INSTANTIATE_TEST_SUITE_P(Platforms, Ops, ::testing::Values("cpu", "cuda"));
+
+}  // namespace
+}  // namespace meshrt
