@@ -70,8 +70,10 @@ case "$cmd" in
     ;;
   perf)
     packages+=(openmpi-bin libopenmpi-dev)
-    configure_and_build --target meshrt-perf-report mpi_baseline
+    configure_and_build --target meshrt-perf-report meshrt-ops-report mpi_baseline
     "./$build_dir/bench/meshrt-perf-report" "${extra[@]}"
+    echo
+    "./$build_dir/bench/meshrt-ops-report" "${extra[@]}"
     ;;
   bench)
     configure_and_build
