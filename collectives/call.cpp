@@ -18,6 +18,15 @@ std::string_view kind_name(Kind k) {
   return "?";
 }
 
+std::string_view algo_name(Algo a) {
+  switch (a) {
+    case Algo::direct: return "direct";
+    case Algo::ring: return "ring";
+    case Algo::bidi_ring: return "bidi_ring";
+  }
+  return "?";
+}
+
 std::string Call::str() const {
   std::ostringstream os;
   os << kind_name(kind) << "(" << dtype_name(dtype) << "[";
@@ -45,6 +54,7 @@ std::string Call::str() const {
     default:
       break;
   }
+  if (algo != Algo::direct) os << ", algo=" << algo_name(algo);
   os << ")";
   return os.str();
 }

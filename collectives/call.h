@@ -12,7 +12,13 @@ namespace meshrt::coll {
 
 enum class Kind { psum, pmean, pmax, pmin, all_gather, psum_scatter, ppermute, all_to_all };
 
+// How the data moves. direct: one-shot over shared memory (XLA's CPU collectives); ring and
+// bidi_ring: written against Transport (collectives/ring.h); all_to_all uses a pairwise-exchange
+// schedule under ring and bidi_ring; ppermute is one step under every algorithm.
+enum class Algo { direct, ring, bidi_ring };
+
 std::string_view kind_name(Kind k);
+std::string_view algo_name(Algo a);
 
 // Every participant of one rendezvous must present an equal Call.
 struct Call {
@@ -26,6 +32,7 @@ struct Call {
   int64_t axis2 = 0;     // all_to_all concat_axis
   bool tiled = false;
   std::vector<std::pair<int64_t, int64_t>> perm;  // ppermute (src, dst), normalised
+  Algo algo = Algo::direct;
 
   // "psum(float32[4,2], axes=('x',))", "all_gather(float32[2], axes=('x', 'y'), axis=0, tiled=True)".
   std::string str() const;

@@ -43,6 +43,10 @@ Pending start(Session& session, int64_t pos, const GroupLayout& layout, const Ca
 // Waits for the peers and fills the output. Throws meshrt::Error on any collective failure.
 void finish(Pending& pending);
 
+// Bytes of work buffer a participant must provide in Slot::work for `call` over a group of n
+// (0: the output serves, or the algorithm needs none).
+int64_t work_bytes(const Call& call, int64_t n);
+
 // Inputs up to this many bytes are reduced once, by the last device to arrive.
 inline constexpr int64_t kSmallReduceBytes = 32 * 1024;
 

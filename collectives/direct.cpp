@@ -3,7 +3,9 @@
 
 #include "collectives/collective.h"
 #include "collectives/reduce.h"
+#include "collectives/ring.h"
 #include "collectives/strided.h"
+#include "collectives/transport.h"
 #include "collectives/wait.h"
 
 namespace meshrt::coll {
@@ -143,12 +145,15 @@ void ppermute(const Instance& inst, int64_t me) {
   std::memset(out_ptr(inst, me), 0, bytes);  // nothing arrives here: zeros, as in JAX
 }
 
-void all_to_all(const Instance& inst, int64_t me, const Shape& out_shape) {
+// pairwise: step s exchanges with the peers at distance s (pulls from me - s), the schedule
+// the ring family uses; direct pulls in member order.
+void all_to_all(const Instance& inst, int64_t me, const Shape& out_shape, bool pairwise) {
   const Call& c = inst.call();
   const int64_t N = inst.size();
   const auto split = static_cast<size_t>(c.axis), concat = static_cast<size_t>(c.axis2);
   const size_t elem = dtype_size(c.dtype);
-  for (int64_t j = 0; j < N; ++j) {
+  for (int64_t step = 0; step < N; ++step) {
+    const int64_t j = pairwise ? ((me - step) % N + N) % N : step;
     if (c.tiled) {
       Shape extent = c.shape, sstart(c.shape.size(), 0), dstart(out_shape.size(), 0);
       extent[split] = c.shape[split] / N;
@@ -171,7 +176,116 @@ void all_to_all(const Instance& inst, int64_t me, const Shape& out_shape) {
   }
 }
 
+// Transport over shared memory: members' buffers are host pointers in the instance's slots.
+class ShmTransport final : public Transport {
+ public:
+  explicit ShmTransport(Instance& inst) : inst_(inst) {}
+  void copy(int64_t dst, Buf db, int64_t doff, int64_t src, Buf sb, int64_t soff, int64_t bytes) override {
+    std::memcpy(ptr(dst, db) + doff, ptr(src, sb) + soff, static_cast<size_t>(bytes));
+  }
+  void reduce(Kind op, DType dt, int64_t dst, Buf db, int64_t doff, int64_t src, Buf sb, int64_t soff,
+              int64_t count) override {
+    const int64_t e = static_cast<int64_t>(dtype_size(dt));
+    char* d = ptr(dst, db) + doff * e;
+    reduce_run(op == Kind::pmean ? Kind::psum : op, dt, dt, d, {ptr(src, sb) + soff * e, d}, count);
+  }
+  void signal(int64_t me, uint32_t unit) override {
+    inst_.progress(me).store(unit, std::memory_order_seq_cst);
+    if (inst_.progress_sleepers(me).load(std::memory_order_seq_cst) > 0) wake_all(inst_.progress(me));
+  }
+  void wait(int64_t member, uint32_t unit) override {
+    std::atomic<uint32_t>& c = inst_.progress(member);
+    for (uint32_t v; (v = c.load(std::memory_order_acquire)) < unit;) {
+      if (spin_while(c, v, kSpinBudget, inst_.oversubscribed())) continue;
+      inst_.progress_sleepers(member).fetch_add(1, std::memory_order_seq_cst);
+      sleep_while(c, v, std::chrono::milliseconds(50));
+      inst_.progress_sleepers(member).fetch_sub(1, std::memory_order_seq_cst);
+    }
+  }
+
+ private:
+  char* ptr(int64_t m, Buf b) const {
+    const Slot& s = inst_.slot(m);
+    if (b == Buf::in) return const_cast<char*>(static_cast<const char*>(s.in));
+    return static_cast<char*>(s.work ? s.work : s.out);  // the output is the work buffer when none is given
+  }
+  Instance& inst_;
+};
+
+char* work_of(const Instance& inst, int64_t j) {
+  return static_cast<char*>(inst.slot(j).work ? inst.slot(j).work : inst.slot(j).out);
+}
+
+// Ring / bidirectional-ring forms. Work buffers hold flat chunk-major data; local copies before
+// and after arrange it from and into the collective's layout.
+void ring_reduce(Instance& inst, int64_t me) {
+  const Call& c = inst.call();
+  const int64_t n = count(c.shape), N = inst.size();
+  const size_t ie = dtype_size(c.dtype);
+  char* work = work_of(inst, me);
+  std::memcpy(work, inst.slot(me).in, static_cast<size_t>(n) * ie);
+  ShmTransport t(inst);
+  run_ring(t, RingPhase::all_reduce, c.kind, c.dtype, me, N, n, c.algo == Algo::bidi_ring, 1);
+  if (c.kind == Kind::pmean) mean_from_sum(c.dtype, out_dtype(c), out_ptr(inst, me), work, n, N);
+}
+
+void ring_psum_scatter(Instance& inst, int64_t me, const Shape& out_shape) {
+  const Call& c = inst.call();
+  const int64_t N = inst.size(), n = count(c.shape);
+  const auto sd = static_cast<size_t>(c.axis);
+  const size_t elem = dtype_size(c.dtype);
+  Shape block = c.shape;
+  block[sd] = c.tiled ? c.shape[sd] / N : 1;
+  const int64_t C = count(block);
+  char* work = work_of(inst, me);
+  for (int64_t k = 0; k < N; ++k) {  // chunk-major: chunk k = this device's block k along sd
+    Shape start(c.shape.size(), 0);
+    start[sd] = k * block[sd];
+    copy_view(work + k * C * static_cast<int64_t>(elem), View{0, dense_strides(block)}, in_ptr(inst, me),
+              box_view(c.shape, start), block, elem);
+  }
+  ShmTransport t(inst);
+  run_ring(t, RingPhase::reduce_scatter, Kind::psum, c.dtype, me, N, n, c.algo == Algo::bidi_ring, 1);
+  (void)out_shape;  // chunk `me` is the output, densely laid out
+  std::memcpy(out_ptr(inst, me), work + me * C * static_cast<int64_t>(elem), static_cast<size_t>(C) * elem);
+}
+
+void ring_all_gather(Instance& inst, int64_t me, const Shape& out_shape) {
+  const Call& c = inst.call();
+  const int64_t N = inst.size(), C = count(c.shape);
+  const size_t elem = dtype_size(c.dtype);
+  char* work = work_of(inst, me);
+  std::memcpy(work + me * C * static_cast<int64_t>(elem), inst.slot(me).in, static_cast<size_t>(C) * elem);
+  ShmTransport t(inst);
+  run_ring(t, RingPhase::all_gather, Kind::psum, c.dtype, me, N, N * C, c.algo == Algo::bidi_ring, 1);
+  if (work == out_ptr(inst, me)) return;  // gathering along axis 0: the work buffer is the output
+  const auto a = static_cast<size_t>(c.axis);
+  Shape extent = c.shape;
+  View src_base{0, dense_strides(c.shape)};
+  if (!c.tiled) {
+    extent.insert(extent.begin() + static_cast<std::ptrdiff_t>(a), 1);
+    src_base = insert_dim(src_base, a, 0);
+  }
+  for (int64_t j = 0; j < N; ++j) {
+    Shape start(out_shape.size(), 0);
+    start[a] = c.tiled ? j * c.shape[a] : j;
+    copy_view(out_ptr(inst, me), box_view(out_shape, start), work + j * C * static_cast<int64_t>(elem), src_base,
+              extent, elem);
+  }
+}
+
 }  // namespace
+
+int64_t work_bytes(const Call& c, int64_t n) {
+  if (c.algo == Algo::direct) return 0;
+  const int64_t bytes = count(c.shape) * static_cast<int64_t>(dtype_size(c.dtype));
+  switch (c.kind) {
+    case Kind::pmean: return bytes;  // the ring sums in the input dtype
+    case Kind::psum_scatter: return bytes;
+    case Kind::all_gather: return c.axis == 0 ? 0 : n * bytes;
+    default: return 0;
+  }
+}
 
 Pending start(Session& session, int64_t pos, const GroupLayout& layout, const Call& call, Slot slot,
               std::vector<int64_t> out_shape) {
@@ -184,7 +298,7 @@ Pending start(Session& session, int64_t pos, const GroupLayout& layout, const Ca
   p.inst_ = std::move(a.instance);
   if (a.completed) {
     const int64_t bytes = count(call.shape) * static_cast<int64_t>(dtype_size(call.dtype));
-    if (is_reduction(call.kind) && bytes <= kSmallReduceBytes) reduce_small(*p.inst_);
+    if (call.algo == Algo::direct && is_reduction(call.kind) && bytes <= kSmallReduceBytes) reduce_small(*p.inst_);
     session.publish(*p.inst_);
   }
   return p;
@@ -195,17 +309,25 @@ void finish(Pending& p) {
   p.session_->wait_ready(p.pos_, inst);
   const Call& c = inst.call();
   const int64_t me = p.index_;
+  const bool ring = c.algo != Algo::direct;
   switch (c.kind) {
     case Kind::psum:
     case Kind::pmean:
     case Kind::pmax:
     case Kind::pmin:
-      if (count(c.shape) * static_cast<int64_t>(dtype_size(c.dtype)) > kSmallReduceBytes) reduce_large(inst, me);
+      if (ring) ring_reduce(inst, me);
+      else if (count(c.shape) * static_cast<int64_t>(dtype_size(c.dtype)) > kSmallReduceBytes) reduce_large(inst, me);
       break;
-    case Kind::all_gather: all_gather(inst, me, p.out_shape_); break;
-    case Kind::psum_scatter: psum_scatter(inst, me, p.out_shape_); break;
+    case Kind::all_gather:
+      if (ring) ring_all_gather(inst, me, p.out_shape_);
+      else all_gather(inst, me, p.out_shape_);
+      break;
+    case Kind::psum_scatter:
+      if (ring) ring_psum_scatter(inst, me, p.out_shape_);
+      else psum_scatter(inst, me, p.out_shape_);
+      break;
     case Kind::ppermute: ppermute(inst, me); break;
-    case Kind::all_to_all: all_to_all(inst, me, p.out_shape_); break;
+    case Kind::all_to_all: all_to_all(inst, me, p.out_shape_, ring); break;
   }
   p.inst_.reset();
 }

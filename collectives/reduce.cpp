@@ -82,6 +82,28 @@ void fold_dispatch_out(Kind op, DType out, void* dst, const std::vector<const vo
 
 }  // namespace
 
+void mean_from_sum(DType in, DType out, void* dst, const void* sum, int64_t len, int64_t divisor) {
+  auto go = [&](auto tv) {
+    using T = decltype(tv);
+    const T* s = static_cast<const T*>(sum);
+    if (out == DType::f32) {
+      float* d = static_cast<float*>(dst);
+      for (int64_t e = 0; e < len; ++e) d[e] = static_cast<float>(s[e]) / static_cast<float>(divisor);
+    } else {
+      double* d = static_cast<double*>(dst);
+      for (int64_t e = 0; e < len; ++e) d[e] = static_cast<double>(s[e]) / static_cast<double>(divisor);
+    }
+  };
+  switch (in) {
+    case DType::f32: return go(float{});
+    case DType::f64: return go(double{});
+    case DType::i32: return go(int32_t{});
+    case DType::i64: return go(int64_t{});
+    case DType::bool_: break;
+  }
+  throw Error("[collectives] pmean of an unsupported dtype");
+}
+
 DType pmean_dtype(DType in) {
   switch (in) {
     case DType::i32: return DType::f32;

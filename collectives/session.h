@@ -31,6 +31,8 @@ struct Slot {
   void* out = nullptr;
   std::shared_ptr<const void> keep_in;
   std::shared_ptr<void> keep_out;
+  void* work = nullptr;              // ring algorithms' accumulation buffer (may be out)
+  std::shared_ptr<void> keep_work;
 };
 
 class Session;
@@ -46,6 +48,9 @@ class Instance {
   int64_t size() const { return static_cast<int64_t>(members_->size()); }
   const Slot& slot(int64_t index) const { return parts_[static_cast<size_t>(index)].slot; }
   std::atomic<uint32_t>& phase_counter() { return phase_; }  // free for two-phase algorithms
+  // Per-member progress counters and sleeper counts for Transport's signal/wait.
+  std::atomic<uint32_t>& progress(int64_t index) { return progress_[static_cast<size_t>(index)]; }
+  std::atomic<uint32_t>& progress_sleepers(int64_t index) { return progress_sleepers_[static_cast<size_t>(index)]; }
   bool oversubscribed() const { return oversubscribed_; }
 
  private:
@@ -68,6 +73,8 @@ class Instance {
   std::atomic<uint32_t> state_{kGathering};
   std::atomic<uint32_t> sleepers_{0};  // waiters in a futex sleep on state_
   std::atomic<uint32_t> phase_{0};
+  std::unique_ptr<std::atomic<uint32_t>[]> progress_;
+  std::unique_ptr<std::atomic<uint32_t>[]> progress_sleepers_;
   bool oversubscribed_ = false;
 };
 

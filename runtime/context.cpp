@@ -28,7 +28,15 @@ Launch::Launch(Mesh m, std::chrono::milliseconds timeout, bool oversubscribed)
             return names;
           }(),
           timeout, oversubscribed),
-      host_addressable(backend_of(mesh.devices().front()).host_addressable()) {}
+      host_addressable(backend_of(mesh.devices().front()).host_addressable()) {
+  const char* env = std::getenv("MESHRT_COLLECTIVE_ALGO");
+  env_algo = env ? env : "";
+  if (!env_algo.empty() && env_algo != "auto" && env_algo != "direct" && env_algo != "ring" &&
+      env_algo != "bidi_ring" && env_algo != "native") {
+    throw Error(cat("[shard_map] MESHRT_COLLECTIVE_ALGO='", env_algo,
+                    "' is not one of auto, direct, ring, bidi_ring, native"));
+  }
+}
 
 const coll::GroupLayout& Launch::layout(const std::vector<std::string>& names, const std::vector<int>& axes) {
   std::lock_guard<std::mutex> lock(mu_);
@@ -148,11 +156,32 @@ int64_t Context::axis_size(const AxisNames& axes) const {
 
 namespace {
 
+// Per-call option, else MESHRT_COLLECTIVE_ALGO, else the platform's choice (cpu: direct).
+coll::Algo resolve_algo(const CollectiveOptions& o, const detail::Launch& launch) {
+  CollectiveAlgo a = o.algo;
+  if (a == CollectiveAlgo::automatic) {
+    const std::string& e = launch.env_algo;  // validated when the launch began
+    if (e == "direct") a = CollectiveAlgo::direct;
+    else if (e == "ring") a = CollectiveAlgo::ring;
+    else if (e == "bidi_ring") a = CollectiveAlgo::bidi_ring;
+  }
+  switch (a) {
+    case CollectiveAlgo::ring: return coll::Algo::ring;
+    case CollectiveAlgo::bidi_ring: return coll::Algo::bidi_ring;
+    default: return coll::Algo::direct;  // automatic and native on cpu: the one-shot algorithm
+  }
+}
+
 // Joins the collective and returns the pending handle and the output tensor.
 std::pair<coll::Pending, Tensor> begin(detail::Launch& launch, int64_t pos, const coll::GroupLayout& layout,
                                        coll::Call call, const Tensor& x, Shape out_shape, DType out_dtype) {
   Tensor out = empty(out_shape, out_dtype, x.device());
   coll::Slot slot{x.data(), out.data(), x.buffer(), out.buffer()};
+  if (const int64_t wb = coll::work_bytes(call, layout.group_size); wb > 0) {
+    auto buf = detail::backend_of(x.device()).allocate(x.device().local_index(), static_cast<size_t>(wb));
+    slot.work = buf->data();
+    slot.keep_work = std::move(buf);
+  }
   coll::Pending p = coll::start(launch.session, pos, layout, call, std::move(slot), std::move(out_shape));
   return {std::move(p), std::move(out)};
 }
@@ -169,13 +198,14 @@ coll::Call base_call(coll::Kind kind, const Tensor& x, const coll::GroupLayout& 
 }  // namespace
 
 #define MESHRT_REDUCTION(method, kind)                                                      \
-  Tensor Context::method(const Tensor& x, const AxisNames& axes) {                          \
+  Tensor Context::method(const Tensor& x, const AxisNames& axes, const CollectiveOptions& options) { \
     if (x.valid() && x.dtype() == DType::bool_) {                                           \
       throw Error("[" #method "] bool operands are not reduced; convert first, e.g. "       \
                   "astype(x, DType::i32)");                                                 \
     }                                                                                       \
     Prepared p = prepare(x, axes, #method);                                              \
     coll::Call c = base_call(coll::Kind::kind, x, *p.layout);                                 \
+    c.algo = resolve_algo(options, *launch_);                                                \
     DType od = coll::Kind::kind == coll::Kind::pmean ? coll::pmean_dtype(x.dtype()) : x.dtype(); \
     auto [pending, out] = begin(*launch_, pos_, *p.layout, c, x, x.shape(), od);            \
     coll::finish(pending);                                                                  \
@@ -244,13 +274,16 @@ GatherPlan plan_ppermute(const Tensor& x, const coll::GroupLayout& layout, const
 
 }  // namespace
 
-Tensor Context::all_gather(const Tensor& x, const AxisNames& axes, int axis, bool tiled) {
-  return all_gather_start(x, axes, axis, tiled).wait();
+Tensor Context::all_gather(const Tensor& x, const AxisNames& axes, int axis, bool tiled,
+                           const CollectiveOptions& options) {
+  return all_gather_start(x, axes, axis, tiled, options).wait();
 }
 
-PendingTensor Context::all_gather_start(const Tensor& x, const AxisNames& axes, int axis, bool tiled) {
+PendingTensor Context::all_gather_start(const Tensor& x, const AxisNames& axes, int axis, bool tiled,
+                                        const CollectiveOptions& options) {
   Prepared p = prepare(x, axes, "all_gather");
   GatherPlan g = plan_all_gather(x, *p.layout, axis, tiled, p.group_size);
+  g.call.algo = resolve_algo(options, *launch_);
   auto [pending, out] = begin(*launch_, pos_, *p.layout, g.call, x, g.out_shape, x.dtype());
   return PendingTensor(launch_, std::make_unique<coll::Pending>(std::move(pending)), std::move(out));
 }
@@ -268,7 +301,8 @@ PendingTensor Context::ppermute_start(const Tensor& x, const AxisNames& axes,
   return PendingTensor(launch_, std::make_unique<coll::Pending>(std::move(pending)), std::move(out));
 }
 
-Tensor Context::psum_scatter(const Tensor& x, const AxisNames& axes, int scatter_dimension, bool tiled) {
+Tensor Context::psum_scatter(const Tensor& x, const AxisNames& axes, int scatter_dimension, bool tiled,
+                             const CollectiveOptions& options) {
   Prepared p = prepare(x, axes, "psum_scatter");
   const int64_t n = p.group_size;
   const auto rank = static_cast<int64_t>(x.shape().size());
@@ -291,12 +325,14 @@ Tensor Context::psum_scatter(const Tensor& x, const AxisNames& axes, int scatter
   coll::Call c = base_call(coll::Kind::psum_scatter, x, *p.layout);
   c.axis = sd;
   c.tiled = tiled;
+  c.algo = resolve_algo(options, *launch_);
   auto [pending, out] = begin(*launch_, pos_, *p.layout, c, x, out_shape, x.dtype());
   coll::finish(pending);
   return out;
 }
 
-Tensor Context::all_to_all(const Tensor& x, const AxisNames& axes, int split_axis, int concat_axis, bool tiled) {
+Tensor Context::all_to_all(const Tensor& x, const AxisNames& axes, int split_axis, int concat_axis, bool tiled,
+                           const CollectiveOptions& options) {
   Prepared p = prepare(x, axes, "all_to_all");
   const int64_t n = p.group_size;
   const auto rank = static_cast<int64_t>(x.shape().size());
@@ -323,6 +359,7 @@ Tensor Context::all_to_all(const Tensor& x, const AxisNames& axes, int split_axi
   c.axis = split;
   c.axis2 = concat;
   c.tiled = tiled;
+  c.algo = resolve_algo(options, *launch_);
   auto [pending, out] = begin(*launch_, pos_, *p.layout, c, x, out_shape, x.dtype());
   coll::finish(pending);
   return out;

@@ -53,6 +53,18 @@ class AxisNames {
   std::vector<std::string> names_;
 };
 
+// How a collective moves its data. automatic: the platform's choice for the size (cpu: direct);
+// otherwise MESHRT_COLLECTIVE_ALGO (auto, direct, ring, bidi_ring, native) decides when set.
+// direct: one-shot over shared memory; ring: unidirectional, chunked and pipelined;
+// bidi_ring: halves travelling in opposite directions; native: the platform's own (NCCL on cuda;
+// direct on cpu). Every algorithm gives the same results up to floating-point summation order,
+// bit-identical on every device of a group.
+enum class CollectiveAlgo { automatic, direct, ring, bidi_ring, native };
+
+struct CollectiveOptions {
+  CollectiveAlgo algo = CollectiveAlgo::automatic;
+};
+
 // The result of an asynchronous collective: wait() blocks until it is complete (once).
 class PendingTensor {
  public:
@@ -80,26 +92,27 @@ class Context {
   int64_t axis_index(const AxisNames& axes) const;
   int64_t axis_size(const AxisNames& axes) const;
 
-  Tensor psum(const Tensor& x, const AxisNames& axes);
+  Tensor psum(const Tensor& x, const AxisNames& axes, const CollectiveOptions& options = {});
   // psum / group size; integer inputs give floats (int32 -> float32, int64 -> float64).
-  Tensor pmean(const Tensor& x, const AxisNames& axes);
-  Tensor pmax(const Tensor& x, const AxisNames& axes);
-  Tensor pmin(const Tensor& x, const AxisNames& axes);
-  Tensor all_gather(const Tensor& x, const AxisNames& axes, int axis = 0, bool tiled = false);
+  Tensor pmean(const Tensor& x, const AxisNames& axes, const CollectiveOptions& options = {});
+  Tensor pmax(const Tensor& x, const AxisNames& axes, const CollectiveOptions& options = {});
+  Tensor pmin(const Tensor& x, const AxisNames& axes, const CollectiveOptions& options = {});
+  Tensor all_gather(const Tensor& x, const AxisNames& axes, int axis = 0, bool tiled = false,
+                    const CollectiveOptions& options = {});
   Tensor psum_scatter(const Tensor& x, const AxisNames& axes, int scatter_dimension = 0,
-                      bool tiled = false);
+                      bool tiled = false, const CollectiveOptions& options = {});
   // (src, dst) pairs of group indices; destinations no pair names receive zeros.
   Tensor ppermute(const Tensor& x, const AxisNames& axes,
                   const std::vector<std::pair<int64_t, int64_t>>& perm);
   Tensor all_to_all(const Tensor& x, const AxisNames& axes, int split_axis, int concat_axis,
-                    bool tiled = false);
+                    bool tiled = false, const CollectiveOptions& options = {});
 
   // Asynchronous forms: the call joins the collective now and returns; wait() gives the result.
   // The body may compute in between (collective matmul overlaps its ring steps this way).
   PendingTensor ppermute_start(const Tensor& x, const AxisNames& axes,
                                const std::vector<std::pair<int64_t, int64_t>>& perm);
   PendingTensor all_gather_start(const Tensor& x, const AxisNames& axes, int axis = 0,
-                                 bool tiled = false);
+                                 bool tiled = false, const CollectiveOptions& options = {});
 
   // Internal: made by shard_map for each device.
   Context(std::shared_ptr<detail::Launch> launch, int64_t position);

@@ -19,10 +19,11 @@ struct MeshCase {
   std::string platform;
   Shape shape;
   std::vector<std::string> names;
+  std::string algo = "direct";  // MESHRT_COLLECTIVE_ALGO for the case
 };
 
 inline std::string mesh_case_name(const ::testing::TestParamInfo<MeshCase>& info) {
-  std::string s = info.param.platform;
+  std::string s = info.param.platform + "_" + info.param.algo;
   for (int64_t d : info.param.shape) s += "_" + std::to_string(d);
   return s;
 }
@@ -188,6 +189,6 @@ inline bool in_mesh_order(const Mesh& mesh, const std::vector<std::string>& axes
 
 namespace meshrt::test {
 inline void PrintTo(const MeshCase& c, std::ostream* os) {
-  *os << c.platform << " mesh " << shape_str(c.shape);
+  *os << c.platform << " " << c.algo << " mesh " << shape_str(c.shape);
 }
 }  // namespace meshrt::test

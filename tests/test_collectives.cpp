@@ -13,7 +13,12 @@ namespace {
 using test::HostArr;
 using test::MeshCase;
 
-class Collectives : public ::testing::TestWithParam<MeshCase> {};
+// Each case runs under one algorithm (MESHRT_COLLECTIVE_ALGO, read when a launch begins).
+class Collectives : public ::testing::TestWithParam<MeshCase> {
+ protected:
+  void SetUp() override { setenv("MESHRT_COLLECTIVE_ALGO", GetParam().algo.c_str(), 1); }
+  void TearDown() override { unsetenv("MESHRT_COLLECTIVE_ALGO"); }
+};
 
 int64_t group_size(const Mesh& mesh, const std::vector<std::string>& axes) {
   int64_t n = 1;
@@ -215,13 +220,19 @@ TEST_P(Collectives, AxisIndexAndSize) {
   }
 }
 
-const std::vector<MeshCase> kMeshes = {
-    {"cpu", {1}, {"x"}},       {"cpu", {2}, {"x"}},       {"cpu", {3}, {"x"}},
-    {"cpu", {4}, {"x"}},       {"cpu", {8}, {"x"}},       {"cpu", {4, 2}, {"x", "y"}},
-    {"cpu", {2, 4}, {"x", "y"}}, {"cpu", {2, 2, 2}, {"x", "y", "z"}}, {"cpu", {3, 2}, {"x", "y"}},
-    {"cpu", {5}, {"x"}},
-    {"cuda", {1}, {"x"}},      {"cuda", {2}, {"x"}},      {"cuda", {4}, {"x"}},     {"cuda", {8}, {"x"}}};
-INSTANTIATE_TEST_SUITE_P(Meshes, Collectives, ::testing::ValuesIn(kMeshes), test::mesh_case_name);
+std::vector<MeshCase> cases_for(const std::string& algo) {
+  std::vector<MeshCase> out = {
+      {"cpu", {1}, {"x"}},       {"cpu", {2}, {"x"}},       {"cpu", {3}, {"x"}},
+      {"cpu", {4}, {"x"}},       {"cpu", {8}, {"x"}},       {"cpu", {4, 2}, {"x", "y"}},
+      {"cpu", {2, 4}, {"x", "y"}}, {"cpu", {2, 2, 2}, {"x", "y", "z"}}, {"cpu", {3, 2}, {"x", "y"}},
+      {"cpu", {5}, {"x"}},
+      {"cuda", {1}, {"x"}},      {"cuda", {2}, {"x"}},      {"cuda", {4}, {"x"}},     {"cuda", {8}, {"x"}}};
+  for (MeshCase& c : out) c.algo = algo;
+  return out;
+}
+INSTANTIATE_TEST_SUITE_P(Meshes, Collectives, ::testing::ValuesIn(cases_for("direct")), test::mesh_case_name);
+INSTANTIATE_TEST_SUITE_P(Ring, Collectives, ::testing::ValuesIn(cases_for("ring")), test::mesh_case_name);
+INSTANTIATE_TEST_SUITE_P(BidiRing, Collectives, ::testing::ValuesIn(cases_for("bidi_ring")), test::mesh_case_name);
 
 }  // namespace
 }  // namespace meshrt

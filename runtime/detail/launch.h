@@ -4,6 +4,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <string>
 #include <vector>
 
 #include "collectives/groups.h"
@@ -21,6 +22,7 @@ struct Launch {
   Mesh mesh;
   coll::Session session;
   bool host_addressable;
+  std::string env_algo;  // MESHRT_COLLECTIVE_ALGO, read once per launch
 
  private:
   std::mutex mu_;

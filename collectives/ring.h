@@ -1,0 +1,28 @@
+// collectives/ring.h: ring and bidirectional-ring algorithms, written against Transport only.
+//
+// Every member's work buffer holds the N chunks of a flat array, chunk k = elements
+// [k*C, (k+1)*C) (the last may be shorter for all-reduce). A ring with direction d = +1 or -1
+// has left neighbour me - d. Reduce-scatter step s (0..N-2) folds left's chunk me - d*(2+s) into
+// the same chunk of mine, so member `me` ends owning chunk `me`, reduced in ring order starting at
+// member me + d: ((x[me+d] op x[me+2d]) op ...) op x[me]. All-gather step t (0..N-2) copies
+// left's chunk me - d*(1+t). Chunks are processed in pieces, each with its own progress unit, so
+// a member works on piece p while its neighbour still sends piece p+1 (pipelining).
+// Bidirectional: the data is split in two halves travelling in opposite directions.
+#pragma once
+
+#include <cstdint>
+
+#include "collectives/transport.h"
+
+namespace meshrt::coll {
+
+enum class RingPhase { reduce_scatter, all_gather, all_reduce };
+
+// Runs `phase` for member `me` of `n` on elements [0, count) of the work buffers (elem bytes each).
+// The work buffer must already hold: the member's input (reduce_scatter, all_reduce) or its own
+// chunk `me` (all_gather). Units 1.. of the member's progress counter are used from `unit0`.
+// Returns the next free unit.
+uint32_t run_ring(Transport& t, RingPhase phase, Kind op, DType dtype, int64_t me, int64_t n, int64_t count,
+                  bool bidirectional, uint32_t unit0);
+
+}  // namespace meshrt::coll
