@@ -4,6 +4,7 @@
 #   ./run.sh test [--sanitize=thread|address]   set up, build, run the whole suite (CTest)
 #   ./run.sh perf [--quick]               set up (with Open MPI), build, print the collective performance report
 #   ./run.sh bench                        set up, build, run the Google Benchmark suites
+#   (meshrt-bench, the nccl-tests-style CLI, is build/bench/meshrt-bench; see README)
 #   ./run.sh build                        set up and build only
 # Installs missing Debian packages with apt-get (needs root or sudo).
 set -euo pipefail
@@ -76,8 +77,11 @@ case "$cmd" in
     "./$build_dir/bench/meshrt-ops-report" "${extra[@]}"
     ;;
   bench)
+    packages+=(gnuplot-nox)
     configure_and_build
-    MESHRT_CPU_DEVICES="${MESHRT_CPU_DEVICES:-8}" "./$build_dir/bench/bench_transfer" "${extra[@]}"
+    export MESHRT_CPU_DEVICES="${MESHRT_CPU_DEVICES:-8}"
+    "./$build_dir/bench/bench_collectives" "${extra[@]}"
+    "./$build_dir/bench/bench_transfer" "${extra[@]}"
     ;;
   build)
     configure_and_build

@@ -55,6 +55,7 @@ std::string Call::str() const {
       break;
   }
   if (algo != Algo::direct) os << ", algo=" << algo_name(algo);
+  if (deterministic) os << ", deterministic=True";
   os << ")";
   return os.str();
 }

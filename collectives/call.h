@@ -33,6 +33,8 @@ struct Call {
   bool tiled = false;
   std::vector<std::pair<int64_t, int64_t>> perm;  // ppermute (src, dst), normalised
   Algo algo = Algo::direct;
+  // Reductions fold in group-index order whatever the algorithm (same bits as direct).
+  bool deterministic = false;
 
   // "psum(float32[4,2], axes=('x',))", "all_gather(float32[2], axes=('x', 'y'), axis=0, tiled=True)".
   std::string str() const;

@@ -218,11 +218,30 @@ char* work_of(const Instance& inst, int64_t j) {
 
 // Ring / bidirectional-ring forms. Work buffers hold flat chunk-major data; local copies before
 // and after arrange it from and into the collective's layout.
+// Deterministic form: ring-all-gather every input over the transport, then fold them locally in
+// group-index order, exactly as direct does (same bits for every algorithm).
+void gather_inputs(Instance& inst, int64_t me) {
+  const Call& c = inst.call();
+  const int64_t n = count(c.shape), N = inst.size();
+  const size_t ie = dtype_size(c.dtype);
+  char* work = work_of(inst, me);
+  std::memcpy(work + me * n * static_cast<int64_t>(ie), inst.slot(me).in, static_cast<size_t>(n) * ie);
+  ShmTransport t(inst);
+  run_ring(t, RingPhase::all_gather, Kind::psum, c.dtype, me, N, N * n, c.algo == Algo::bidi_ring, 1);
+}
+
 void ring_reduce(Instance& inst, int64_t me) {
   const Call& c = inst.call();
   const int64_t n = count(c.shape), N = inst.size();
   const size_t ie = dtype_size(c.dtype);
   char* work = work_of(inst, me);
+  if (c.deterministic) {
+    gather_inputs(inst, me);
+    std::vector<const void*> srcs;
+    for (int64_t j = 0; j < N; ++j) srcs.push_back(work + j * n * static_cast<int64_t>(ie));
+    reduce_run(c.kind, c.dtype, out_dtype(c), out_ptr(inst, me), srcs, n);
+    return;
+  }
   std::memcpy(work, inst.slot(me).in, static_cast<size_t>(n) * ie);
   ShmTransport t(inst);
   run_ring(t, RingPhase::all_reduce, c.kind, c.dtype, me, N, n, c.algo == Algo::bidi_ring, 1);
@@ -234,6 +253,27 @@ void ring_psum_scatter(Instance& inst, int64_t me, const Shape& out_shape) {
   const int64_t N = inst.size(), n = count(c.shape);
   const auto sd = static_cast<size_t>(c.axis);
   const size_t elem = dtype_size(c.dtype);
+  if (c.deterministic) {  // gathered inputs, then direct's in-order fold over my block
+    gather_inputs(inst, me);
+    Shape extent = c.shape, start(c.shape.size(), 0);
+    extent[sd] = c.tiled ? c.shape[sd] / N : 1;
+    start[sd] = me * extent[sd];
+    const View src = box_view(c.shape, start);
+    View dst{0, dense_strides(out_shape)};
+    if (!c.tiled) dst = insert_dim(dst, sd, 0);
+    std::vector<const View*> views{&dst};
+    for (int64_t j = 0; j < N; ++j) views.push_back(&src);
+    std::vector<const void*> srcs(static_cast<size_t>(N));
+    const char* work = work_of(inst, me);
+    const auto e = static_cast<int64_t>(elem);
+    for_each_runs(extent, views, [&](const Runs& r) {
+      for (int64_t row = 0; row < r.rows; ++row) {
+        for (int64_t j = 0; j < N; ++j) srcs[static_cast<size_t>(j)] = work + j * n * e + (r.offsets[1] + row * r.pitches[1]) * e;
+        reduce_run(Kind::psum, c.dtype, c.dtype, out_ptr(inst, me) + (r.offsets[0] + row * r.pitches[0]) * e, srcs, r.run);
+      }
+    });
+    return;
+  }
   Shape block = c.shape;
   block[sd] = c.tiled ? c.shape[sd] / N : 1;
   const int64_t C = count(block);
@@ -279,6 +319,9 @@ void ring_all_gather(Instance& inst, int64_t me, const Shape& out_shape) {
 int64_t work_bytes(const Call& c, int64_t n) {
   if (c.algo == Algo::direct) return 0;
   const int64_t bytes = count(c.shape) * static_cast<int64_t>(dtype_size(c.dtype));
+  const bool reduction = c.kind == Kind::psum || c.kind == Kind::pmean || c.kind == Kind::pmax ||
+                         c.kind == Kind::pmin || c.kind == Kind::psum_scatter;
+  if (c.deterministic && reduction) return n * bytes;  // every member's input, gathered
   switch (c.kind) {
     case Kind::pmean: return bytes;  // the ring sums in the input dtype
     case Kind::psum_scatter: return bytes;

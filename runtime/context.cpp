@@ -31,6 +31,8 @@ Launch::Launch(Mesh m, std::chrono::milliseconds timeout, bool oversubscribed)
       host_addressable(backend_of(mesh.devices().front()).host_addressable()) {
   const char* env = std::getenv("MESHRT_COLLECTIVE_ALGO");
   env_algo = env ? env : "";
+  const char* det = std::getenv("MESHRT_DETERMINISTIC");
+  env_deterministic = det != nullptr && std::string(det) == "1";
   if (!env_algo.empty() && env_algo != "auto" && env_algo != "direct" && env_algo != "ring" &&
       env_algo != "bidi_ring" && env_algo != "native") {
     throw Error(cat("[shard_map] MESHRT_COLLECTIVE_ALGO='", env_algo,
@@ -205,7 +207,8 @@ coll::Call base_call(coll::Kind kind, const Tensor& x, const coll::GroupLayout& 
     }                                                                                       \
     Prepared p = prepare(x, axes, #method);                                              \
     coll::Call c = base_call(coll::Kind::kind, x, *p.layout);                                 \
-    c.algo = resolve_algo(options, *launch_);                                                \
+    c.algo = resolve_algo(options, *launch_);                                               \
+    c.deterministic = options.deterministic || launch_->env_deterministic;                  \
     DType od = coll::Kind::kind == coll::Kind::pmean ? coll::pmean_dtype(x.dtype()) : x.dtype(); \
     auto [pending, out] = begin(*launch_, pos_, *p.layout, c, x, x.shape(), od);            \
     coll::finish(pending);                                                                  \
@@ -284,6 +287,7 @@ PendingTensor Context::all_gather_start(const Tensor& x, const AxisNames& axes, 
   Prepared p = prepare(x, axes, "all_gather");
   GatherPlan g = plan_all_gather(x, *p.layout, axis, tiled, p.group_size);
   g.call.algo = resolve_algo(options, *launch_);
+  g.call.deterministic = options.deterministic || launch_->env_deterministic;
   auto [pending, out] = begin(*launch_, pos_, *p.layout, g.call, x, g.out_shape, x.dtype());
   return PendingTensor(launch_, std::make_unique<coll::Pending>(std::move(pending)), std::move(out));
 }
@@ -326,6 +330,7 @@ Tensor Context::psum_scatter(const Tensor& x, const AxisNames& axes, int scatter
   c.axis = sd;
   c.tiled = tiled;
   c.algo = resolve_algo(options, *launch_);
+  c.deterministic = options.deterministic || launch_->env_deterministic;
   auto [pending, out] = begin(*launch_, pos_, *p.layout, c, x, out_shape, x.dtype());
   coll::finish(pending);
   return out;
@@ -360,6 +365,7 @@ Tensor Context::all_to_all(const Tensor& x, const AxisNames& axes, int split_axi
   c.axis2 = concat;
   c.tiled = tiled;
   c.algo = resolve_algo(options, *launch_);
+  c.deterministic = options.deterministic || launch_->env_deterministic;
   auto [pending, out] = begin(*launch_, pos_, *p.layout, c, x, out_shape, x.dtype());
   coll::finish(pending);
   return out;

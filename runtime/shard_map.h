@@ -63,6 +63,10 @@ enum class CollectiveAlgo { automatic, direct, ring, bidi_ring, native };
 
 struct CollectiveOptions {
   CollectiveAlgo algo = CollectiveAlgo::automatic;
+  // Reductions give the same bits under every algorithm: ((x0 op x1) op x2)... in group-index
+  // order, as direct computes them. ring/bidi_ring then all-gather the inputs over the ring and
+  // fold locally (N times the input in staging memory). Also MESHRT_DETERMINISTIC=1.
+  bool deterministic = false;
 };
 
 // The result of an asynchronous collective: wait() blocks until it is complete (once).

@@ -1,0 +1,344 @@
+// meshrt-bench: collective microbenchmarks in the format of NVIDIA's nccl-tests.
+//
+//   meshrt-bench all_reduce -b 8 -e 64M -f 2 -g 8 --algo all [--link-model ring:5us:100GBps]
+//                [-d float32] [-n 20] [-w 5] [-c 1] [--platform cpu] [--json FILE] [--plot FILE.png]
+//
+// Columns and busbw factors are nccl-tests' (peers.md §A): all_reduce 2(n-1)/n; all_gather,
+// reduce_scatter, all_to_all (n-1)/n; ppermute (a ring shift, like sendrecv) 1. size is the
+// per-device buffer nccl-tests reports (all_gather: the gathered output; reduce_scatter and
+// all_to_all: the input). meshrt's collectives are out-of-place (JAX semantics): the in-place
+// columns read N/A. #wrong counts elements that differ from a host reference on every size.
+// With --link-model the modelled time and busbw of the same algorithm follow.
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <functional>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "collectives/link_model.h"
+#include "runtime/meshrt.h"
+
+using namespace meshrt;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+struct Options {
+  std::string op = "all_reduce";
+  int64_t min_bytes = 32 << 20, max_bytes = 32 << 20;
+  double factor = 2;
+  int64_t step_bytes = 0;
+  int devices = 8;
+  std::string platform = "cpu";
+  std::vector<std::string> algos{"direct"};
+  DType dtype = DType::f32;
+  int iters = 20, warmup = 5, check = 1;
+  std::optional<coll::LinkModel> model;
+  std::string json, plot;
+};
+
+[[noreturn]] void usage(const std::string& why) {
+  std::fprintf(stderr,
+               "meshrt-bench: %s\n"
+               "usage: meshrt-bench all_reduce|all_gather|reduce_scatter|all_to_all|ppermute\n"
+               "  -b MIN -e MAX (bytes, K/M/G suffixes) -f FACTOR | -i STEP   -g DEVICES   -d float32|float64|int32|int64\n"
+               "  -n ITERS -w WARMUP -c CHECK   --algo direct|ring|bidi_ring|native|all   --platform cpu|cuda\n"
+               "  --link-model TOPO:LATENCY:BANDWIDTH (ring|torus2d|full, e.g. ring:5us:100GBps)\n"
+               "  --json FILE   --plot FILE.png (needs gnuplot)\n",
+               why.c_str());
+  std::exit(2);
+}
+
+int64_t parse_size(const std::string& s) {
+  char* end = nullptr;
+  double v = std::strtod(s.c_str(), &end);
+  std::string u = end;
+  if (u == "K" || u == "k") v *= 1024;
+  else if (u == "M" || u == "m") v *= 1024 * 1024;
+  else if (u == "G" || u == "g") v *= 1024.0 * 1024 * 1024;
+  else if (!u.empty()) usage("bad size '" + s + "'");
+  return static_cast<int64_t>(v);
+}
+
+Options parse(int argc, char** argv) {
+  Options o;
+  if (argc < 2) usage("which collective?");
+  o.op = argv[1];
+  if (o.op != "all_reduce" && o.op != "all_gather" && o.op != "reduce_scatter" && o.op != "all_to_all" &&
+      o.op != "ppermute") {
+    usage("unknown collective '" + o.op + "'");
+  }
+  for (int i = 2; i < argc; ++i) {
+    std::string a = argv[i];
+    auto next = [&]() -> std::string {
+      if (i + 1 >= argc) usage(a + " needs a value");
+      return argv[++i];
+    };
+    if (a == "-b") o.min_bytes = parse_size(next());
+    else if (a == "-e") o.max_bytes = parse_size(next());
+    else if (a == "-f") o.factor = std::stod(next());
+    else if (a == "-i") o.step_bytes = parse_size(next());
+    else if (a == "-g") o.devices = std::stoi(next());
+    else if (a == "-n") o.iters = std::stoi(next());
+    else if (a == "-w") o.warmup = std::stoi(next());
+    else if (a == "-c") o.check = std::stoi(next());
+    else if (a == "--platform") o.platform = next();
+    else if (a == "--json" || a == "-J") o.json = next();
+    else if (a == "--plot") o.plot = next();
+    else if (a == "--link-model") o.model = coll::LinkModel::parse(next());
+    else if (a == "-d") {
+      std::string d = next();
+      if (d == "float32" || d == "float") o.dtype = DType::f32;
+      else if (d == "float64" || d == "double") o.dtype = DType::f64;
+      else if (d == "int32") o.dtype = DType::i32;
+      else if (d == "int64") o.dtype = DType::i64;
+      else usage("unknown dtype '" + d + "'");
+    } else if (a == "--algo") {
+      std::string v = next();
+      if (v == "all") o.algos = {"direct", "ring", "bidi_ring"};
+      else if (v == "direct" || v == "ring" || v == "bidi_ring" || v == "native") o.algos = {v};
+      else usage("unknown algorithm '" + v + "'");
+    } else {
+      usage("unknown option '" + a + "'");
+    }
+  }
+  if (o.min_bytes < 1 || o.max_bytes < o.min_bytes || o.devices < 1 || o.iters < 1 || o.factor <= 1) {
+    usage("need 1 <= -b <= -e, -g >= 1, -n >= 1, -f > 1");
+  }
+  return o;
+}
+
+CollectiveAlgo algo_of(const std::string& a) {
+  if (a == "ring") return CollectiveAlgo::ring;
+  if (a == "bidi_ring") return CollectiveAlgo::bidi_ring;
+  if (a == "native") return CollectiveAlgo::native;
+  return CollectiveAlgo::direct;
+}
+
+coll::Kind kind_of(const std::string& op) {
+  if (op == "all_gather") return coll::Kind::all_gather;
+  if (op == "reduce_scatter") return coll::Kind::psum_scatter;
+  if (op == "all_to_all") return coll::Kind::all_to_all;
+  if (op == "ppermute") return coll::Kind::ppermute;
+  return coll::Kind::psum;
+}
+
+double bus_factor(const std::string& op, int64_t n) {
+  if (op == "all_reduce") return 2.0 * (n - 1) / n;
+  if (op == "ppermute") return 1.0;
+  return static_cast<double>(n - 1) / n;
+}
+
+// Elements each device contributes for a reported size.
+int64_t input_elems(const std::string& op, int64_t size_elems, int64_t n) {
+  return op == "all_gather" ? size_elems / n : size_elems;
+}
+
+struct Result {
+  std::string algo;
+  int64_t size, count;
+  double time_us, algbw, busbw;
+  int64_t wrong;
+  double model_us = -1, model_busbw = -1;
+};
+
+std::string fmt(double v) {
+  char b[32];
+  if (v >= 1e6) std::snprintf(b, sizeof b, "%.0f", v);
+  else if (v >= 1e4) std::snprintf(b, sizeof b, "%.1f", v);
+  else std::snprintf(b, sizeof b, "%.2f", v);
+  return b;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Options o = parse(argc, argv);
+  try {
+    if (o.platform == "cpu") set_cpu_device_count(std::max(o.devices, 1));
+    Mesh mesh = make_mesh({o.devices}, {"x"}, o.platform);
+    const int64_t n = o.devices, elem = static_cast<int64_t>(dtype_size(o.dtype));
+    const char* redop = (o.op == "all_reduce" || o.op == "reduce_scatter") ? "sum" : "none";
+    std::printf("# meshrt-bench (nccl-tests format)\n# Collective test starting: %s_perf\n", o.op.c_str());
+    std::printf("# nThread 1 nGpus %d minBytes %lld maxBytes %lld step: %g(factor) warmup iters: %d iters: %d "
+                "agg iters: 1 validation: %d graph: 0\n#\n# Using devices\n",
+                o.devices, static_cast<long long>(o.min_bytes), static_cast<long long>(o.max_bytes), o.factor, o.warmup,
+                o.iters, o.check);
+    for (const Device& d : mesh.devices()) {
+      std::printf("#  Rank %2d Group  0 on %s device %2d [%s, %u hardware threads]\n", d.local_index(),
+                  d.platform().data(), d.local_index(), d.str().c_str(), std::thread::hardware_concurrency());
+    }
+    if (o.model) std::printf("# Link model: %s\n", o.model->str().c_str());
+    std::vector<int64_t> sizes;
+    for (int64_t s = o.min_bytes; s <= o.max_bytes;) {
+      // Sizes round down to whole elements divisible by the device count, as nccl-tests does.
+      int64_t e = std::max<int64_t>(n, (s / elem) / n * n);
+      if (sizes.empty() || sizes.back() != e * elem) sizes.push_back(e * elem);
+      s = o.step_bytes > 0 ? s + o.step_bytes : static_cast<int64_t>(std::ceil(s * o.factor));
+    }
+    std::vector<Result> results;
+    size_t done = 0;
+    for (const std::string& algo : o.algos) {
+      std::printf("#\n# Algorithm: %s\n#\n", algo.c_str());
+      std::printf("# %10s %12s %8s %6s %6s %9s %7s %7s %6s %9s %7s %7s %6s%s\n", "", "", "", "", "", "out-of-place", "",
+                  "", "", "in-place", "", "", "", o.model ? "      modelled" : "");
+      std::printf("# %10s %12s %8s %6s %6s %9s %7s %7s %6s %9s %7s %7s %6s%s\n", "size", "count", "type", "redop",
+                  "root", "time", "algbw", "busbw", "#wrong", "time", "algbw", "busbw", "#wrong",
+                  o.model ? "      time   busbw" : "");
+      std::printf("# %10s %12s %8s %6s %6s %9s %7s %7s %6s %9s %7s %7s %6s%s\n", "(B)", "(elements)", "", "", "", "(us)",
+                  "(GB/s)", "(GB/s)", "", "(us)", "(GB/s)", "(GB/s)", "", o.model ? "      (us)  (GB/s)" : "");
+      for (int64_t size : sizes) {
+        std::fprintf(stderr, "\r[meshrt-bench] %s %s %lld B (%zu/%zu)   ", o.op.c_str(), algo.c_str(),
+                     static_cast<long long>(size), ++done, sizes.size() * o.algos.size());
+        const int64_t per = input_elems(o.op, size / elem, n);
+        // Device d holds values d + (e % 7): exact sums in every dtype.
+        std::vector<double> host(static_cast<size_t>(per * n));
+        for (int64_t d = 0; d < n; ++d) {
+          for (int64_t e = 0; e < per; ++e) host[static_cast<size_t>(d * per + e)] = static_cast<double>(d + e % 7);
+        }
+        Array x;
+        switch (o.dtype) {
+          case DType::f32: x = device_put(std::vector<float>(host.begin(), host.end()), {per * n}, NamedSharding(mesh, P("x"))); break;
+          case DType::f64: x = device_put(host, {per * n}, NamedSharding(mesh, P("x"))); break;
+          case DType::i32: x = device_put(std::vector<int32_t>(host.begin(), host.end()), {per * n}, NamedSharding(mesh, P("x"))); break;
+          default: x = device_put(std::vector<int64_t>(host.begin(), host.end()), {per * n}, NamedSharding(mesh, P("x"))); break;
+        }
+        CollectiveOptions co{algo_of(algo)};
+        std::vector<std::pair<int64_t, int64_t>> shift;
+        for (int64_t i = 0; i < n; ++i) shift.emplace_back(i, (i + 1) % n);
+        auto op = [&](Context& c, const Tensor& t) -> Tensor {
+          if (o.op == "all_reduce") return c.psum(t, "x", co);
+          if (o.op == "all_gather") return c.all_gather(t, "x", 0, true, co);
+          if (o.op == "reduce_scatter") return c.psum_scatter(t, "x", 0, true, co);
+          if (o.op == "all_to_all") return c.all_to_all(t, "x", 0, 0, true, co);
+          return c.ppermute(t, "x", shift);
+        };
+        std::vector<double> per_device(static_cast<size_t>(n));
+        std::vector<Tensor> checked(static_cast<size_t>(n));
+        shard_map(
+            [&](Context& c, const Tensor& t) {
+              Tensor one = ones({1}, DType::f32, c.device());
+              for (int w = 0; w < o.warmup; ++w) op(c, t);
+              c.psum(one, "x");
+              auto t0 = Clock::now();
+              for (int it = 0; it < o.iters; ++it) op(c, t);
+              c.psum(one, "x");
+              per_device[static_cast<size_t>(c.axis_index("x"))] =
+                  std::chrono::duration<double>(Clock::now() - t0).count() / o.iters;
+              if (o.check > 0) checked[static_cast<size_t>(c.axis_index("x"))] = op(c, t);
+              return t;
+            },
+            mesh, {P("x")}, P("x"))(x);
+        double t = 0;
+        for (double v : per_device) t += v;
+        t /= static_cast<double>(n);  // nccl-tests -a 1: the average over ranks
+        // #wrong: compare every device's result with the host reference.
+        int64_t wrong = 0;
+        if (o.check > 0) {
+          for (int64_t d = 0; d < n; ++d) {
+            Tensor r = astype(checked[static_cast<size_t>(d)], DType::f64);
+            std::vector<double> got = r.to_vector<double>();
+            for (size_t e = 0; e < got.size(); ++e) {
+              double want;
+              const auto ei = static_cast<int64_t>(e);
+              if (o.op == "all_reduce") want = static_cast<double>(n * (n - 1) / 2 + n * (ei % 7));
+              else if (o.op == "all_gather") want = host[e];
+              else if (o.op == "reduce_scatter") want = static_cast<double>(n * (n - 1) / 2 + n * ((d * (per / n) + ei) % 7));
+              else if (o.op == "all_to_all") {
+                const int64_t c = per / n, j = ei / c;  // chunk j came from device j
+                want = host[static_cast<size_t>(j * per + d * c + ei % c)];
+              } else {
+                const int64_t src = (d + n - 1) % n;
+                want = host[static_cast<size_t>(src * per + ei)];
+              }
+              wrong += got[e] != want;
+            }
+          }
+        }
+        Result res{algo, size, size / elem, t * 1e6, size / t / 1e9, size / t / 1e9 * bus_factor(o.op, n), wrong};
+        if (o.model) {
+          const coll::Algo a = algo == "ring" ? coll::Algo::ring : algo == "bidi_ring" ? coll::Algo::bidi_ring : coll::Algo::direct;
+          const double mt = o.model->collective_time(kind_of(o.op), a, n, static_cast<double>(size));
+          res.model_us = mt * 1e6;
+          res.model_busbw = mt > 0 ? size / mt / 1e9 * bus_factor(o.op, n) : 0;
+        }
+        std::printf("  %10lld %12lld %8s %6s %6d %9s %7s %7s %6lld %9s %7s %7s %6s", static_cast<long long>(size),
+                    static_cast<long long>(size / elem), dtype_name(o.dtype).data(), redop, -1, fmt(res.time_us).c_str(),
+                    fmt(res.algbw).c_str(), fmt(res.busbw).c_str(), static_cast<long long>(wrong), "N/A", "N/A", "N/A",
+                    "N/A");
+        if (o.model) std::printf(" %9s %7s", fmt(res.model_us).c_str(), fmt(res.model_busbw).c_str());
+        std::printf("\n");
+        std::fflush(stdout);
+        results.push_back(res);
+      }
+    }
+    std::fprintf(stderr, "\r%60s\r", "");
+    int64_t total_wrong = 0;
+    double avg = 0;
+    for (const Result& r : results) {
+      total_wrong += r.wrong;
+      avg += r.busbw;
+    }
+    std::printf("# Out of bounds values : %lld %s\n", static_cast<long long>(total_wrong), total_wrong ? "FAILED" : "OK");
+    std::printf("# Avg bus bandwidth    : %s\n#\n# Collective test concluded: %s_perf\n",
+                fmt(avg / static_cast<double>(results.size())).c_str(), o.op.c_str());
+    if (!o.json.empty()) {
+      std::ofstream js(o.json);
+      js << "[\n";
+      for (size_t i = 0; i < results.size(); ++i) {
+        const Result& r = results[i];
+        js << "  {\"collective\": \"" << o.op << "\", \"algo\": \"" << r.algo << "\", \"devices\": " << n
+           << ", \"size\": " << r.size << ", \"count\": " << r.count << ", \"type\": \"" << dtype_name(o.dtype)
+           << "\", \"redop\": \"" << redop << "\", \"root\": -1, \"out_of_place\": {\"time\": " << r.time_us
+           << ", \"alg_bw\": " << r.algbw << ", \"bus_bw\": " << r.busbw << ", \"nwrong\": " << r.wrong << "}";
+        if (o.model) js << ", \"model\": {\"time\": " << r.model_us << ", \"bus_bw\": " << r.model_busbw << "}";
+        js << "}" << (i + 1 < results.size() ? "," : "") << "\n";
+      }
+      js << "]\n";
+    }
+    if (!o.plot.empty()) {
+      const std::string dat = o.plot + ".dat", gp = o.plot + ".gp";
+      std::ofstream d(dat);
+      for (const std::string& a : o.algos) {
+        d << "# " << a << "\n";
+        for (const Result& r : results) {
+          if (r.algo == a) d << r.size << " " << r.busbw << " " << (o.model ? r.model_busbw : 0) << "\n";
+        }
+        d << "\n\n";
+      }
+      d.close();
+      std::ofstream g(gp);
+      g << "set terminal pngcairo size 900,560 noenhanced\nset output '" << o.plot << "'\nset logscale x 2\n"
+        << "set logscale y 10\nset format x '%.0b%B'\nset key left top\n"
+        << "set xlabel 'size (bytes per device)'\nset ylabel 'busbw (GB/s, log scale)'\nset grid\n"
+        << "set title 'meshrt-bench " << o.op << ", " << n << " " << o.platform << " devices"
+        << (o.model ? ", modelled: " + o.model->str() : std::string()) << "'\nplot ";
+      for (size_t i = 0; i < o.algos.size(); ++i) {
+        g << (i ? ", " : "") << "'" << dat << "' index " << i << " using 1:2 with linespoints lw 2 title '"
+          << o.algos[i] << " (measured)'";
+        if (o.model) {
+          g << ", '" << dat << "' index " << i << " using 1:3 with lines dt 2 lw 2 title '" << o.algos[i]
+            << " (modelled)'";
+        }
+      }
+      g << "\n";
+      g.close();
+      if (std::system(("gnuplot " + gp + " 2>/dev/null").c_str()) != 0) {
+        std::fprintf(stderr, "[meshrt-bench] --plot needs gnuplot (apt-get install gnuplot-nox); data left in %s\n",
+                     dat.c_str());
+        return 1;
+      }
+    }
+    return total_wrong ? 1 : 0;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "\n%s\n", e.what());
+    return 1;
+  }
+}
