@@ -8,6 +8,7 @@
 #pragma once
 
 #include "array.h"
+#include "collective_matmul.h"
 #include "shard_map.h"
 #include "device.h"
 #include "dtype.h"
