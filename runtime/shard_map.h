@@ -158,7 +158,19 @@ class ShardMapped {
       : body_(std::move(body)), mesh_(std::move(mesh)), in_specs_(std::move(in_specs)),
         out_specs_(std::move(out_specs)), options_(options) {}
 
+  // Bodies over a list of blocks (JAX's pytree of arrays): body(Context&, const std::vector<Tensor>&)
+  // returning std::vector<Tensor>, called with one Array per in_spec.
+  std::vector<Array> operator()(const std::vector<Array>& args) const
+    requires std::is_invocable_r_v<std::vector<Tensor>, const Body&, Context&, const std::vector<Tensor>&>
+  {
+    static_assert(!kSingleOut, "a list body returns std::vector<Tensor>: give out_specs as a vector");
+    const Body& body = body_;
+    detail::ErasedBody erased = [&body](Context& ctx, const std::vector<Tensor>& xs) { return body(ctx, xs); };
+    return detail::run_shard_map(erased, mesh_, in_specs_, out_specs_, args, options_);
+  }
+
   template <class... A>
+    requires(std::is_same_v<A, Array> && ...)
   auto operator()(const A&... args) const {
     static_assert((std::is_same_v<A, Array> && ...), "shard_map arguments are meshrt::Arrays");
     constexpr size_t n = sizeof...(A);
