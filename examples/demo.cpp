@@ -2,8 +2,15 @@
 // Run it with ./run.sh demo (8 simulated cpu devices).
 #include <meshrt/meshrt.h>
 
+#include <chrono>
+#include <cmath>
+#include <cstring>
+
+#include "examples/mlp/mlp.h"
+
 #include <cstdio>
 #include <cstdlib>
+#include <thread>
 #include <numeric>
 #include <string>
 #include <vector>
@@ -69,6 +76,91 @@ void report(const char* title, const Array& y, const std::vector<int32_t>& want)
   }
   std::printf("\n");
   if (!ok) std::exit(1);
+}
+
+// Part 3: the seed programs.
+void part3(bool quick) {
+  using collective_matmul::Variant;
+  std::printf("== Part 3: seed programs\n\n-- Collective matmul, lhs (48, 80) @ rhs (80, 7), float32, vs the host product\n");
+  std::printf("   %-24s %-14s %8s %8s %8s\n", "program", "variant", "2 dev", "4 dev", "8 dev");
+  Device d0 = devices("cpu")[0];
+  const int64_t m = 48, k = 80, n = 7;
+  std::vector<double> a = random::normal_values(random::key(1), {m, k}, DType::f32);
+  std::vector<double> b = random::normal_values(random::key(2), {k, n}, DType::f32);
+  std::vector<double> want(static_cast<size_t>(m * n), 0.0);
+  for (int64_t i = 0; i < m; ++i)
+    for (int64_t q = 0; q < k; ++q)
+      for (int64_t j = 0; j < n; ++j) want[static_cast<size_t>(i * n + j)] += a[static_cast<size_t>(i * k + q)] * b[static_cast<size_t>(q * n + j)];
+  Array A = device_put(std::vector<float>(a.begin(), a.end()), {m, k}, SingleDeviceSharding(d0));
+  Array B = device_put(std::vector<float>(b.begin(), b.end()), {k, n}, SingleDeviceSharding(d0));
+  for (bool rs : {false, true}) {
+    for (Variant v : {Variant::naive, Variant::overlapped, Variant::bidirectional}) {
+      std::printf("   %-24s %-14s", rs ? "matmul + reduce_scatter" : "all_gather + matmul", collective_matmul::variant_name(v));
+      for (int64_t nd : {2, 4, 8}) {
+        Mesh mesh = make_mesh({nd}, {"i"});
+        Array c = rs ? collective_matmul::matmul_reduce_scatter(A, B, mesh, "i", v)
+                     : collective_matmul::allgather_matmul(A, B, mesh, "i", v);
+        double err = 0;
+        std::vector<float> got = c.to_vector<float>();
+        for (size_t e = 0; e < got.size(); ++e) err = std::max(err, std::fabs(got[e] - want[e]) / (1 + std::fabs(want[e])));
+        std::printf(" %8s", err < 1e-4 ? "ok" : "MISMATCH");
+        if (err >= 1e-4) std::exit(1);
+      }
+      std::printf("\n");
+    }
+  }
+
+  std::printf("\n-- MLP [784, 128 x 5, 8], batch 32, init as JAX's tutorial; loss and every gradient vs one device\n");
+  const std::vector<int64_t> sizes{784, 128, 128, 128, 128, 128, 8};
+  using mlp::Strategy;
+  struct Run { Strategy s; Mesh mesh; };
+  const std::vector<Run> runs = {{Strategy::single, make_mesh({1}, {"x"})},
+                                 {Strategy::data_parallel, make_mesh({8}, {"batch"})},
+                                 {Strategy::fsdp, make_mesh({8}, {"batch"})},
+                                 {Strategy::tensor_parallel, make_mesh({8}, {"feats"})},
+                                 {Strategy::data_tensor_2d, make_mesh({4, 2}, {"batch", "feats"})}};
+  std::printf("   %-22s %-10s %-28s %-28s %s\n", "strategy", "mesh", "loss, 3 SGD steps (current)", "loss, 3 SGD steps (legacy)", "max rel diff");
+  for (const Run& r : runs) {
+    std::string losses[2];
+    double worst = 0;
+    for (int st = 0; st < 2; ++st) {
+      const random::Stream stream = st == 0 ? random::Stream::current : random::Stream::legacy;
+      mlp::Problem p = mlp::init(random::key(0, stream), sizes, 32), ref = p;
+      for (int step = 0; step < 3; ++step) {
+        mlp::Grads g = mlp::loss_and_grad(p, r.s, r.mesh);
+        mlp::Grads g1 = mlp::loss_and_grad(ref, Strategy::single, runs[0].mesh);
+        worst = std::max(worst, mlp::max_rel_diff(g, g1));
+        char buf[32];
+        std::snprintf(buf, sizeof buf, "%s%.4f", step ? " " : "", g.loss);
+        losses[st] += buf;
+        mlp::sgd_step(p, g, 0.001f);
+        mlp::sgd_step(ref, g1, 0.001f);
+      }
+    }
+    std::printf("   %-22s %-10s %-28s %-28s %.1e %s\n", mlp::name(r.s), shape_str(r.mesh.shape()).c_str(), losses[0].c_str(),
+                losses[1].c_str(), worst, worst < 2e-4 ? "ok" : "MISMATCH");
+    if (worst >= 2e-4) std::exit(1);
+  }
+
+  const int64_t batch = quick ? 512 : 8192, hidden = quick ? 256 : 1024;
+  std::printf("\n-- Timing: one loss-and-grad step, MLP [784, %lld x 5, 8], batch %lld (%%timeit-style: best of 3)\n",
+              static_cast<long long>(hidden), static_cast<long long>(batch));
+  const std::vector<int64_t> big{784, hidden, hidden, hidden, hidden, hidden, 8};
+  mlp::Problem p = mlp::init(random::key(0), big, batch);
+  double t_single = 0;
+  std::printf("   %-22s %-10s %10s %9s\n", "strategy", "mesh", "time", "speedup");
+  for (const Run& r : runs) {
+    double best = 1e300;
+    for (int rep = 0; rep < 3; ++rep) {
+      auto t0 = std::chrono::steady_clock::now();
+      mlp::loss_and_grad(p, r.s, r.mesh);
+      best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    }
+    if (r.s == Strategy::single) t_single = best;
+    std::printf("   %-22s %-10s %8.1f ms %8.2fx\n", mlp::name(r.s), shape_str(r.mesh.shape()).c_str(), best * 1e3, t_single / best);
+  }
+  std::printf("   (8 simulated devices share this machine's %u cores; one device computes on one core)\n\n",
+              std::thread::hardware_concurrency());
 }
 
 // Part 2: shard_map bodies and the collectives, on a (4, 2) mesh and an (8, 4) arange.
@@ -154,7 +246,8 @@ void part2() {
 
 }  // namespace
 
-int main() {
+int main(int argc, char** argv) {
+  const bool quick = argc > 1 && std::strcmp(argv[1], "--quick") == 0;
   std::printf("== meshrt demo\nplatforms:");
   for (const std::string& p : platforms()) std::printf(" %s", p.c_str());
   std::printf("\ncpu devices:");
@@ -190,5 +283,6 @@ int main() {
   }
 
   part2();
+  part3(quick);
   return 0;
 }
