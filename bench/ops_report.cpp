@@ -14,19 +14,15 @@
 #include <thread>
 #include <vector>
 
+#include "bench/bench_util.h"
 #include "runtime/meshrt.h"
 
 using namespace meshrt;
-using Clock = std::chrono::steady_clock;
+using meshrt::bench::Clock;
+using meshrt::bench::median;
+using meshrt::bench::seconds_since;
 
 namespace {
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
-
-double secs(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
 // Median seconds of fn over reps, after one warm-up call.
 double timeit(int reps, const std::function<void()>& fn) {
@@ -35,7 +31,7 @@ double timeit(int reps, const std::function<void()>& fn) {
   for (int r = 0; r < reps; ++r) {
     auto t0 = Clock::now();
     fn();
-    s.push_back(secs(t0));
+    s.push_back(seconds_since(t0));
   }
   return median(s);
 }
@@ -56,7 +52,7 @@ double timeit_threads(int n, int reps, const std::function<void(int)>& fn) {
     sync.arrive_and_wait();
     auto t0 = Clock::now();
     sync.arrive_and_wait();
-    double t = secs(t0);
+    double t = seconds_since(t0);
     for (auto& th : pool) th.join();
     if (r > 0) s.push_back(t);  // the first round warms up
   }
@@ -77,7 +73,7 @@ double timeit_devices(const Mesh& mesh, int reps, const std::function<void(Conte
           auto t0 = Clock::now();
           fn(ctx);
           ctx.psum(one, "x");  // every device done
-          if (ctx.axis_index("x") == 0) s.push_back(secs(t0));
+          if (ctx.axis_index("x") == 0) s.push_back(seconds_since(t0));
         }
         return t;
       },

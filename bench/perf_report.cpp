@@ -18,19 +18,15 @@
 #include <thread>
 #include <vector>
 
+#include "bench/bench_util.h"
 #include "runtime/meshrt.h"
 
 using namespace meshrt;
-using Clock = std::chrono::steady_clock;
+using meshrt::bench::Clock;
+using meshrt::bench::median;
+using meshrt::bench::seconds_since;
 
 namespace {
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
-
-double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
 // Copy bandwidth (bytes copied per second) with `threads` threads each copying `bytes`.
 double memcpy_bandwidth(size_t bytes, int threads, int reps) {

@@ -107,7 +107,10 @@ void all_gather(const Instance& inst, int64_t me, const Shape& out_shape) {
   }
 }
 
-void psum_scatter(const Instance& inst, int64_t me, const Shape& out_shape) {
+// Device `me`'s block of the sum, folded in group-index order; member j's input starts at
+// input_of(j) (its own input buffer, or a gathered copy of it).
+template <class Inputs>
+void psum_scatter_from(const Instance& inst, int64_t me, const Shape& out_shape, Inputs input_of) {
   const Call& c = inst.call();
   const int64_t N = inst.size();
   const auto sd = static_cast<size_t>(c.axis);
@@ -125,12 +128,14 @@ void psum_scatter(const Instance& inst, int64_t me, const Shape& out_shape) {
   const auto e = static_cast<int64_t>(elem);
   for_each_runs(extent, views, [&](const Runs& r) {
     for (int64_t row = 0; row < r.rows; ++row) {
-      for (int64_t j = 0; j < N; ++j) {
-        srcs[static_cast<size_t>(j)] = in_ptr(inst, j) + (r.offsets[1] + row * r.pitches[1]) * e;
-      }
+      for (int64_t j = 0; j < N; ++j) srcs[static_cast<size_t>(j)] = input_of(j) + (r.offsets[1] + row * r.pitches[1]) * e;
       reduce_run(Kind::psum, c.dtype, c.dtype, out + (r.offsets[0] + row * r.pitches[0]) * e, srcs, r.run);
     }
   });
+}
+
+void psum_scatter(const Instance& inst, int64_t me, const Shape& out_shape) {
+  psum_scatter_from(inst, me, out_shape, [&](int64_t j) { return in_ptr(inst, j); });
 }
 
 void ppermute(const Instance& inst, int64_t me) {
@@ -255,23 +260,8 @@ void ring_psum_scatter(Instance& inst, int64_t me, const Shape& out_shape) {
   const size_t elem = dtype_size(c.dtype);
   if (c.deterministic) {  // gathered inputs, then direct's in-order fold over my block
     gather_inputs(inst, me);
-    Shape extent = c.shape, start(c.shape.size(), 0);
-    extent[sd] = c.tiled ? c.shape[sd] / N : 1;
-    start[sd] = me * extent[sd];
-    const View src = box_view(c.shape, start);
-    View dst{0, dense_strides(out_shape)};
-    if (!c.tiled) dst = insert_dim(dst, sd, 0);
-    std::vector<const View*> views{&dst};
-    for (int64_t j = 0; j < N; ++j) views.push_back(&src);
-    std::vector<const void*> srcs(static_cast<size_t>(N));
     const char* work = work_of(inst, me);
-    const auto e = static_cast<int64_t>(elem);
-    for_each_runs(extent, views, [&](const Runs& r) {
-      for (int64_t row = 0; row < r.rows; ++row) {
-        for (int64_t j = 0; j < N; ++j) srcs[static_cast<size_t>(j)] = work + j * n * e + (r.offsets[1] + row * r.pitches[1]) * e;
-        reduce_run(Kind::psum, c.dtype, c.dtype, out_ptr(inst, me) + (r.offsets[0] + row * r.pitches[0]) * e, srcs, r.run);
-      }
-    });
+    psum_scatter_from(inst, me, out_shape, [&](int64_t j) { return work + j * n * static_cast<int64_t>(elem); });
     return;
   }
   Shape block = c.shape;

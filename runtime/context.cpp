@@ -158,6 +158,20 @@ int64_t Context::axis_size(const AxisNames& axes) const {
 
 namespace {
 
+// Joins the collective and returns the pending handle and the output tensor.
+std::pair<coll::Pending, Tensor> begin(detail::Launch& launch, int64_t pos, const coll::GroupLayout& layout,
+                                       coll::Call call, const Tensor& x, Shape out_shape, DType out_dtype) {
+  Tensor out = empty(out_shape, out_dtype, x.device());
+  coll::Slot slot{x.data(), out.data(), x.buffer(), out.buffer()};
+  if (const int64_t wb = coll::work_bytes(call, layout.group_size); wb > 0) {
+    auto buf = detail::backend_of(x.device()).allocate(x.device().local_index(), static_cast<size_t>(wb));
+    slot.work = buf->data();
+    slot.keep_work = std::move(buf);
+  }
+  coll::Pending p = coll::start(launch.session, pos, layout, call, std::move(slot), std::move(out_shape));
+  return {std::move(p), std::move(out)};
+}
+
 // Per-call option, else MESHRT_COLLECTIVE_ALGO, else the platform's choice (cpu: direct).
 coll::Algo resolve_algo(const CollectiveOptions& o, const detail::Launch& launch) {
   CollectiveAlgo a = o.algo;
@@ -174,26 +188,16 @@ coll::Algo resolve_algo(const CollectiveOptions& o, const detail::Launch& launch
   }
 }
 
-// Joins the collective and returns the pending handle and the output tensor.
-std::pair<coll::Pending, Tensor> begin(detail::Launch& launch, int64_t pos, const coll::GroupLayout& layout,
-                                       coll::Call call, const Tensor& x, Shape out_shape, DType out_dtype) {
-  Tensor out = empty(out_shape, out_dtype, x.device());
-  coll::Slot slot{x.data(), out.data(), x.buffer(), out.buffer()};
-  if (const int64_t wb = coll::work_bytes(call, layout.group_size); wb > 0) {
-    auto buf = detail::backend_of(x.device()).allocate(x.device().local_index(), static_cast<size_t>(wb));
-    slot.work = buf->data();
-    slot.keep_work = std::move(buf);
-  }
-  coll::Pending p = coll::start(launch.session, pos, layout, call, std::move(slot), std::move(out_shape));
-  return {std::move(p), std::move(out)};
-}
-
-coll::Call base_call(coll::Kind kind, const Tensor& x, const coll::GroupLayout& layout) {
+// The call's fingerprint: op, operand, axes, and how its data moves.
+coll::Call base_call(coll::Kind kind, const Tensor& x, const coll::GroupLayout& layout, const CollectiveOptions& options,
+                     const detail::Launch& launch) {
   coll::Call c;
   c.kind = kind;
   c.dtype = x.dtype();
   c.shape = x.shape();
   c.axes = &layout.axis_names;
+  c.algo = resolve_algo(options, launch);
+  c.deterministic = options.deterministic || launch.env_deterministic;
   return c;
 }
 
@@ -206,9 +210,7 @@ coll::Call base_call(coll::Kind kind, const Tensor& x, const coll::GroupLayout& 
                   "astype(x, DType::i32)");                                                 \
     }                                                                                       \
     Prepared p = prepare(x, axes, #method);                                              \
-    coll::Call c = base_call(coll::Kind::kind, x, *p.layout);                                 \
-    c.algo = resolve_algo(options, *launch_);                                               \
-    c.deterministic = options.deterministic || launch_->env_deterministic;                  \
+    coll::Call c = base_call(coll::Kind::kind, x, *p.layout, options, *launch_);             \
     DType od = coll::Kind::kind == coll::Kind::pmean ? coll::pmean_dtype(x.dtype()) : x.dtype(); \
     auto [pending, out] = begin(*launch_, pos_, *p.layout, c, x, x.shape(), od);            \
     coll::finish(pending);                                                                  \
@@ -227,9 +229,9 @@ struct GatherPlan {
   Shape out_shape;
 };
 
-GatherPlan plan_all_gather(const Tensor& x, const coll::GroupLayout& layout, int axis, bool tiled,
-                           int64_t n) {
-  GatherPlan g{base_call(coll::Kind::all_gather, x, layout), x.shape()};
+GatherPlan plan_all_gather(const Tensor& x, const coll::GroupLayout& layout, int axis, bool tiled, int64_t n,
+                           const CollectiveOptions& options, const detail::Launch& launch) {
+  GatherPlan g{base_call(coll::Kind::all_gather, x, layout, options, launch), x.shape()};
   const auto rank = static_cast<int64_t>(x.shape().size());
   if (tiled) {
     int64_t a = normalize_axis(axis, rank, "all_gather");
@@ -244,8 +246,9 @@ GatherPlan plan_all_gather(const Tensor& x, const coll::GroupLayout& layout, int
   return g;
 }
 
-GatherPlan plan_ppermute(const Tensor& x, const coll::GroupLayout& layout, const Mesh& mesh,
+GatherPlan plan_ppermute(const Tensor& x, const coll::GroupLayout& layout, const detail::Launch& launch,
                          const std::vector<std::pair<int64_t, int64_t>>& perm, int64_t n) {
+  const Mesh& mesh = launch.mesh;
   const std::vector<std::string>& names = layout.axis_names;
   // JAX: axes must be in mesh order for ppermute (it used to sort silently: wrong answers).
   for (size_t i = 1; i < names.size(); ++i) {
@@ -255,7 +258,7 @@ GatherPlan plan_ppermute(const Tensor& x, const coll::GroupLayout& layout, const
                       axes_tuple(mesh.axis_names())));
     }
   }
-  GatherPlan g{base_call(coll::Kind::ppermute, x, layout), x.shape()};
+  GatherPlan g{base_call(coll::Kind::ppermute, x, layout, {}, launch), x.shape()};
   std::set<int64_t> srcs, dsts;
   bool unique = true;
   for (auto [s, d] : perm) {
@@ -285,9 +288,7 @@ Tensor Context::all_gather(const Tensor& x, const AxisNames& axes, int axis, boo
 PendingTensor Context::all_gather_start(const Tensor& x, const AxisNames& axes, int axis, bool tiled,
                                         const CollectiveOptions& options) {
   Prepared p = prepare(x, axes, "all_gather");
-  GatherPlan g = plan_all_gather(x, *p.layout, axis, tiled, p.group_size);
-  g.call.algo = resolve_algo(options, *launch_);
-  g.call.deterministic = options.deterministic || launch_->env_deterministic;
+  GatherPlan g = plan_all_gather(x, *p.layout, axis, tiled, p.group_size, options, *launch_);
   auto [pending, out] = begin(*launch_, pos_, *p.layout, g.call, x, g.out_shape, x.dtype());
   return PendingTensor(launch_, std::make_unique<coll::Pending>(std::move(pending)), std::move(out));
 }
@@ -300,7 +301,7 @@ Tensor Context::ppermute(const Tensor& x, const AxisNames& axes,
 PendingTensor Context::ppermute_start(const Tensor& x, const AxisNames& axes,
                                       const std::vector<std::pair<int64_t, int64_t>>& perm) {
   Prepared p = prepare(x, axes, "ppermute");
-  GatherPlan g = plan_ppermute(x, *p.layout, launch_->mesh, perm, p.group_size);
+  GatherPlan g = plan_ppermute(x, *p.layout, *launch_, perm, p.group_size);
   auto [pending, out] = begin(*launch_, pos_, *p.layout, g.call, x, g.out_shape, x.dtype());
   return PendingTensor(launch_, std::make_unique<coll::Pending>(std::move(pending)), std::move(out));
 }
@@ -326,11 +327,9 @@ Tensor Context::psum_scatter(const Tensor& x, const AxisNames& axes, int scatter
     }
     out_shape.erase(out_shape.begin() + sd);
   }
-  coll::Call c = base_call(coll::Kind::psum_scatter, x, *p.layout);
+  coll::Call c = base_call(coll::Kind::psum_scatter, x, *p.layout, options, *launch_);
   c.axis = sd;
   c.tiled = tiled;
-  c.algo = resolve_algo(options, *launch_);
-  c.deterministic = options.deterministic || launch_->env_deterministic;
   auto [pending, out] = begin(*launch_, pos_, *p.layout, c, x, out_shape, x.dtype());
   coll::finish(pending);
   return out;
@@ -360,12 +359,10 @@ Tensor Context::all_to_all(const Tensor& x, const AxisNames& axes, int split_axi
     out_shape.erase(out_shape.begin() + split);
     out_shape.insert(out_shape.begin() + concat, n);
   }
-  coll::Call c = base_call(coll::Kind::all_to_all, x, *p.layout);
+  coll::Call c = base_call(coll::Kind::all_to_all, x, *p.layout, options, *launch_);
   c.axis = split;
   c.axis2 = concat;
   c.tiled = tiled;
-  c.algo = resolve_algo(options, *launch_);
-  c.deterministic = options.deterministic || launch_->env_deterministic;
   auto [pending, out] = begin(*launch_, pos_, *p.layout, c, x, out_shape, x.dtype());
   coll::finish(pending);
   return out;
