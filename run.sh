@@ -63,7 +63,7 @@ case "$cmd" in
   test)
     configure_and_build
     if [ "$sanitize" = "thread" ]; then
-      export TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1 suppressions=$PWD/tests/tsan_suppressions.txt"
+      export TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1"
     elif [ "$sanitize" = "address" ]; then
       export ASAN_OPTIONS="detect_leaks=1:abort_on_error=1" UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"
     fi
