@@ -39,15 +39,7 @@ class Array {
   // read from the first device holding them (mesh order).
   template <class T>
   std::vector<T> to_vector() const {
-    if constexpr (std::is_same_v<T, bool>) {  // std::vector<bool> has no data()
-      std::vector<uint8_t> bytes(static_cast<size_t>(size()));
-      copy_to_host(bytes.data(), DType::bool_);
-      return std::vector<bool>(bytes.begin(), bytes.end());
-    } else {
-      std::vector<T> out(static_cast<size_t>(size()));
-      copy_to_host(out.data(), dtype_v<T>);
-      return out;
-    }
+    return detail::read_to_host<T>(size(), [this](void* dst, DType t) { copy_to_host(dst, t); });
   }
   void copy_to_host(void* dst, DType expected) const;
 

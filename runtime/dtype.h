@@ -46,4 +46,21 @@ bool is_floating(DType dtype);
 // Python tuple notation, as JAX prints shapes: "(8, 4)", "(10,)", "()".
 std::string shape_str(const Shape& shape);
 
+namespace detail {
+// Reads n elements of T to the host through copy(void* dst, DType expected). std::vector<bool>
+// has no data(), so bool goes through bytes.
+template <class T, class Copy>
+std::vector<T> read_to_host(int64_t n, Copy&& copy) {
+  if constexpr (std::is_same_v<T, bool>) {
+    std::vector<uint8_t> bytes(static_cast<size_t>(n));
+    copy(bytes.data(), DType::bool_);
+    return std::vector<bool>(bytes.begin(), bytes.end());
+  } else {
+    std::vector<T> out(static_cast<size_t>(n));
+    copy(out.data(), dtype_v<T>);
+    return out;
+  }
+}
+}  // namespace detail
+
 }  // namespace meshrt
