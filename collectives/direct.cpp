@@ -90,7 +90,10 @@ void reduce_large(Instance& inst, int64_t me) {
   }
 }
 
-void all_gather(const Instance& inst, int64_t me, const Shape& out_shape) {
+// Places member j's block (dense, starting at block_of(j)) at position j of device `me`'s output:
+// concatenated along the axis (tiled) or stacked in a new dimension there.
+template <class Blocks>
+void all_gather_from(const Instance& inst, int64_t me, const Shape& out_shape, Blocks block_of) {
   const Call& c = inst.call();
   const size_t elem = dtype_size(c.dtype);
   const auto a = static_cast<size_t>(c.axis);
@@ -103,8 +106,12 @@ void all_gather(const Instance& inst, int64_t me, const Shape& out_shape) {
   for (int64_t j = 0; j < inst.size(); ++j) {
     Shape start(out_shape.size(), 0);
     start[a] = c.tiled ? j * c.shape[a] : j;
-    copy_view(out_ptr(inst, me), box_view(out_shape, start), in_ptr(inst, j), src, extent, elem);
+    copy_view(out_ptr(inst, me), box_view(out_shape, start), block_of(j), src, extent, elem);
   }
+}
+
+void all_gather(const Instance& inst, int64_t me, const Shape& out_shape) {
+  all_gather_from(inst, me, out_shape, [&](int64_t j) { return in_ptr(inst, j); });
 }
 
 // Device `me`'s block of the sum, folded in group-index order; member j's input starts at
@@ -289,19 +296,7 @@ void ring_all_gather(Instance& inst, int64_t me, const Shape& out_shape) {
   ShmTransport t(inst);
   run_ring(t, RingPhase::all_gather, Kind::psum, c.dtype, me, N, N * C, c.algo == Algo::bidi_ring, 1);
   if (work == out_ptr(inst, me)) return;  // gathering along axis 0: the work buffer is the output
-  const auto a = static_cast<size_t>(c.axis);
-  Shape extent = c.shape;
-  View src_base{0, dense_strides(c.shape)};
-  if (!c.tiled) {
-    extent.insert(extent.begin() + static_cast<std::ptrdiff_t>(a), 1);
-    src_base = insert_dim(src_base, a, 0);
-  }
-  for (int64_t j = 0; j < N; ++j) {
-    Shape start(out_shape.size(), 0);
-    start[a] = c.tiled ? j * c.shape[a] : j;
-    copy_view(out_ptr(inst, me), box_view(out_shape, start), work + j * C * static_cast<int64_t>(elem), src_base,
-              extent, elem);
-  }
+  all_gather_from(inst, me, out_shape, [&](int64_t j) { return work + j * C * static_cast<int64_t>(elem); });
 }
 
 }  // namespace

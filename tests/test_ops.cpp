@@ -338,19 +338,23 @@ TEST_P(Ops, Reductions) {
               out_shape.push_back(s[static_cast<size_t>(d)]);
             }
           }
+          // Where input element idx lands in the reduced output.
+          auto out_index = [&](const std::vector<int64_t>& idx) {
+            std::vector<int64_t> o;
+            for (int d = 0; d < static_cast<int>(s.size()); ++d) {
+              if (a < 0 || d == a) {
+                if (keep) o.push_back(0);
+              } else {
+                o.push_back(idx[static_cast<size_t>(d)]);
+              }
+            }
+            return o;
+          };
           auto fold = [&](auto init, auto f) {
             HostArr r = test::make_arr(out_shape);
             std::vector<bool> started(r.v.size(), false);
             test::for_each_index(s, [&](const std::vector<int64_t>& idx) {
-              std::vector<int64_t> o;
-              for (int d = 0; d < static_cast<int>(s.size()); ++d) {
-                if (a < 0 || d == a) {
-                  if (keep) o.push_back(0);
-                } else {
-                  o.push_back(idx[static_cast<size_t>(d)]);
-                }
-              }
-              size_t at = static_cast<size_t>(r.at(o));
+              size_t at = static_cast<size_t>(r.at(out_index(idx)));
               const double v = h.v[static_cast<size_t>(h.at(idx))];
               const int64_t pos = a < 0 ? h.at(idx) : idx[static_cast<size_t>(a)];
               if (!started[at]) {
@@ -389,21 +393,10 @@ TEST_P(Ops, Reductions) {
           // argmax: index of the first maximum along the axis (flat index when axis is None).
           HostArr best = fold([](double v, int64_t) { return v; },
                               [](double acc, double v, int64_t) { return std::max(acc, v); });
-          HostArr want = fold([](double, int64_t p) { return static_cast<double>(p); },
-                              [](double acc, double, int64_t) { return acc; });
-          // Recompute properly: first position whose value equals the max.
-          want = test::make_arr(out_shape);
+          HostArr want = test::make_arr(out_shape);  // the first position holding the maximum
           std::vector<bool> found(want.v.size(), false);
           test::for_each_index(s, [&](const std::vector<int64_t>& idx) {
-            std::vector<int64_t> o;
-            for (int d = 0; d < static_cast<int>(s.size()); ++d) {
-              if (a < 0 || d == a) {
-                if (keep) o.push_back(0);
-              } else {
-                o.push_back(idx[static_cast<size_t>(d)]);
-              }
-            }
-            size_t at = static_cast<size_t>(want.at(o));
+            size_t at = static_cast<size_t>(want.at(out_index(idx)));
             if (!found[at] && h.v[static_cast<size_t>(h.at(idx))] == best.v[at]) {
               want.v[at] = static_cast<double>(a < 0 ? h.at(idx) : idx[static_cast<size_t>(a)]);
               found[at] = true;
@@ -424,7 +417,7 @@ TEST_P(Ops, Reductions) {
 
 TEST_P(Ops, SoftmaxAndLogSoftmax) {
   for (int rep = 0; rep < 20; ++rep) {
-    Shape s{1 + rng_() % 4, 1 + rng_() % 6};
+    Shape s{static_cast<int64_t>(1 + rng_() % 4), static_cast<int64_t>(1 + rng_() % 6)};
     for (DType dt : {DType::f32, DType::f64, DType::i32}) {
       HostArr h = random_arr(rng_, s, dt, -5, 5);
       for (int axis : {-1, 0, 1}) {
