@@ -1,7 +1,48 @@
 #include "backends/backend.h"
 
+#include <string>
+
+#include "runtime/error.h"
+
 namespace meshrt::backend {
 
 Buffer::~Buffer() { backend_->deallocate(device_, data_, bytes_); }
+
+namespace {
+[[noreturn]] void unsupported(const Backend& b, const char* what) {
+  throw Error(std::string("[collectives] the ") + std::string(b.platform()) + " platform does not provide " + what +
+              "; this is a meshrt bug, please report it");
+}
+}  // namespace
+
+void Backend::coll_begin(int) { unsupported(*this, "collective data movement"); }
+void Backend::coll_copy_2d(int, void*, size_t, const void*, size_t, size_t, size_t) {
+  unsupported(*this, "collective data movement");
+}
+void Backend::coll_zero(int, void*, size_t) { unsupported(*this, "collective data movement"); }
+void Backend::coll_fold(int, FoldOp, DType, DType, void*, const std::vector<const void*>&, int64_t) {
+  unsupported(*this, "collective reductions");
+}
+void Backend::coll_mean(int, DType, DType, void*, const void*, int64_t, int64_t) {
+  unsupported(*this, "collective reductions");
+}
+void Backend::coll_fence(int) { unsupported(*this, "collective data movement"); }
+
+std::string Backend::native_unavailable(const std::vector<int>&) {
+  return std::string("the ") + std::string(platform()) + " platform has no native collective library";
+}
+void Backend::native_all_reduce(int, const std::vector<int>&, FoldOp, DType, const void*, void*, int64_t) {
+  unsupported(*this, "native collectives");
+}
+void Backend::native_all_gather(int, const std::vector<int>&, const void*, void*, int64_t) {
+  unsupported(*this, "native collectives");
+}
+void Backend::native_reduce_scatter(int, const std::vector<int>&, DType, const void*, void*, int64_t) {
+  unsupported(*this, "native collectives");
+}
+void Backend::native_send_recv(int, const std::vector<int>&, const std::vector<Transfer>&,
+                               const std::vector<Transfer>&) {
+  unsupported(*this, "native collectives");
+}
 
 }  // namespace meshrt::backend

@@ -25,6 +25,9 @@ class Backend;
 enum class UnaryOp { copy, neg, exp, log, sin, cos, tanh, sqrt, relu };
 enum class BinaryOp { add, sub, mul, div, max, min, eq, ne, lt, le, gt, ge };
 enum class ReduceOp { sum, max, min, argmax };
+// How a collective combines members' data: mean = sum, then divided by the member count in the
+// output dtype (int32 -> float32, int64 -> float64, as pmean).
+enum class FoldOp { sum, max, min, mean };
 
 // An operand of an elementwise kernel: device memory and one stride (in elements) per output
 // dimension; 0 broadcasts. Outputs are dense and row-major.
@@ -99,6 +102,44 @@ class Backend {
   // Runs `task` on the device's executor, in submission order. Returns at once; the task must
   // not throw (callers wrap it and carry exceptions back themselves).
   virtual void submit(int device, std::function<void()> task) = 0;
+
+  // ---- collective data movement, used where host_addressable() is false (on cpu the
+  // collectives touch memory themselves). `device` is the member doing the work; pointers may
+  // belong to any device of this backend (peers' buffers). Work is queued in order on the
+  // device's communication stream; coll_fence waits until it is done and visible to peers and
+  // the host. The defaults throw: a platform without them cannot run collectives.
+  // Before a device joins a collective: its earlier work (which produced the inputs, and any use
+  // of the memory the outputs reuse) is complete.
+  virtual void coll_begin(int device);
+  virtual void coll_copy_2d(int device, void* dst, size_t dpitch, const void* src, size_t spitch, size_t width,
+                            size_t height);
+  virtual void coll_zero(int device, void* dst, size_t bytes);
+  // dst[e] = fold(op, srcs[0][e], srcs[1][e], ...) in srcs order (dst may alias a source).
+  virtual void coll_fold(int device, FoldOp op, DType in, DType out, void* dst, const std::vector<const void*>& srcs,
+                         int64_t len);
+  // dst = sum / divisor in `out` (pmean's last step after a sum in the input dtype).
+  virtual void coll_mean(int device, DType in, DType out, void* dst, const void* sum, int64_t len, int64_t divisor);
+  virtual void coll_fence(int device);
+
+  // ---- the platform's native collective library (NCCL on cuda). `group` lists the members'
+  // device indices in group order; every member calls the same function after the rendezvous.
+  // Why native cannot serve `group` ("" when it can).
+  virtual std::string native_unavailable(const std::vector<int>& group);
+  virtual void native_all_reduce(int device, const std::vector<int>& group, FoldOp op, DType dtype, const void* in,
+                                 void* out, int64_t count);
+  // out = the members' `bytes` each, concatenated in group order.
+  virtual void native_all_gather(int device, const std::vector<int>& group, const void* in, void* out, int64_t bytes);
+  // out = sum over members of their input's chunk `my group index` (`count` elements per chunk).
+  virtual void native_reduce_scatter(int device, const std::vector<int>& group, DType dtype, const void* in, void* out,
+                                     int64_t count);
+  struct Transfer {
+    int64_t peer;  // group index
+    void* data;
+    int64_t bytes;
+  };
+  // Posts all sends and receives as one group (no ordering deadlock), then returns.
+  virtual void native_send_recv(int device, const std::vector<int>& group, const std::vector<Transfer>& sends,
+                                const std::vector<Transfer>& recvs);
 };
 
 // ---- executors that run several devices on one thread (fibers)

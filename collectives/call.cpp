@@ -23,6 +23,7 @@ std::string_view algo_name(Algo a) {
     case Algo::direct: return "direct";
     case Algo::ring: return "ring";
     case Algo::bidi_ring: return "bidi_ring";
+    case Algo::native: return "native";
   }
   return "?";
 }

@@ -15,7 +15,8 @@ enum class Kind { psum, pmean, pmax, pmin, all_gather, psum_scatter, ppermute, a
 // How the data moves. direct: one-shot over shared memory (XLA's CPU collectives); ring and
 // bidi_ring: written against Transport (collectives/ring.h); all_to_all uses a pairwise-exchange
 // schedule under ring and bidi_ring; ppermute is one step under every algorithm.
-enum class Algo { direct, ring, bidi_ring };
+// native: the platform's collective library (NCCL on cuda), behind the same rendezvous.
+enum class Algo { direct, ring, bidi_ring, native };
 
 std::string_view kind_name(Kind k);
 std::string_view algo_name(Algo a);

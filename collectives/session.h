@@ -19,6 +19,7 @@
 #include <tuple>
 #include <vector>
 
+#include "backends/backend.h"
 #include "collectives/call.h"
 #include "collectives/groups.h"
 #include "collectives/yield_lock.h"
@@ -27,6 +28,10 @@ namespace meshrt::coll {
 
 // One participant's buffers. The shared_ptrs keep them alive as long as any peer may read them.
 struct Slot {
+  // The member's memory: null backend = host memory (cpu); else the backend's device `device`,
+  // moved through its collective primitives (collectives/plane.h).
+  backend::Backend* backend = nullptr;
+  int device = -1;
   const void* in = nullptr;
   void* out = nullptr;
   std::shared_ptr<const void> keep_in;

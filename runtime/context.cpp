@@ -97,10 +97,6 @@ Context::Prepared Context::prepare(const Tensor& x, const AxisNames& axes, const
     throw Error(cat("[", op, "] the operand lives on ", x.device().str(), " but this body runs on ",
                     device().str(), "; collectives take tensors of the body's own device"));
   }
-  if (!launch_->host_addressable) {
-    throw Error(cat("[", op, "] collectives on the ", launch_->mesh.platform(), " platform are not "
-                    "implemented yet (only cpu); run this program on a cpu mesh"));
-  }
   // Layouts this device used before are found by name, without the launch's lock.
   const std::vector<std::string>& names = axes.names();
   for (const auto& [key, layout] : layouts_) {
@@ -162,7 +158,13 @@ namespace {
 std::pair<coll::Pending, Tensor> begin(detail::Launch& launch, int64_t pos, const coll::GroupLayout& layout,
                                        coll::Call call, const Tensor& x, Shape out_shape, DType out_dtype) {
   Tensor out = empty(out_shape, out_dtype, x.device());
-  coll::Slot slot{x.data(), out.data(), x.buffer(), out.buffer()};
+  coll::Slot slot;
+  slot.backend = launch.host_addressable ? nullptr : &detail::backend_of(x.device());
+  slot.device = x.device().local_index();
+  slot.in = x.data();
+  slot.out = out.data();
+  slot.keep_in = x.buffer();
+  slot.keep_out = out.buffer();
   if (const int64_t wb = coll::work_bytes(call, layout.group_size); wb > 0) {
     auto buf = detail::backend_of(x.device()).allocate(x.device().local_index(), static_cast<size_t>(wb));
     slot.work = buf->data();
@@ -172,31 +174,45 @@ std::pair<coll::Pending, Tensor> begin(detail::Launch& launch, int64_t pos, cons
   return {std::move(p), std::move(out)};
 }
 
-// Per-call option, else MESHRT_COLLECTIVE_ALGO, else the platform's choice (cpu: direct).
-coll::Algo resolve_algo(const CollectiveOptions& o, const detail::Launch& launch) {
+// Per-call option, else MESHRT_COLLECTIVE_ALGO, else the platform's choice: cpu uses direct
+// (native is direct there); cuda uses native (NCCL) when the group's members are on distinct
+// GPUs and direct when logical devices share one. An explicit native NCCL cannot serve is an error.
+coll::Algo resolve_algo(coll::Kind kind, const CollectiveOptions& o, const detail::Launch& launch,
+                        const coll::GroupLayout& layout, int64_t pos) {
   CollectiveAlgo a = o.algo;
   if (a == CollectiveAlgo::automatic) {
     const std::string& e = launch.env_algo;  // validated when the launch began
     if (e == "direct") a = CollectiveAlgo::direct;
     else if (e == "ring") a = CollectiveAlgo::ring;
     else if (e == "bidi_ring") a = CollectiveAlgo::bidi_ring;
+    else if (e == "native") a = CollectiveAlgo::native;
   }
   switch (a) {
+    case CollectiveAlgo::direct: return coll::Algo::direct;
     case CollectiveAlgo::ring: return coll::Algo::ring;
     case CollectiveAlgo::bidi_ring: return coll::Algo::bidi_ring;
-    default: return coll::Algo::direct;  // automatic and native on cpu: the one-shot algorithm
+    default: break;
   }
+  if (launch.host_addressable) return coll::Algo::direct;  // cpu: native is the one-shot algorithm
+  const auto& members = layout.members[static_cast<size_t>(layout.group_of[static_cast<size_t>(pos)])];
+  std::vector<int> group;
+  for (int64_t m : members) group.push_back(launch.mesh.devices()[static_cast<size_t>(m)].local_index());
+  const std::string why = detail::backend_of(launch.mesh.devices().front()).native_unavailable(group);
+  if (why.empty()) return coll::Algo::native;
+  if (a == CollectiveAlgo::automatic) return coll::Algo::direct;
+  throw Error(cat("[", coll::kind_name(kind), "] algo native cannot serve this group: ", why,
+                  "; use CollectiveAlgo::direct, ring or bidi_ring (automatic picks direct here)"));
 }
 
 // The call's fingerprint: op, operand, axes, and how its data moves.
 coll::Call base_call(coll::Kind kind, const Tensor& x, const coll::GroupLayout& layout, const CollectiveOptions& options,
-                     const detail::Launch& launch) {
+                     const detail::Launch& launch, int64_t pos) {
   coll::Call c;
   c.kind = kind;
   c.dtype = x.dtype();
   c.shape = x.shape();
   c.axes = &layout.axis_names;
-  c.algo = resolve_algo(options, launch);
+  c.algo = resolve_algo(kind, options, launch, layout, pos);
   c.deterministic = options.deterministic || launch.env_deterministic;
   return c;
 }
@@ -210,7 +226,7 @@ coll::Call base_call(coll::Kind kind, const Tensor& x, const coll::GroupLayout& 
                   "astype(x, DType::i32)");                                                 \
     }                                                                                       \
     Prepared p = prepare(x, axes, #method);                                              \
-    coll::Call c = base_call(coll::Kind::kind, x, *p.layout, options, *launch_);             \
+    coll::Call c = base_call(coll::Kind::kind, x, *p.layout, options, *launch_, pos_);             \
     DType od = coll::Kind::kind == coll::Kind::pmean ? coll::pmean_dtype(x.dtype()) : x.dtype(); \
     auto [pending, out] = begin(*launch_, pos_, *p.layout, c, x, x.shape(), od);            \
     coll::finish(pending);                                                                  \
@@ -229,9 +245,9 @@ struct GatherPlan {
   Shape out_shape;
 };
 
-GatherPlan plan_all_gather(const Tensor& x, const coll::GroupLayout& layout, int axis, bool tiled, int64_t n,
+GatherPlan plan_all_gather(int64_t pos_, const Tensor& x, const coll::GroupLayout& layout, int axis, bool tiled, int64_t n,
                            const CollectiveOptions& options, const detail::Launch& launch) {
-  GatherPlan g{base_call(coll::Kind::all_gather, x, layout, options, launch), x.shape()};
+  GatherPlan g{base_call(coll::Kind::all_gather, x, layout, options, launch, pos_), x.shape()};
   const auto rank = static_cast<int64_t>(x.shape().size());
   if (tiled) {
     int64_t a = normalize_axis(axis, rank, "all_gather");
@@ -246,7 +262,7 @@ GatherPlan plan_all_gather(const Tensor& x, const coll::GroupLayout& layout, int
   return g;
 }
 
-GatherPlan plan_ppermute(const Tensor& x, const coll::GroupLayout& layout, const detail::Launch& launch,
+GatherPlan plan_ppermute(int64_t pos_, const Tensor& x, const coll::GroupLayout& layout, const detail::Launch& launch,
                          const std::vector<std::pair<int64_t, int64_t>>& perm, int64_t n) {
   const Mesh& mesh = launch.mesh;
   const std::vector<std::string>& names = layout.axis_names;
@@ -258,7 +274,7 @@ GatherPlan plan_ppermute(const Tensor& x, const coll::GroupLayout& layout, const
                       axes_tuple(mesh.axis_names())));
     }
   }
-  GatherPlan g{base_call(coll::Kind::ppermute, x, layout, {}, launch), x.shape()};
+  GatherPlan g{base_call(coll::Kind::ppermute, x, layout, {}, launch, pos_), x.shape()};
   std::set<int64_t> srcs, dsts;
   bool unique = true;
   for (auto [s, d] : perm) {
@@ -288,7 +304,7 @@ Tensor Context::all_gather(const Tensor& x, const AxisNames& axes, int axis, boo
 PendingTensor Context::all_gather_start(const Tensor& x, const AxisNames& axes, int axis, bool tiled,
                                         const CollectiveOptions& options) {
   Prepared p = prepare(x, axes, "all_gather");
-  GatherPlan g = plan_all_gather(x, *p.layout, axis, tiled, p.group_size, options, *launch_);
+  GatherPlan g = plan_all_gather(pos_, x, *p.layout, axis, tiled, p.group_size, options, *launch_);
   auto [pending, out] = begin(*launch_, pos_, *p.layout, g.call, x, g.out_shape, x.dtype());
   return PendingTensor(launch_, std::make_unique<coll::Pending>(std::move(pending)), std::move(out));
 }
@@ -301,7 +317,7 @@ Tensor Context::ppermute(const Tensor& x, const AxisNames& axes,
 PendingTensor Context::ppermute_start(const Tensor& x, const AxisNames& axes,
                                       const std::vector<std::pair<int64_t, int64_t>>& perm) {
   Prepared p = prepare(x, axes, "ppermute");
-  GatherPlan g = plan_ppermute(x, *p.layout, *launch_, perm, p.group_size);
+  GatherPlan g = plan_ppermute(pos_, x, *p.layout, *launch_, perm, p.group_size);
   auto [pending, out] = begin(*launch_, pos_, *p.layout, g.call, x, g.out_shape, x.dtype());
   return PendingTensor(launch_, std::make_unique<coll::Pending>(std::move(pending)), std::move(out));
 }
@@ -327,7 +343,7 @@ Tensor Context::psum_scatter(const Tensor& x, const AxisNames& axes, int scatter
     }
     out_shape.erase(out_shape.begin() + sd);
   }
-  coll::Call c = base_call(coll::Kind::psum_scatter, x, *p.layout, options, *launch_);
+  coll::Call c = base_call(coll::Kind::psum_scatter, x, *p.layout, options, *launch_, pos_);
   c.axis = sd;
   c.tiled = tiled;
   auto [pending, out] = begin(*launch_, pos_, *p.layout, c, x, out_shape, x.dtype());
@@ -359,7 +375,7 @@ Tensor Context::all_to_all(const Tensor& x, const AxisNames& axes, int split_axi
     out_shape.erase(out_shape.begin() + split);
     out_shape.insert(out_shape.begin() + concat, n);
   }
-  coll::Call c = base_call(coll::Kind::all_to_all, x, *p.layout, options, *launch_);
+  coll::Call c = base_call(coll::Kind::all_to_all, x, *p.layout, options, *launch_, pos_);
   c.axis = split;
   c.axis2 = concat;
   c.tiled = tiled;

@@ -1,7 +1,10 @@
-// The direct one-shot algorithm for every collective, on host-addressable memory.
+// One device's side of every collective: the direct one-shot algorithm, the ring forms (over
+// Transport) and the platform's native library (NCCL), all moving memory through a Plane
+// (collectives/plane.h) so the same code serves host memory and GPU memory.
 #include <cstring>
 
 #include "collectives/collective.h"
+#include "collectives/plane.h"
 #include "collectives/reduce.h"
 #include "collectives/ring.h"
 #include "collectives/strided.h"
@@ -28,15 +31,15 @@ int64_t count(const Shape& s) {
 
 const char* in_ptr(const Instance& inst, int64_t j) { return static_cast<const char*>(inst.slot(j).in); }
 char* out_ptr(const Instance& inst, int64_t j) { return static_cast<char*>(inst.slot(j).out); }
+Plane plane_of(const Instance& inst, int64_t j) { return Plane(inst.slot(j).backend, inst.slot(j).device); }
 
 // Copies `extent` elements between two strided views (element size `elem`).
-void copy_view(char* dst, const View& dv, const char* src, const View& sv, const Shape& extent, size_t elem) {
+void copy_view(const Plane& pl, char* dst, const View& dv, const char* src, const View& sv, const Shape& extent,
+               size_t elem) {
   const auto e = static_cast<int64_t>(elem);
   for_each_runs(extent, {&dv, &sv}, [&](const Runs& r) {
-    for (int64_t row = 0; row < r.rows; ++row) {
-      std::memcpy(dst + (r.offsets[0] + row * r.pitches[0]) * e,
-                  src + (r.offsets[1] + row * r.pitches[1]) * e, static_cast<size_t>(r.run * e));
-    }
+    pl.copy_2d(dst + r.offsets[0] * e, static_cast<size_t>(r.pitches[0] * e), src + r.offsets[1] * e,
+               static_cast<size_t>(r.pitches[1] * e), static_cast<size_t>(r.run * e), static_cast<size_t>(r.rows));
   });
 }
 
@@ -47,39 +50,43 @@ View insert_dim(View v, size_t at, int64_t stride) {
 }
 
 // Small reductions: the last arriver computes the result once and writes every output.
-void reduce_small(const Instance& inst) {
+void reduce_small(const Instance& inst, const Plane& pl) {
   const Call& c = inst.call();
   const int64_t n = count(c.shape);
   std::vector<const void*> srcs(static_cast<size_t>(inst.size()));
   for (int64_t j = 0; j < inst.size(); ++j) srcs[static_cast<size_t>(j)] = inst.slot(j).in;
   const DType od = out_dtype(c);
   char* first = out_ptr(inst, 0);
-  reduce_run(c.kind, c.dtype, od, first, srcs, n);
+  pl.fold(c.kind, c.dtype, od, first, srcs, n);
   const size_t bytes = static_cast<size_t>(n) * dtype_size(od);
-  for (int64_t j = 1; j < inst.size(); ++j) std::memcpy(out_ptr(inst, j), first, bytes);
+  for (int64_t j = 1; j < inst.size(); ++j) pl.copy(out_ptr(inst, j), first, bytes);
+  pl.fence();
 }
 
 // Large reductions: device `me` owns slice `me`, reduces it tile by tile and pushes each tile to
 // every output while it is in cache; then waits until every slice has been pushed.
 void reduce_large(Instance& inst, int64_t me) {
   const Call& c = inst.call();
+  const Plane pl = plane_of(inst, me);
   const int64_t n = count(c.shape), N = inst.size();
   const DType od = out_dtype(c);
   const size_t ie = dtype_size(c.dtype), oe = dtype_size(od);
   const int64_t slice = (n + N - 1) / N;
   const int64_t lo = std::min(n, me * slice), hi = std::min(n, lo + slice);
-  constexpr int64_t kTile = 16 * 1024;  // elements: a few tiles fit in L2 with their N inputs
+  // Host: tiles of elements that fit in L2 with their N inputs. Device: one kernel for the slice.
+  const int64_t kTile = pl.host() ? 16 * 1024 : std::max<int64_t>(1, hi - lo);
   std::vector<const void*> srcs(static_cast<size_t>(N));
   char* mine = out_ptr(inst, me);
   for (int64_t base = lo; base < hi; base += kTile) {
     const int64_t m = std::min(kTile, hi - base);
     for (int64_t j = 0; j < N; ++j) srcs[static_cast<size_t>(j)] = in_ptr(inst, j) + base * static_cast<int64_t>(ie);
     char* dst = mine + base * static_cast<int64_t>(oe);
-    reduce_run(c.kind, c.dtype, od, dst, srcs, m);
+    pl.fold(c.kind, c.dtype, od, dst, srcs, m);
     for (int64_t j = 0; j < N; ++j) {
-      if (j != me) std::memcpy(out_ptr(inst, j) + base * static_cast<int64_t>(oe), dst, static_cast<size_t>(m) * oe);
+      if (j != me) pl.copy(out_ptr(inst, j) + base * static_cast<int64_t>(oe), dst, static_cast<size_t>(m) * oe);
     }
   }
+  pl.fence();
   std::atomic<uint32_t>& done = inst.phase_counter();
   if (done.fetch_add(1, std::memory_order_acq_rel) + 1 == static_cast<uint32_t>(N)) {
     wake_all(done);
@@ -106,7 +113,7 @@ void all_gather_from(const Instance& inst, int64_t me, const Shape& out_shape, B
   for (int64_t j = 0; j < inst.size(); ++j) {
     Shape start(out_shape.size(), 0);
     start[a] = c.tiled ? j * c.shape[a] : j;
-    copy_view(out_ptr(inst, me), box_view(out_shape, start), block_of(j), src, extent, elem);
+    copy_view(plane_of(inst, me), out_ptr(inst, me), box_view(out_shape, start), block_of(j), src, extent, elem);
   }
 }
 
@@ -132,11 +139,12 @@ void psum_scatter_from(const Instance& inst, int64_t me, const Shape& out_shape,
   for (int64_t j = 0; j < N; ++j) views.push_back(&src);  // same box in every input
   std::vector<const void*> srcs(static_cast<size_t>(N));
   char* out = out_ptr(inst, me);
+  const Plane pl = plane_of(inst, me);
   const auto e = static_cast<int64_t>(elem);
   for_each_runs(extent, views, [&](const Runs& r) {
     for (int64_t row = 0; row < r.rows; ++row) {
       for (int64_t j = 0; j < N; ++j) srcs[static_cast<size_t>(j)] = input_of(j) + (r.offsets[1] + row * r.pitches[1]) * e;
-      reduce_run(Kind::psum, c.dtype, c.dtype, out + (r.offsets[0] + row * r.pitches[0]) * e, srcs, r.run);
+      pl.fold(Kind::psum, c.dtype, c.dtype, out + (r.offsets[0] + row * r.pitches[0]) * e, srcs, r.run);
     }
   });
 }
@@ -147,61 +155,87 @@ void psum_scatter(const Instance& inst, int64_t me, const Shape& out_shape) {
 
 void ppermute(const Instance& inst, int64_t me) {
   const Call& c = inst.call();
+  const Plane pl = plane_of(inst, me);
   const size_t bytes = static_cast<size_t>(count(c.shape)) * dtype_size(c.dtype);
   for (auto [s, d] : c.perm) {
     if (d == me) {
-      std::memcpy(out_ptr(inst, me), in_ptr(inst, s), bytes);
+      pl.copy(out_ptr(inst, me), in_ptr(inst, s), bytes);
       return;
     }
   }
-  std::memset(out_ptr(inst, me), 0, bytes);  // nothing arrives here: zeros, as in JAX
+  pl.zero(out_ptr(inst, me), bytes);  // nothing arrives here: zeros, as in JAX
 }
+
+// all_to_all's pieces: member j sends member i the piece of its input at index i along the
+// split axis (a box when tiled, one index when not); i places it at position j along concat.
+struct A2APieces {
+  A2APieces(const Call& c, const Shape& out_shape, int64_t n) : call(c), out(out_shape) {
+    const auto split = static_cast<size_t>(c.axis);
+    extent = c.shape;
+    if (c.tiled) extent[split] = c.shape[split] / n;
+    else extent.erase(extent.begin() + static_cast<std::ptrdiff_t>(split));
+  }
+  // Where the piece for member `to` lies in a sender's input.
+  View src(int64_t to) const {
+    const auto split = static_cast<size_t>(call.axis);
+    if (call.tiled) {
+      Shape start(call.shape.size(), 0);
+      start[split] = to * extent[split];
+      return box_view(call.shape, start);
+    }
+    View v{0, dense_strides(call.shape)};
+    v.offset = to * v.strides[split];
+    v.strides.erase(v.strides.begin() + static_cast<std::ptrdiff_t>(split));
+    return v;
+  }
+  // Where the piece from member `from` goes in a receiver's output.
+  View dst(int64_t from) const {
+    const auto concat = static_cast<size_t>(call.axis2);
+    if (call.tiled) {
+      Shape start(out.size(), 0);
+      start[concat] = from * extent[concat];
+      return box_view(out, start);
+    }
+    View v{0, dense_strides(out)};
+    v.offset = from * v.strides[concat];
+    v.strides.erase(v.strides.begin() + static_cast<std::ptrdiff_t>(concat));
+    return v;
+  }
+  const Call& call;
+  const Shape& out;
+  Shape extent;
+};
 
 // pairwise: step s exchanges with the peers at distance s (pulls from me - s), the schedule
 // the ring family uses; direct pulls in member order.
 void all_to_all(const Instance& inst, int64_t me, const Shape& out_shape, bool pairwise) {
   const Call& c = inst.call();
   const int64_t N = inst.size();
-  const auto split = static_cast<size_t>(c.axis), concat = static_cast<size_t>(c.axis2);
-  const size_t elem = dtype_size(c.dtype);
+  const A2APieces pieces(c, out_shape, N);
+  const View src = pieces.src(me);
   for (int64_t step = 0; step < N; ++step) {
     const int64_t j = pairwise ? ((me - step) % N + N) % N : step;
-    if (c.tiled) {
-      Shape extent = c.shape, sstart(c.shape.size(), 0), dstart(out_shape.size(), 0);
-      extent[split] = c.shape[split] / N;
-      sstart[split] = me * extent[split];
-      dstart[concat] = j * extent[concat];
-      copy_view(out_ptr(inst, me), box_view(out_shape, dstart), in_ptr(inst, j), box_view(c.shape, sstart),
-                extent, elem);
-    } else {
-      // Take index `me` along split from x_j, place it at index j along concat.
-      Shape extent = c.shape;
-      extent.erase(extent.begin() + static_cast<std::ptrdiff_t>(split));
-      View src{0, dense_strides(c.shape)};
-      src.offset = me * src.strides[split];
-      src.strides.erase(src.strides.begin() + static_cast<std::ptrdiff_t>(split));
-      View dst{0, dense_strides(out_shape)};
-      dst.offset = j * dst.strides[concat];
-      dst.strides.erase(dst.strides.begin() + static_cast<std::ptrdiff_t>(concat));
-      copy_view(out_ptr(inst, me), dst, in_ptr(inst, j), src, extent, elem);
-    }
+    copy_view(plane_of(inst, me), out_ptr(inst, me), pieces.dst(j), in_ptr(inst, j), src, pieces.extent,
+              dtype_size(c.dtype));
   }
 }
 
-// Transport over shared memory: members' buffers are host pointers in the instance's slots.
-class ShmTransport final : public Transport {
+// Transport over the members' buffers in the instance's slots: the acting member's plane moves
+// the bytes (host memcpy, or its GPU's copies and kernels); progress counters live on the host.
+class SlotTransport final : public Transport {
  public:
-  explicit ShmTransport(Instance& inst) : inst_(inst) {}
+  SlotTransport(Instance& inst, int64_t me) : inst_(inst), pl_(plane_of(inst, me)) {}
   void copy(int64_t dst, Buf db, int64_t doff, int64_t src, Buf sb, int64_t soff, int64_t bytes) override {
-    std::memcpy(ptr(dst, db) + doff, ptr(src, sb) + soff, static_cast<size_t>(bytes));
+    pl_.copy(ptr(dst, db) + doff, ptr(src, sb) + soff, static_cast<size_t>(bytes));
   }
   void reduce(Kind op, DType dt, int64_t dst, Buf db, int64_t doff, int64_t src, Buf sb, int64_t soff,
               int64_t count) override {
     const int64_t e = static_cast<int64_t>(dtype_size(dt));
     char* d = ptr(dst, db) + doff * e;
-    reduce_run(op == Kind::pmean ? Kind::psum : op, dt, dt, d, {ptr(src, sb) + soff * e, d}, count);
+    pl_.fold(op == Kind::pmean ? Kind::psum : op, dt, dt, d, {ptr(src, sb) + soff * e, d}, count);
   }
   void signal(int64_t me, uint32_t unit) override {
+    pl_.fence();  // what this unit covers is in memory before a peer may read it
     inst_.progress(me).store(unit, std::memory_order_seq_cst);
     if (inst_.progress_sleepers(me).load(std::memory_order_seq_cst) > 0) wake_all(inst_.progress(me));
   }
@@ -222,6 +256,7 @@ class ShmTransport final : public Transport {
     return static_cast<char*>(s.work ? s.work : s.out);  // the output is the work buffer when none is given
   }
   Instance& inst_;
+  Plane pl_;
 };
 
 char* work_of(const Instance& inst, int64_t j) {
@@ -237,8 +272,8 @@ void gather_inputs(Instance& inst, int64_t me) {
   const int64_t n = count(c.shape), N = inst.size();
   const size_t ie = dtype_size(c.dtype);
   char* work = work_of(inst, me);
-  std::memcpy(work + me * n * static_cast<int64_t>(ie), inst.slot(me).in, static_cast<size_t>(n) * ie);
-  ShmTransport t(inst);
+  plane_of(inst, me).copy(work + me * n * static_cast<int64_t>(ie), inst.slot(me).in, static_cast<size_t>(n) * ie);
+  SlotTransport t(inst, me);
   run_ring(t, RingPhase::all_gather, Kind::psum, c.dtype, me, N, N * n, c.algo == Algo::bidi_ring, 1);
 }
 
@@ -251,13 +286,32 @@ void ring_reduce(Instance& inst, int64_t me) {
     gather_inputs(inst, me);
     std::vector<const void*> srcs;
     for (int64_t j = 0; j < N; ++j) srcs.push_back(work + j * n * static_cast<int64_t>(ie));
-    reduce_run(c.kind, c.dtype, out_dtype(c), out_ptr(inst, me), srcs, n);
+    plane_of(inst, me).fold(c.kind, c.dtype, out_dtype(c), out_ptr(inst, me), srcs, n);
     return;
   }
-  std::memcpy(work, inst.slot(me).in, static_cast<size_t>(n) * ie);
-  ShmTransport t(inst);
+  plane_of(inst, me).copy(work, inst.slot(me).in, static_cast<size_t>(n) * ie);
+  SlotTransport t(inst, me);
   run_ring(t, RingPhase::all_reduce, c.kind, c.dtype, me, N, n, c.algo == Algo::bidi_ring, 1);
-  if (c.kind == Kind::pmean) mean_from_sum(c.dtype, out_dtype(c), out_ptr(inst, me), work, n, N);
+  if (c.kind == Kind::pmean) plane_of(inst, me).mean_from_sum(c.dtype, out_dtype(c), out_ptr(inst, me), work, n, N);
+}
+
+// psum_scatter's input rearranged chunk-major into `work`: chunk k = this device's block k along
+// the scatter dimension, dense. Returns the elements per chunk.
+int64_t stage_scatter_chunks(const Instance& inst, int64_t me, char* work) {
+  const Call& c = inst.call();
+  const int64_t N = inst.size();
+  const auto sd = static_cast<size_t>(c.axis);
+  const size_t elem = dtype_size(c.dtype);
+  Shape block = c.shape;
+  block[sd] = c.tiled ? c.shape[sd] / N : 1;
+  const int64_t C = count(block);
+  for (int64_t k = 0; k < N; ++k) {
+    Shape start(c.shape.size(), 0);
+    start[sd] = k * block[sd];
+    copy_view(plane_of(inst, me), work + k * C * static_cast<int64_t>(elem), View{0, dense_strides(block)},
+              in_ptr(inst, me), box_view(c.shape, start), block, elem);
+  }
+  return C;
 }
 
 void ring_psum_scatter(Instance& inst, int64_t me, const Shape& out_shape) {
@@ -271,20 +325,13 @@ void ring_psum_scatter(Instance& inst, int64_t me, const Shape& out_shape) {
     psum_scatter_from(inst, me, out_shape, [&](int64_t j) { return work + j * n * static_cast<int64_t>(elem); });
     return;
   }
-  Shape block = c.shape;
-  block[sd] = c.tiled ? c.shape[sd] / N : 1;
-  const int64_t C = count(block);
   char* work = work_of(inst, me);
-  for (int64_t k = 0; k < N; ++k) {  // chunk-major: chunk k = this device's block k along sd
-    Shape start(c.shape.size(), 0);
-    start[sd] = k * block[sd];
-    copy_view(work + k * C * static_cast<int64_t>(elem), View{0, dense_strides(block)}, in_ptr(inst, me),
-              box_view(c.shape, start), block, elem);
-  }
-  ShmTransport t(inst);
+  const int64_t C = stage_scatter_chunks(inst, me, work);
+  SlotTransport t(inst, me);
   run_ring(t, RingPhase::reduce_scatter, Kind::psum, c.dtype, me, N, n, c.algo == Algo::bidi_ring, 1);
+  (void)sd;
   (void)out_shape;  // chunk `me` is the output, densely laid out
-  std::memcpy(out_ptr(inst, me), work + me * C * static_cast<int64_t>(elem), static_cast<size_t>(C) * elem);
+  plane_of(inst, me).copy(out_ptr(inst, me), work + me * C * static_cast<int64_t>(elem), static_cast<size_t>(C) * elem);
 }
 
 void ring_all_gather(Instance& inst, int64_t me, const Shape& out_shape) {
@@ -292,11 +339,102 @@ void ring_all_gather(Instance& inst, int64_t me, const Shape& out_shape) {
   const int64_t N = inst.size(), C = count(c.shape);
   const size_t elem = dtype_size(c.dtype);
   char* work = work_of(inst, me);
-  std::memcpy(work + me * C * static_cast<int64_t>(elem), inst.slot(me).in, static_cast<size_t>(C) * elem);
-  ShmTransport t(inst);
+  plane_of(inst, me).copy(work + me * C * static_cast<int64_t>(elem), inst.slot(me).in, static_cast<size_t>(C) * elem);
+  SlotTransport t(inst, me);
   run_ring(t, RingPhase::all_gather, Kind::psum, c.dtype, me, N, N * C, c.algo == Algo::bidi_ring, 1);
   if (work == out_ptr(inst, me)) return;  // gathering along axis 0: the work buffer is the output
   all_gather_from(inst, me, out_shape, [&](int64_t j) { return work + j * C * static_cast<int64_t>(elem); });
+}
+
+// ---- native: the platform's collective library (NCCL), after the same rendezvous, so mismatched
+// or missing calls are caught before the library is ever entered. Layout work (chunk staging,
+// placing gathered blocks) is shared with the ring forms.
+std::vector<int> group_devices(const Instance& inst) {
+  std::vector<int> g(static_cast<size_t>(inst.size()));
+  for (int64_t j = 0; j < inst.size(); ++j) g[static_cast<size_t>(j)] = inst.slot(j).device;
+  return g;
+}
+
+void native_collective(Instance& inst, int64_t me, const Shape& out_shape) {
+  const Call& c = inst.call();
+  const Plane pl = plane_of(inst, me);
+  backend::Backend& be = *pl.backend();
+  const std::vector<int> group = group_devices(inst);
+  const int dev = pl.device();
+  const int64_t N = inst.size(), n = count(c.shape);
+  const auto elem = static_cast<int64_t>(dtype_size(c.dtype));
+  const char* in = in_ptr(inst, me);
+  char* out = out_ptr(inst, me);
+  char* work = work_of(inst, me);
+  auto gathered = [&](int64_t j) { return work + j * n * elem; };
+  switch (c.kind) {
+    case Kind::psum:
+    case Kind::pmean:
+    case Kind::pmax:
+    case Kind::pmin:
+      if (c.deterministic) {  // every input, then the in-order fold: direct's bits
+        be.native_all_gather(dev, group, in, work, n * elem);
+        std::vector<const void*> srcs;
+        for (int64_t j = 0; j < N; ++j) srcs.push_back(gathered(j));
+        pl.fold(c.kind, c.dtype, out_dtype(c), out, srcs, n);
+      } else if (c.kind == Kind::pmean) {
+        be.native_all_reduce(dev, group, backend::FoldOp::sum, c.dtype, in, work, n);
+        pl.mean_from_sum(c.dtype, out_dtype(c), out, work, n, N);
+      } else {
+        be.native_all_reduce(dev, group, fold_op(c.kind), c.dtype, in, out, n);
+      }
+      break;
+    case Kind::all_gather:
+      be.native_all_gather(dev, group, in, work, n * elem);  // work is the output for axis 0
+      if (work != out) all_gather_from(inst, me, out_shape, gathered);
+      break;
+    case Kind::psum_scatter:
+      if (c.deterministic) {
+        be.native_all_gather(dev, group, in, work, n * elem);
+        psum_scatter_from(inst, me, out_shape, gathered);
+      } else {
+        const int64_t C = stage_scatter_chunks(inst, me, work);
+        be.native_reduce_scatter(dev, group, c.dtype, work, out, C);
+      }
+      break;
+    case Kind::ppermute: {
+      std::vector<backend::Backend::Transfer> sends, recvs;
+      bool receives = false;
+      for (auto [s, d] : c.perm) {
+        if (s == me && d == me) {
+          pl.copy(out, in, static_cast<size_t>(n * elem));
+          receives = true;
+        } else if (s == me) {
+          sends.push_back({d, const_cast<char*>(in), n * elem});
+        } else if (d == me) {
+          recvs.push_back({s, out, n * elem});
+          receives = true;
+        }
+      }
+      if (!receives) pl.zero(out, static_cast<size_t>(n * elem));
+      be.native_send_recv(dev, group, sends, recvs);
+      break;
+    }
+    case Kind::all_to_all: {
+      // Stage the piece for each member densely, exchange, place what arrived.
+      const A2APieces pieces(c, out_shape, N);
+      const int64_t P = count(pieces.extent);
+      const View dense{0, dense_strides(pieces.extent)};
+      char* send = work;
+      char* recv = work + N * P * elem;
+      std::vector<backend::Backend::Transfer> sends, recvs;
+      for (int64_t j = 0; j < N; ++j) {
+        copy_view(pl, send + j * P * elem, dense, in, pieces.src(j), pieces.extent, static_cast<size_t>(elem));
+        sends.push_back({j, send + j * P * elem, P * elem});
+        recvs.push_back({j, recv + j * P * elem, P * elem});
+      }
+      be.native_send_recv(dev, group, sends, recvs);
+      for (int64_t j = 0; j < N; ++j) {
+        copy_view(pl, out, pieces.dst(j), recv + j * P * elem, dense, pieces.extent, static_cast<size_t>(elem));
+      }
+      break;
+    }
+  }
 }
 
 }  // namespace
@@ -311,6 +449,7 @@ int64_t work_bytes(const Call& c, int64_t n) {
     case Kind::pmean: return bytes;  // the ring sums in the input dtype
     case Kind::psum_scatter: return bytes;
     case Kind::all_gather: return c.axis == 0 ? 0 : n * bytes;
+    case Kind::all_to_all: return c.algo == Algo::native ? 2 * bytes : 0;  // send and receive staging
     default: return 0;
   }
 }
@@ -322,11 +461,13 @@ Pending start(Session& session, int64_t pos, const GroupLayout& layout, const Ca
   p.pos_ = pos;
   p.index_ = layout.index_of[static_cast<size_t>(pos)];
   p.out_shape_ = std::move(out_shape);
+  const Plane pl(slot.backend, slot.device);
+  pl.begin();  // the input is complete before any peer may read it
   Session::Arrival a = session.arrive(pos, layout, call, std::move(slot));
   p.inst_ = std::move(a.instance);
   if (a.completed) {
     const int64_t bytes = count(call.shape) * static_cast<int64_t>(dtype_size(call.dtype));
-    if (call.algo == Algo::direct && is_reduction(call.kind) && bytes <= kSmallReduceBytes) reduce_small(*p.inst_);
+    if (call.algo == Algo::direct && is_reduction(call.kind) && bytes <= kSmallReduceBytes) reduce_small(*p.inst_, pl);
     session.publish(*p.inst_);
   }
   return p;
@@ -337,7 +478,13 @@ void finish(Pending& p) {
   p.session_->wait_ready(p.pos_, inst);
   const Call& c = inst.call();
   const int64_t me = p.index_;
-  const bool ring = c.algo != Algo::direct;
+  const bool ring = c.algo == Algo::ring || c.algo == Algo::bidi_ring;
+  if (c.algo == Algo::native) {
+    native_collective(inst, me, p.out_shape_);
+    plane_of(inst, me).fence();
+    p.inst_.reset();
+    return;
+  }
   switch (c.kind) {
     case Kind::psum:
     case Kind::pmean:
@@ -357,6 +504,7 @@ void finish(Pending& p) {
     case Kind::ppermute: ppermute(inst, me); break;
     case Kind::all_to_all: all_to_all(inst, me, p.out_shape_, ring); break;
   }
+  plane_of(inst, me).fence();  // the output is complete, and peers' inputs are no longer read
   p.inst_.reset();
 }
 
