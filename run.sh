@@ -45,7 +45,7 @@ if [ -n "$sanitize" ]; then
   build_dir="build-$sanitize"
   cmake_args=(-G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DMESHRT_SANITIZE="$sanitize" -DMESHRT_BUILD_BENCHMARKS=OFF)
 fi
-command -v ccache >/dev/null 2>&1 && cmake_args+=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
+command -v ccache >/dev/null 2>&1 && cmake_args+=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_CUDA_COMPILER_LAUNCHER=ccache)
 
 configure_and_build() {
   install_missing

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "backends/backend.h"
+#include "backends/block_cache.h"
 #include "backends/cpu/kernels.h"
 #include "backends/executor.h"
 #include "backends/fiber_executor.h"
@@ -22,61 +23,6 @@ namespace meshrt::cpu {
 namespace {
 
 constexpr size_t kAlignment = 64;
-
-// Freed blocks are kept per size class and handed out again, so the buffers a loop of
-// collectives allocates and drops every step are not returned to the OS (and re-faulted) each
-// time. Classes are 4 per power of two (<= 25% slack); at most kCacheLimit bytes are kept per
-// device. One cache per device keeps the lock uncontended: a device allocates on its own thread.
-class BlockCache {
- public:
-  BlockCache() = default;
-  BlockCache(const BlockCache&) = delete;
-  BlockCache& operator=(const BlockCache&) = delete;
-  ~BlockCache() {
-    for (auto& [cls, blocks] : free_) {
-      for (void* p : blocks) std::free(p);
-    }
-  }
-  static size_t size_class(size_t bytes) {
-    if (bytes <= 4096) return (bytes + kAlignment - 1) / kAlignment * kAlignment;
-    const size_t top = std::bit_floor(bytes), step = top / 4;
-    return (bytes + step - 1) / step * step;
-  }
-  void* take(size_t cls) {
-    std::lock_guard<std::mutex> lock(mu_);
-    auto it = free_.find(cls);
-    if (it == free_.end() || it->second.empty()) return nullptr;
-    void* p = it->second.back();
-    it->second.pop_back();
-    cached_ -= cls;
-    return p;
-  }
-  // Keeps `p` unless it alone exceeds the limit; makes room by freeing the largest cached
-  // blocks (stale big buffers must not lock out the sizes in use now).
-  bool give(void* p, size_t cls) {
-    if (cls > kCacheLimit / 4) return false;
-    std::lock_guard<std::mutex> lock(mu_);
-    while (cached_ + cls > kCacheLimit && !free_.empty()) {
-      auto big = std::prev(free_.end());
-      if (big->second.empty()) {
-        free_.erase(big);
-        continue;
-      }
-      std::free(big->second.back());
-      big->second.pop_back();
-      cached_ -= big->first;
-    }
-    free_[cls].push_back(p);
-    cached_ += cls;
-    return true;
-  }
-
- private:
-  static constexpr size_t kCacheLimit = size_t{512} << 20;
-  std::mutex mu_;
-  std::map<size_t, std::vector<void*>> free_;  // guarded by mu_
-  size_t cached_ = 0;                          // guarded by mu_
-};
 
 // MESHRT_CPU_EXECUTOR: threads | fibers | auto (fibers when devices outnumber cores).
 bool use_fibers(int devices) {
@@ -92,7 +38,8 @@ bool use_fibers(int devices) {
 
 class CpuBackend final : public backend::Backend {
  public:
-  explicit CpuBackend(int n) : caches_(static_cast<size_t>(n)) {
+  explicit CpuBackend(int n) {
+    for (int d = 0; d < n; ++d) caches_.push_back(std::make_unique<backend::BlockCache>(kCacheLimit, [](void* p) { std::free(p); }));
     configure_blas_threads(n);
     if (use_fibers(n)) {
       const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
@@ -110,8 +57,8 @@ class CpuBackend final : public backend::Backend {
   std::shared_ptr<backend::Buffer> allocate(int device, size_t bytes) override {
     // Size classes are multiples of the alignment, as aligned_alloc requires; zero-size tensors
     // still get a real pointer.
-    const size_t cls = BlockCache::size_class(bytes == 0 ? 1 : bytes);
-    void* p = caches_[static_cast<size_t>(device)].take(cls);
+    const size_t cls = backend::BlockCache::size_class(bytes == 0 ? 1 : bytes);
+    void* p = caches_[static_cast<size_t>(device)]->take(cls);
     if (p == nullptr) p = std::aligned_alloc(kAlignment, cls);
     if (p == nullptr) {
       throw Error("[cpu] out of host memory allocating " + std::to_string(bytes) +
@@ -121,7 +68,7 @@ class CpuBackend final : public backend::Backend {
     return std::make_shared<backend::Buffer>(this, device, p, bytes);
   }
   void deallocate(int device, void* data, size_t bytes) noexcept override {
-    if (!caches_[static_cast<size_t>(device)].give(data, BlockCache::size_class(bytes == 0 ? 1 : bytes))) {
+    if (!caches_[static_cast<size_t>(device)]->give(data, backend::BlockCache::size_class(bytes == 0 ? 1 : bytes))) {
       std::free(data);
     }
   }
@@ -171,7 +118,8 @@ class CpuBackend final : public backend::Backend {
   }
 
  private:
-  std::vector<BlockCache> caches_;
+  static constexpr size_t kCacheLimit = size_t{512} << 20;  // per device
+  std::vector<std::unique_ptr<backend::BlockCache>> caches_;
   std::vector<std::unique_ptr<backend::Executor>> executors_;  // one thread per device, or
   std::unique_ptr<backend::FiberPool> fibers_;                 // devices as fibers on few threads
 };

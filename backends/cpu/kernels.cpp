@@ -12,6 +12,7 @@
 #include <thread>
 #include <type_traits>
 
+#include "backends/scalar_ops.h"
 #include "runtime/error.h"
 
 namespace meshrt::cpu {
@@ -100,51 +101,12 @@ void walk(const std::vector<int64_t>& shape, const std::array<const std::vector<
   }
 }
 
-// Integers wrap (two's complement) like XLA's, without signed-overflow UB.
-template <class T>
-inline T wrap_add(T a, T b) {
-  if constexpr (std::is_same_v<T, bool>) {
-    return a || b;  // NumPy: bool + bool is logical or
-  } else if constexpr (std::is_integral_v<T>) {
-    using U = std::make_unsigned_t<T>;
-    return static_cast<T>(static_cast<U>(a) + static_cast<U>(b));
-  } else {
-    return a + b;
-  }
-}
-template <class T>
-inline T wrap_sub(T a, T b) {
-  if constexpr (std::is_same_v<T, bool>) {
-    return a != b;  // unreachable: the runtime rejects bool subtraction, as NumPy does
-  } else if constexpr (std::is_integral_v<T>) {
-    using U = std::make_unsigned_t<T>;
-    return static_cast<T>(static_cast<U>(a) - static_cast<U>(b));
-  } else {
-    return a - b;
-  }
-}
-template <class T>
-inline T wrap_mul(T a, T b) {
-  if constexpr (std::is_same_v<T, bool>) {
-    return a && b;  // NumPy: bool * bool is logical and
-  } else if constexpr (std::is_integral_v<T>) {
-    using U = std::make_unsigned_t<T>;
-    return static_cast<T>(static_cast<U>(a) * static_cast<U>(b));
-  } else {
-    return a * b;
-  }
-}
-// max/min propagate NaN, as XLA's.
-template <class T>
-inline T max_nan(T a, T b) {
-  if constexpr (std::is_floating_point_v<T>) return (a > b || a != a) ? a : b;
-  else return a > b ? a : b;
-}
-template <class T>
-inline T min_nan(T a, T b) {
-  if constexpr (std::is_floating_point_v<T>) return (a < b || a != a) ? a : b;
-  else return a < b ? a : b;
-}
+using backend::scalar::max_nan;
+using backend::scalar::min_nan;
+using backend::scalar::wrap_add;
+using backend::scalar::wrap_mul;
+using backend::scalar::wrap_sub;
+static_assert(static_cast<int>(UnaryOp::neg) == backend::scalar::kNeg && static_cast<int>(UnaryOp::relu) == backend::scalar::kRelu);
 
 template <class I, class O, class F>
 void run1(const I* x, int64_t sx, O* y, int64_t n, F f) {
@@ -176,29 +138,7 @@ void run2(const I* a, int64_t sa, const I* b, int64_t sb, O* y, int64_t n, F f) 
 
 template <class T>
 auto unary_fn(UnaryOp op) {
-  return [op](T v) -> T {
-    if constexpr (std::is_same_v<T, bool>) {
-      return v;
-    } else if constexpr (std::is_floating_point_v<T>) {
-      switch (op) {
-        case UnaryOp::neg: return -v;
-        case UnaryOp::exp: return std::exp(v);
-        case UnaryOp::log: return std::log(v);
-        case UnaryOp::sin: return std::sin(v);
-        case UnaryOp::cos: return std::cos(v);
-        case UnaryOp::tanh: return std::tanh(v);
-        case UnaryOp::sqrt: return std::sqrt(v);
-        case UnaryOp::relu: return v > T(0) ? v : (v != v ? v : T(0));
-        default: return v;
-      }
-    } else {
-      switch (op) {
-        case UnaryOp::neg: return wrap_sub(T(0), v);
-        case UnaryOp::relu: return v > 0 ? v : T(0);
-        default: return v;
-      }
-    }
-  };
+  return [code = static_cast<int>(op)](T v) -> T { return backend::scalar::unary(code, v); };
 }
 
 }  // namespace
@@ -321,10 +261,7 @@ void reduce(ReduceOp op, DType dtype, int64_t outer, int64_t len, int64_t inner,
               int64_t at = 0;
               for (int64_t l = 1; l < len; ++l) {
                 const T v = base[l * inner + i];
-                bool better;
-                if constexpr (std::is_floating_point_v<T>) better = (best == best) && (v > best || v != v);
-                else better = v > best;
-                if (better) {
+                if (backend::scalar::argmax_better(best, v)) {
                   best = v;
                   at = l;
                 }

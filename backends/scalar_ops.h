@@ -1,0 +1,100 @@
+// backends/scalar_ops.h: the element semantics every platform's kernels share (XLA's): integer
+// arithmetic wraps, max/min propagate NaN, argmax keeps the first maximum and stops at a NaN.
+// Host and device code (CUDA) include this one definition, so cpu and cuda agree bit for bit
+// wherever the math library does.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+#include <type_traits>
+
+#if defined(__CUDACC__)
+#define MESHRT_HD __host__ __device__ __forceinline__
+#else
+#define MESHRT_HD inline
+#endif
+
+namespace meshrt::backend::scalar {
+
+// Integers wrap (two's complement) without signed-overflow UB.
+template <class T>
+MESHRT_HD T wrap_add(T a, T b) {
+  if constexpr (std::is_same_v<T, bool>) {
+    return a || b;  // NumPy: bool + bool is logical or
+  } else if constexpr (std::is_integral_v<T>) {
+    using U = std::make_unsigned_t<T>;
+    return static_cast<T>(static_cast<U>(a) + static_cast<U>(b));
+  } else {
+    return a + b;
+  }
+}
+template <class T>
+MESHRT_HD T wrap_sub(T a, T b) {
+  if constexpr (std::is_same_v<T, bool>) {
+    return a != b;  // unreachable: the runtime rejects bool subtraction, as NumPy does
+  } else if constexpr (std::is_integral_v<T>) {
+    using U = std::make_unsigned_t<T>;
+    return static_cast<T>(static_cast<U>(a) - static_cast<U>(b));
+  } else {
+    return a - b;
+  }
+}
+template <class T>
+MESHRT_HD T wrap_mul(T a, T b) {
+  if constexpr (std::is_same_v<T, bool>) {
+    return a && b;  // NumPy: bool * bool is logical and
+  } else if constexpr (std::is_integral_v<T>) {
+    using U = std::make_unsigned_t<T>;
+    return static_cast<T>(static_cast<U>(a) * static_cast<U>(b));
+  } else {
+    return a * b;
+  }
+}
+// max/min propagate NaN, as XLA's.
+template <class T>
+MESHRT_HD T max_nan(T a, T b) {
+  if constexpr (std::is_floating_point_v<T>) return (a > b || a != a) ? a : b;
+  else return a > b ? a : b;
+}
+template <class T>
+MESHRT_HD T min_nan(T a, T b) {
+  if constexpr (std::is_floating_point_v<T>) return (a < b || a != a) ? a : b;
+  else return a < b ? a : b;
+}
+// argmax: does v at a later index replace the best so far? (first maximum; a NaN wins and stays)
+template <class T>
+MESHRT_HD bool argmax_better(T best, T v) {
+  if constexpr (std::is_floating_point_v<T>) return (best == best) && (v > best || v != v);
+  else return v > best;
+}
+
+// The unary ops of backend::UnaryOp other than copy, by number (neg=1 ... relu=8), so this
+// header needs no enum from backend.h.
+enum UnaryCode : int { kNeg = 1, kExp, kLog, kSin, kCos, kTanh, kSqrt, kRelu };
+
+template <class T>
+MESHRT_HD T unary(int op, T v) {
+  if constexpr (std::is_same_v<T, bool>) {
+    return v;
+  } else if constexpr (std::is_floating_point_v<T>) {
+    switch (op) {
+      case kNeg: return -v;
+      case kExp: return std::exp(v);
+      case kLog: return std::log(v);
+      case kSin: return std::sin(v);
+      case kCos: return std::cos(v);
+      case kTanh: return std::tanh(v);
+      case kSqrt: return std::sqrt(v);
+      case kRelu: return v > T(0) ? v : (v != v ? v : T(0));
+      default: return v;
+    }
+  } else {
+    switch (op) {
+      case kNeg: return wrap_sub(T(0), v);
+      case kRelu: return v > 0 ? v : T(0);
+      default: return v;
+    }
+  }
+}
+
+}  // namespace meshrt::backend::scalar
