@@ -12,6 +12,7 @@
 #include <thread>
 
 #include "backends/backend.h"
+#include "runtime/detail/copy.h"
 #include "runtime/detail/launch.h"
 #include "runtime/detail/platform.h"
 #include "runtime/detail/strings.h"
@@ -98,14 +99,13 @@ void check_divisible(const Mesh& mesh, const PartitionSpec& spec, const Array& x
   }
 }
 
-std::string first_difference(const Tensor& a, const Tensor& b) {
-  const size_t elem = dtype_size(a.dtype());
-  const auto* pa = static_cast<const char*>(a.data());
-  const auto* pb = static_cast<const char*>(b.data());
-  for (int64_t i = 0; i < a.size(); ++i) {
+// a and b: `n` elements of `dtype` in host memory.
+std::string first_difference(DType dtype, int64_t n, const char* pa, const char* pb) {
+  const size_t elem = dtype_size(dtype);
+  for (int64_t i = 0; i < n; ++i) {
     if (std::memcmp(pa + i * elem, pb + i * elem, elem) == 0) continue;
     auto val = [&](const char* p) -> std::string {
-      switch (a.dtype()) {
+      switch (dtype) {
         case DType::f32: { float v; std::memcpy(&v, p, 4); return cat(v); }
         case DType::f64: { double v; std::memcpy(&v, p, 8); return cat(v); }
         case DType::i32: { int32_t v; std::memcpy(&v, p, 4); return cat(v); }
@@ -132,16 +132,29 @@ void check_replication(const Mesh& mesh, const PartitionSpec& spec, const std::v
     }
   }
   if (free_names.empty()) return;
+  // Device memory (cuda) is compared in host copies, made once per block that needs it.
   const bool host = detail::backend_of(mesh.devices().front()).host_addressable();
-  if (!host) return;  // values are compared on the host only where memory is host-addressable
+  std::vector<std::vector<char>> copies(host ? 0 : blocks.size());
+  auto bytes = [&](size_t i) -> const char* {
+    const Tensor& t = blocks[i];
+    if (host) return static_cast<const char*>(t.data());
+    if (copies[i].empty() && t.nbytes() > 0) {
+      copies[i].resize(static_cast<size_t>(t.nbytes()));
+      detail::copy_box({copies[i].data(), t.shape(), Shape(t.shape().size(), 0), Device(), true},
+                       {t.data(), t.shape(), Shape(t.shape().size(), 0), t.device(), false}, t.shape(),
+                       dtype_size(t.dtype()));
+    }
+    return copies[i].data();
+  };
   for (int64_t pos = 0; pos < mesh.size(); ++pos) {
     std::vector<int64_t> c = mesh.coords(pos);
     int64_t rep = 0;  // same coordinates, 0 on every free axis
     for (size_t a = 0; a < c.size(); ++a) rep = rep * mesh.shape()[a] + (free_axis[a] ? 0 : c[a]);
     if (rep == pos) continue;
     const Tensor& x = blocks[static_cast<size_t>(pos)];
-    const Tensor& r = blocks[static_cast<size_t>(rep)];
-    if (std::memcmp(x.data(), r.data(), x.nbytes()) == 0) continue;
+    const char* xb = bytes(static_cast<size_t>(pos));
+    const char* rb = bytes(static_cast<size_t>(rep));
+    if (std::memcmp(xb, rb, x.nbytes()) == 0) continue;
     std::string axis;  // the first free axis along which the two differ
     std::vector<int64_t> rc = mesh.coords(rep);
     for (size_t a = 0; a < c.size(); ++a) {
@@ -154,7 +167,7 @@ void check_replication(const Mesh& mesh, const PartitionSpec& spec, const std::v
                     " which implies that the corresponding output value is replicated across mesh axis ",
                     detail::quote(axis), ", but ", mesh.devices()[static_cast<size_t>(rep)].str(), " and ",
                     mesh.devices()[static_cast<size_t>(pos)].str(), " hold different values (",
-                    first_difference(r, x), "). Reduce over that axis first (psum/pmean), name the axis in "
+                    first_difference(x.dtype(), x.size(), rb, xb), "). Reduce over that axis first (psum/pmean), name the axis in "
                     "out_specs, or pass ShardMapOptions{.check_replication = false}"));
   }
 }

@@ -53,11 +53,12 @@ class AxisNames {
   std::vector<std::string> names_;
 };
 
-// How a collective moves its data. automatic: the platform's choice for the size (cpu: direct);
-// otherwise MESHRT_COLLECTIVE_ALGO (auto, direct, ring, bidi_ring, native) decides when set.
+// How a collective moves its data. automatic: MESHRT_COLLECTIVE_ALGO (auto, direct, ring,
+// bidi_ring, native) when set, else the platform's choice (cpu: direct; cuda: native (NCCL) when
+// the group's members are on distinct GPUs, direct where logical devices share a GPU).
 // direct: one-shot over shared memory; ring: unidirectional, chunked and pipelined;
-// bidi_ring: halves travelling in opposite directions; native: the platform's own (NCCL on cuda;
-// direct on cpu). Every algorithm gives the same results up to floating-point summation order,
+// bidi_ring: halves travelling in opposite directions; native: the platform's own (NCCL on cuda,
+// an error naming the devices where two members share a GPU; direct on cpu). Every algorithm gives the same results up to floating-point summation order,
 // bit-identical on every device of a group.
 enum class CollectiveAlgo { automatic, direct, ring, bidi_ring, native };
 

@@ -28,6 +28,11 @@ inline std::string mesh_case_name(const ::testing::TestParamInfo<MeshCase>& info
   return s;
 }
 
+inline int cuda_devices_per_gpu() {
+  const char* k = std::getenv("MESHRT_CUDA_DEVICES_PER_GPU");
+  return k != nullptr && *k != '\0' ? std::atoi(k) : 1;
+}
+
 // The mesh for a case, or why this platform cannot run it here (the test then skips).
 inline std::optional<Mesh> mesh_or_skip(const MeshCase& c, std::string* why) {
   auto ps = platforms();
@@ -35,12 +40,13 @@ inline std::optional<Mesh> mesh_or_skip(const MeshCase& c, std::string* why) {
     *why = "platform " + c.platform + " is not usable on this machine";
     return std::nullopt;
   }
-  if (c.platform == "cuda") {
-    *why = "collectives on the cuda platform are not implemented yet (the cuda issue)";
+  if (numel(c.shape) > static_cast<int64_t>(devices(c.platform).size())) {
+    *why = "needs more " + c.platform + " devices than this machine has (cuda: raise MESHRT_CUDA_DEVICES_PER_GPU)";
     return std::nullopt;
   }
-  if (numel(c.shape) > static_cast<int64_t>(devices(c.platform).size())) {
-    *why = "needs more " + c.platform + " devices than this machine has";
+  if (c.platform == "cuda" && c.algo == "native" && numel(c.shape) > 1 && cuda_devices_per_gpu() > 1) {
+    *why = "NCCL cannot place two ranks on one GPU (MESHRT_CUDA_DEVICES_PER_GPU > 1); CudaNative.SharedGpuSaysSo "
+           "checks the error";
     return std::nullopt;
   }
   return make_mesh(c.shape, c.names, c.platform);

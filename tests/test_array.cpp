@@ -96,7 +96,7 @@ TEST(RoundTrip, Int32) { round_trips<int32_t>(150, 3); }
 TEST(RoundTrip, Int64) { round_trips<int64_t>(150, 4); }
 
 TEST(Reshard, EveryPairOfShardings) {
-  auto devs = devices("cpu");
+  auto devs = devices();
   Mesh m42 = make_mesh({4, 2}, {"x", "y"});
   Mesh m24 = make_mesh({2, 4}, {"x", "y"});
   Mesh m8 = make_mesh({8}, {"x"});
@@ -152,13 +152,13 @@ TEST(Reshard, KeepsBlocksThatStay) {
 }
 
 TEST(Tensor, AlignmentAndLifetime) {
-  Device dev = devices("cpu")[2];
+  Device dev = devices()[2];
   std::weak_ptr<backend::Buffer> weak;
   {
     Tensor t = tensor(std::vector<double>{1, 2, 3}, {3}, dev);
     EXPECT_EQ(reinterpret_cast<uintptr_t>(t.data()) % 64, 0u);
     EXPECT_EQ(t.device(), dev);
-    EXPECT_EQ(t.str(), "Tensor(float64(3,) on cpu:2)");
+    EXPECT_EQ(t.str(), std::string("Tensor(float64(3,) on ") + test::dev_name(2) + std::string(")"));
     weak = t.buffer();
     Tensor copy = t;  // shares memory
     EXPECT_EQ(copy.data(), t.data());
@@ -179,8 +179,38 @@ TEST(Tensor, AlignmentAndLifetime) {
   for (auto& w : blocks) EXPECT_TRUE(w.expired());
 }
 
+// cpu <-> cuda moves are explicit device_puts (small copies, and large ones through pinned
+// staging); an implicit mix is an error naming both platforms and the device_put to use.
+TEST(CrossPlatform, ExplicitMovesRoundTripAndImplicitMixesAreErrors) {
+  auto ps = platforms();
+  if (std::find(ps.begin(), ps.end(), "cuda") == ps.end()) GTEST_SKIP() << "no usable cuda platform here";
+  const int64_t n = std::min<int64_t>(static_cast<int64_t>(devices("cuda").size()), 4);
+  Mesh cpu_mesh = make_mesh({n}, {"x"}, "cpu");
+  Mesh gpu_mesh = make_mesh({n}, {"x"}, "cuda");
+  for (int64_t per : {int64_t{3}, int64_t{5} << 20}) {  // 12 bytes, and 20 MiB per device
+    std::vector<float> host(static_cast<size_t>(per * n));
+    std::iota(host.begin(), host.end(), 0.f);
+    Array a = device_put(host, {per * n}, NamedSharding(cpu_mesh, P("x")));
+    Array g = device_put(a, NamedSharding(gpu_mesh, P("x")));  // cpu -> cuda
+    EXPECT_EQ(g.sharding().platform(), "cuda");
+    Array r = device_put(g, NamedSharding(gpu_mesh, P()));     // resharded on cuda
+    Array back = device_put(r, NamedSharding(cpu_mesh, P("x")));  // cuda -> cpu
+    EXPECT_EQ(back.sharding().platform(), "cpu");
+    EXPECT_EQ(back.to_vector<float>(), host);
+    EXPECT_EQ(g.to_vector<float>(), host);
+    EXPECT_EQ(device_put(host, {per * n}, NamedSharding(gpu_mesh, P("x"))).to_vector<float>(), host);
+  }
+  Array a = device_put(std::vector<float>(static_cast<size_t>(n), 1.f), {n}, NamedSharding(cpu_mesh, P("x")));
+  EXPECT_MESHRT_ERROR(shard_map([](Context&, const Tensor& t) { return t; }, gpu_mesh, {P("x")}, P("x"))(a),
+                      "[shard_map] args[0] lives on the cpu platform but the mesh is on cuda",
+                      "device_put(x, NamedSharding(mesh, in_specs[0]))");
+  Tensor tc = tensor(std::vector<float>{1, 2}, {2}, devices("cpu")[0]);
+  Tensor tg = tensor(std::vector<float>{1, 2}, {2}, devices("cuda")[0]);
+  EXPECT_MESHRT_ERROR(add(tc, tg), "[ops] add", "cpu:0 and cuda:0", "different platforms", "device_put");
+}
+
 TEST(Tensor, RankZeroAndEmpty) {
-  Device dev = devices("cpu")[0];
+  Device dev = devices()[0];
   Tensor s = tensor(std::vector<int64_t>{42}, {}, dev);
   EXPECT_EQ(s.size(), 1);
   EXPECT_EQ(s.to_vector<int64_t>(), std::vector<int64_t>{42});
@@ -208,8 +238,8 @@ TEST(ArrayErrors, BadInput) {
                       "use to_vector<float>");
   EXPECT_MESHRT_ERROR(a.blocks()[0].to_vector<double>(), "[tensor]", "use to_vector<float>");
   EXPECT_MESHRT_ERROR(device_put(a, NamedSharding(mesh, P("y", "x"))), "[device_put]", "rank at least 2");
-  EXPECT_MESHRT_ERROR(tensor(ten, {3, 3}, devices("cpu")[0]), "[tensor]", "host data has 10 elements");
-  EXPECT_MESHRT_ERROR(tensor(ten, {-10}, devices("cpu")[0]), "negative dimension");
+  EXPECT_MESHRT_ERROR(tensor(ten, {3, 3}, devices()[0]), "[tensor]", "host data has 10 elements");
+  EXPECT_MESHRT_ERROR(tensor(ten, {-10}, devices()[0]), "negative dimension");
   EXPECT_MESHRT_ERROR(Array().to_vector<float>(), "[array]");
   EXPECT_MESHRT_ERROR(Array({8}, DType::f32, rows, {}), "[array]", "0 blocks");
 }

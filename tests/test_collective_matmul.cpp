@@ -33,7 +33,7 @@ TEST_P(CollectiveMatmul, EveryVariantEqualsTheHostProduct) {
   const auto [nd, dt] = GetParam();
   Mesh mesh = make_mesh({nd}, {"i"});
   const int64_t m = 2 * nd * 3, k = 2 * nd * 5, n = 7;
-  Device d0 = devices("cpu")[0];
+  Device d0 = devices()[0];
   std::vector<double> a = random::normal_values(random::key(1), {m, k}, DType::f64);
   std::vector<double> b = random::normal_values(random::key(2), {k, n}, DType::f64);
   if (dt == DType::f32) {
@@ -74,7 +74,7 @@ INSTANTIATE_TEST_SUITE_P(Devices, CollectiveMatmul,
 
 TEST(CollectiveMatmulErrors, UnevenShapes) {
   Mesh mesh = make_mesh({4}, {"i"});
-  Device d0 = devices("cpu")[0];
+  Device d0 = devices()[0];
   auto arr = [&](Shape s) { return device_put(std::vector<float>(static_cast<size_t>(shape_size(s)), 1.f), s, SingleDeviceSharding(d0)); };
   // k = 12 splits over 4 devices but not in 8 half-blocks.
   EXPECT_MESHRT_ERROR(collective_matmul::allgather_matmul(arr({8, 12}), arr({12, 3}), mesh, "i", Variant::bidirectional),

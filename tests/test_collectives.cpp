@@ -221,19 +221,52 @@ TEST_P(Collectives, AxisIndexAndSize) {
   }
 }
 
+std::vector<MeshCase> cuda_cases();
+
 std::vector<MeshCase> cases_for(const std::string& algo) {
   std::vector<MeshCase> out = {
       {"cpu", {1}, {"x"}},       {"cpu", {2}, {"x"}},       {"cpu", {3}, {"x"}},
       {"cpu", {4}, {"x"}},       {"cpu", {8}, {"x"}},       {"cpu", {4, 2}, {"x", "y"}},
       {"cpu", {2, 4}, {"x", "y"}}, {"cpu", {2, 2, 2}, {"x", "y", "z"}}, {"cpu", {3, 2}, {"x", "y"}},
-      {"cpu", {5}, {"x"}},
-      {"cuda", {1}, {"x"}},      {"cuda", {2}, {"x"}},      {"cuda", {4}, {"x"}},     {"cuda", {8}, {"x"}}};
+      {"cpu", {5}, {"x"}}};
+  for (MeshCase& c : cuda_cases()) out.push_back(c);
   for (MeshCase& c : out) c.algo = algo;
+  return out;
+}
+// The cuda platform: 1 GPU x k logical devices (the cuda_k<k>. runs), or several GPUs.
+std::vector<MeshCase> cuda_cases() {
+  return {{"cuda", {1}, {"x"}},     {"cuda", {2}, {"x"}},     {"cuda", {3}, {"x"}},
+          {"cuda", {4}, {"x"}},     {"cuda", {8}, {"x"}},     {"cuda", {4, 2}, {"x", "y"}},
+          {"cuda", {2, 4}, {"x", "y"}}, {"cuda", {2, 2, 2}, {"x", "y", "z"}}};
+}
+std::vector<MeshCase> native_cases() {
+  std::vector<MeshCase> out = cuda_cases();
+  out.push_back({"cpu", {4, 2}, {"x", "y"}});  // native is direct on cpu
+  for (MeshCase& c : out) c.algo = "native";
   return out;
 }
 INSTANTIATE_TEST_SUITE_P(Meshes, Collectives, ::testing::ValuesIn(cases_for("direct")), test::mesh_case_name);
 INSTANTIATE_TEST_SUITE_P(Ring, Collectives, ::testing::ValuesIn(cases_for("ring")), test::mesh_case_name);
 INSTANTIATE_TEST_SUITE_P(BidiRing, Collectives, ::testing::ValuesIn(cases_for("bidi_ring")), test::mesh_case_name);
+INSTANTIATE_TEST_SUITE_P(Native, Collectives, ::testing::ValuesIn(native_cases()), test::mesh_case_name);
+
+// Asking for NCCL where two members share a GPU says so, and names the way out.
+TEST(CudaNative, SharedGpuSaysSo) {
+  auto ps = platforms();
+  if (std::find(ps.begin(), ps.end(), "cuda") == ps.end()) GTEST_SKIP() << "no usable cuda platform here";
+  if (test::cuda_devices_per_gpu() < 2) GTEST_SKIP() << "needs MESHRT_CUDA_DEVICES_PER_GPU >= 2";
+  Mesh mesh = make_mesh({2}, {"x"}, "cuda");
+  Array x = device_put(std::vector<float>{1, 2}, {2}, NamedSharding(mesh, P("x")));
+  auto run = [&](CollectiveAlgo algo) {
+    return shard_map([algo](Context& c, const Tensor& t) { return c.psum(t, "x", CollectiveOptions{algo}); }, mesh,
+                     {P("x")}, P())(x);
+  };
+  EXPECT_MESHRT_ERROR(run(CollectiveAlgo::native), "[psum] algo native cannot serve this group",
+                      "are logical devices on the same GPU 0", "NCCL refuses two ranks on one GPU",
+                      "use CollectiveAlgo::direct, ring or bidi_ring");
+  // automatic picks the built-in transport there.
+  EXPECT_EQ(run(CollectiveAlgo::automatic).to_vector<float>(), (std::vector<float>{3}));
+}
 
 }  // namespace
 }  // namespace meshrt

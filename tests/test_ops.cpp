@@ -25,7 +25,6 @@ class Ops : public ::testing::TestWithParam<std::string> {
     if (std::find(ps.begin(), ps.end(), GetParam()) == ps.end()) {
       GTEST_SKIP() << "platform " << GetParam() << " is not usable on this machine";
     }
-    if (GetParam() == "cuda") GTEST_SKIP() << "cuda kernels are not implemented yet (the cuda issue)";
     dev_ = devices(GetParam())[0];
   }
   Device dev_;

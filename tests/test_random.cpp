@@ -80,7 +80,7 @@ TEST(Random, ThreefryKnownAnswer) {
 }
 
 TEST(Random, IssueVectors) {
-  Device d = devices("cpu")[0];
+  Device d = devices()[0];
   std::vector<float> legacy = random::normal(random::key(0, Stream::legacy), {8}, d).to_vector<float>();
   std::vector<float> current = random::normal(random::key(0), {8}, d).to_vector<float>();
   const std::vector<float> want_legacy{0.08086783f, -0.38624713f, -0.37565565f, 1.6689739f,
@@ -169,19 +169,19 @@ TEST(Random, ShardedEqualsUnsharded) {
   for (Stream s : {Stream::current, Stream::legacy}) {
     Key k = random::fold_in(random::key(3, s), 5);
     Array a = random::normal(k, {16, 6}, NamedSharding(mesh, P("x", "y")));
-    std::vector<float> whole = random::normal(k, {16, 6}, devices("cpu")[0]).to_vector<float>();
+    std::vector<float> whole = random::normal(k, {16, 6}, devices()[0]).to_vector<float>();
     EXPECT_EQ(a.to_vector<float>(), whole);
     for (const Shard& sh : a.addressable_shards()) {
       EXPECT_EQ(sh.data.to_vector<float>(), test::host_slice(whole, {16, 6}, sh.index));
     }
     Array u = random::uniform(k, {8}, NamedSharding(mesh, P(Axes{"y", "x"})), DType::f64, 1.0, 2.0);
-    EXPECT_EQ(u.to_vector<double>(), random::uniform(k, {8}, devices("cpu")[0], DType::f64, 1.0, 2.0).to_vector<double>());
+    EXPECT_EQ(u.to_vector<double>(), random::uniform(k, {8}, devices()[0], DType::f64, 1.0, 2.0).to_vector<double>());
   }
 }
 
 TEST(Random, StreamsDifferInShapeDependence) {
   // Current stream: element i depends only on i. Legacy: on the total size too.
-  Device d = devices("cpu")[0];
+  Device d = devices()[0];
   auto first4 = [&](Stream s, int64_t n) {
     auto v = random::uniform(random::key(0, s), {n}, d).to_vector<float>();
     return std::vector<float>(v.begin(), v.begin() + 4);
@@ -192,7 +192,7 @@ TEST(Random, StreamsDifferInShapeDependence) {
 }
 
 TEST(Random, Errors) {
-  Device d = devices("cpu")[0];
+  Device d = devices()[0];
   EXPECT_MESHRT_ERROR(random::normal(random::key(0), {4}, d, DType::i32), "[random] normal",
                       "float32 or float64, got int32");
   EXPECT_MESHRT_ERROR(random::uniform(random::key(0), {-1}, d), "negative dimension");

@@ -43,7 +43,7 @@ void check_table(const Mesh& mesh, const Shape& shape, const std::vector<TableRo
     auto map = s.devices_indices_map(shape);
     ASSERT_EQ(map.size(), 8u);
     for (size_t k = 0; k < 8; ++k) {
-      EXPECT_EQ(map[k].first.id(), static_cast<int>(k));
+      EXPECT_EQ(map[k].first.local_index(), static_cast<int>(k));
       EXPECT_EQ(map[k].second, parse_cell(r.cells[k], shape))
           << mesh.str() << " " << r.spec.str() << " D" << k;
     }
@@ -164,11 +164,11 @@ TEST(Sharding, FullyReplicatedAndPlatform) {
   Mesh ones = make_mesh({1, 8}, {"a", "b"});
   EXPECT_TRUE(NamedSharding(ones, P("a")).is_fully_replicated());   // size-1 axis splits nothing
   EXPECT_FALSE(NamedSharding(ones, P("b")).is_fully_replicated());
-  SingleDeviceSharding single(devices("cpu")[3]);
+  SingleDeviceSharding single(devices()[3]);
   EXPECT_TRUE(single.is_fully_replicated());
   EXPECT_EQ(single.shard_shape({5, 7}), (Shape{5, 7}));
-  EXPECT_EQ(single.devices_indices_map({5, 7})[0].first.id(), 3);
-  EXPECT_EQ(single.platform(), "cpu");
+  EXPECT_EQ(single.devices_indices_map({5, 7})[0].first.local_index(), 3);
+  EXPECT_EQ(single.platform(), default_platform());
   EXPECT_EQ(NamedSharding(mesh, P("x")).str(), "NamedSharding(mesh=Mesh('x': 4, 'y': 2), spec=P('x',))");
   Sharding base = NamedSharding(mesh, P("y"));   // converts to the value type
   EXPECT_EQ(base.shard_shape({8, 4}), (Shape{4, 4}));
@@ -206,10 +206,10 @@ TEST(Mesh, ShapeNamesDevices) {
   EXPECT_EQ(mesh.axis_size("model"), 2);
   EXPECT_EQ(mesh.str(), "Mesh('data': 4, 'model': 2)");
   for (int k = 0; k < 8; ++k) {
-    EXPECT_EQ(mesh.devices()[k].id(), k);
+    EXPECT_EQ(mesh.devices()[k].local_index(), k);
     EXPECT_EQ(mesh.coords(k), (std::vector<int64_t>{k / 2, k % 2}));
   }
-  auto devs = devices("cpu");
+  auto devs = devices();
   Mesh custom({devs[7], devs[6], devs[5], devs[4]}, {2, 2}, {"a", "b"});
   EXPECT_EQ(custom.position_of(devs[5]), 2);
   EXPECT_EQ(custom.position_of(devs[0]), -1);
@@ -221,17 +221,17 @@ TEST(Mesh, ShapeNamesDevices) {
 }
 
 TEST(MeshErrors, BadMeshes) {
-  auto devs = devices("cpu");
+  auto devs = devices();
   EXPECT_MESHRT_ERROR(Mesh({devs[0], devs[1], devs[2]}, {2, 2}, {"x", "y"}), "[mesh]",
                       "needs 4 devices but 3 were given");
   EXPECT_MESHRT_ERROR(Mesh({devs[0], devs[1]}, {2}, {"x", "y"}), "[mesh]", "1 axes but 2 axis names");
   EXPECT_MESHRT_ERROR(Mesh({devs[0], devs[1], devs[2], devs[3]}, {2, 2}, {"x", "x"}),
                       "duplicate axis name 'x'");
-  EXPECT_MESHRT_ERROR(Mesh({devs[0], devs[0]}, {2}, {"x"}), "device cpu:0 appears more than once");
+  EXPECT_MESHRT_ERROR(Mesh({devs[0], devs[0]}, {2}, {"x"}), std::string("device ") + test::dev_name(0) + std::string(" appears more than once"));
   EXPECT_MESHRT_ERROR(Mesh({}, {0}, {"x"}), "size 0");
   EXPECT_MESHRT_ERROR(make_mesh({4, 4}, {"x", "y"}), "[mesh]",
                       "Number of devices 8 must be >= the product of mesh_shape (4, 4)",
-                      "MESHRT_CPU_DEVICES=16");
+                      default_platform() == "cpu" ? "MESHRT_CPU_DEVICES=16" : "MESHRT_CUDA_DEVICES_PER_GPU");
   EXPECT_MESHRT_ERROR(make_mesh({2, 2}, {"x"}), "[mesh]");
   EXPECT_MESHRT_ERROR(make_mesh({8}, {"x"}).axis_size("q"), "axis 'q' is not in the mesh axes ('x',)");
 }

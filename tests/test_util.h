@@ -5,6 +5,7 @@
 
 #include <cstdlib>
 #include <fstream>
+#include <initializer_list>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -20,12 +21,17 @@ namespace meshrt::test {
       stmt;                                                                            \
       ADD_FAILURE() << "expected meshrt::Error from " #stmt;                           \
     } catch (const ::meshrt::Error& e) {                                               \
-      for (const char* frag : {__VA_ARGS__}) {                                         \
+      for (const std::string& frag : std::initializer_list<std::string>{__VA_ARGS__}) { \
         EXPECT_NE(std::string(e.what()).find(frag), std::string::npos)                 \
             << "message lacks \"" << frag << "\": " << e.what();                       \
       }                                                                                \
     }                                                                                  \
   } while (0)
+
+// Suites run on the default platform (tests/test_main.cpp pins it: cpu unless a cuda run).
+inline std::string platform_prefix() { return default_platform() + ":"; }
+// "cpu:3" or "cuda:3": the name of the default platform's device i.
+inline std::string dev_name(int i) { return devices()[static_cast<size_t>(i)].str(); }
 
 inline std::string read_data_file(const std::string& name) {
   std::string path = std::string(MESHRT_TEST_DATA_DIR) + "/" + name;

@@ -5,6 +5,7 @@
 #include "backends/backend.h"
 #include "collectives/strided.h"
 #include "runtime/detail/platform.h"
+#include "runtime/error.h"
 
 namespace meshrt::detail {
 
@@ -16,13 +17,21 @@ CopyStats& copy_stats() {
 void copy_box(const BoxSide& dst, const BoxSide& src, const Shape& extent, size_t elem) {
   const int64_t count = shape_size(extent);
   if (count == 0) return;
-  // A non-host-addressable side (a GPU) does the copy; else whichever side is a device.
-  backend::Backend& be =
-      !src.on_host && !backend_of(src.device).host_addressable() ? backend_of(src.device)
-      : !dst.on_host ? backend_of(dst.device)
-                     : backend_of(src.device);
-  const int sdev = src.on_host ? backend::kHost : src.device.local_index();
-  const int ddev = dst.on_host ? backend::kHost : dst.device.local_index();
+  // Between platforms (cpu <-> cuda) the host-addressable side is plain host memory to the other
+  // platform's backend. A non-host-addressable side (a GPU) does the copy; else whichever side is
+  // a device.
+  const bool cross = !src.on_host && !dst.on_host && src.device.kind() != dst.device.kind();
+  const bool src_host = src.on_host || (cross && backend_of(src.device).host_addressable());
+  const bool dst_host = dst.on_host || (cross && backend_of(dst.device).host_addressable());
+  if (cross && !src_host && !dst_host) {
+    throw Error("[device_put] no copy path between " + src.device.str() + " and " + dst.device.str() +
+                "; go through the cpu platform");
+  }
+  backend::Backend& be = !src_host && !backend_of(src.device).host_addressable() ? backend_of(src.device)
+                         : !dst_host                                              ? backend_of(dst.device)
+                                                                                  : backend_of(src.device);
+  const int sdev = src_host ? backend::kHost : src.device.local_index();
+  const int ddev = dst_host ? backend::kHost : dst.device.local_index();
   const coll::View dv = coll::box_view(dst.shape, dst.start), sv = coll::box_view(src.shape, src.start);
   const auto* s = static_cast<const char*>(src.base);
   auto* d = static_cast<char*>(const_cast<void*>(dst.base));
