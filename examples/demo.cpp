@@ -2,6 +2,7 @@
 // Run it with ./run.sh demo (8 simulated cpu devices).
 #include <meshrt/meshrt.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstring>
@@ -60,6 +61,9 @@ void show(const Mesh& mesh, const PartitionSpec& spec, const Shape& shape) {
   std::printf("\n");
 }
 
+// Where parts 1-3 run: --platform=cpu (default) or --platform=cuda.
+std::string g_platform = "cpu";
+
 // Host reference helpers for part 2.
 std::vector<int32_t> iota(int64_t n) {
   std::vector<int32_t> v(static_cast<size_t>(n));
@@ -83,7 +87,7 @@ void part3(bool quick) {
   using collective_matmul::Variant;
   std::printf("== Part 3: seed programs\n\n-- Collective matmul, lhs (48, 80) @ rhs (80, 7), float32, vs the host product\n");
   std::printf("   %-24s %-14s %8s %8s %8s\n", "program", "variant", "2 dev", "4 dev", "8 dev");
-  Device d0 = devices("cpu")[0];
+  Device d0 = devices(g_platform)[0];
   const int64_t m = 48, k = 80, n = 7;
   std::vector<double> a = random::normal_values(random::key(1), {m, k}, DType::f32);
   std::vector<double> b = random::normal_values(random::key(2), {k, n}, DType::f32);
@@ -97,7 +101,7 @@ void part3(bool quick) {
     for (Variant v : {Variant::naive, Variant::overlapped, Variant::bidirectional}) {
       std::printf("   %-24s %-14s", rs ? "matmul + reduce_scatter" : "all_gather + matmul", collective_matmul::variant_name(v));
       for (int64_t nd : {2, 4, 8}) {
-        Mesh mesh = make_mesh({nd}, {"i"});
+        Mesh mesh = make_mesh({nd}, {"i"}, g_platform);
         Array c = rs ? collective_matmul::matmul_reduce_scatter(A, B, mesh, "i", v)
                      : collective_matmul::allgather_matmul(A, B, mesh, "i", v);
         double err = 0;
@@ -114,11 +118,11 @@ void part3(bool quick) {
   const std::vector<int64_t> sizes{784, 128, 128, 128, 128, 128, 8};
   using mlp::Strategy;
   struct Run { Strategy s; Mesh mesh; };
-  const std::vector<Run> runs = {{Strategy::single, make_mesh({1}, {"x"})},
-                                 {Strategy::data_parallel, make_mesh({8}, {"batch"})},
-                                 {Strategy::fsdp, make_mesh({8}, {"batch"})},
-                                 {Strategy::tensor_parallel, make_mesh({8}, {"feats"})},
-                                 {Strategy::data_tensor_2d, make_mesh({4, 2}, {"batch", "feats"})}};
+  const std::vector<Run> runs = {{Strategy::single, make_mesh({1}, {"x"}, g_platform)},
+                                 {Strategy::data_parallel, make_mesh({8}, {"batch"}, g_platform)},
+                                 {Strategy::fsdp, make_mesh({8}, {"batch"}, g_platform)},
+                                 {Strategy::tensor_parallel, make_mesh({8}, {"feats"}, g_platform)},
+                                 {Strategy::data_tensor_2d, make_mesh({4, 2}, {"batch", "feats"}, g_platform)}};
   std::printf("   %-22s %-10s %-28s %-28s %s\n", "strategy", "mesh", "loss, 3 SGD steps (current)", "loss, 3 SGD steps (legacy)", "max rel diff");
   for (const Run& r : runs) {
     std::string losses[2];
@@ -166,7 +170,7 @@ void part3(bool quick) {
 // Part 2: shard_map bodies and the collectives, on a (4, 2) mesh and an (8, 4) arange.
 void part2() {
   std::printf("== Part 2: shard_map and collectives on Mesh('data': 4, 'model': 2)\n\n");
-  Mesh mesh = make_mesh({4, 2}, {"data", "model"});
+  Mesh mesh = make_mesh({4, 2}, {"data", "model"}, g_platform);
   const std::vector<int32_t> host = iota(32);
   Array x = device_put(host, {8, 4}, NamedSharding(mesh, P("data", "model")));
   std::printf("x = arange(32).reshape(8, 4), sharded P('data', 'model'):\n%s\n", visualize_sharding(x).c_str());
@@ -246,21 +250,78 @@ void part2() {
 
 }  // namespace
 
+// Part 4: explicit moves between platforms, and a collective on the GPU.
+void part4() {
+  std::printf("== Part 4: cpu -> cuda -> cpu\n\n");
+  const auto ps = platforms();
+  if (std::find(ps.begin(), ps.end(), "cuda") == ps.end()) {
+    try {
+      devices("cuda");
+    } catch (const Error& e) {
+      std::printf("   skipped, cuda is not usable here: %s\n\n", e.what());
+    }
+    return;
+  }
+  const int64_t n = static_cast<int64_t>(devices("cuda").size());
+  Mesh cpu_mesh = make_mesh({1}, {"x"}, "cpu");
+  Mesh gpu_mesh = make_mesh({n}, {"x"}, "cuda");
+  std::vector<float> host(static_cast<size_t>(4 * n));
+  std::iota(host.begin(), host.end(), 0.0f);
+  Array on_cpu = device_put(host, {4 * n}, NamedSharding(cpu_mesh, P()));
+  Array on_gpu = device_put(on_cpu, NamedSharding(gpu_mesh, P("x")));
+  std::printf("   %lld cuda devices; x on cpu -> %s\n%s", static_cast<long long>(n), on_gpu.sharding().str().c_str(),
+              visualize_sharding(on_gpu).c_str());
+  Array summed = shard_map([](Context& c, const Tensor& t) { return c.psum(multiply(t, 2.0), "x"); }, gpu_mesh, {P("x")},
+                           P())(on_gpu);
+  Array back = device_put(summed, NamedSharding(cpu_mesh, P()));
+  std::vector<float> want(4, 0.0f);
+  for (size_t i = 0; i < host.size(); ++i) want[i % 4] += 2 * host[i];
+  std::printf("   psum(2*x) on cuda, moved back to cpu: %s\n", back.to_vector<float>() == want ? "ok" : "MISMATCH");
+  try {
+    shard_map([](Context&, const Tensor& t) { return t; }, gpu_mesh, {P("x")}, P("x"))(on_cpu);
+  } catch (const Error& e) {
+    std::printf("   a cpu array passed to a cuda shard_map is refused:\n     %s\n\n", e.what());
+  }
+}
+
+void run_demo(bool quick);
+
 int main(int argc, char** argv) {
-  const bool quick = argc > 1 && std::strcmp(argv[1], "--quick") == 0;
+  bool quick = false;
+  for (int i = 1; i < argc; ++i) {
+    if (std::strcmp(argv[i], "--quick") == 0) quick = true;
+    else if (std::strncmp(argv[i], "--platform=", 11) == 0) g_platform = argv[i] + 11;
+    else {
+      std::fprintf(stderr, "usage: meshrt-demo [--quick] [--platform=cpu|cuda]\n");
+      return 2;
+    }
+  }
+  // Parts 1-3 need 8 devices: on cuda, 8 logical devices per GPU unless told otherwise.
+  if (g_platform == "cuda") setenv("MESHRT_CUDA_DEVICES_PER_GPU", "8", 0);
+  try {
+    run_demo(quick);
+  } catch (const Error& e) {
+    std::fprintf(stderr, "meshrt-demo: error: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}
+
+void run_demo(bool quick) {
   std::printf("== meshrt demo\nplatforms:");
   for (const std::string& p : platforms()) std::printf(" %s", p.c_str());
   std::printf("\ncpu devices:");
   for (const Device& d : devices("cpu")) std::printf(" %s", d.str().c_str());
+  std::printf("\nrunning parts 1-3 on: %s", g_platform.c_str());
   std::printf("\n\n== Part 1: meshes and shardings (jax.debug.visualize_array_sharding layout)\n\n");
 
-  Mesh m8 = make_mesh({8}, {"data"});
+  Mesh m8 = make_mesh({8}, {"data"}, g_platform);
   show(m8, P(), {8});
   show(m8, P("data"), {8});
   show(m8, P("data", None), {8, 4});
   show(m8, P(None, "data"), {2, 16});
   for (Shape ms : {Shape{4, 2}, Shape{2, 4}}) {
-    Mesh mesh = make_mesh(ms, {"data", "model"});
+    Mesh mesh = make_mesh(ms, {"data", "model"}, g_platform);
     for (const PartitionSpec& spec :
          {P(), P("data", None), P(None, "model"), P("data", "model"), P(Axes{"data", "model"}, None),
           P(Axes{"model", "data"}), P("model", "data")}) {
@@ -269,7 +330,7 @@ int main(int argc, char** argv) {
   }
 
   std::printf("== Resharding moves only the blocks that must move\n\n");
-  Mesh mesh = make_mesh({4, 2}, {"data", "model"});
+  Mesh mesh = make_mesh({4, 2}, {"data", "model"}, g_platform);
   std::vector<float> host(64);
   std::iota(host.begin(), host.end(), 0.0f);
   Array a = device_put(host, {8, 8}, NamedSharding(mesh, P("data", None)));
@@ -284,5 +345,5 @@ int main(int argc, char** argv) {
 
   part2();
   part3(quick);
-  return 0;
+  part4();
 }
