@@ -49,7 +49,8 @@ struct Options {
                "meshrt-bench: %s\n"
                "usage: meshrt-bench all_reduce|all_gather|reduce_scatter|all_to_all|ppermute\n"
                "  -b MIN -e MAX (bytes, K/M/G suffixes) -f FACTOR | -i STEP   -g DEVICES   -d float32|float64|int32|int64\n"
-               "  -n ITERS -w WARMUP -c CHECK   --algo direct|ring|bidi_ring|native|all   --platform cpu|cuda\n"
+               "  -n ITERS -w WARMUP -c CHECK   --algo direct|ring|bidi_ring|native|auto|all (or a comma list)\n"
+               "  --platform cpu|cuda (cuda: MESHRT_CUDA_DEVICES_PER_GPU=k splits each GPU into k devices)\n"
                "  --link-model TOPO:LATENCY:BANDWIDTH (ring|torus2d|full, e.g. ring:5us:100GBps)\n"
                "  --json FILE   --plot FILE.png (needs gnuplot)\n",
                why.c_str());
@@ -102,9 +103,20 @@ Options parse(int argc, char** argv) {
       else usage("unknown dtype '" + d + "'");
     } else if (a == "--algo") {
       std::string v = next();
-      if (v == "all") o.algos = {"direct", "ring", "bidi_ring"};
-      else if (v == "direct" || v == "ring" || v == "bidi_ring" || v == "native") o.algos = {v};
-      else usage("unknown algorithm '" + v + "'");
+      o.algos.clear();
+      for (size_t at = 0; at <= v.size();) {  // a comma-separated list
+        size_t end = v.find(',', at);
+        if (end == std::string::npos) end = v.size();
+        const std::string one = v.substr(at, end - at);
+        if (one == "all") {
+          for (const char* a : {"direct", "ring", "bidi_ring"}) o.algos.emplace_back(a);
+        } else if (one == "direct" || one == "ring" || one == "bidi_ring" || one == "native" || one == "auto") {
+          o.algos.push_back(one);
+        } else {
+          usage("unknown algorithm '" + one + "'");
+        }
+        at = end + 1;
+      }
     } else {
       usage("unknown option '" + a + "'");
     }
@@ -119,6 +131,7 @@ CollectiveAlgo algo_of(const std::string& a) {
   if (a == "ring") return CollectiveAlgo::ring;
   if (a == "bidi_ring") return CollectiveAlgo::bidi_ring;
   if (a == "native") return CollectiveAlgo::native;
+  if (a == "auto") return CollectiveAlgo::automatic;
   return CollectiveAlgo::direct;
 }
 
@@ -148,6 +161,26 @@ struct Result {
   int64_t wrong;
   double model_us = -1, model_busbw = -1;
 };
+
+// The baseline a collective's bandwidth is judged against, measured in the same run: one
+// device-to-device copy of `bytes` from mesh device 0 to device 1 through the runtime (a
+// device_put between single-device shardings: memcpy on cpu, cudaMemcpy on cuda). Median of
+// `reps` copies, in bytes per second; 0 on a one-device mesh.
+double copy_bandwidth(const Mesh& mesh, int64_t bytes, int reps) {
+  if (mesh.devices().size() < 2) return 0;
+  const int64_t n = std::max<int64_t>(1, bytes / 4);
+  Array x = device_put(std::vector<float>(static_cast<size_t>(n), 1.f), {n}, SingleDeviceSharding(mesh.devices()[0]));
+  const SingleDeviceSharding to(mesh.devices()[1]);
+  std::vector<double> t;
+  for (int r = 0; r < reps + 2; ++r) {
+    auto t0 = Clock::now();
+    Array y = device_put(x, to);
+    const double dt = std::chrono::duration<double>(Clock::now() - t0).count();
+    if (r >= 2) t.push_back(dt);  // two warm-up copies (allocation, first touch)
+  }
+  std::sort(t.begin(), t.end());
+  return static_cast<double>(n * 4) / t[t.size() / 2];
+}
 
 std::string fmt(double v) {
   char b[32];
@@ -182,6 +215,12 @@ int main(int argc, char** argv) {
       int64_t e = std::max<int64_t>(n, (s / elem) / n * n);
       if (sizes.empty() || sizes.back() != e * elem) sizes.push_back(e * elem);
       s = o.step_bytes > 0 ? s + o.step_bytes : static_cast<int64_t>(std::ceil(s * o.factor));
+    }
+    const double copy_bw = copy_bandwidth(mesh, sizes.back(), 7);
+    if (copy_bw > 0) {
+      std::printf("# Baseline: device-to-device copy %s -> %s of %lld B: %s GB/s (median of 7)\n",
+                  mesh.devices()[0].str().c_str(), mesh.devices()[1].str().c_str(), static_cast<long long>(sizes.back()),
+                  fmt(copy_bw / 1e9).c_str());
     }
     std::vector<Result> results;
     size_t done = 0;
@@ -287,8 +326,25 @@ int main(int argc, char** argv) {
       avg += r.busbw;
     }
     std::printf("# Out of bounds values : %lld %s\n", static_cast<long long>(total_wrong), total_wrong ? "FAILED" : "OK");
-    std::printf("# Avg bus bandwidth    : %s\n#\n# Collective test concluded: %s_perf\n",
-                fmt(avg / static_cast<double>(results.size())).c_str(), o.op.c_str());
+    std::printf("# Avg bus bandwidth    : %s\n#\n", fmt(avg / static_cast<double>(results.size())).c_str());
+    // Per algorithm: busbw at the largest size against the copy baseline, and the time at the
+    // smallest (the small-message latency).
+    for (const std::string& a : o.algos) {
+      const Result* small = nullptr;
+      const Result* large = nullptr;
+      for (const Result& r : results) {
+        if (r.algo != a) continue;
+        if (!small || r.size < small->size) small = &r;
+        if (!large || r.size > large->size) large = &r;
+      }
+      if (!small) continue;
+      std::printf("# %-9s latency at %lld B: %s us;  busbw at %lld B: %s GB/s", a.c_str(),
+                  static_cast<long long>(small->size), fmt(small->time_us).c_str(), static_cast<long long>(large->size),
+                  fmt(large->busbw).c_str());
+      if (copy_bw > 0) std::printf(" = %.2fx the copy bandwidth", large->busbw * 1e9 / copy_bw);
+      std::printf("\n");
+    }
+    std::printf("#\n# Collective test concluded: %s_perf\n", o.op.c_str());
     if (!o.json.empty()) {
       std::ofstream js(o.json);
       js << "[\n";
@@ -299,6 +355,7 @@ int main(int argc, char** argv) {
            << "\", \"redop\": \"" << redop << "\", \"root\": -1, \"out_of_place\": {\"time\": " << r.time_us
            << ", \"alg_bw\": " << r.algbw << ", \"bus_bw\": " << r.busbw << ", \"nwrong\": " << r.wrong << "}";
         if (o.model) js << ", \"model\": {\"time\": " << r.model_us << ", \"bus_bw\": " << r.model_busbw << "}";
+        js << ", \"copy_bw\": " << copy_bw / 1e9;
         js << "}" << (i + 1 < results.size() ? "," : "") << "\n";
       }
       js << "]\n";
