@@ -27,6 +27,9 @@ void Backend::coll_mean(int, DType, DType, void*, const void*, int64_t, int64_t)
   unsupported(*this, "collective reductions");
 }
 void Backend::coll_fence(int) { unsupported(*this, "collective data movement"); }
+void* Backend::coll_signal(int) { unsupported(*this, "collective data movement"); }
+void Backend::coll_wait_token(int, void*) { unsupported(*this, "collective data movement"); }
+void Backend::coll_release_token(int, void*) noexcept {}
 
 std::string Backend::native_unavailable(const std::vector<int>&) {
   return std::string("the ") + std::string(platform()) + " platform has no native collective library";

@@ -120,6 +120,13 @@ class Backend {
   // dst = sum / divisor in `out` (pmean's last step after a sum in the input dtype).
   virtual void coll_mean(int device, DType in, DType out, void* dst, const void* sum, int64_t len, int64_t divisor);
   virtual void coll_fence(int device);
+  // Device-side ordering between members, without the host waiting on a stream: coll_signal
+  // returns a token marking everything queued so far on the device's communication stream;
+  // coll_wait_token makes the device's communication stream wait for a peer's token;
+  // coll_release_token recycles one once no stream can still wait on it.
+  virtual void* coll_signal(int device);
+  virtual void coll_wait_token(int device, void* token);
+  virtual void coll_release_token(int device, void* token) noexcept;
 
   // ---- the platform's native collective library (NCCL on cuda). `group` lists the members'
   // device indices in group order; every member calls the same function after the rendezvous.

@@ -234,8 +234,11 @@ class SlotTransport final : public Transport {
     char* d = ptr(dst, db) + doff * e;
     pl_.fold(op == Kind::pmean ? Kind::psum : op, dt, dt, d, {ptr(src, sb) + soff * e, d}, count);
   }
+  // Host memory: the bytes are there when the call returns. Device memory: the unit's work is
+  // only queued; a token (a GPU event) marks it, and a waiting peer's stream waits on the token,
+  // so no host thread waits on a stream between pieces.
   void signal(int64_t me, uint32_t unit) override {
-    pl_.fence();  // what this unit covers is in memory before a peer may read it
+    if (!pl_.host()) inst_.put_token(me, unit, pl_.backend()->coll_signal(pl_.device()));
     inst_.progress(me).store(unit, std::memory_order_seq_cst);
     if (inst_.progress_sleepers(me).load(std::memory_order_seq_cst) > 0) wake_all(inst_.progress(me));
   }
@@ -247,6 +250,7 @@ class SlotTransport final : public Transport {
       sleep_while(c, v, std::chrono::milliseconds(50));
       inst_.progress_sleepers(member).fetch_sub(1, std::memory_order_seq_cst);
     }
+    if (!pl_.host()) pl_.backend()->coll_wait_token(pl_.device(), inst_.token(member, unit));
   }
 
  private:
@@ -258,6 +262,12 @@ class SlotTransport final : public Transport {
   Instance& inst_;
   Plane pl_;
 };
+
+// Ring pipelining granularity: pieces that stay in cache on the host; on GPUs, pieces large
+// enough that a 256 MiB collective queues tens of steps, not thousands.
+int64_t piece_bytes(const Instance& inst, int64_t me) {
+  return plane_of(inst, me).host() ? int64_t{256} << 10 : int64_t{8} << 20;
+}
 
 char* work_of(const Instance& inst, int64_t j) {
   return static_cast<char*>(inst.slot(j).work ? inst.slot(j).work : inst.slot(j).out);
@@ -274,7 +284,7 @@ void gather_inputs(Instance& inst, int64_t me) {
   char* work = work_of(inst, me);
   plane_of(inst, me).copy(work + me * n * static_cast<int64_t>(ie), inst.slot(me).in, static_cast<size_t>(n) * ie);
   SlotTransport t(inst, me);
-  run_ring(t, RingPhase::all_gather, Kind::psum, c.dtype, me, N, N * n, c.algo == Algo::bidi_ring, 1);
+  run_ring(t, RingPhase::all_gather, Kind::psum, c.dtype, me, N, N * n, c.algo == Algo::bidi_ring, 1, piece_bytes(inst, me));
 }
 
 void ring_reduce(Instance& inst, int64_t me) {
@@ -291,7 +301,7 @@ void ring_reduce(Instance& inst, int64_t me) {
   }
   plane_of(inst, me).copy(work, inst.slot(me).in, static_cast<size_t>(n) * ie);
   SlotTransport t(inst, me);
-  run_ring(t, RingPhase::all_reduce, c.kind, c.dtype, me, N, n, c.algo == Algo::bidi_ring, 1);
+  run_ring(t, RingPhase::all_reduce, c.kind, c.dtype, me, N, n, c.algo == Algo::bidi_ring, 1, piece_bytes(inst, me));
   if (c.kind == Kind::pmean) plane_of(inst, me).mean_from_sum(c.dtype, out_dtype(c), out_ptr(inst, me), work, n, N);
 }
 
@@ -328,7 +338,7 @@ void ring_psum_scatter(Instance& inst, int64_t me, const Shape& out_shape) {
   char* work = work_of(inst, me);
   const int64_t C = stage_scatter_chunks(inst, me, work);
   SlotTransport t(inst, me);
-  run_ring(t, RingPhase::reduce_scatter, Kind::psum, c.dtype, me, N, n, c.algo == Algo::bidi_ring, 1);
+  run_ring(t, RingPhase::reduce_scatter, Kind::psum, c.dtype, me, N, n, c.algo == Algo::bidi_ring, 1, piece_bytes(inst, me));
   (void)sd;
   (void)out_shape;  // chunk `me` is the output, densely laid out
   plane_of(inst, me).copy(out_ptr(inst, me), work + me * C * static_cast<int64_t>(elem), static_cast<size_t>(C) * elem);
@@ -341,7 +351,7 @@ void ring_all_gather(Instance& inst, int64_t me, const Shape& out_shape) {
   char* work = work_of(inst, me);
   plane_of(inst, me).copy(work + me * C * static_cast<int64_t>(elem), inst.slot(me).in, static_cast<size_t>(C) * elem);
   SlotTransport t(inst, me);
-  run_ring(t, RingPhase::all_gather, Kind::psum, c.dtype, me, N, N * C, c.algo == Algo::bidi_ring, 1);
+  run_ring(t, RingPhase::all_gather, Kind::psum, c.dtype, me, N, N * C, c.algo == Algo::bidi_ring, 1, piece_bytes(inst, me));
   if (work == out_ptr(inst, me)) return;  // gathering along axis 0: the work buffer is the output
   all_gather_from(inst, me, out_shape, [&](int64_t j) { return work + j * C * static_cast<int64_t>(elem); });
 }

@@ -22,7 +22,9 @@ enum class RingPhase { reduce_scatter, all_gather, all_reduce };
 // The work buffer must already hold: the member's input (reduce_scatter, all_reduce) or its own
 // chunk `me` (all_gather). Units 1.. of the member's progress counter are used from `unit0`.
 // Returns the next free unit.
+// `piece_bytes` is the pipelining granularity (host memory: a few hundred KiB that stay in cache;
+// GPUs: MiBs, so few enough steps are queued).
 uint32_t run_ring(Transport& t, RingPhase phase, Kind op, DType dtype, int64_t me, int64_t n, int64_t count,
-                  bool bidirectional, uint32_t unit0);
+                  bool bidirectional, uint32_t unit0, int64_t piece_bytes);
 
 }  // namespace meshrt::coll

@@ -35,6 +35,24 @@ std::string Instance::where(const std::vector<std::string>& names) const {
   return s + "}";
 }
 
+void Instance::put_token(int64_t index, uint32_t unit, void* token) {
+  std::lock_guard<std::mutex> lock(tokens_mu_);
+  tokens_[{index, unit}] = token;
+}
+
+void* Instance::token(int64_t index, uint32_t unit) const {
+  std::lock_guard<std::mutex> lock(tokens_mu_);
+  auto it = tokens_.find({index, unit});
+  return it == tokens_.end() ? nullptr : it->second;
+}
+
+Instance::~Instance() {
+  for (auto& [key, token] : tokens_) {
+    const Slot& s = parts_[static_cast<size_t>(key.first)].slot;
+    if (s.backend != nullptr) s.backend->coll_release_token(s.device, token);
+  }
+}
+
 void Instance::set_state(uint32_t s) {
   state_.store(s, std::memory_order_seq_cst);
   if (sleepers_.load(std::memory_order_seq_cst) > 0) wake_all(state_);

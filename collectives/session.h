@@ -57,6 +57,15 @@ class Instance {
   std::atomic<uint32_t>& progress(int64_t index) { return progress_[static_cast<size_t>(index)]; }
   std::atomic<uint32_t>& progress_sleepers(int64_t index) { return progress_sleepers_[static_cast<size_t>(index)]; }
   bool oversubscribed() const { return oversubscribed_; }
+  // Device planes' progress tokens (backend::Backend::coll_signal): member `index` publishes the
+  // token of `unit` before advancing its progress counter past it; peers read it after.
+  void put_token(int64_t index, uint32_t unit, void* token);
+  void* token(int64_t index, uint32_t unit) const;
+
+  Instance() = default;
+  Instance(const Instance&) = delete;
+  Instance& operator=(const Instance&) = delete;
+  ~Instance();  // recycles the tokens (every member has fenced by then)
 
  private:
   friend class Session;
@@ -81,6 +90,8 @@ class Instance {
   std::unique_ptr<std::atomic<uint32_t>[]> progress_;
   std::unique_ptr<std::atomic<uint32_t>[]> progress_sleepers_;
   bool oversubscribed_ = false;
+  mutable std::mutex tokens_mu_;
+  std::map<std::pair<int64_t, uint32_t>, void*> tokens_;  // guarded by tokens_mu_
 };
 
 class Session {

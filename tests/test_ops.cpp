@@ -10,6 +10,7 @@
 #include <numeric>
 #include <random>
 
+#include "backends/merge_dims.h"
 #include "tests/host_ref.h"
 #include "tests/test_util.h"
 
@@ -633,6 +634,61 @@ TEST_P(Ops, InsideShardMapBodies) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Platforms, Ops, ::testing::Values("cpu", "cuda"));
+
+// The dimension merging the cuda kernels launch with (backends/merge_dims.h) must visit exactly
+// the operand offsets of the unmerged iteration, in the same order: random shapes with dense,
+// broadcast, transposed and sliced operands, and the rank it reaches for the usual cases.
+std::vector<std::vector<int64_t>> visit(const std::vector<int64_t>& shape, const std::vector<std::vector<int64_t>>& strides) {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  std::vector<std::vector<int64_t>> out(static_cast<size_t>(n), std::vector<int64_t>(strides.size(), 0));
+  for (int64_t i = 0; i < n; ++i) {
+    int64_t rem = i;
+    for (size_t d = shape.size(); d-- > 0;) {
+      const int64_t idx = rem % shape[d];
+      rem /= shape[d];
+      for (size_t k = 0; k < strides.size(); ++k) out[static_cast<size_t>(i)][k] += idx * strides[k][d];
+    }
+  }
+  return out;
+}
+
+TEST(MergeDims, VisitsTheSameOffsetsWithFewerDimensions) {
+  std::mt19937 rng(99);
+  for (int trial = 0; trial < 2000; ++trial) {
+    const size_t rank = rng() % 6;
+    std::vector<int64_t> shape(rank);
+    for (int64_t& d : shape) d = static_cast<int64_t>(rng() % 4) + (trial % 7 == 0 ? 0 : 1);
+    std::vector<std::vector<int64_t>> strides;
+    for (int k = 0; k < 3; ++k) {
+      std::vector<int64_t> dense(rank);
+      int64_t acc = (rng() % 3 == 0) ? 2 : 1;  // sometimes a strided slice
+      for (size_t d = rank; d-- > 0;) {
+        dense[d] = acc;
+        acc *= shape[d] + static_cast<int64_t>(rng() % 2);  // sometimes padded rows
+      }
+      for (int64_t& s : dense) {
+        if (rng() % 4 == 0) s = 0;  // broadcast along this dimension
+      }
+      if (rank > 1 && rng() % 3 == 0) std::swap(dense[0], dense[rank - 1]);  // transposed
+      strides.push_back(dense);
+    }
+    std::vector<const std::vector<int64_t>*> ptrs;
+    for (const auto& s : strides) ptrs.push_back(&s);
+    const backend::MergedDims m = backend::merge_dims(shape, ptrs);
+    EXPECT_LE(m.size.size(), rank);
+    int64_t total = 1;
+    for (int64_t d : shape) total *= d;
+    if (total == 0) continue;
+    EXPECT_EQ(visit(m.size, m.strides), visit(shape, strides)) << "trial " << trial;
+  }
+  // A dense operand and a broadcast row of a (2, 3, 4) shape: two dimensions.
+  std::vector<int64_t> dense{12, 4, 1}, row{0, 0, 1};
+  const backend::MergedDims m = backend::merge_dims({2, 3, 4}, {&dense, &row});
+  EXPECT_EQ(m.size, (std::vector<int64_t>{6, 4}));
+  EXPECT_EQ(m.strides[0], (std::vector<int64_t>{4, 1}));
+  EXPECT_EQ(m.strides[1], (std::vector<int64_t>{0, 1}));
+}
 
 }  // namespace
 }  // namespace meshrt

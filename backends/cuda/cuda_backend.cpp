@@ -32,6 +32,7 @@
 #include "backends/cuda/cuda_check.h"
 #include "backends/cuda/cuda_kernels.h"
 #include "backends/executor.h"
+#include "backends/merge_dims.h"
 #include "runtime/error.h"
 
 namespace meshrt::cuda {
@@ -108,45 +109,44 @@ struct Logical {
   // Temporaries the communication stream may still read; released at the next fence. Touched
   // only by the device's own executor thread.
   std::vector<std::shared_ptr<backend::Buffer>> hold;
+  std::mutex events_mu;
+  std::vector<cudaEvent_t> spare_events;  // guarded by events_mu: recycled progress tokens
   std::unique_ptr<backend::Executor> exec;
 };
 
-// Merges dimensions that are contiguous for every operand (and drops size-1 ones) so the kernels'
-// index arithmetic stays within kMaxRank.
+// The kernels' operands: dimensions merged (backends/merge_dims.h) to at most kMaxRank.
 struct Flat {
   Dims dims;
   std::vector<Operand> ops;
 };
 Flat flatten(const std::vector<int64_t>& shape, const std::vector<const backend::Strided*>& in) {
-  std::vector<int64_t> size;
-  std::vector<std::vector<int64_t>> st(in.size());
-  for (size_t d = 0; d < shape.size(); ++d) {
-    if (shape[d] == 1) continue;
-    bool merge = !size.empty();
-    for (size_t i = 0; merge && i < in.size(); ++i) merge = st[i].back() == in[i]->strides[d] * shape[d];
-    if (merge) {
-      size.back() *= shape[d];
-      for (size_t i = 0; i < in.size(); ++i) st[i].back() = in[i]->strides[d];
-    } else {
-      size.push_back(shape[d]);
-      for (size_t i = 0; i < in.size(); ++i) st[i].push_back(in[i]->strides[d]);
-    }
-  }
-  if (size.size() > static_cast<size_t>(kMaxRank)) {
-    throw Error("[cuda] an elementwise op over " + std::to_string(size.size()) +
+  std::vector<const std::vector<int64_t>*> strides;
+  for (const backend::Strided* s : in) strides.push_back(&s->strides);
+  const backend::MergedDims m = backend::merge_dims(shape, strides);
+  if (m.size.size() > static_cast<size_t>(kMaxRank)) {
+    throw Error("[cuda] an elementwise op over " + std::to_string(m.size.size()) +
                 " non-mergeable dimensions exceeds the cuda kernels' limit of " + std::to_string(kMaxRank) +
                 "; reshape or make the operand contiguous (e.g. copy it) first");
   }
   Flat f;
-  f.dims.rank = static_cast<int>(size.size());
-  for (size_t d = 0; d < size.size(); ++d) f.dims.size[d] = size[d];
+  f.dims.rank = static_cast<int>(m.size.size());
+  for (size_t d = 0; d < m.size.size(); ++d) f.dims.size[d] = m.size[d];
   for (size_t i = 0; i < in.size(); ++i) {
     Operand o;
     o.data = in[i]->data;
-    for (size_t d = 0; d < size.size(); ++d) o.stride[d] = st[i][d];
+    for (size_t d = 0; d < m.size.size(); ++d) o.stride[d] = m.strides[i][d];
     f.ops.push_back(o);
   }
   return f;
+}
+
+// One row, or rows that are contiguous on both sides, is a 1-D copy; else a 2-D one.
+cudaError_t copy_async(void* dst, size_t dpitch, const void* src, size_t spitch, size_t width, size_t height,
+                       cudaStream_t s) {
+  if (height == 1 || (dpitch == width && spitch == width)) {
+    return cudaMemcpyAsync(dst, src, width * height, cudaMemcpyDefault, s);
+  }
+  return cudaMemcpy2DAsync(dst, dpitch, src, spitch, width, height, cudaMemcpyDefault, s);
 }
 
 int64_t numel(const std::vector<int64_t>& s) {
@@ -273,8 +273,7 @@ class CudaBackend final : public backend::Backend {
     if (!from_host && !to_host && src_device != dst_device) sync(src_device, dev(src_device).compute);
     Logical& l = dev(actor);
     set(actor);
-    MESHRT_CUDA_CHECK(cudaMemcpy2DAsync(dst, dpitch, src, spitch, width, height, cudaMemcpyDefault, l.compute),
-                      actor);
+    MESHRT_CUDA_CHECK(copy_async(dst, dpitch, src, spitch, width, height, l.compute), actor);
     sync(actor, l.compute);
   }
 
@@ -358,8 +357,7 @@ class CudaBackend final : public backend::Backend {
   void coll_copy_2d(int device, void* dst, size_t dpitch, const void* src, size_t spitch, size_t width,
                     size_t height) override {
     set(device);
-    MESHRT_CUDA_CHECK(cudaMemcpy2DAsync(dst, dpitch, src, spitch, width, height, cudaMemcpyDefault, dev(device).comm),
-                      device);
+    MESHRT_CUDA_CHECK(copy_async(dst, dpitch, src, spitch, width, height, dev(device).comm), device);
   }
   void coll_zero(int device, void* dst, size_t bytes) override {
     set(device);
@@ -391,6 +389,31 @@ class CudaBackend final : public backend::Backend {
   void coll_fence(int device) override {
     sync(device, dev(device).comm);
     dev(device).hold.clear();
+  }
+  void* coll_signal(int device) override {
+    Logical& l = dev(device);
+    cudaEvent_t ev = nullptr;
+    {
+      std::lock_guard<std::mutex> lock(l.events_mu);
+      if (!l.spare_events.empty()) {
+        ev = l.spare_events.back();
+        l.spare_events.pop_back();
+      }
+    }
+    set(device);
+    if (ev == nullptr) MESHRT_CUDA_CHECK(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming), device);
+    MESHRT_CUDA_CHECK(cudaEventRecord(ev, l.comm), device);
+    return ev;
+  }
+  void coll_wait_token(int device, void* token) override {
+    if (token == nullptr) throw Error("[collectives] a peer's progress token is missing; this is a meshrt bug");
+    set(device);
+    MESHRT_CUDA_CHECK(cudaStreamWaitEvent(dev(device).comm, static_cast<cudaEvent_t>(token), 0), device);
+  }
+  void coll_release_token(int device, void* token) noexcept override {
+    Logical& l = dev(device);
+    std::lock_guard<std::mutex> lock(l.events_mu);
+    l.spare_events.push_back(static_cast<cudaEvent_t>(token));
   }
 
   // ---- NCCL
