@@ -224,7 +224,8 @@ void all_to_all(const Instance& inst, int64_t me, const Shape& out_shape, bool p
 // the bytes (host memcpy, or its GPU's copies and kernels); progress counters live on the host.
 class SlotTransport final : public Transport {
  public:
-  SlotTransport(Instance& inst, int64_t me) : inst_(inst), pl_(plane_of(inst, me)) {}
+  SlotTransport(Session& session, int64_t pos, Instance& inst, int64_t me)
+      : session_(session), pos_(pos), inst_(inst), pl_(plane_of(inst, me)) {}
   void copy(int64_t dst, Buf db, int64_t doff, int64_t src, Buf sb, int64_t soff, int64_t bytes) override {
     pl_.copy(ptr(dst, db) + doff, ptr(src, sb) + soff, static_cast<size_t>(bytes));
   }
@@ -243,13 +244,7 @@ class SlotTransport final : public Transport {
     if (inst_.progress_sleepers(me).load(std::memory_order_seq_cst) > 0) wake_all(inst_.progress(me));
   }
   void wait(int64_t member, uint32_t unit) override {
-    std::atomic<uint32_t>& c = inst_.progress(member);
-    for (uint32_t v; (v = c.load(std::memory_order_acquire)) < unit;) {
-      if (spin_while(c, v, kSpinBudget, inst_.oversubscribed())) continue;
-      inst_.progress_sleepers(member).fetch_add(1, std::memory_order_seq_cst);
-      sleep_while(c, v, std::chrono::milliseconds(50));
-      inst_.progress_sleepers(member).fetch_sub(1, std::memory_order_seq_cst);
-    }
+    session_.wait_progress(pos_, inst_, member, unit);
     if (!pl_.host()) pl_.backend()->coll_wait_token(pl_.device(), inst_.token(member, unit));
   }
 
@@ -259,6 +254,8 @@ class SlotTransport final : public Transport {
     if (b == Buf::in) return const_cast<char*>(static_cast<const char*>(s.in));
     return static_cast<char*>(s.work ? s.work : s.out);  // the output is the work buffer when none is given
   }
+  Session& session_;
+  int64_t pos_;  // the acting device's mesh position
   Instance& inst_;
   Plane pl_;
 };
@@ -277,30 +274,30 @@ char* work_of(const Instance& inst, int64_t j) {
 // and after arrange it from and into the collective's layout.
 // Deterministic form: ring-all-gather every input over the transport, then fold them locally in
 // group-index order, exactly as direct does (same bits for every algorithm).
-void gather_inputs(Instance& inst, int64_t me) {
+void gather_inputs(Session& session, int64_t pos, Instance& inst, int64_t me) {
   const Call& c = inst.call();
   const int64_t n = count(c.shape), N = inst.size();
   const size_t ie = dtype_size(c.dtype);
   char* work = work_of(inst, me);
   plane_of(inst, me).copy(work + me * n * static_cast<int64_t>(ie), inst.slot(me).in, static_cast<size_t>(n) * ie);
-  SlotTransport t(inst, me);
+  SlotTransport t(session, pos, inst, me);
   run_ring(t, RingPhase::all_gather, Kind::psum, c.dtype, me, N, N * n, c.algo == Algo::bidi_ring, 1, piece_bytes(inst, me));
 }
 
-void ring_reduce(Instance& inst, int64_t me) {
+void ring_reduce(Session& session, int64_t pos, Instance& inst, int64_t me) {
   const Call& c = inst.call();
   const int64_t n = count(c.shape), N = inst.size();
   const size_t ie = dtype_size(c.dtype);
   char* work = work_of(inst, me);
   if (c.deterministic) {
-    gather_inputs(inst, me);
+    gather_inputs(session, pos, inst, me);
     std::vector<const void*> srcs;
     for (int64_t j = 0; j < N; ++j) srcs.push_back(work + j * n * static_cast<int64_t>(ie));
     plane_of(inst, me).fold(c.kind, c.dtype, out_dtype(c), out_ptr(inst, me), srcs, n);
     return;
   }
   plane_of(inst, me).copy(work, inst.slot(me).in, static_cast<size_t>(n) * ie);
-  SlotTransport t(inst, me);
+  SlotTransport t(session, pos, inst, me);
   run_ring(t, RingPhase::all_reduce, c.kind, c.dtype, me, N, n, c.algo == Algo::bidi_ring, 1, piece_bytes(inst, me));
   if (c.kind == Kind::pmean) plane_of(inst, me).mean_from_sum(c.dtype, out_dtype(c), out_ptr(inst, me), work, n, N);
 }
@@ -324,33 +321,33 @@ int64_t stage_scatter_chunks(const Instance& inst, int64_t me, char* work) {
   return C;
 }
 
-void ring_psum_scatter(Instance& inst, int64_t me, const Shape& out_shape) {
+void ring_psum_scatter(Session& session, int64_t pos, Instance& inst, int64_t me, const Shape& out_shape) {
   const Call& c = inst.call();
   const int64_t N = inst.size(), n = count(c.shape);
   const auto sd = static_cast<size_t>(c.axis);
   const size_t elem = dtype_size(c.dtype);
   if (c.deterministic) {  // gathered inputs, then direct's in-order fold over my block
-    gather_inputs(inst, me);
+    gather_inputs(session, pos, inst, me);
     const char* work = work_of(inst, me);
     psum_scatter_from(inst, me, out_shape, [&](int64_t j) { return work + j * n * static_cast<int64_t>(elem); });
     return;
   }
   char* work = work_of(inst, me);
   const int64_t C = stage_scatter_chunks(inst, me, work);
-  SlotTransport t(inst, me);
+  SlotTransport t(session, pos, inst, me);
   run_ring(t, RingPhase::reduce_scatter, Kind::psum, c.dtype, me, N, n, c.algo == Algo::bidi_ring, 1, piece_bytes(inst, me));
   (void)sd;
   (void)out_shape;  // chunk `me` is the output, densely laid out
   plane_of(inst, me).copy(out_ptr(inst, me), work + me * C * static_cast<int64_t>(elem), static_cast<size_t>(C) * elem);
 }
 
-void ring_all_gather(Instance& inst, int64_t me, const Shape& out_shape) {
+void ring_all_gather(Session& session, int64_t pos, Instance& inst, int64_t me, const Shape& out_shape) {
   const Call& c = inst.call();
   const int64_t N = inst.size(), C = count(c.shape);
   const size_t elem = dtype_size(c.dtype);
   char* work = work_of(inst, me);
   plane_of(inst, me).copy(work + me * C * static_cast<int64_t>(elem), inst.slot(me).in, static_cast<size_t>(C) * elem);
-  SlotTransport t(inst, me);
+  SlotTransport t(session, pos, inst, me);
   run_ring(t, RingPhase::all_gather, Kind::psum, c.dtype, me, N, N * C, c.algo == Algo::bidi_ring, 1, piece_bytes(inst, me));
   if (work == out_ptr(inst, me)) return;  // gathering along axis 0: the work buffer is the output
   all_gather_from(inst, me, out_shape, [&](int64_t j) { return work + j * C * static_cast<int64_t>(elem); });
@@ -500,15 +497,15 @@ void finish(Pending& p) {
     case Kind::pmean:
     case Kind::pmax:
     case Kind::pmin:
-      if (ring) ring_reduce(inst, me);
+      if (ring) ring_reduce(*p.session_, p.pos_, inst, me);
       else if (count(c.shape) * static_cast<int64_t>(dtype_size(c.dtype)) > kSmallReduceBytes) reduce_large(inst, me);
       break;
     case Kind::all_gather:
-      if (ring) ring_all_gather(inst, me, p.out_shape_);
+      if (ring) ring_all_gather(*p.session_, p.pos_, inst, me, p.out_shape_);
       else all_gather(inst, me, p.out_shape_);
       break;
     case Kind::psum_scatter:
-      if (ring) ring_psum_scatter(inst, me, p.out_shape_);
+      if (ring) ring_psum_scatter(*p.session_, p.pos_, inst, me, p.out_shape_);
       else psum_scatter(inst, me, p.out_shape_);
       break;
     case Kind::ppermute: ppermute(inst, me); break;

@@ -22,7 +22,7 @@ std::string axes_str(const std::vector<std::string>& axes) {
 
 constexpr const char* kSameOrder =
     "every device of a group must make the same collective calls, with the same arguments, in "
-    "the same order";
+    "the same order (and wait for asynchronous ones in the same order)";
 
 }  // namespace
 
@@ -76,6 +76,11 @@ std::string Session::describe_locked(int64_t pos) const {
     case DevState::threw: return names_[static_cast<size_t>(pos)] + " has thrown out of its body";
     case DevState::waiting: {
       const Instance& w = *d.waiting_on;
+      if (d.progress_index >= 0) {
+        const int64_t m = w.member(static_cast<size_t>(d.progress_index));
+        return names_[static_cast<size_t>(pos)] + " waits in " + w.call_.str() + " (" + w.where(names_) + ") for " +
+               names_[static_cast<size_t>(m)] + " to send its part (step " + std::to_string(d.progress_unit) + ")";
+      }
       std::vector<int64_t> missing;
       for (size_t i = 0; i < w.members_->size(); ++i) {
         if (!w.arrived(i)) missing.push_back(w.member(i));
@@ -105,6 +110,19 @@ void Session::fail_locked(Instance& inst, const std::string& message) {
 }
 
 void Session::throw_failed(const Instance& inst) const { throw Error(inst.error_); }
+
+// A published instance whose data movement cannot finish (ring progress): its members are in
+// finish() and see the failure at their next progress wait.
+void Session::fail_any_locked(Instance& inst, const std::string& message) {
+  const uint32_t st = inst.state_.load(std::memory_order_relaxed);
+  if (st == Instance::kFailed) return;
+  if (st == Instance::kGathering) {
+    fail_locked(inst, message);
+    return;
+  }
+  inst.error_ = message;
+  inst.set_state(Instance::kFailed);
+}
 
 Session::Arrival Session::arrive(int64_t pos, const GroupLayout& layout, const Call& call, Slot slot) {
   std::lock_guard<YieldLock> lock(mu_);
@@ -176,7 +194,7 @@ Session::Arrival Session::arrive(int64_t pos, const GroupLayout& layout, const C
     spare_nodes_.back().mapped().reset();
     for (int64_t m : *inst->members_) {
       Dev& d = devs_[static_cast<size_t>(m)];
-      if (d.waiting_on == inst.get()) {
+      if (d.waiting_on == inst.get() && d.progress_index < 0) {
         d.state = DevState::running;  // released as soon as the data is published
         d.waiting_on = nullptr;
       }
@@ -241,6 +259,71 @@ void Session::wait_ready(int64_t pos, Instance& inst) {
   if (inst.state_.load(std::memory_order_acquire) == Instance::kFailed) throw_failed(inst);
 }
 
+void Session::wait_progress(int64_t pos, Instance& inst, int64_t index, uint32_t unit) {
+  std::atomic<uint32_t>& c = inst.progress(index);
+  uint32_t v = c.load(std::memory_order_acquire);
+  if (v >= unit) return;
+  // Fast path: the neighbour is usually a piece ahead or about to be.
+  for (int tries = 0; v < unit && tries < 4; ++tries) {
+    spin_while(c, v, kSpinBudget, oversubscribed_);
+    v = c.load(std::memory_order_acquire);
+  }
+  if (v >= unit) return;
+  const auto start = std::chrono::steady_clock::now();
+  {
+    std::lock_guard<YieldLock> lock(mu_);
+    if (inst.state_.load(std::memory_order_acquire) == Instance::kFailed) throw_failed(inst);
+    Dev& me = devs_[static_cast<size_t>(pos)];
+    me.state = DevState::waiting;
+    me.waiting_on = &inst;
+    me.progress_index = index;
+    me.progress_unit = unit;
+  }
+  inst.progress_sleepers(index).fetch_add(1, std::memory_order_seq_cst);
+  auto slice = std::chrono::milliseconds(2);
+  bool failed = false;
+  while ((v = c.load(std::memory_order_acquire)) < unit) {
+    if (sleep_while(c, v, slice)) continue;
+    std::lock_guard<YieldLock> lock(mu_);
+    if (c.load(std::memory_order_acquire) >= unit) break;
+    if (inst.state_.load(std::memory_order_acquire) != Instance::kFailed) check_deadlock_locked();
+    if (inst.state_.load(std::memory_order_acquire) == Instance::kFailed) {
+      failed = true;
+      break;
+    }
+    const int64_t m = inst.member(static_cast<size_t>(index));
+    const DevState ms = devs_[static_cast<size_t>(m)].state;
+    if (ms == DevState::finished || ms == DevState::threw) {  // it left without completing its part
+      fail_any_locked(inst, "[" + std::string(kind_name(inst.call_.kind)) + "] " + names_[static_cast<size_t>(m)] +
+                            (ms == DevState::threw ? " threw out of" : " returned from") +
+                            " its shard_map body before completing its part of " + inst.call_.str() + " (" +
+                            inst.where(names_) + "), which " + names_[static_cast<size_t>(pos)] + " waits for");
+      failed = true;
+      break;
+    }
+    if (std::chrono::steady_clock::now() - start >= timeout_) {
+      std::ostringstream os;
+      os << "[" << kind_name(inst.call_.kind) << "] " << inst.call_.str() << " (" << inst.where(names_)
+         << ") timed out after " << std::chrono::duration<double>(timeout_).count()
+         << " s (MESHRT_COLLECTIVE_TIMEOUT): " << describe_locked(pos) << ", and " << describe_locked(m)
+         << ". Raise MESHRT_COLLECTIVE_TIMEOUT if their work is just slow.";
+      fail_any_locked(inst, os.str());
+      failed = true;
+      break;
+    }
+    slice = std::min(slice * 2, std::chrono::milliseconds(100));
+  }
+  inst.progress_sleepers(index).fetch_sub(1, std::memory_order_seq_cst);
+  {
+    std::lock_guard<YieldLock> lock(mu_);
+    Dev& me = devs_[static_cast<size_t>(pos)];
+    if (me.state == DevState::waiting) me.state = DevState::running;
+    me.waiting_on = nullptr;
+    me.progress_index = -1;
+  }
+  if (failed) throw_failed(inst);
+}
+
 void Session::device_finished(int64_t pos, bool threw) {
   std::lock_guard<YieldLock> lock(mu_);
   Dev& me = devs_[static_cast<size_t>(pos)];
@@ -277,7 +360,12 @@ void Session::check_deadlock_locked() {
       if (live[p] || devs_[p].state != DevState::waiting) continue;
       const Instance& w = *devs_[p].waiting_on;
       bool ok = true;
-      for (size_t k = 0; k < w.members_->size() && ok; ++k) {
+      if (devs_[p].progress_index >= 0) {  // live once the member's progress is there, or if it can get there
+        const auto k = static_cast<size_t>(devs_[p].progress_index);
+        ok = w.progress_[k].load(std::memory_order_acquire) >= devs_[p].progress_unit ||
+             live[static_cast<size_t>(w.member(k))];
+      }
+      for (size_t k = 0; k < w.members_->size() && ok && devs_[p].progress_index < 0; ++k) {
         if (!w.arrived(k) && !live[static_cast<size_t>(w.member(k))]) ok = false;
       }
       if (ok) live[p] = changed = true;
@@ -296,7 +384,7 @@ void Session::check_deadlock_locked() {
   const std::string message = os.str();
   std::vector<Instance*> instances;
   for (int64_t p : stuck) instances.push_back(devs_[static_cast<size_t>(p)].waiting_on);
-  for (Instance* inst : instances) fail_locked(*inst, message);
+  for (Instance* inst : instances) fail_any_locked(*inst, message);
 }
 
 }  // namespace meshrt::coll

@@ -111,6 +111,11 @@ class Session {
   void publish(Instance& inst);
   // Blocks device `pos` until `inst` is ready; throws Error if it failed.
   void wait_ready(int64_t pos, Instance& inst);
+  // Blocks device `pos` until member `index` of `inst` has signalled progress `unit` (ring
+  // algorithms). Part of the wait-for graph: devices waiting on each other's progress in
+  // different orders (asynchronous collectives waited in different orders), or on a member that
+  // left its body, are reported as errors instead of hanging; the timeout backstop applies.
+  void wait_progress(int64_t pos, Instance& inst, int64_t index, uint32_t unit);
   // The device's body ended: peers still waiting for it get an error now.
   void device_finished(int64_t pos, bool threw);
 
@@ -118,12 +123,15 @@ class Session {
   enum class DevState { running, waiting, finished, threw };
   struct Dev {
     DevState state = DevState::running;
-    Instance* waiting_on = nullptr;                         // set only while asleep in wait_ready
+    Instance* waiting_on = nullptr;                         // set only while asleep in wait_ready/wait_progress
+    int64_t progress_index = -1;                            // wait_progress: the member (group index) and
+    uint32_t progress_unit = 0;                             // the unit waited for; -1: wait_ready
     std::map<const GroupLayout*, int64_t> calls_per_group;  // sequence numbers
   };
   using Key = std::tuple<const GroupLayout*, int64_t, int64_t>;  // axes' layout, group, sequence
 
   void fail_locked(Instance& inst, const std::string& message);
+  void fail_any_locked(Instance& inst, const std::string& message);
   void timeout_locked(Instance& inst);
   void check_deadlock_locked();
   std::string describe_locked(int64_t pos) const;

@@ -306,6 +306,35 @@ TEST(NoHangs, TimeoutNamesDevicesThatNeverArrived) {
   expect_usable(mesh);
 }
 
+// Two asynchronous ring all_gathers waited in opposite orders on alternate devices: each waits
+// in one ring for a neighbour that waits in the other. Reported from the wait-for graph of ring
+// progress, not left to hang (nor to the timeout).
+TEST(NoHangs, AsyncRingCollectivesWaitedInDifferentOrders) {
+  Mesh mesh = make_mesh({4}, {"x"});
+  Array x = iota_array(mesh, {4 << 18}, P("x"));  // 1 MiB per device: several ring pieces
+  within(3000ms, [&] {
+    EXPECT_MESHRT_ERROR(shard_map(
+                            [](Context& c, const Tensor& t) {
+                              const CollectiveOptions ring{CollectiveAlgo::ring};
+                              PendingTensor a = c.all_gather_start(t, "x", 0, true, ring);
+                              PendingTensor b = c.all_gather_start(t, "x", 0, true, ring);
+                              Tensor ra, rb;
+                              if (c.axis_index("x") % 2 == 0) {
+                                ra = a.wait();
+                                rb = b.wait();
+                              } else {
+                                rb = b.wait();
+                                ra = a.wait();
+                              }
+                              return add(ra, rb);
+                            },
+                            mesh, {P("x")}, P())(x),
+                        "[all_gather] deadlock", "to send its part",
+                        "wait for asynchronous ones in the same order");
+  });
+  expect_usable(mesh);
+}
+
 TEST(NoHangs, NestedShardMapIsAnError) {
   Mesh mesh = make_mesh({2}, {"x"});
   Array x = iota_array(mesh, {2}, P("x"));
