@@ -362,7 +362,18 @@ std::vector<int> group_devices(const Instance& inst) {
   return g;
 }
 
-void native_collective(Instance& inst, int64_t me, const Shape& out_shape) {
+// Every member has launched its part of the library call, so waiting for the stream cannot hang
+// on a peer that is itself waiting elsewhere (asynchronous collectives waited in different orders
+// on different devices): that shows up here, in the host's wait-for graph, as an error.
+void await_launches(Session& session, int64_t pos, Instance& inst, int64_t me) {
+  inst.progress(me).store(1, std::memory_order_seq_cst);
+  if (inst.progress_sleepers(me).load(std::memory_order_seq_cst) > 0) wake_all(inst.progress(me));
+  for (int64_t j = 0; j < inst.size(); ++j) {
+    if (j != me) session.wait_progress(pos, inst, j, 1);
+  }
+}
+
+void native_collective(Session& session, int64_t pos, Instance& inst, int64_t me, const Shape& out_shape) {
   const Call& c = inst.call();
   const Plane pl = plane_of(inst, me);
   backend::Backend& be = *pl.backend();
@@ -381,27 +392,33 @@ void native_collective(Instance& inst, int64_t me, const Shape& out_shape) {
     case Kind::pmin:
       if (c.deterministic) {  // every input, then the in-order fold: direct's bits
         be.native_all_gather(dev, group, in, work, n * elem);
+        await_launches(session, pos, inst, me);
         std::vector<const void*> srcs;
         for (int64_t j = 0; j < N; ++j) srcs.push_back(gathered(j));
         pl.fold(c.kind, c.dtype, out_dtype(c), out, srcs, n);
       } else if (c.kind == Kind::pmean) {
         be.native_all_reduce(dev, group, backend::FoldOp::sum, c.dtype, in, work, n);
+        await_launches(session, pos, inst, me);
         pl.mean_from_sum(c.dtype, out_dtype(c), out, work, n, N);
       } else {
         be.native_all_reduce(dev, group, fold_op(c.kind), c.dtype, in, out, n);
+        await_launches(session, pos, inst, me);
       }
       break;
     case Kind::all_gather:
       be.native_all_gather(dev, group, in, work, n * elem);  // work is the output for axis 0
+      await_launches(session, pos, inst, me);
       if (work != out) all_gather_from(inst, me, out_shape, gathered);
       break;
     case Kind::psum_scatter:
       if (c.deterministic) {
         be.native_all_gather(dev, group, in, work, n * elem);
+        await_launches(session, pos, inst, me);
         psum_scatter_from(inst, me, out_shape, gathered);
       } else {
         const int64_t C = stage_scatter_chunks(inst, me, work);
         be.native_reduce_scatter(dev, group, c.dtype, work, out, C);
+        await_launches(session, pos, inst, me);
       }
       break;
     case Kind::ppermute: {
@@ -420,6 +437,7 @@ void native_collective(Instance& inst, int64_t me, const Shape& out_shape) {
       }
       if (!receives) pl.zero(out, static_cast<size_t>(n * elem));
       be.native_send_recv(dev, group, sends, recvs);
+      await_launches(session, pos, inst, me);
       break;
     }
     case Kind::all_to_all: {
@@ -436,6 +454,7 @@ void native_collective(Instance& inst, int64_t me, const Shape& out_shape) {
         recvs.push_back({j, recv + j * P * elem, P * elem});
       }
       be.native_send_recv(dev, group, sends, recvs);
+      await_launches(session, pos, inst, me);
       for (int64_t j = 0; j < N; ++j) {
         copy_view(pl, out, pieces.dst(j), recv + j * P * elem, dense, pieces.extent, static_cast<size_t>(elem));
       }
@@ -487,7 +506,7 @@ void finish(Pending& p) {
   const int64_t me = p.index_;
   const bool ring = c.algo == Algo::ring || c.algo == Algo::bidi_ring;
   if (c.algo == Algo::native) {
-    native_collective(inst, me, p.out_shape_);
+    native_collective(*p.session_, p.pos_, inst, me, p.out_shape_);
     plane_of(inst, me).fence();
     p.inst_.reset();
     return;

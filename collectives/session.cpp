@@ -139,7 +139,7 @@ Session::Arrival Session::arrive(int64_t pos, const GroupLayout& layout, const C
     inst->seq_ = seq;
     inst->members_ = &layout.members[static_cast<size_t>(group)];
     inst->parts_.resize(inst->members_->size());
-    if (call.algo == Algo::ring || call.algo == Algo::bidi_ring) {
+    if (call.algo != Algo::direct) {  // ring progress; native: "launched" marks
       inst->progress_ = std::make_unique<std::atomic<uint32_t>[]>(inst->members_->size());
       inst->progress_sleepers_ = std::make_unique<std::atomic<uint32_t>[]>(inst->members_->size());
     }
