@@ -17,6 +17,8 @@
 #include <nccl.h>
 
 #include <algorithm>
+#include <chrono>
+#include <thread>
 #include <atomic>
 #include <cerrno>
 #include <cstdlib>
@@ -172,6 +174,10 @@ class CudaBackend final : public backend::Backend {
       return;
     }
     per_gpu_ = devices_per_gpu_from_env();
+    if (const char* env = std::getenv("MESHRT_COLLECTIVE_TIMEOUT"); env != nullptr && *env != '\0') {
+      const double secs = std::strtod(env, nullptr);  // validated by the runtime when a launch begins
+      if (secs > 0 && secs < 1e7) fence_timeout_ = std::chrono::duration<double>(secs);
+    }
     gpus_ = gpus;
     enable_peer_access();
     for (int g = 0; g < gpus; ++g) {
@@ -386,9 +392,26 @@ class CudaBackend final : public backend::Backend {
     set(device);
     MESHRT_CUDA_CHECK(launch_mean(dev(device).comm, in, out, dst, sum, len, divisor), device);
   }
+  // Polls the communication stream rather than blocking in cudaStreamSynchronize, so a GPU that
+  // never finishes (a peer's kernel that never comes) ends in an error after
+  // MESHRT_COLLECTIVE_TIMEOUT instead of a hang.
   void coll_fence(int device) override {
-    sync(device, dev(device).comm);
-    dev(device).hold.clear();
+    Logical& l = dev(device);
+    set(device);
+    const auto start = std::chrono::steady_clock::now();
+    for (int polls = 0;; ++polls) {
+      const cudaError_t st = cudaStreamQuery(l.comm);
+      if (st == cudaSuccess) break;
+      if (st != cudaErrorNotReady) MESHRT_CUDA_CHECK(st, device);
+      if (polls > 200) std::this_thread::sleep_for(std::chrono::microseconds(polls > 2000 ? 200 : 20));
+      if (std::chrono::steady_clock::now() - start > fence_timeout_) {
+        throw Error("[cuda] collective work queued on " + dev_name(device) + " did not finish within " +
+                    std::to_string(fence_timeout_.count()) +
+                    " s (MESHRT_COLLECTIVE_TIMEOUT): a kernel is stuck on the GPU; the device is unusable "
+                    "until the process restarts");
+      }
+    }
+    l.hold.clear();
   }
   void* coll_signal(int device) override {
     Logical& l = dev(device);
@@ -565,6 +588,7 @@ class CudaBackend final : public backend::Backend {
   }
 
   std::string reason_;
+  std::chrono::duration<double> fence_timeout_{300.0};
   int gpus_ = 0;
   int per_gpu_ = 1;
   std::vector<std::unique_ptr<Logical>> devs_;
