@@ -8,6 +8,8 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "runtime/dtype.h"
+
 #if defined(__CUDACC__)
 #define MESHRT_HD __host__ __device__ __forceinline__
 #else
@@ -15,6 +17,19 @@
 #endif
 
 namespace meshrt::backend::scalar {
+
+// Calls f with a value of the element type of `t` (host code: kernel dispatch).
+template <class F>
+decltype(auto) visit_dtype(DType t, F&& f) {
+  switch (t) {
+    case DType::f32: return f(float{});
+    case DType::f64: return f(double{});
+    case DType::i32: return f(int32_t{});
+    case DType::i64: return f(int64_t{});
+    case DType::bool_: break;
+  }
+  return f(bool{});
+}
 
 // Integers wrap (two's complement) without signed-overflow UB.
 template <class T>

@@ -55,14 +55,7 @@ void parallel_ranges(int64_t n, F&& fn) {
 
 template <class F>
 void with_type(DType t, F&& f) {
-  switch (t) {
-    case DType::f32: return f(float{});
-    case DType::f64: return f(double{});
-    case DType::i32: return f(int32_t{});
-    case DType::i64: return f(int64_t{});
-    case DType::bool_: return f(bool{});
-  }
-  throw Error("[cpu] kernel for an unknown dtype");
+  backend::scalar::visit_dtype(t, std::forward<F>(f));
 }
 
 // Walks output elements [b, e) of `shape` (row-major): fn(out_index, len, offsets) per run along

@@ -3,6 +3,7 @@
 #include "backends/cuda/cuda_kernels.h"
 
 #include <type_traits>
+#include <utility>
 
 #include "backends/scalar_ops.h"
 
@@ -20,14 +21,7 @@ int blocks_for(int64_t n) {
 
 template <class F>
 cudaError_t with_type(DType t, F&& f) {
-  switch (t) {
-    case DType::f32: return f(float{});
-    case DType::f64: return f(double{});
-    case DType::i32: return f(int32_t{});
-    case DType::i64: return f(int64_t{});
-    case DType::bool_: return f(bool{});
-  }
-  return cudaErrorInvalidValue;
+  return sc::visit_dtype(t, std::forward<F>(f));
 }
 
 // Offset of output element i in an operand (row-major multi-index times the strides).
