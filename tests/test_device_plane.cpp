@@ -1,0 +1,308 @@
+// The collectives' device-plane protocol, checked on cpu: the same algorithms the cuda platform
+// runs (direct, ring, bidi_ring; deterministic or not) driven through a backend whose collective
+// primitives behave like GPU streams. Every copy, fold and fill a member queues is only
+// executed when that member fences, or when a peer waits on a token the member recorded after
+// it, so an algorithm that tells a peer or the host "ready" without a fence or token reads
+// stale memory here and its result — read the moment its collective returns, as the next
+// kernel would — differs from the host-memory run of the same collective (bit for bit). Also checked: every waited token was recorded, every token is
+// recycled, every member enters with coll_begin and leaves with a fence.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <cstring>
+#include <deque>
+#include <functional>
+#include <mutex>
+#include <random>
+#include <thread>
+
+#include "backends/backend.h"
+#include "collectives/collective.h"
+#include "collectives/groups.h"
+#include "collectives/reduce.h"
+#include "collectives/session.h"
+#include "runtime/error.h"
+
+namespace meshrt {
+namespace {
+
+using coll::Algo;
+using coll::Kind;
+
+class LazyStreams final : public backend::Backend {
+ public:
+  explicit LazyStreams(int n) : streams_(static_cast<size_t>(n)) {}
+
+  std::string_view platform() const override { return "lazy-streams"; }
+  int device_count() const override { return static_cast<int>(streams_.size()); }
+  std::string unavailable_reason() const override { return ""; }
+  bool host_addressable() const override { return false; }
+  std::shared_ptr<backend::Buffer> allocate(int, size_t) override { throw Error("not used"); }
+  void deallocate(int, void*, size_t) noexcept override {}
+  void copy_2d(void*, int, size_t, const void*, int, size_t, size_t, size_t) override { throw Error("not used"); }
+  void unary(int, backend::UnaryOp, DType, DType, const std::vector<int64_t>&, const backend::Strided&, void*) override {
+    throw Error("not used");
+  }
+  void binary(int, backend::BinaryOp, DType, DType, const std::vector<int64_t>&, const backend::Strided&,
+              const backend::Strided&, void*) override {
+    throw Error("not used");
+  }
+  void select(int, DType, const std::vector<int64_t>&, const backend::Strided&, const backend::Strided&,
+              const backend::Strided&, void*) override {
+    throw Error("not used");
+  }
+  void reduce(int, backend::ReduceOp, DType, int64_t, int64_t, int64_t, const void*, void*) override {
+    throw Error("not used");
+  }
+  void matmul(int, DType, int64_t, int64_t, int64_t, int64_t, const void*, const void*, void*) override {
+    throw Error("not used");
+  }
+  void fill(int, DType, int64_t, double, bool, void*) override { throw Error("not used"); }
+  void submit(int, std::function<void()>) override { throw Error("not used"); }
+
+  void coll_begin(int device) override { ++stream(device).begins; }
+  void coll_copy_2d(int device, void* dst, size_t dpitch, const void* src, size_t spitch, size_t width,
+                    size_t height) override {
+    enqueue(device, [=] {
+      for (size_t r = 0; r < height; ++r) {
+        std::memcpy(static_cast<char*>(dst) + r * dpitch, static_cast<const char*>(src) + r * spitch, width);
+      }
+    });
+  }
+  void coll_zero(int device, void* dst, size_t bytes) override {
+    enqueue(device, [=] { std::memset(dst, 0, bytes); });
+  }
+  void coll_fold(int device, backend::FoldOp op, DType in, DType out, void* dst, const std::vector<const void*>& srcs,
+                 int64_t len) override {
+    const Kind k = op == backend::FoldOp::max   ? Kind::pmax
+                   : op == backend::FoldOp::min  ? Kind::pmin
+                   : op == backend::FoldOp::mean ? Kind::pmean
+                                                 : Kind::psum;
+    enqueue(device, [=] { coll::reduce_run(k, in, out, dst, srcs, len); });
+  }
+  void coll_mean(int device, DType in, DType out, void* dst, const void* sum, int64_t len, int64_t divisor) override {
+    enqueue(device, [=] { coll::mean_from_sum(in, out, dst, sum, len, divisor); });
+  }
+  void coll_fence(int device) override {
+    // Late, as a busy GPU would be: widens the window in which a protocol that skipped a fence
+    // lets a peer read what is not there yet.
+    std::this_thread::sleep_for(std::chrono::microseconds(300));
+    flush(device, UINT64_MAX);
+    ++stream(device).fences;
+  }
+  struct Token {
+    int device;
+    uint64_t seq;
+  };
+  void* coll_signal(int device) override {
+    Stream& s = stream(device);
+    std::lock_guard<std::mutex> lock(s.mu);
+    ++live_tokens_;
+    return new Token{device, s.next};
+  }
+  void coll_wait_token(int, void* token) override {
+    if (token == nullptr) {
+      ++missing_tokens_;
+      return;
+    }
+    const auto* t = static_cast<Token*>(token);
+    flush(t->device, t->seq);  // everything the peer queued before recording it
+  }
+  void coll_release_token(int, void* token) noexcept override {
+    delete static_cast<Token*>(token);
+    --live_tokens_;
+  }
+
+  int begins(int d) { return stream(d).begins; }
+  int fences(int d) { return stream(d).fences; }
+  int live_tokens() const { return live_tokens_; }
+  int missing_tokens() const { return missing_tokens_; }
+  size_t pending(int d) {
+    std::lock_guard<std::mutex> lock(stream(d).mu);
+    return stream(d).queue.size();
+  }
+
+ private:
+  struct Stream {
+    std::mutex mu;
+    std::deque<std::pair<uint64_t, std::function<void()>>> queue;  // guarded by mu
+    uint64_t next = 0;                                             // guarded by mu
+    std::atomic<int> begins{0}, fences{0};
+  };
+  Stream& stream(int d) { return streams_[static_cast<size_t>(d)]; }
+  void enqueue(int d, std::function<void()> f) {
+    Stream& s = stream(d);
+    std::lock_guard<std::mutex> lock(s.mu);
+    s.queue.emplace_back(s.next++, std::move(f));
+  }
+  // Runs the device's queued work with sequence numbers below `upto`, in order.
+  void flush(int d, uint64_t upto) {
+    Stream& s = stream(d);
+    std::lock_guard<std::mutex> lock(s.mu);
+    while (!s.queue.empty() && s.queue.front().first < upto) {
+      auto f = std::move(s.queue.front().second);
+      s.queue.pop_front();
+      f();
+    }
+  }
+  std::vector<Stream> streams_;
+  std::atomic<int> live_tokens_{0}, missing_tokens_{0};
+};
+
+struct Case {
+  Kind kind;
+  DType dtype;
+  Shape shape;  // per member
+  int64_t axis = 0, axis2 = 0;
+  bool tiled = false;
+};
+
+Shape out_shape_of(const Case& c, int64_t n) {
+  Shape s = c.shape;
+  const auto a = static_cast<size_t>(c.axis);
+  switch (c.kind) {
+    case Kind::all_gather:
+      if (c.tiled) s[a] *= n;
+      else s.insert(s.begin() + static_cast<std::ptrdiff_t>(a), n);
+      break;
+    case Kind::psum_scatter:
+      if (c.tiled) s[a] /= n;
+      else s.erase(s.begin() + static_cast<std::ptrdiff_t>(a));
+      break;
+    case Kind::all_to_all:
+      if (c.tiled) {
+        s[a] /= n;
+        s[static_cast<size_t>(c.axis2)] *= n;
+      } else {
+        s.erase(s.begin() + static_cast<std::ptrdiff_t>(a));
+        s.insert(s.begin() + c.axis2, n);
+      }
+      break;
+    default: break;
+  }
+  return s;
+}
+
+// Runs one collective over `n` members (one thread each) with host memory or through `fake`,
+// returning every member's output bytes.
+std::vector<std::vector<char>> run(const Case& c, Algo algo, bool det, int64_t n, LazyStreams* fake) {
+  const coll::GroupLayout layout = [&] {
+    coll::GroupLayout l = coll::make_group_layout({n}, {0});
+    l.axis_names = {"x"};
+    return l;
+  }();
+  std::vector<std::string> names;
+  for (int64_t i = 0; i < n; ++i) names.push_back("dev:" + std::to_string(i));
+  coll::Session session(names, std::chrono::seconds(20), false);
+  coll::Call call;
+  call.kind = c.kind;
+  call.dtype = c.dtype;
+  call.shape = c.shape;
+  call.axes = &layout.axis_names;
+  call.axis = c.axis;
+  call.axis2 = c.axis2;
+  call.tiled = c.tiled;
+  call.algo = algo;
+  call.deterministic = det;
+  if (c.kind == Kind::ppermute) {
+    for (int64_t i = 0; i + 1 < n; ++i) call.perm.emplace_back(i, (i + 2) % n);  // one member receives nothing
+  }
+  const DType od = c.kind == Kind::pmean ? coll::pmean_dtype(c.dtype) : c.dtype;
+  const Shape out_shape = out_shape_of(c, n);
+  int64_t in_elems = 1, out_elems = 1;
+  for (int64_t d : c.shape) in_elems *= d;
+  for (int64_t d : out_shape) out_elems *= d;
+  std::vector<std::vector<char>> in(static_cast<size_t>(n)), out(static_cast<size_t>(n)), work(static_cast<size_t>(n));
+  std::mt19937 rng(7);
+  for (auto& b : in) {
+    b.resize(static_cast<size_t>(in_elems) * dtype_size(c.dtype));
+    for (size_t e = 0; e < b.size() / dtype_size(c.dtype); ++e) {
+      const double v = static_cast<double>(static_cast<int>(rng() % 2001) - 1000) / (c.dtype == DType::f32 ? 7.0 : 1.0);
+      if (c.dtype == DType::f32) {
+        const float f = static_cast<float>(v);
+        std::memcpy(b.data() + e * 4, &f, 4);
+      } else {
+        const int32_t i = static_cast<int32_t>(v);
+        std::memcpy(b.data() + e * 4, &i, 4);
+      }
+    }
+  }
+  for (auto& b : out) b.assign(static_cast<size_t>(out_elems) * dtype_size(od), '\x5a');  // garbage
+  const int64_t wb = coll::work_bytes(call, n);
+  for (auto& b : work) b.assign(static_cast<size_t>(std::max<int64_t>(wb, 1)), '\x5a');
+  std::vector<std::vector<char>> result(static_cast<size_t>(n));
+  std::vector<std::string> errors(static_cast<size_t>(n));
+  std::vector<std::thread> threads;
+  for (int64_t pos = 0; pos < n; ++pos) {
+    threads.emplace_back([&, pos] {
+      try {
+        coll::Slot slot;
+        slot.backend = fake;
+        slot.device = static_cast<int>(pos);
+        slot.in = in[static_cast<size_t>(pos)].data();
+        slot.out = out[static_cast<size_t>(pos)].data();
+        if (wb > 0) slot.work = work[static_cast<size_t>(pos)].data();
+        coll::Pending p = coll::start(session, pos, layout, call, std::move(slot), out_shape);
+        coll::finish(p);
+        result[static_cast<size_t>(pos)] = out[static_cast<size_t>(pos)];  // read at once, as the next kernel would
+        session.device_finished(pos, false);
+      } catch (const std::exception& e) {
+        errors[static_cast<size_t>(pos)] = e.what();
+        session.device_finished(pos, true);
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (const std::string& e : errors) EXPECT_EQ(e, "");
+  return result;
+}
+
+TEST(DevicePlane, EveryAlgorithmMatchesHostMemoryBitForBit) {
+  const int64_t n = 4;
+  // Small (one-shot by the last arriver) and large (sliced, two-phase) reductions, layouts that
+  // need staging, a member receiving nothing.
+  const std::vector<Case> cases = {
+      {Kind::psum, DType::f32, {37}},
+      {Kind::psum, DType::f32, {96, 128}},  // 48 KiB: the large path
+      {Kind::pmean, DType::f32, {64, 130}},
+      {Kind::pmean, DType::i32, {5, 9}},
+      {Kind::pmean, DType::i32, {64, 140}},
+      {Kind::pmax, DType::f32, {100, 90}},
+      {Kind::pmin, DType::i32, {13}},
+      {Kind::all_gather, DType::f32, {6, 5}, 0, 0, true},
+      {Kind::all_gather, DType::f32, {6, 5}, 1, 0, true},
+      {Kind::all_gather, DType::i32, {6, 5}, 1, 0, false},
+      {Kind::psum_scatter, DType::f32, {8, 6}, 0, 0, true},
+      {Kind::psum_scatter, DType::f32, {6, 8}, 1, 0, true},
+      {Kind::psum_scatter, DType::i32, {3, 4, 5}, 1, 0, false},
+      {Kind::ppermute, DType::f32, {7, 3}},
+      {Kind::all_to_all, DType::f32, {8, 6}, 0, 1, true},
+      {Kind::all_to_all, DType::i32, {3, 4, 2}, 1, 0, false},
+  };
+  LazyStreams fake(static_cast<int>(n));
+  int collectives = 0;
+  for (const Case& c : cases) {
+    for (Algo algo : {Algo::direct, Algo::ring, Algo::bidi_ring}) {
+      for (bool det : {false, true}) {
+        const auto host = run(c, algo, det, n, nullptr);
+        const auto dev = run(c, algo, det, n, &fake);
+        ++collectives;
+        for (int64_t i = 0; i < n; ++i) {
+          EXPECT_EQ(dev[static_cast<size_t>(i)], host[static_cast<size_t>(i)])
+              << coll::kind_name(c.kind) << " " << coll::algo_name(algo) << (det ? " deterministic" : "")
+              << " member " << i;
+          EXPECT_EQ(fake.pending(static_cast<int>(i)), 0u) << "work left queued after the collective returned";
+        }
+      }
+    }
+  }
+  for (int i = 0; i < n; ++i) {
+    EXPECT_EQ(fake.begins(i), collectives) << "a member joined without waiting for its earlier work";
+    EXPECT_GE(fake.fences(i), collectives) << "a member left without fencing its stream";
+  }
+  EXPECT_EQ(fake.missing_tokens(), 0) << "a member waited on a token that was never recorded";
+  EXPECT_EQ(fake.live_tokens(), 0) << "tokens were not recycled";
+}
+
+}  // namespace
+}  // namespace meshrt
