@@ -8,7 +8,9 @@
 // recycled, every member enters with coll_begin and leaves with a fence.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
+#include <map>
 #include <cstring>
 #include <deque>
 #include <functional>
@@ -113,6 +115,52 @@ class LazyStreams final : public backend::Backend {
     --live_tokens_;
   }
 
+  // ---- a stand-in for NCCL: a member's launch is ordered after its queued work (flushed then);
+  // its output is written by an op on its own stream once every member has launched, from the
+  // members' inputs in group order (direct's fold order, so results compare bit for bit).
+  std::string native_unavailable(const std::vector<int>&) override { return ""; }
+  void native_all_reduce(int device, const std::vector<int>& group, backend::FoldOp op, DType dtype, const void* in,
+                         void* out, int64_t count) override {
+    const Kind k = op == backend::FoldOp::max ? Kind::pmax : op == backend::FoldOp::min ? Kind::pmin : Kind::psum;
+    launch(device, group, {in, out, {}, {}}, [=](const Round& r, size_t) {
+      std::vector<const void*> srcs;
+      for (const Entry& e : r.entries) srcs.push_back(e.in);
+      coll::reduce_run(k, dtype, dtype, out, srcs, count);
+    });
+  }
+  void native_all_gather(int device, const std::vector<int>& group, const void* in, void* out, int64_t bytes) override {
+    launch(device, group, {in, out, {}, {}}, [=](const Round& r, size_t) {
+      for (size_t j = 0; j < r.entries.size(); ++j) {
+        std::memcpy(static_cast<char*>(out) + static_cast<int64_t>(j) * bytes, r.entries[j].in, static_cast<size_t>(bytes));
+      }
+    });
+  }
+  void native_reduce_scatter(int device, const std::vector<int>& group, DType dtype, const void* in, void* out,
+                             int64_t count) override {
+    launch(device, group, {in, out, {}, {}}, [=](const Round& r, size_t me) {
+      std::vector<const void*> srcs;
+      for (const Entry& e : r.entries) {
+        srcs.push_back(static_cast<const char*>(e.in) + static_cast<int64_t>(me) * count * static_cast<int64_t>(dtype_size(dtype)));
+      }
+      coll::reduce_run(Kind::psum, dtype, dtype, out, srcs, count);
+    });
+  }
+  void native_send_recv(int device, const std::vector<int>& group, const std::vector<Transfer>& sends,
+                        const std::vector<Transfer>& recvs) override {
+    launch(device, group, {nullptr, nullptr, sends, recvs}, [=](const Round& r, size_t me) {
+      for (const Transfer& rv : recvs) {
+        bool found = false;
+        for (const Transfer& sd : r.entries[static_cast<size_t>(rv.peer)].sends) {
+          if (sd.peer != static_cast<int64_t>(me)) continue;
+          EXPECT_EQ(sd.bytes, rv.bytes);
+          std::memcpy(rv.data, sd.data, static_cast<size_t>(rv.bytes));
+          found = true;
+        }
+        EXPECT_TRUE(found) << "a receive with no matching send";
+      }
+    });
+  }
+
   int begins(int d) { return stream(d).begins; }
   int fences(int d) { return stream(d).fences; }
   int live_tokens() const { return live_tokens_; }
@@ -123,6 +171,38 @@ class LazyStreams final : public backend::Backend {
   }
 
  private:
+  struct Entry {
+    const void* in;
+    void* out;
+    std::vector<Transfer> sends, recvs;
+  };
+  struct Round {
+    explicit Round(size_t n) : entries(n) {}
+    std::vector<Entry> entries;  // written before `launched` counts them
+    std::atomic<size_t> launched{0};
+  };
+  void launch(int device, const std::vector<int>& group, Entry entry, std::function<void(const Round&, size_t)> body) {
+    flush(device, UINT64_MAX);  // NCCL's kernel runs after what the stream already holds
+    std::shared_ptr<Round> r;
+    const size_t me = static_cast<size_t>(std::find(group.begin(), group.end(), device) - group.begin());
+    {
+      std::lock_guard<std::mutex> lock(native_mu_);
+      const int64_t seq = next_round_[{group, device}]++;
+      auto& slot = rounds_[{group, seq}];
+      if (!slot) slot = std::make_shared<Round>(group.size());
+      r = slot;
+      r->entries[me] = std::move(entry);
+    }
+    r->launched.fetch_add(1);
+    enqueue(device, [r, me, body] {
+      while (r->launched.load() < r->entries.size()) std::this_thread::yield();  // every rank launched
+      body(*r, me);
+    });
+  }
+  std::mutex native_mu_;
+  std::map<std::pair<std::vector<int>, int64_t>, std::shared_ptr<Round>> rounds_;  // guarded by native_mu_
+  std::map<std::pair<std::vector<int>, int>, int64_t> next_round_;                 // guarded by native_mu_
+
   struct Stream {
     std::mutex mu;
     std::deque<std::pair<uint64_t, std::function<void()>>> queue;  // guarded by mu
@@ -302,6 +382,19 @@ TEST(DevicePlane, EveryAlgorithmMatchesHostMemoryBitForBit) {
   }
   EXPECT_EQ(fake.missing_tokens(), 0) << "a member waited on a token that was never recorded";
   EXPECT_EQ(fake.live_tokens(), 0) << "tokens were not recycled";
+
+  // native (the NCCL path: staging, placement, pmean's divide, zeros for a member that receives
+  // nothing, the all_to_all exchange) against the host's direct algorithm.
+  for (const Case& c : cases) {
+    for (bool det : {false, true}) {
+      const auto host = run(c, Algo::direct, det, n, nullptr);
+      const auto dev = run(c, Algo::native, det, n, &fake);
+      for (int64_t i = 0; i < n; ++i) {
+        EXPECT_EQ(dev[static_cast<size_t>(i)], host[static_cast<size_t>(i)])
+            << coll::kind_name(c.kind) << " native" << (det ? " deterministic" : "") << " member " << i;
+      }
+    }
+  }
 }
 
 }  // namespace
