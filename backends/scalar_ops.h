@@ -76,6 +76,16 @@ MESHRT_HD T min_nan(T a, T b) {
   if constexpr (std::is_floating_point_v<T>) return (a < b || a != a) ? a : b;
   else return a < b ? a : b;
 }
+// Collective pmax/pmin folds (XLA's CPU all-reduce, checked against JAX): std::max/std::min's
+// comparisons, so a NaN met as the second operand is dropped (pmax of 1, NaN, 5 is 5).
+template <class T>
+MESHRT_HD T fold_max(T a, T b) {
+  return (a < b) ? b : a;
+}
+template <class T>
+MESHRT_HD T fold_min(T a, T b) {
+  return (b < a) ? b : a;
+}
 // argmax: does v at a later index replace the best so far? (first maximum; a NaN wins and stays)
 template <class T>
 MESHRT_HD bool argmax_better(T best, T v) {

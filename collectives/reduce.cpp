@@ -3,22 +3,18 @@
 #include <algorithm>
 #include <type_traits>
 
+#include "backends/scalar_ops.h"
 #include "runtime/error.h"
 
 namespace meshrt::coll {
 
 namespace {
 
-// Integer sums wrap (two's complement) like XLA's, without signed-overflow UB.
-template <class T>
-inline T add(T a, T b) {
-  if constexpr (std::is_integral_v<T>) {
-    using U = std::make_unsigned_t<T>;
-    return static_cast<T>(static_cast<U>(a) + static_cast<U>(b));
-  } else {
-    return a + b;
-  }
-}
+// Element semantics shared with the cuda fold kernels: integer sums wrap (two's complement)
+// like XLA's; pmax/pmin compare as XLA's CPU all-reduce does.
+using backend::scalar::fold_max;
+using backend::scalar::fold_min;
+using backend::scalar::wrap_add;
 
 // dst = f(...f(f(s0, s1), s2)..., s_{n-1}); the first two inputs combine straight into dst.
 template <class T, class F>
@@ -41,9 +37,9 @@ void fold_with(T* __restrict dst, const std::vector<const void*>& srcs, int64_t 
 template <class T>
 void fold(Kind op, T* dst, const std::vector<const void*>& srcs, int64_t len) {
   switch (op) {
-    case Kind::pmax: return fold_with<T>(dst, srcs, len, [](T a, T b) { return std::max(a, b); });
-    case Kind::pmin: return fold_with<T>(dst, srcs, len, [](T a, T b) { return std::min(a, b); });
-    default: return fold_with<T>(dst, srcs, len, [](T a, T b) { return add(a, b); });
+    case Kind::pmax: return fold_with<T>(dst, srcs, len, [](T a, T b) { return fold_max(a, b); });
+    case Kind::pmin: return fold_with<T>(dst, srcs, len, [](T a, T b) { return fold_min(a, b); });
+    default: return fold_with<T>(dst, srcs, len, [](T a, T b) { return wrap_add(a, b); });
   }
 }
 

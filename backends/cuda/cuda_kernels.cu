@@ -156,7 +156,7 @@ __global__ void fold_kernel(int op, T* dst, Sources s, int count, int64_t len, b
     T acc = accumulate ? dst[e] : static_cast<const T*>(s.p[0])[e];
     for (int j = accumulate ? 0 : 1; j < count; ++j) {
       const T v = static_cast<const T*>(s.p[j])[e];
-      acc = op == 0 ? sc::wrap_add(acc, v) : op == 1 ? sc::max_nan(acc, v) : sc::min_nan(acc, v);
+      acc = op == 0 ? sc::wrap_add(acc, v) : op == 1 ? sc::fold_max(acc, v) : sc::fold_min(acc, v);
     }
     dst[e] = acc;
   }
