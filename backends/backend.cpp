@@ -23,6 +23,15 @@ void Backend::coll_zero(int, void*, size_t) { unsupported(*this, "collective dat
 void Backend::coll_fold(int, FoldOp, DType, DType, void*, const std::vector<const void*>&, int64_t) {
   unsupported(*this, "collective reductions");
 }
+void Backend::coll_fold_rows(int device, FoldOp op, DType dtype, void* dst, int64_t dpitch,
+                             const std::vector<const void*>& srcs, int64_t spitch, int64_t len, int64_t rows) {
+  const auto e = static_cast<int64_t>(dtype_size(dtype));
+  std::vector<const void*> row(srcs.size());
+  for (int64_t r = 0; r < rows; ++r) {
+    for (size_t j = 0; j < srcs.size(); ++j) row[j] = static_cast<const char*>(srcs[j]) + r * spitch * e;
+    coll_fold(device, op, dtype, dtype, static_cast<char*>(dst) + r * dpitch * e, row, len);
+  }
+}
 void Backend::coll_mean(int, DType, DType, void*, const void*, int64_t, int64_t) {
   unsupported(*this, "collective reductions");
 }

@@ -117,6 +117,11 @@ class Backend {
   // dst[e] = fold(op, srcs[0][e], srcs[1][e], ...) in srcs order (dst may alias a source).
   virtual void coll_fold(int device, FoldOp op, DType in, DType out, void* dst, const std::vector<const void*>& srcs,
                          int64_t len);
+  // The same over `rows` rows of `len` elements (sum, max, min; in and out `dtype`): row r of dst
+  // starts `r * dpitch` elements after dst, of each source `r * spitch` after it. The default
+  // folds row by row; a GPU does it in one launch.
+  virtual void coll_fold_rows(int device, FoldOp op, DType dtype, void* dst, int64_t dpitch,
+                              const std::vector<const void*>& srcs, int64_t spitch, int64_t len, int64_t rows);
   // dst = sum / divisor in `out` (pmean's last step after a sum in the input dtype).
   virtual void coll_mean(int device, DType in, DType out, void* dst, const void* sum, int64_t len, int64_t divisor);
   virtual void coll_fence(int device);

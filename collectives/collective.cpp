@@ -142,10 +142,8 @@ void psum_scatter_from(const Instance& inst, int64_t me, const Shape& out_shape,
   const Plane pl = plane_of(inst, me);
   const auto e = static_cast<int64_t>(elem);
   for_each_runs(extent, views, [&](const Runs& r) {
-    for (int64_t row = 0; row < r.rows; ++row) {
-      for (int64_t j = 0; j < N; ++j) srcs[static_cast<size_t>(j)] = input_of(j) + (r.offsets[1] + row * r.pitches[1]) * e;
-      pl.fold(Kind::psum, c.dtype, c.dtype, out + (r.offsets[0] + row * r.pitches[0]) * e, srcs, r.run);
-    }
+    for (int64_t j = 0; j < N; ++j) srcs[static_cast<size_t>(j)] = input_of(j) + r.offsets[1] * e;
+    pl.fold_rows(Kind::psum, c.dtype, out + r.offsets[0] * e, r.pitches[0], srcs, r.pitches[1], r.run, r.rows);
   });
 }
 

@@ -53,6 +53,21 @@ void Plane::fold(Kind op, DType in, DType out, void* dst, const std::vector<cons
   }
 }
 
+void Plane::fold_rows(Kind op, DType dtype, void* dst, int64_t dpitch, const std::vector<const void*>& srcs,
+                      int64_t spitch, int64_t len, int64_t rows) const {
+  if (len == 0 || rows == 0) return;
+  if (be_) {
+    be_->coll_fold_rows(device_, fold_op(op), dtype, dst, dpitch, srcs, spitch, len, rows);
+    return;
+  }
+  const auto e = static_cast<int64_t>(dtype_size(dtype));
+  std::vector<const void*> row(srcs.size());
+  for (int64_t r = 0; r < rows; ++r) {
+    for (size_t j = 0; j < srcs.size(); ++j) row[j] = static_cast<const char*>(srcs[j]) + r * spitch * e;
+    reduce_run(op, dtype, dtype, static_cast<char*>(dst) + r * dpitch * e, row, len);
+  }
+}
+
 void Plane::mean_from_sum(DType in, DType out, void* dst, const void* sum, int64_t len, int64_t divisor) const {
   if (len == 0) return;
   if (be_) {

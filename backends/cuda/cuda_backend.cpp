@@ -388,6 +388,12 @@ class CudaBackend final : public backend::Backend {
     fold_chain(device, 0, in, sum, srcs, len);
     MESHRT_CUDA_CHECK(launch_mean(l.comm, in, out, dst, sum, len, static_cast<int64_t>(srcs.size())), device);
   }
+  void coll_fold_rows(int device, FoldOp op, DType dtype, void* dst, int64_t dpitch, const std::vector<const void*>& srcs,
+                      int64_t spitch, int64_t len, int64_t rows) override {
+    if (op == FoldOp::mean) throw Error("[collectives] coll_fold_rows takes sum, max or min; this is a meshrt bug");
+    set(device);
+    fold_chain(device, static_cast<int>(op), dtype, dst, dpitch, srcs, spitch, len, rows);
+  }
   void coll_mean(int device, DType in, DType out, void* dst, const void* sum, int64_t len, int64_t divisor) override {
     set(device);
     MESHRT_CUDA_CHECK(launch_mean(dev(device).comm, in, out, dst, sum, len, divisor), device);
@@ -517,16 +523,22 @@ class CudaBackend final : public backend::Backend {
   }
 
   // dst = fold of srcs (left to right), in launches of at most kMaxFoldSources sources.
-  void fold_chain(int device, int op, DType t, void* dst, const std::vector<const void*>& srcs, int64_t len) {
+  void fold_chain(int device, int op, DType t, void* dst, int64_t dpitch, const std::vector<const void*>& srcs,
+                  int64_t spitch, int64_t len, int64_t rows) {
     cudaStream_t s = dev(device).comm;
     size_t at = 0;
     bool accumulate = false;
     while (at < srcs.size()) {
-      const size_t take = std::min(srcs.size() - at, static_cast<size_t>(kMaxFoldSources) - (accumulate ? 1 : 0));
-      MESHRT_CUDA_CHECK(launch_fold(s, op, t, dst, srcs.data() + at, static_cast<int>(take), len, accumulate), device);
+      const size_t take = std::min(srcs.size() - at, static_cast<size_t>(kMaxFoldSources));
+      MESHRT_CUDA_CHECK(launch_fold_rows(s, op, t, dst, dpitch, srcs.data() + at, static_cast<int>(take), spitch, len,
+                                         rows, accumulate),
+                        device);
       at += take;
       accumulate = true;
     }
+  }
+  void fold_chain(int device, int op, DType t, void* dst, const std::vector<const void*>& srcs, int64_t len) {
+    fold_chain(device, op, t, dst, len, srcs, len, len, 1);
   }
 
   // Host <-> device through the logical device's pinned buffer, double-buffered: the host-side

@@ -150,15 +150,21 @@ struct Sources {
   const void* p[kMaxFoldSources];
 };
 
+// Element (r, e) of `rows` rows of `len`: dst at r*dpitch + e, every source at r*spitch + e.
 template <class T>
-__global__ void fold_kernel(int op, T* dst, Sources s, int count, int64_t len, bool accumulate) {
-  for (int64_t e = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; e < len; e += int64_t{gridDim.x} * blockDim.x) {
-    T acc = accumulate ? dst[e] : static_cast<const T*>(s.p[0])[e];
+__global__ void fold_kernel(int op, T* dst, int64_t dpitch, Sources s, int count, int64_t spitch, int64_t len,
+                            int64_t rows, bool accumulate) {
+  const int64_t total = len * rows;
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < total; i += int64_t{gridDim.x} * blockDim.x) {
+    const int64_t r = i / len, e = i % len;
+    T* d = dst + r * dpitch + e;
+    const int64_t at = r * spitch + e;
+    T acc = accumulate ? *d : static_cast<const T*>(s.p[0])[at];
     for (int j = accumulate ? 0 : 1; j < count; ++j) {
-      const T v = static_cast<const T*>(s.p[j])[e];
+      const T v = static_cast<const T*>(s.p[j])[at];
       acc = op == 0 ? sc::wrap_add(acc, v) : op == 1 ? sc::fold_max(acc, v) : sc::fold_min(acc, v);
     }
-    dst[e] = acc;
+    *d = acc;
   }
 }
 
@@ -245,18 +251,20 @@ cudaError_t launch_int_matmul(cudaStream_t s, DType t, int64_t batch, int64_t m,
   });
 }
 
-cudaError_t launch_fold(cudaStream_t s, int op, DType t, void* dst, const void* const* srcs, int count, int64_t len,
-                        bool accumulate) {
-  if (len == 0) return cudaSuccess;
+cudaError_t launch_fold_rows(cudaStream_t s, int op, DType t, void* dst, int64_t dpitch, const void* const* srcs,
+                             int count, int64_t spitch, int64_t len, int64_t rows, bool accumulate) {
+  if (len == 0 || rows == 0) return cudaSuccess;
   if (count < 1 || count > kMaxFoldSources) return cudaErrorInvalidValue;
   Sources src{};
   for (int j = 0; j < count; ++j) src.p[j] = srcs[j];
   return with_type(t, [&](auto tv) {
     using T = decltype(tv);
-    fold_kernel<T><<<blocks_for(len), kThreads, 0, s>>>(op, static_cast<T*>(dst), src, count, len, accumulate);
+    fold_kernel<T><<<blocks_for(len * rows), kThreads, 0, s>>>(op, static_cast<T*>(dst), dpitch, src, count, spitch,
+                                                               len, rows, accumulate);
     return cudaGetLastError();
   });
 }
+
 
 cudaError_t launch_mean(cudaStream_t s, DType in, DType out, void* dst, const void* sum, int64_t len, int64_t divisor) {
   if (len == 0) return cudaSuccess;
