@@ -218,6 +218,11 @@ void all_to_all(const Instance& inst, int64_t me, const Shape& out_shape, bool p
   }
 }
 
+// A member's work buffer: the one it was given, else its output.
+char* work_of(const Instance& inst, int64_t j) {
+  return static_cast<char*>(inst.slot(j).work ? inst.slot(j).work : inst.slot(j).out);
+}
+
 // Transport over the members' buffers in the instance's slots: the acting member's plane moves
 // the bytes (host memcpy, or its GPU's copies and kernels); progress counters live on the host.
 class SlotTransport final : public Transport {
@@ -238,8 +243,7 @@ class SlotTransport final : public Transport {
   // so no host thread waits on a stream between pieces.
   void signal(int64_t me, uint32_t unit) override {
     if (!pl_.host()) inst_.put_token(me, unit, pl_.backend()->coll_signal(pl_.device()));
-    inst_.progress(me).store(unit, std::memory_order_seq_cst);
-    if (inst_.progress_sleepers(me).load(std::memory_order_seq_cst) > 0) wake_all(inst_.progress(me));
+    inst_.advance(me, unit);
   }
   void wait(int64_t member, uint32_t unit) override {
     session_.wait_progress(pos_, inst_, member, unit);
@@ -250,7 +254,7 @@ class SlotTransport final : public Transport {
   char* ptr(int64_t m, Buf b) const {
     const Slot& s = inst_.slot(m);
     if (b == Buf::in) return const_cast<char*>(static_cast<const char*>(s.in));
-    return static_cast<char*>(s.work ? s.work : s.out);  // the output is the work buffer when none is given
+    return work_of(inst_, m);
   }
   Session& session_;
   int64_t pos_;  // the acting device's mesh position
@@ -262,10 +266,6 @@ class SlotTransport final : public Transport {
 // enough that a 256 MiB collective queues tens of steps, not thousands.
 int64_t piece_bytes(const Instance& inst, int64_t me) {
   return plane_of(inst, me).host() ? int64_t{256} << 10 : int64_t{8} << 20;
-}
-
-char* work_of(const Instance& inst, int64_t j) {
-  return static_cast<char*>(inst.slot(j).work ? inst.slot(j).work : inst.slot(j).out);
 }
 
 // Ring / bidirectional-ring forms. Work buffers hold flat chunk-major data; local copies before
@@ -364,8 +364,7 @@ std::vector<int> group_devices(const Instance& inst) {
 // on a peer that is itself waiting elsewhere (asynchronous collectives waited in different orders
 // on different devices): that shows up here, in the host's wait-for graph, as an error.
 void await_launches(Session& session, int64_t pos, Instance& inst, int64_t me) {
-  inst.progress(me).store(1, std::memory_order_seq_cst);
-  if (inst.progress_sleepers(me).load(std::memory_order_seq_cst) > 0) wake_all(inst.progress(me));
+  inst.advance(me, 1);
   for (int64_t j = 0; j < inst.size(); ++j) {
     if (j != me) session.wait_progress(pos, inst, j, 1);
   }

@@ -90,14 +90,8 @@ void mean_from_sum(DType in, DType out, void* dst, const void* sum, int64_t len,
       for (int64_t e = 0; e < len; ++e) d[e] = static_cast<double>(s[e]) / static_cast<double>(divisor);
     }
   };
-  switch (in) {
-    case DType::f32: return go(float{});
-    case DType::f64: return go(double{});
-    case DType::i32: return go(int32_t{});
-    case DType::i64: return go(int64_t{});
-    case DType::bool_: break;
-  }
-  throw Error("[collectives] pmean of an unsupported dtype");
+  if (in == DType::bool_) throw Error("[collectives] pmean of an unsupported dtype");
+  backend::scalar::visit_dtype(in, go);
 }
 
 DType pmean_dtype(DType in) {

@@ -35,6 +35,11 @@ std::string Instance::where(const std::vector<std::string>& names) const {
   return s + "}";
 }
 
+void Instance::advance(int64_t index, uint32_t unit) {
+  progress(index).store(unit, std::memory_order_seq_cst);
+  if (progress_sleepers(index).load(std::memory_order_seq_cst) > 0) wake_all(progress(index));
+}
+
 void Instance::put_token(int64_t index, uint32_t unit, void* token) {
   std::lock_guard<std::mutex> lock(tokens_mu_);
   tokens_[{index, unit}] = token;

@@ -56,6 +56,9 @@ class Instance {
   // Per-member progress counters and sleeper counts for Transport's signal/wait.
   std::atomic<uint32_t>& progress(int64_t index) { return progress_[static_cast<size_t>(index)]; }
   std::atomic<uint32_t>& progress_sleepers(int64_t index) { return progress_sleepers_[static_cast<size_t>(index)]; }
+  // Member `index` has completed `unit`: publishes it and wakes peers asleep on it, if any
+  // (Session::wait_progress is the other side).
+  void advance(int64_t index, uint32_t unit);
   bool oversubscribed() const { return oversubscribed_; }
   // Device planes' progress tokens (backend::Backend::coll_signal): member `index` publishes the
   // token of `unit` before advancing its progress counter past it; peers read it after.

@@ -245,9 +245,9 @@ struct GatherPlan {
   Shape out_shape;
 };
 
-GatherPlan plan_all_gather(int64_t pos_, const Tensor& x, const coll::GroupLayout& layout, int axis, bool tiled, int64_t n,
+GatherPlan plan_all_gather(int64_t pos, const Tensor& x, const coll::GroupLayout& layout, int axis, bool tiled, int64_t n,
                            const CollectiveOptions& options, const detail::Launch& launch) {
-  GatherPlan g{base_call(coll::Kind::all_gather, x, layout, options, launch, pos_), x.shape()};
+  GatherPlan g{base_call(coll::Kind::all_gather, x, layout, options, launch, pos), x.shape()};
   const auto rank = static_cast<int64_t>(x.shape().size());
   if (tiled) {
     int64_t a = normalize_axis(axis, rank, "all_gather");
@@ -262,7 +262,7 @@ GatherPlan plan_all_gather(int64_t pos_, const Tensor& x, const coll::GroupLayou
   return g;
 }
 
-GatherPlan plan_ppermute(int64_t pos_, const Tensor& x, const coll::GroupLayout& layout, const detail::Launch& launch,
+GatherPlan plan_ppermute(int64_t pos, const Tensor& x, const coll::GroupLayout& layout, const detail::Launch& launch,
                          const std::vector<std::pair<int64_t, int64_t>>& perm, int64_t n) {
   const Mesh& mesh = launch.mesh;
   const std::vector<std::string>& names = layout.axis_names;
@@ -274,7 +274,7 @@ GatherPlan plan_ppermute(int64_t pos_, const Tensor& x, const coll::GroupLayout&
                       axes_tuple(mesh.axis_names())));
     }
   }
-  GatherPlan g{base_call(coll::Kind::ppermute, x, layout, {}, launch, pos_), x.shape()};
+  GatherPlan g{base_call(coll::Kind::ppermute, x, layout, {}, launch, pos), x.shape()};
   std::set<int64_t> srcs, dsts;
   bool unique = true;
   for (auto [s, d] : perm) {
