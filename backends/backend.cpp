@@ -2,7 +2,7 @@
 
 #include <string>
 
-#include "runtime/error.h"
+#include "core/error.h"
 
 namespace meshrt::backend {
 

@@ -14,7 +14,7 @@
 #include <string_view>
 #include <vector>
 
-#include "runtime/dtype.h"
+#include "core/dtype.h"
 
 namespace meshrt::backend {
 
@@ -153,22 +153,6 @@ class Backend {
   virtual void native_send_recv(int device, const std::vector<int>& group, const std::vector<Transfer>& sends,
                                 const std::vector<Transfer>& recvs);
 };
-
-// ---- executors that run several devices on one thread (fibers)
-
-// On a device executor that multiplexes devices on its thread (a fiber), lets the other devices
-// run until word != value or `deadline` passes, then returns true; the caller re-checks its
-// condition. Elsewhere returns false at once and the caller must wait by itself (spin/futex).
-bool cooperative_wait(const std::atomic<uint32_t>& word, uint32_t value,
-                      std::chrono::steady_clock::time_point deadline);
-// True once any fiber executor exists in the process (for error messages).
-bool fiber_executors_in_use();
-// True when the caller runs on a fiber (so cooperative_wait applies).
-bool on_fiber();
-// True on a device executor's thread (thread or fiber worker), i.e. inside a device's task.
-bool on_executor();
-// Called once by each executor thread when it starts.
-void mark_executor_thread();
 
 // The cpu backend with `device_count` simulated devices. MESHRT_CPU_EXECUTOR picks how they run:
 // "threads" (one thread each), "fibers" (fibers on one worker thread per core), or "auto"

@@ -8,7 +8,7 @@
 #include <cstdint>
 #include <type_traits>
 
-#include "runtime/dtype.h"
+#include "core/dtype.h"
 
 #if defined(__CUDACC__)
 #define MESHRT_HD __host__ __device__ __forceinline__

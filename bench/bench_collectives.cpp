@@ -6,7 +6,7 @@
 #include <chrono>
 #include <vector>
 
-#include "runtime/meshrt.h"
+#include <meshrt/meshrt.h>
 
 namespace {
 

@@ -5,7 +5,7 @@
 #include <cstring>
 #include <vector>
 
-#include "runtime/meshrt.h"
+#include <meshrt/meshrt.h>
 
 namespace {
 

@@ -22,8 +22,8 @@
 #include <thread>
 #include <vector>
 
-#include "collectives/link_model.h"
-#include "runtime/meshrt.h"
+#include "bench/link_model.h"
+#include <meshrt/meshrt.h>
 
 using namespace meshrt;
 using Clock = std::chrono::steady_clock;
@@ -40,7 +40,7 @@ struct Options {
   std::vector<std::string> algos{"direct"};
   DType dtype = DType::f32;
   int iters = 20, warmup = 5, check = 1;
-  std::optional<coll::LinkModel> model;
+  std::optional<bench::LinkModel> model;
   std::string json, plot;
 };
 
@@ -93,7 +93,7 @@ Options parse(int argc, char** argv) {
     else if (a == "--platform") o.platform = next();
     else if (a == "--json" || a == "-J") o.json = next();
     else if (a == "--plot") o.plot = next();
-    else if (a == "--link-model") o.model = coll::LinkModel::parse(next());
+    else if (a == "--link-model") o.model = bench::LinkModel::parse(next());
     else if (a == "-d") {
       std::string d = next();
       if (d == "float32" || d == "float") o.dtype = DType::f32;
@@ -135,12 +135,12 @@ CollectiveAlgo algo_of(const std::string& a) {
   return CollectiveAlgo::direct;
 }
 
-coll::Kind kind_of(const std::string& op) {
-  if (op == "all_gather") return coll::Kind::all_gather;
-  if (op == "reduce_scatter") return coll::Kind::psum_scatter;
-  if (op == "all_to_all") return coll::Kind::all_to_all;
-  if (op == "ppermute") return coll::Kind::ppermute;
-  return coll::Kind::psum;
+bench::Op kind_of(const std::string& op) {
+  if (op == "all_gather") return bench::Op::all_gather;
+  if (op == "reduce_scatter") return bench::Op::reduce_scatter;
+  if (op == "all_to_all") return bench::Op::all_to_all;
+  if (op == "ppermute") return bench::Op::ppermute;
+  return bench::Op::all_reduce;
 }
 
 double bus_factor(const std::string& op, int64_t n) {
@@ -303,7 +303,7 @@ int main(int argc, char** argv) {
         }
         Result res{algo, size, size / elem, t * 1e6, size / t / 1e9, size / t / 1e9 * bus_factor(o.op, n), wrong};
         if (o.model) {
-          const coll::Algo a = algo == "ring" ? coll::Algo::ring : algo == "bidi_ring" ? coll::Algo::bidi_ring : coll::Algo::direct;
+          const CollectiveAlgo a = algo == "ring" ? CollectiveAlgo::ring : algo == "bidi_ring" ? CollectiveAlgo::bidi_ring : CollectiveAlgo::direct;
           const double mt = o.model->collective_time(kind_of(o.op), a, n, static_cast<double>(size));
           res.model_us = mt * 1e6;
           res.model_busbw = mt > 0 ? size / mt / 1e9 * bus_factor(o.op, n) : 0;

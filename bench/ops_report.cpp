@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "bench/bench_util.h"
-#include "runtime/meshrt.h"
+#include <meshrt/meshrt.h>
 
 using namespace meshrt;
 using meshrt::bench::Clock;

@@ -7,9 +7,9 @@
 #include "collectives/plane.h"
 #include "collectives/reduce.h"
 #include "collectives/ring.h"
-#include "collectives/strided.h"
+#include "core/strided.h"
 #include "collectives/transport.h"
-#include "collectives/wait.h"
+#include "core/threads/wait.h"
 
 namespace meshrt::coll {
 
@@ -34,17 +34,17 @@ char* out_ptr(const Instance& inst, int64_t j) { return static_cast<char*>(inst.
 Plane plane_of(const Instance& inst, int64_t j) { return Plane(inst.slot(j).backend, inst.slot(j).device); }
 
 // Copies `extent` elements between two strided views (element size `elem`).
-void copy_view(const Plane& pl, char* dst, const View& dv, const char* src, const View& sv, const Shape& extent,
+void copy_view(const Plane& pl, char* dst, const core::View& dv, const char* src, const core::View& sv, const Shape& extent,
                size_t elem) {
   const auto e = static_cast<int64_t>(elem);
-  for_each_runs(extent, {&dv, &sv}, [&](const Runs& r) {
+  core::for_each_runs(extent, {&dv, &sv}, [&](const core::Runs& r) {
     pl.copy_2d(dst + r.offsets[0] * e, static_cast<size_t>(r.pitches[0] * e), src + r.offsets[1] * e,
                static_cast<size_t>(r.pitches[1] * e), static_cast<size_t>(r.run * e), static_cast<size_t>(r.rows));
   });
 }
 
 // Inserts a dimension of `size` with `stride` at `at` into a view.
-View insert_dim(View v, size_t at, int64_t stride) {
+core::View insert_dim(core::View v, size_t at, int64_t stride) {
   v.strides.insert(v.strides.begin() + static_cast<std::ptrdiff_t>(at), stride);
   return v;
 }
@@ -89,11 +89,11 @@ void reduce_large(Instance& inst, int64_t me) {
   pl.fence();
   std::atomic<uint32_t>& done = inst.phase_counter();
   if (done.fetch_add(1, std::memory_order_acq_rel) + 1 == static_cast<uint32_t>(N)) {
-    wake_all(done);
+    core::wake_all(done);
     return;
   }
   for (uint32_t v; (v = done.load(std::memory_order_acquire)) != static_cast<uint32_t>(N);) {
-    wait_while(done, v, std::chrono::seconds(1), inst.oversubscribed());
+    core::wait_while(done, v, std::chrono::seconds(1), inst.oversubscribed());
   }
 }
 
@@ -105,7 +105,7 @@ void all_gather_from(const Instance& inst, int64_t me, const Shape& out_shape, B
   const size_t elem = dtype_size(c.dtype);
   const auto a = static_cast<size_t>(c.axis);
   Shape extent = c.shape;
-  View src{0, dense_strides(c.shape)};
+  core::View src{0, core::dense_strides(c.shape)};
   if (!c.tiled) {
     extent.insert(extent.begin() + static_cast<std::ptrdiff_t>(a), 1);
     src = insert_dim(src, a, 0);
@@ -113,7 +113,7 @@ void all_gather_from(const Instance& inst, int64_t me, const Shape& out_shape, B
   for (int64_t j = 0; j < inst.size(); ++j) {
     Shape start(out_shape.size(), 0);
     start[a] = c.tiled ? j * c.shape[a] : j;
-    copy_view(plane_of(inst, me), out_ptr(inst, me), box_view(out_shape, start), block_of(j), src, extent, elem);
+    copy_view(plane_of(inst, me), out_ptr(inst, me), core::box_view(out_shape, start), block_of(j), src, extent, elem);
   }
 }
 
@@ -132,16 +132,16 @@ void psum_scatter_from(const Instance& inst, int64_t me, const Shape& out_shape,
   Shape extent = c.shape, start(c.shape.size(), 0);
   extent[sd] = c.tiled ? c.shape[sd] / N : 1;
   start[sd] = me * extent[sd];
-  const View src = box_view(c.shape, start);
-  View dst{0, dense_strides(out_shape)};
+  const core::View src = core::box_view(c.shape, start);
+  core::View dst{0, core::dense_strides(out_shape)};
   if (!c.tiled) dst = insert_dim(dst, sd, 0);
-  std::vector<const View*> views{&dst};
+  std::vector<const core::View*> views{&dst};
   for (int64_t j = 0; j < N; ++j) views.push_back(&src);  // same box in every input
   std::vector<const void*> srcs(static_cast<size_t>(N));
   char* out = out_ptr(inst, me);
   const Plane pl = plane_of(inst, me);
   const auto e = static_cast<int64_t>(elem);
-  for_each_runs(extent, views, [&](const Runs& r) {
+  core::for_each_runs(extent, views, [&](const core::Runs& r) {
     for (int64_t j = 0; j < N; ++j) srcs[static_cast<size_t>(j)] = input_of(j) + r.offsets[1] * e;
     pl.fold_rows(Kind::psum, c.dtype, out + r.offsets[0] * e, r.pitches[0], srcs, r.pitches[1], r.run, r.rows);
   });
@@ -174,27 +174,27 @@ struct A2APieces {
     else extent.erase(extent.begin() + static_cast<std::ptrdiff_t>(split));
   }
   // Where the piece for member `to` lies in a sender's input.
-  View src(int64_t to) const {
+  core::View src(int64_t to) const {
     const auto split = static_cast<size_t>(call.axis);
     if (call.tiled) {
       Shape start(call.shape.size(), 0);
       start[split] = to * extent[split];
-      return box_view(call.shape, start);
+      return core::box_view(call.shape, start);
     }
-    View v{0, dense_strides(call.shape)};
+    core::View v{0, core::dense_strides(call.shape)};
     v.offset = to * v.strides[split];
     v.strides.erase(v.strides.begin() + static_cast<std::ptrdiff_t>(split));
     return v;
   }
   // Where the piece from member `from` goes in a receiver's output.
-  View dst(int64_t from) const {
+  core::View dst(int64_t from) const {
     const auto concat = static_cast<size_t>(call.axis2);
     if (call.tiled) {
       Shape start(out.size(), 0);
       start[concat] = from * extent[concat];
-      return box_view(out, start);
+      return core::box_view(out, start);
     }
-    View v{0, dense_strides(out)};
+    core::View v{0, core::dense_strides(out)};
     v.offset = from * v.strides[concat];
     v.strides.erase(v.strides.begin() + static_cast<std::ptrdiff_t>(concat));
     return v;
@@ -210,7 +210,7 @@ void all_to_all(const Instance& inst, int64_t me, const Shape& out_shape, bool p
   const Call& c = inst.call();
   const int64_t N = inst.size();
   const A2APieces pieces(c, out_shape, N);
-  const View src = pieces.src(me);
+  const core::View src = pieces.src(me);
   for (int64_t step = 0; step < N; ++step) {
     const int64_t j = pairwise ? ((me - step) % N + N) % N : step;
     copy_view(plane_of(inst, me), out_ptr(inst, me), pieces.dst(j), in_ptr(inst, j), src, pieces.extent,
@@ -313,8 +313,8 @@ int64_t stage_scatter_chunks(const Instance& inst, int64_t me, char* work) {
   for (int64_t k = 0; k < N; ++k) {
     Shape start(c.shape.size(), 0);
     start[sd] = k * block[sd];
-    copy_view(plane_of(inst, me), work + k * C * static_cast<int64_t>(elem), View{0, dense_strides(block)},
-              in_ptr(inst, me), box_view(c.shape, start), block, elem);
+    copy_view(plane_of(inst, me), work + k * C * static_cast<int64_t>(elem), core::View{0, core::dense_strides(block)},
+              in_ptr(inst, me), core::box_view(c.shape, start), block, elem);
   }
   return C;
 }
@@ -441,7 +441,7 @@ void native_collective(Session& session, int64_t pos, Instance& inst, int64_t me
       // Stage the piece for each member densely, exchange, place what arrived.
       const A2APieces pieces(c, out_shape, N);
       const int64_t P = count(pieces.extent);
-      const View dense{0, dense_strides(pieces.extent)};
+      const core::View dense{0, core::dense_strides(pieces.extent)};
       char* send = work;
       char* recv = work + N * P * elem;
       std::vector<backend::Backend::Transfer> sends, recvs;

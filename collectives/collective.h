@@ -16,9 +16,9 @@
 #include <memory>
 #include <vector>
 
-#include "collectives/call.h"
+#include "collectives/fingerprint.h"
 #include "collectives/groups.h"
-#include "collectives/session.h"
+#include "collectives/rendezvous.h"
 
 namespace meshrt::coll {
 

@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "backends/backend.h"
-#include "collectives/call.h"
+#include "collectives/fingerprint.h"
 
 namespace meshrt::coll {
 

@@ -4,7 +4,7 @@
 #include <type_traits>
 
 #include "backends/scalar_ops.h"
-#include "runtime/error.h"
+#include "core/error.h"
 
 namespace meshrt::coll {
 

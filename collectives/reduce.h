@@ -7,7 +7,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "collectives/call.h"
+#include "collectives/fingerprint.h"
 
 namespace meshrt::coll {
 

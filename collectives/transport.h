@@ -13,7 +13,7 @@
 
 #include <cstdint>
 
-#include "collectives/call.h"
+#include "collectives/fingerprint.h"
 
 namespace meshrt::coll {
 

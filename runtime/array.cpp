@@ -8,8 +8,8 @@
 
 #include "runtime/detail/copy.h"
 #include "runtime/detail/sharding_impl.h"
-#include "runtime/detail/strings.h"
-#include "runtime/error.h"
+#include "core/strings.h"
+#include "core/error.h"
 
 namespace meshrt {
 

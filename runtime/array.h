@@ -7,9 +7,9 @@
 #include <type_traits>
 #include <vector>
 
-#include "dtype.h"
-#include "sharding.h"
-#include "tensor.h"
+#include "core/dtype.h"
+#include "runtime/sharding.h"
+#include "runtime/tensor.h"
 
 namespace meshrt {
 
@@ -74,10 +74,5 @@ Array device_put(const std::vector<T>& data, Shape shape, const Sharding& to) {
 // the missing ranges move, each from the device that holds it (its own copy first). This is
 // the only way to move data between platforms.
 Array device_put(const Array& x, const Sharding& to);
-
-// Text picture of which device holds which block, in the layout of
-// jax.debug.visualize_array_sharding (no-colour form): 1-D and 2-D shapes only.
-std::string visualize_sharding(const Array& x);
-std::string visualize_sharding(const Sharding& sharding, const Shape& shape);
 
 }  // namespace meshrt

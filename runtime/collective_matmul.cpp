@@ -1,9 +1,9 @@
 // Collective matmul variants, as in JAX's shard_map tutorial ("Collective matrix multiplication").
 #include "runtime/collective_matmul.h"
 
-#include "runtime/detail/strings.h"
-#include "runtime/error.h"
-#include "runtime/ops.h"
+#include "core/strings.h"
+#include "core/error.h"
+#include "runtime/tensor_ops.h"
 
 namespace meshrt::collective_matmul {
 

@@ -15,9 +15,9 @@
 
 #include <string>
 
-#include "array.h"
-#include "shard_map.h"
-#include "tensor.h"
+#include "runtime/array.h"
+#include "runtime/shard_map.h"
+#include "runtime/tensor.h"
 
 namespace meshrt::collective_matmul {
 

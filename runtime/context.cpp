@@ -9,8 +9,9 @@
 #include "collectives/reduce.h"
 #include "runtime/detail/launch.h"
 #include "runtime/detail/platform.h"
-#include "runtime/detail/strings.h"
-#include "runtime/error.h"
+#include "core/strings.h"
+#include "core/config.h"
+#include "core/error.h"
 #include "runtime/shard_map.h"
 
 namespace meshrt {
@@ -29,15 +30,8 @@ Launch::Launch(Mesh m, std::chrono::milliseconds timeout, bool oversubscribed)
           }(),
           timeout, oversubscribed),
       host_addressable(backend_of(mesh.devices().front()).host_addressable()) {
-  const char* env = std::getenv("MESHRT_COLLECTIVE_ALGO");
-  env_algo = env ? env : "";
-  const char* det = std::getenv("MESHRT_DETERMINISTIC");
-  env_deterministic = det != nullptr && std::string(det) == "1";
-  if (!env_algo.empty() && env_algo != "auto" && env_algo != "direct" && env_algo != "ring" &&
-      env_algo != "bidi_ring" && env_algo != "native") {
-    throw Error(cat("[shard_map] MESHRT_COLLECTIVE_ALGO='", env_algo,
-                    "' is not one of auto, direct, ring, bidi_ring, native"));
-  }
+  env_algo = config::collective_algo();
+  env_deterministic = config::deterministic();
 }
 
 const coll::GroupLayout& Launch::layout(const std::vector<std::string>& names, const std::vector<int>& axes) {
@@ -50,17 +44,7 @@ const coll::GroupLayout& Launch::layout(const std::vector<std::string>& names, c
   return *slot;
 }
 
-std::chrono::milliseconds collective_timeout() {
-  const char* env = std::getenv("MESHRT_COLLECTIVE_TIMEOUT");
-  if (env == nullptr || *env == '\0') return std::chrono::seconds(300);
-  char* end = nullptr;
-  double s = std::strtod(env, &end);
-  if (*end != '\0' || !(s > 0) || s > 1e7) {
-    throw Error(cat("[shard_map] MESHRT_COLLECTIVE_TIMEOUT='", env,
-                    "' is not a positive number of seconds; e.g. MESHRT_COLLECTIVE_TIMEOUT=60"));
-  }
-  return std::chrono::milliseconds(static_cast<int64_t>(s * 1000));
-}
+std::chrono::milliseconds collective_timeout() { return config::collective_timeout(); }
 
 }  // namespace detail
 

@@ -8,15 +8,16 @@
 #include <mutex>
 
 #include "runtime/detail/platform.h"
-#include "runtime/detail/strings.h"
-#include "runtime/error.h"
+#include "core/strings.h"
+#include "core/config.h"
+#include "core/error.h"
 
 namespace meshrt {
 namespace {
 
 using detail::cat;
 
-constexpr int kMaxCpuDevices = 4096;
+constexpr int kMaxCpuDevices = config::kMaxCpuDevices;
 
 struct Registry {
   std::mutex mu;
@@ -33,26 +34,13 @@ Registry& registry() {
   return *r;
 }
 
-int cpu_count_from_env() {
-  const char* env = std::getenv("MESHRT_CPU_DEVICES");
-  if (env == nullptr || *env == '\0') return 1;
-  char* end = nullptr;
-  errno = 0;
-  long v = std::strtol(env, &end, 10);
-  if (errno != 0 || *end != '\0' || v < 1 || v > kMaxCpuDevices) {
-    throw Error(cat("[devices] MESHRT_CPU_DEVICES='", env, "' is not a device count between 1 and ",
-                    kMaxCpuDevices, "; set it to the number of simulated cpu devices, e.g. "
-                    "MESHRT_CPU_DEVICES=8"));
-  }
-  return static_cast<int>(v);
-}
 
 backend::Backend& cpu_backend() {
   Registry& r = registry();
   if (auto* b = r.cpu.load(std::memory_order_acquire)) return *b;
   std::lock_guard<std::mutex> lock(r.mu);
   if (!r.cpu_owner) {
-    int n = r.requested_cpu > 0 ? r.requested_cpu : cpu_count_from_env();
+    int n = r.requested_cpu > 0 ? r.requested_cpu : config::cpu_devices();
     r.cpu_owner = backend::make_cpu_backend(n);
     r.cpu.store(r.cpu_owner.get(), std::memory_order_release);
   }
@@ -111,13 +99,7 @@ std::vector<std::string> platforms() {
 }
 
 std::string default_platform() {
-  if (const char* env = std::getenv("MESHRT_PLATFORM"); env != nullptr && *env != '\0') {
-    std::string p = env;
-    if (p != "cpu" && p != "cuda") {
-      throw Error(cat("[devices] MESHRT_PLATFORM='", p, "' is not a platform; use cpu or cuda"));
-    }
-    return p;
-  }
+  if (std::string p = config::platform(); !p.empty()) return p;
   return cuda_backend().device_count() > 0 ? "cuda" : "cpu";
 }
 

@@ -3,8 +3,8 @@
 #include <algorithm>
 #include <unordered_set>
 
-#include "runtime/detail/strings.h"
-#include "runtime/error.h"
+#include "core/strings.h"
+#include "core/error.h"
 
 namespace meshrt {
 

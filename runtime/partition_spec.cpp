@@ -1,6 +1,6 @@
 #include "runtime/partition_spec.h"
 
-#include "runtime/detail/strings.h"
+#include "core/strings.h"
 
 namespace meshrt {
 

@@ -6,8 +6,8 @@
 #include <cstring>
 #include <limits>
 
-#include "runtime/detail/strings.h"
-#include "runtime/error.h"
+#include "core/strings.h"
+#include "core/error.h"
 
 namespace meshrt::random {
 

@@ -12,8 +12,8 @@
 #include <cstdint>
 #include <vector>
 
-#include "array.h"
-#include "tensor.h"
+#include "runtime/array.h"
+#include "runtime/tensor.h"
 
 namespace meshrt::random {
 

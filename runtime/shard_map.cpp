@@ -2,6 +2,8 @@
 // first failure naming its device, and assembles the outputs (checking promised replication).
 #include "runtime/shard_map.h"
 
+#include "core/threads/executor.h"
+
 #include <algorithm>
 #include <atomic>
 #include <condition_variable>
@@ -15,8 +17,8 @@
 #include "runtime/detail/copy.h"
 #include "runtime/detail/launch.h"
 #include "runtime/detail/platform.h"
-#include "runtime/detail/strings.h"
-#include "runtime/error.h"
+#include "core/strings.h"
+#include "core/error.h"
 
 namespace meshrt {
 
@@ -199,7 +201,7 @@ std::vector<Array> detail::run_shard_map(const ErasedBody& body, const Mesh& mes
                                          const std::vector<PartitionSpec>& in_specs,
                                          const std::vector<PartitionSpec>& out_specs,
                                          const std::vector<Array>& args, const ShardMapOptions& options) {
-  if (backend::on_executor()) {  // only bodies run on device executors
+  if (core::on_executor()) {  // only bodies run on device executors
     throw Error("[shard_map] shard_map called inside a shard_map body; nesting is not supported: call "
                 "it from the host, or use collectives inside the one body");
   }

@@ -26,110 +26,13 @@
 #include <utility>
 #include <vector>
 
-#include "array.h"
-#include "mesh.h"
-#include "partition_spec.h"
-#include "tensor.h"
+#include "runtime/array.h"
+#include "runtime/context.h"
+#include "runtime/mesh.h"
+#include "runtime/partition_spec.h"
+#include "runtime/tensor.h"
 
 namespace meshrt {
-
-namespace detail {
-struct Launch;
-}
-namespace coll {
-class Pending;
-}
-
-// One mesh axis name or several ("x", {"x", "y"}); several are mixed radix, first name major.
-class AxisNames {
- public:
-  AxisNames(const char* name) : names_{name} {}
-  AxisNames(std::string name) : names_{std::move(name)} {}
-  AxisNames(std::initializer_list<std::string> names) : names_(names) {}
-  explicit AxisNames(std::vector<std::string> names) : names_(std::move(names)) {}
-  const std::vector<std::string>& names() const { return names_; }
-
- private:
-  std::vector<std::string> names_;
-};
-
-// How a collective moves its data. automatic: MESHRT_COLLECTIVE_ALGO (auto, direct, ring,
-// bidi_ring, native) when set, else the platform's choice (cpu: direct; cuda: native (NCCL) when
-// the group's members are on distinct GPUs, direct where logical devices share a GPU).
-// direct: one-shot over shared memory; ring: unidirectional, chunked and pipelined;
-// bidi_ring: halves travelling in opposite directions; native: the platform's own (NCCL on cuda,
-// an error naming the devices where two members share a GPU; direct on cpu). Every algorithm gives the same results up to floating-point summation order,
-// bit-identical on every device of a group.
-enum class CollectiveAlgo { automatic, direct, ring, bidi_ring, native };
-
-struct CollectiveOptions {
-  CollectiveAlgo algo = CollectiveAlgo::automatic;
-  // Reductions give the same bits under every algorithm: ((x0 op x1) op x2)... in group-index
-  // order, as direct computes them. ring/bidi_ring then all-gather the inputs over the ring and
-  // fold locally (N times the input in staging memory). Also MESHRT_DETERMINISTIC=1.
-  bool deterministic = false;
-};
-
-// The result of an asynchronous collective: wait() blocks until it is complete (once).
-class PendingTensor {
- public:
-  PendingTensor();
-  PendingTensor(PendingTensor&&) noexcept;
-  PendingTensor& operator=(PendingTensor&&) noexcept;
-  ~PendingTensor();
-  Tensor wait();
-  bool valid() const;
-
- private:
-  friend class Context;
-  PendingTensor(std::shared_ptr<detail::Launch> launch, std::unique_ptr<coll::Pending> pending, Tensor out);
-  std::shared_ptr<detail::Launch> launch_;
-  std::unique_ptr<coll::Pending> pending_;
-  Tensor out_;
-};
-
-// What a body sees on its device. Valid only inside that body, on its thread.
-class Context {
- public:
-  Device device() const;
-  const Mesh& mesh() const;
-  // Mixed radix over axes (first name major): the device's index in its group.
-  int64_t axis_index(const AxisNames& axes) const;
-  int64_t axis_size(const AxisNames& axes) const;
-
-  Tensor psum(const Tensor& x, const AxisNames& axes, const CollectiveOptions& options = {});
-  // psum / group size; integer inputs give floats (int32 -> float32, int64 -> float64).
-  Tensor pmean(const Tensor& x, const AxisNames& axes, const CollectiveOptions& options = {});
-  Tensor pmax(const Tensor& x, const AxisNames& axes, const CollectiveOptions& options = {});
-  Tensor pmin(const Tensor& x, const AxisNames& axes, const CollectiveOptions& options = {});
-  Tensor all_gather(const Tensor& x, const AxisNames& axes, int axis = 0, bool tiled = false,
-                    const CollectiveOptions& options = {});
-  Tensor psum_scatter(const Tensor& x, const AxisNames& axes, int scatter_dimension = 0,
-                      bool tiled = false, const CollectiveOptions& options = {});
-  // (src, dst) pairs of group indices; destinations no pair names receive zeros.
-  Tensor ppermute(const Tensor& x, const AxisNames& axes,
-                  const std::vector<std::pair<int64_t, int64_t>>& perm);
-  Tensor all_to_all(const Tensor& x, const AxisNames& axes, int split_axis, int concat_axis,
-                    bool tiled = false, const CollectiveOptions& options = {});
-
-  // Asynchronous forms: the call joins the collective now and returns; wait() gives the result.
-  // The body may compute in between (collective matmul overlaps its ring steps this way).
-  PendingTensor ppermute_start(const Tensor& x, const AxisNames& axes,
-                               const std::vector<std::pair<int64_t, int64_t>>& perm);
-  PendingTensor all_gather_start(const Tensor& x, const AxisNames& axes, int axis = 0,
-                                 bool tiled = false, const CollectiveOptions& options = {});
-
-  // Internal: made by shard_map for each device.
-  Context(std::shared_ptr<detail::Launch> launch, int64_t position);
-
- private:
-  struct Prepared;
-  Prepared prepare(const Tensor& x, const AxisNames& axes, const char* op) const;
-  std::shared_ptr<detail::Launch> launch_;
-  int64_t pos_;
-  // Group layouts this device used, by axis positions: found without the launch's lock.
-  mutable std::vector<std::pair<std::vector<int>, const void*>> layouts_;
-};
 
 struct ShardMapOptions {
   // Check at run time that outputs are equal along the mesh axes their out_spec leaves out

@@ -13,10 +13,10 @@
 #include <utility>
 #include <vector>
 
-#include "device.h"
-#include "dtype.h"
-#include "mesh.h"
-#include "partition_spec.h"
+#include "runtime/device.h"
+#include "core/dtype.h"
+#include "runtime/mesh.h"
+#include "runtime/partition_spec.h"
 
 namespace meshrt {
 

@@ -3,8 +3,8 @@
 #include "backends/backend.h"
 #include "runtime/detail/copy.h"
 #include "runtime/detail/platform.h"
-#include "runtime/detail/strings.h"
-#include "runtime/error.h"
+#include "core/strings.h"
+#include "core/error.h"
 
 namespace meshrt {
 

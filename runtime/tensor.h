@@ -8,8 +8,8 @@
 #include <type_traits>
 #include <vector>
 
-#include "device.h"
-#include "dtype.h"
+#include "runtime/device.h"
+#include "core/dtype.h"
 
 namespace meshrt {
 

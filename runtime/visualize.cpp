@@ -3,10 +3,11 @@
 #include <map>
 #include <set>
 
+#include "runtime/visualize.h"
 #include "runtime/array.h"
 #include "runtime/detail/sharding_impl.h"
-#include "runtime/detail/strings.h"
-#include "runtime/error.h"
+#include "core/strings.h"
+#include "core/error.h"
 
 namespace meshrt {
 

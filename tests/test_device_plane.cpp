@@ -22,8 +22,8 @@
 #include "collectives/collective.h"
 #include "collectives/groups.h"
 #include "collectives/reduce.h"
-#include "collectives/session.h"
-#include "runtime/error.h"
+#include "collectives/rendezvous.h"
+#include "core/error.h"
 
 namespace meshrt {
 namespace {

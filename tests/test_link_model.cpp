@@ -2,15 +2,15 @@
 // asks for: on a ring, bidirectional ring takes about half the time of ring for large messages.
 #include <gtest/gtest.h>
 
-#include "collectives/link_model.h"
+#include "bench/link_model.h"
 #include "tests/test_util.h"
 
 namespace meshrt {
 namespace {
 
-using coll::Algo;
-using coll::Kind;
-using coll::LinkModel;
+using Algo = CollectiveAlgo;
+using bench::LinkModel;
+using Kind = bench::Op;
 
 TEST(LinkModel, StepCostsByHand) {
   LinkModel ring = LinkModel::parse("ring:5us:100GBps");
@@ -34,8 +34,8 @@ TEST(LinkModel, BidirectionalRingHalvesRingForLargeMessages) {
     LinkModel m = LinkModel::parse(spec);
     const double big = 256.0 * (1 << 20);
     for (int64_t n : {4, 8, 16}) {
-      const double ring = m.collective_time(Kind::psum, Algo::ring, n, big);
-      const double bidi = m.collective_time(Kind::psum, Algo::bidi_ring, n, big);
+      const double ring = m.collective_time(Kind::all_reduce, Algo::ring, n, big);
+      const double bidi = m.collective_time(Kind::all_reduce, Algo::bidi_ring, n, big);
       if (std::string(spec).rfind("torus2d", 0) == 0) {
         // A ring in device order is not neighbour-to-neighbour on a torus (e.g. 2x2: 1 -> 2 is
         // diagonal), so the two directions can share links: never slower, not always half.
@@ -47,14 +47,14 @@ TEST(LinkModel, BidirectionalRingHalvesRingForLargeMessages) {
       EXPECT_GT(ring, 0);
     }
     // Small messages: latency-bound, both pay 2(n-1) alphas.
-    EXPECT_NEAR(m.collective_time(Kind::psum, Algo::bidi_ring, 8, 8) / m.collective_time(Kind::psum, Algo::ring, 8, 8),
+    EXPECT_NEAR(m.collective_time(Kind::all_reduce, Algo::bidi_ring, 8, 8) / m.collective_time(Kind::all_reduce, Algo::ring, 8, 8),
                 1.0, 0.01) << spec;
   }
   // On a ring topology the one-shot algorithm's all-pairs traffic contends for links.
   LinkModel ring = LinkModel::parse("ring:0us:100GBps");
-  EXPECT_GT(ring.collective_time(Kind::psum, Algo::direct, 8, 1e9), ring.collective_time(Kind::psum, Algo::ring, 8, 1e9));
+  EXPECT_GT(ring.collective_time(Kind::all_reduce, Algo::direct, 8, 1e9), ring.collective_time(Kind::all_reduce, Algo::ring, 8, 1e9));
   LinkModel full = LinkModel::parse("full:0us:100GBps");
-  EXPECT_LT(full.collective_time(Kind::psum, Algo::direct, 8, 1e9), full.collective_time(Kind::psum, Algo::ring, 8, 1e9));
+  EXPECT_LT(full.collective_time(Kind::all_reduce, Algo::direct, 8, 1e9), full.collective_time(Kind::all_reduce, Algo::ring, 8, 1e9));
 }
 
 TEST(LinkModel, BadSpecs) {

@@ -14,7 +14,7 @@
 #include <cstring>
 #include <string>
 
-#include "runtime/meshrt.h"
+#include <meshrt/meshrt.h>
 
 namespace {
 

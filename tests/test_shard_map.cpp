@@ -11,6 +11,7 @@
 
 #include <unistd.h>
 
+#include "core/threads/fiber_executor.h"
 #include "backends/backend.h"
 #include "tests/test_util.h"
 
@@ -450,7 +451,7 @@ TEST(Executors, ModeIsWhatWasAskedFor) {
   Array x = iota_array(mesh, {8}, P("x"));
   std::vector<int> on_fiber(8, -1);
   shard_map([&](Context& c, const Tensor& t) {
-    on_fiber[static_cast<size_t>(c.axis_index("x"))] = backend::on_fiber() ? 1 : 0;
+    on_fiber[static_cast<size_t>(c.axis_index("x"))] = core::on_fiber() ? 1 : 0;
     return t;
   }, mesh, {P("x")}, P("x"))(x);
   const bool want_fibers = mode != nullptr && std::string(mode) == "threads"

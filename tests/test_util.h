@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "runtime/meshrt.h"
+#include <meshrt/meshrt.h>
 
 namespace meshrt::test {
 

@@ -15,9 +15,10 @@
 #include "backends/backend.h"
 #include "backends/block_cache.h"
 #include "backends/cpu/kernels.h"
-#include "backends/executor.h"
-#include "backends/fiber_executor.h"
-#include "runtime/error.h"
+#include "core/threads/executor.h"
+#include "core/threads/fiber_executor.h"
+#include "core/config.h"
+#include "core/error.h"
 
 namespace meshrt::cpu {
 namespace {
@@ -26,12 +27,10 @@ constexpr size_t kAlignment = 64;
 
 // MESHRT_CPU_EXECUTOR: threads | fibers | auto (fibers when devices outnumber cores).
 bool use_fibers(int devices) {
-  const char* env = std::getenv("MESHRT_CPU_EXECUTOR");
-  std::string mode = env != nullptr && *env != '\0' ? env : "auto";
-  if (mode == "threads") return false;
-  if (mode == "fibers") return true;
-  if (mode != "auto") {
-    throw Error("[cpu] MESHRT_CPU_EXECUTOR='" + mode + "' is not one of threads, fibers, auto");
+  switch (config::cpu_executor()) {
+    case config::CpuExecutor::threads: return false;
+    case config::CpuExecutor::fibers: return true;
+    case config::CpuExecutor::automatic: break;
   }
   return devices > static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
 }
@@ -43,10 +42,10 @@ class CpuBackend final : public backend::Backend {
     configure_blas_threads(n);
     if (use_fibers(n)) {
       const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-      fibers_ = std::make_unique<backend::FiberPool>(n, std::min(n, cores));
+      fibers_ = std::make_unique<core::FiberPool>(n, std::min(n, cores));
     } else {
       executors_.resize(static_cast<size_t>(n));
-      for (auto& e : executors_) e = std::make_unique<backend::Executor>();
+      for (auto& e : executors_) e = std::make_unique<core::Executor>();
     }
   }
   std::string_view platform() const override { return "cpu"; }
@@ -120,8 +119,8 @@ class CpuBackend final : public backend::Backend {
  private:
   static constexpr size_t kCacheLimit = size_t{512} << 20;  // per device
   std::vector<std::unique_ptr<backend::BlockCache>> caches_;
-  std::vector<std::unique_ptr<backend::Executor>> executors_;  // one thread per device, or
-  std::unique_ptr<backend::FiberPool> fibers_;                 // devices as fibers on few threads
+  std::vector<std::unique_ptr<core::Executor>> executors_;  // one thread per device, or
+  std::unique_ptr<core::FiberPool> fibers_;                 // devices as fibers on few threads
 };
 
 }  // namespace

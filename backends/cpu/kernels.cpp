@@ -13,7 +13,7 @@
 #include <type_traits>
 
 #include "backends/scalar_ops.h"
-#include "runtime/error.h"
+#include "core/error.h"
 
 namespace meshrt::cpu {
 

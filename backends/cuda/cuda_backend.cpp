@@ -33,33 +33,21 @@
 #include "backends/block_cache.h"
 #include "backends/cuda/cuda_check.h"
 #include "backends/cuda/cuda_kernels.h"
-#include "backends/executor.h"
+#include "core/threads/executor.h"
 #include "backends/merge_dims.h"
-#include "runtime/error.h"
+#include "core/config.h"
+#include "core/error.h"
 
 namespace meshrt::cuda {
 namespace {
 
 using backend::FoldOp;
 
-constexpr int kMaxDevicesPerGpu = 64;
 constexpr size_t kStagingBytes = size_t{8} << 20;  // per half of a logical device's pinned buffer
 constexpr size_t kStageAtLeast = size_t{256} << 10;  // smaller host copies go straight through
 
 std::string dev_name(int d) { return "cuda:" + std::to_string(d); }
 
-int devices_per_gpu_from_env() {
-  const char* env = std::getenv("MESHRT_CUDA_DEVICES_PER_GPU");
-  if (env == nullptr || *env == '\0') return 1;
-  char* end = nullptr;
-  errno = 0;
-  const long v = std::strtol(env, &end, 10);
-  if (errno != 0 || *end != '\0' || v < 1 || v > kMaxDevicesPerGpu) {
-    throw Error("[cuda] MESHRT_CUDA_DEVICES_PER_GPU='" + std::string(env) + "' is not a count between 1 and " +
-                std::to_string(kMaxDevicesPerGpu) + "; set it to the number of logical devices per GPU, e.g. 4");
-  }
-  return static_cast<int>(v);
-}
 
 [[noreturn]] void throw_cublas(cublasStatus_t st, const char* call, int device) {
   throw Error(std::string("[cuda] ") + call + " failed on " + dev_name(device) + ": cuBLAS status " +
@@ -113,7 +101,7 @@ struct Logical {
   std::vector<std::shared_ptr<backend::Buffer>> hold;
   std::mutex events_mu;
   std::vector<cudaEvent_t> spare_events;  // guarded by events_mu: recycled progress tokens
-  std::unique_ptr<backend::Executor> exec;
+  std::unique_ptr<core::Executor> exec;
 };
 
 // The kernels' operands: dimensions merged (backends/merge_dims.h) to at most kMaxRank.
@@ -173,11 +161,8 @@ class CudaBackend final : public backend::Backend {
       reason_ = "no GPU found (cudaGetDeviceCount = 0)";
       return;
     }
-    per_gpu_ = devices_per_gpu_from_env();
-    if (const char* env = std::getenv("MESHRT_COLLECTIVE_TIMEOUT"); env != nullptr && *env != '\0') {
-      const double secs = std::strtod(env, nullptr);  // validated by the runtime when a launch begins
-      if (secs > 0 && secs < 1e7) fence_timeout_ = std::chrono::duration<double>(secs);
-    }
+    per_gpu_ = config::cuda_devices_per_gpu();
+    fence_timeout_ = config::collective_timeout();
     gpus_ = gpus;
     enable_peer_access();
     for (int g = 0; g < gpus; ++g) {
@@ -186,9 +171,7 @@ class CudaBackend final : public backend::Backend {
       MESHRT_CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b), g * per_gpu_);
       // Cache up to a quarter of the GPU's share per logical device (MESHRT_CUDA_CACHE_BYTES overrides).
       size_t limit = total_b / 4 / static_cast<size_t>(per_gpu_);
-      if (const char* env = std::getenv("MESHRT_CUDA_CACHE_BYTES"); env != nullptr && *env != '\0') {
-        limit = static_cast<size_t>(std::strtoull(env, nullptr, 10));
-      }
+      if (auto bytes = config::cuda_cache_bytes()) limit = *bytes;
       for (int k = 0; k < per_gpu_; ++k) {
         const int id = g * per_gpu_ + k;
         auto l = std::make_unique<Logical>();
@@ -201,7 +184,7 @@ class CudaBackend final : public backend::Backend {
           cudaSetDevice(g);
           cudaFree(p);
         });
-        l->exec = std::make_unique<backend::Executor>([g] { cudaSetDevice(g); });
+        l->exec = std::make_unique<core::Executor>([g] { cudaSetDevice(g); });
         devs_.push_back(std::move(l));
       }
     }

@@ -6,7 +6,7 @@
 
 #include <string>
 
-#include "runtime/error.h"
+#include "core/error.h"
 
 namespace meshrt::cuda {
 

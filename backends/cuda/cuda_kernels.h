@@ -6,7 +6,7 @@
 
 #include <cstdint>
 
-#include "runtime/dtype.h"
+#include "core/dtype.h"
 
 namespace meshrt::cuda {
 

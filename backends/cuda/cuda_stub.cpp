@@ -4,7 +4,7 @@
 #include <string>
 
 #include "backends/backend.h"
-#include "runtime/error.h"
+#include "core/error.h"
 
 namespace meshrt::backend {
 namespace {

@@ -3,9 +3,9 @@
 #include <vector>
 
 #include "backends/backend.h"
-#include "collectives/strided.h"
+#include "core/strided.h"
 #include "runtime/detail/platform.h"
-#include "runtime/error.h"
+#include "core/error.h"
 
 namespace meshrt::detail {
 
@@ -32,11 +32,11 @@ void copy_box(const BoxSide& dst, const BoxSide& src, const Shape& extent, size_
                                                                                   : backend_of(src.device);
   const int sdev = src_host ? backend::kHost : src.device.local_index();
   const int ddev = dst_host ? backend::kHost : dst.device.local_index();
-  const coll::View dv = coll::box_view(dst.shape, dst.start), sv = coll::box_view(src.shape, src.start);
+  const core::View dv = core::box_view(dst.shape, dst.start), sv = core::box_view(src.shape, src.start);
   const auto* s = static_cast<const char*>(src.base);
   auto* d = static_cast<char*>(const_cast<void*>(dst.base));
   const auto e = static_cast<int64_t>(elem);
-  coll::for_each_runs(extent, {&dv, &sv}, [&](const coll::Runs& r) {
+  core::for_each_runs(extent, {&dv, &sv}, [&](const core::Runs& r) {
     be.copy_2d(d + r.offsets[0] * e, ddev, static_cast<size_t>(r.pitches[0] * e), s + r.offsets[1] * e,
                sdev, static_cast<size_t>(r.pitches[1] * e), static_cast<size_t>(r.run * e),
                static_cast<size_t>(r.rows));

@@ -5,7 +5,7 @@
 #include <cstdint>
 
 #include "runtime/device.h"
-#include "runtime/dtype.h"
+#include "core/dtype.h"
 
 namespace meshrt::detail {
 

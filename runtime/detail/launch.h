@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "collectives/groups.h"
-#include "collectives/session.h"
+#include "collectives/rendezvous.h"
 #include "runtime/mesh.h"
 
 namespace meshrt::detail {

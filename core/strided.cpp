@@ -1,6 +1,6 @@
-#include "collectives/strided.h"
+#include "core/strided.h"
 
-namespace meshrt::coll {
+namespace meshrt::core {
 
 std::vector<int64_t> dense_strides(const std::vector<int64_t>& shape) {
   std::vector<int64_t> s(shape.size());
@@ -18,4 +18,4 @@ View box_view(const std::vector<int64_t>& shape, const std::vector<int64_t>& sta
   return v;
 }
 
-}  // namespace meshrt::coll
+}  // namespace meshrt::core

@@ -17,7 +17,7 @@
 #include <utility>
 #include <vector>
 
-#include "tensor.h"
+#include "runtime/tensor.h"
 
 namespace meshrt {
 

@@ -23,7 +23,7 @@
 #include <thread>
 #include <vector>
 
-namespace meshrt::backend {
+namespace meshrt::core {
 
 class FiberPool {
  public:
@@ -41,4 +41,14 @@ class FiberPool {
   std::vector<std::unique_ptr<Worker>> workers_;
 };
 
-}  // namespace meshrt::backend
+// On a device executor that multiplexes devices on its thread (a fiber), lets the other devices
+// run until word != value or `deadline` passes, then returns true; the caller re-checks its
+// condition. Elsewhere returns false at once and the caller must wait by itself (spin/futex).
+bool cooperative_wait(const std::atomic<uint32_t>& word, uint32_t value,
+                      std::chrono::steady_clock::time_point deadline);
+// True once any fiber executor exists in the process (for error messages).
+bool fiber_executors_in_use();
+// True when the caller runs on a fiber (so cooperative_wait applies).
+bool on_fiber();
+
+}  // namespace meshrt::core

@@ -20,9 +20,9 @@
 #include <vector>
 
 #include "backends/backend.h"
-#include "collectives/call.h"
+#include "collectives/fingerprint.h"
 #include "collectives/groups.h"
-#include "collectives/yield_lock.h"
+#include "core/threads/yield_lock.h"
 
 namespace meshrt::coll {
 
@@ -144,7 +144,7 @@ class Session {
   const std::vector<std::string> names_;
   const std::chrono::milliseconds timeout_;
   const bool oversubscribed_;
-  mutable YieldLock mu_;
+  mutable core::YieldLock mu_;
   std::vector<Dev> devs_;                               // guarded by mu_
   int64_t left_ = 0;                                    // guarded by mu_: devices out of their body
   using Open = std::map<Key, std::shared_ptr<Instance>>;

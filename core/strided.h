@@ -7,7 +7,7 @@
 #include <cstdint>
 #include <vector>
 
-namespace meshrt::coll {
+namespace meshrt::core {
 
 // A view: element `offset` plus per-dimension strides (in elements) over some base pointer.
 struct View {
@@ -34,6 +34,6 @@ struct Runs {
 template <class F>
 void for_each_runs(const std::vector<int64_t>& extent, const std::vector<const View*>& views, F&& fn);
 
-}  // namespace meshrt::coll
+}  // namespace meshrt::core
 
-#include "collectives/strided_inl.h"
+#include "core/strided_inl.h"

@@ -9,7 +9,7 @@
 #include <thread>
 #include <utility>
 
-namespace meshrt::backend {
+namespace meshrt::core {
 
 // Runs tasks one at a time, in submission order, on its own thread. The thread starts with the
 // first task; an idle worker sleeps on a condition variable, so idle devices cost no CPU.
@@ -32,4 +32,9 @@ class Executor {
   std::thread thread_;                       // started under mu_
 };
 
-}  // namespace meshrt::backend
+// True on a device executor's thread (thread or fiber worker), i.e. inside a device's task.
+bool on_executor();
+// Called once by each executor thread when it starts.
+void mark_executor_thread();
+
+}  // namespace meshrt::core

@@ -1,10 +1,11 @@
-#include "collectives/session.h"
+#include "collectives/rendezvous.h"
 
 #include <sstream>
 
 #include "backends/backend.h"
-#include "collectives/wait.h"
-#include "runtime/error.h"
+#include "core/threads/fiber_executor.h"
+#include "core/threads/wait.h"
+#include "core/error.h"
 
 namespace meshrt::coll {
 
@@ -37,7 +38,7 @@ std::string Instance::where(const std::vector<std::string>& names) const {
 
 void Instance::advance(int64_t index, uint32_t unit) {
   progress(index).store(unit, std::memory_order_seq_cst);
-  if (progress_sleepers(index).load(std::memory_order_seq_cst) > 0) wake_all(progress(index));
+  if (progress_sleepers(index).load(std::memory_order_seq_cst) > 0) core::wake_all(progress(index));
 }
 
 void Instance::put_token(int64_t index, uint32_t unit, void* token) {
@@ -60,7 +61,7 @@ Instance::~Instance() {
 
 void Instance::set_state(uint32_t s) {
   state_.store(s, std::memory_order_seq_cst);
-  if (sleepers_.load(std::memory_order_seq_cst) > 0) wake_all(state_);
+  if (sleepers_.load(std::memory_order_seq_cst) > 0) core::wake_all(state_);
 }
 
 Session::Session(std::vector<std::string> names, std::chrono::milliseconds timeout, bool oversubscribed)
@@ -130,7 +131,7 @@ void Session::fail_any_locked(Instance& inst, const std::string& message) {
 }
 
 Session::Arrival Session::arrive(int64_t pos, const GroupLayout& layout, const Call& call, Slot slot) {
-  std::lock_guard<YieldLock> lock(mu_);
+  std::lock_guard<core::YieldLock> lock(mu_);
   Dev& me = devs_[static_cast<size_t>(pos)];
   const int64_t seq = me.calls_per_group[&layout]++;
   const int64_t group = layout.group_of[static_cast<size_t>(pos)];
@@ -222,7 +223,7 @@ void Session::timeout_locked(Instance& inst) {
   os << members_str(missing) << " never arrived (";
   for (size_t k = 0; k < missing.size(); ++k) os << (k ? "; " : "") << describe_locked(missing[k]);
   os << "). Raise MESHRT_COLLECTIVE_TIMEOUT if their work is just slow.";
-  if (backend::fiber_executors_in_use()) {
+  if (core::fiber_executors_in_use()) {
     os << " Devices run as fibers sharing a thread per core (MESHRT_CPU_EXECUTOR=auto|fibers): a body "
           "blocked outside meshrt (sleep, a lock, I/O) also stalls the devices sharing its thread; "
           "MESHRT_CPU_EXECUTOR=threads gives each device its own thread.";
@@ -234,10 +235,10 @@ void Session::wait_ready(int64_t pos, Instance& inst) {
   // Fast path, no lock: peers usually arrive within the spin budget. Until this device sleeps it
   // counts as running, which can only delay deadlock reports, never cause a false one.
   if (inst.state_.load(std::memory_order_acquire) == Instance::kGathering &&
-      !spin_while(inst.state_, Instance::kGathering, kSpinBudget, oversubscribed_)) {
-    const auto start = std::chrono::steady_clock::now() - kSpinBudget;
+      !core::spin_while(inst.state_, Instance::kGathering, core::kSpinBudget, oversubscribed_)) {
+    const auto start = std::chrono::steady_clock::now() - core::kSpinBudget;
     {
-      std::lock_guard<YieldLock> lock(mu_);
+      std::lock_guard<core::YieldLock> lock(mu_);
       if (inst.state_.load(std::memory_order_acquire) == Instance::kGathering && inst.arrived_count_ < inst.size()) {
         Dev& me = devs_[static_cast<size_t>(pos)];
         me.state = DevState::waiting;
@@ -248,8 +249,8 @@ void Session::wait_ready(int64_t pos, Instance& inst) {
     // Short slices first so a deadlock is reported within milliseconds; each slice that ends
     // without progress re-runs the deadlock check and the timeout backstop.
     auto slice = std::chrono::milliseconds(2);
-    while (!sleep_while(inst.state_, Instance::kGathering, slice)) {
-      std::lock_guard<YieldLock> lock(mu_);
+    while (!core::sleep_while(inst.state_, Instance::kGathering, slice)) {
+      std::lock_guard<core::YieldLock> lock(mu_);
       if (inst.state_.load(std::memory_order_acquire) != Instance::kGathering) break;
       check_deadlock_locked();
       if (inst.state_.load(std::memory_order_acquire) != Instance::kGathering) break;
@@ -270,13 +271,13 @@ void Session::wait_progress(int64_t pos, Instance& inst, int64_t index, uint32_t
   if (v >= unit) return;
   // Fast path: the neighbour is usually a piece ahead or about to be.
   for (int tries = 0; v < unit && tries < 4; ++tries) {
-    spin_while(c, v, kSpinBudget, oversubscribed_);
+    core::spin_while(c, v, core::kSpinBudget, oversubscribed_);
     v = c.load(std::memory_order_acquire);
   }
   if (v >= unit) return;
   const auto start = std::chrono::steady_clock::now();
   {
-    std::lock_guard<YieldLock> lock(mu_);
+    std::lock_guard<core::YieldLock> lock(mu_);
     if (inst.state_.load(std::memory_order_acquire) == Instance::kFailed) throw_failed(inst);
     Dev& me = devs_[static_cast<size_t>(pos)];
     me.state = DevState::waiting;
@@ -288,8 +289,8 @@ void Session::wait_progress(int64_t pos, Instance& inst, int64_t index, uint32_t
   auto slice = std::chrono::milliseconds(2);
   bool failed = false;
   while ((v = c.load(std::memory_order_acquire)) < unit) {
-    if (sleep_while(c, v, slice)) continue;
-    std::lock_guard<YieldLock> lock(mu_);
+    if (core::sleep_while(c, v, slice)) continue;
+    std::lock_guard<core::YieldLock> lock(mu_);
     if (c.load(std::memory_order_acquire) >= unit) break;
     if (inst.state_.load(std::memory_order_acquire) != Instance::kFailed) check_deadlock_locked();
     if (inst.state_.load(std::memory_order_acquire) == Instance::kFailed) {
@@ -320,7 +321,7 @@ void Session::wait_progress(int64_t pos, Instance& inst, int64_t index, uint32_t
   }
   inst.progress_sleepers(index).fetch_sub(1, std::memory_order_seq_cst);
   {
-    std::lock_guard<YieldLock> lock(mu_);
+    std::lock_guard<core::YieldLock> lock(mu_);
     Dev& me = devs_[static_cast<size_t>(pos)];
     if (me.state == DevState::waiting) me.state = DevState::running;
     me.waiting_on = nullptr;
@@ -330,7 +331,7 @@ void Session::wait_progress(int64_t pos, Instance& inst, int64_t index, uint32_t
 }
 
 void Session::device_finished(int64_t pos, bool threw) {
-  std::lock_guard<YieldLock> lock(mu_);
+  std::lock_guard<core::YieldLock> lock(mu_);
   Dev& me = devs_[static_cast<size_t>(pos)];
   me.state = threw ? DevState::threw : DevState::finished;
   ++left_;

@@ -1,4 +1,4 @@
-// collectives/link_model.h: an alpha-beta model of an interconnect, to report what a collective
+// bench/link_model.h: an alpha-beta model of an interconnect, to report what a collective
 // algorithm would cost on a TPU-like ring, a 2-D torus or an all-to-all (NVLink-switch-like) box
 // while the cpu platform moves the real data.
 //
@@ -13,9 +13,12 @@
 #include <string>
 #include <vector>
 
-#include "collectives/call.h"
+#include <meshrt/meshrt.h>
 
-namespace meshrt::coll {
+namespace meshrt::bench {
+
+// The collectives meshrt-bench measures, named as nccl-tests names them.
+enum class Op { all_reduce, all_gather, reduce_scatter, all_to_all, ppermute };
 
 class LinkModel {
  public:
@@ -34,7 +37,7 @@ class LinkModel {
   // Seconds for a whole collective: `bytes` per device as meshrt-bench counts it (all_reduce:
   // the buffer; all_gather: the gathered output; reduce_scatter and all_to_all: the input;
   // ppermute: the buffer, a ring shift).
-  double collective_time(Kind kind, Algo algo, int64_t n, double bytes) const;
+  double collective_time(Op op, CollectiveAlgo algo, int64_t n, double bytes) const;
   std::string str() const;
 
  private:
@@ -42,4 +45,4 @@ class LinkModel {
   double alpha_, beta_;
 };
 
-}  // namespace meshrt::coll
+}  // namespace meshrt::bench

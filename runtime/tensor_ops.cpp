@@ -1,15 +1,15 @@
 // Device-local ops: shapes, dtypes and checks here; the arithmetic in the backend's kernels.
-#include "runtime/ops.h"
+#include "runtime/tensor_ops.h"
 
 #include <algorithm>
 #include <numeric>
 
 #include "backends/backend.h"
-#include "collectives/strided.h"
+#include "core/strided.h"
 #include "runtime/detail/copy.h"
 #include "runtime/detail/platform.h"
-#include "runtime/detail/strings.h"
-#include "runtime/error.h"
+#include "core/strings.h"
+#include "core/error.h"
 
 namespace meshrt {
 
@@ -48,7 +48,7 @@ int normalize(int axis, int64_t rank, const char* op, const Shape& shape) {
   return axis < 0 ? static_cast<int>(axis + rank) : axis;
 }
 
-std::vector<int64_t> dense(const Shape& s) { return coll::dense_strides(s); }
+std::vector<int64_t> dense(const Shape& s) { return core::dense_strides(s); }
 
 // Strides to read `t` as if it had `out` shape (right-aligned broadcasting).
 std::vector<int64_t> broadcast_strides(const Tensor& t, const Shape& out) {

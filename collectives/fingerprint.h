@@ -6,7 +6,7 @@
 #include <utility>
 #include <vector>
 
-#include "runtime/dtype.h"
+#include "core/dtype.h"
 
 namespace meshrt::coll {
 

@@ -1,4 +1,4 @@
-#include "collectives/wait.h"
+#include "core/threads/wait.h"
 
 #include <linux/futex.h>
 #include <sched.h>
@@ -9,9 +9,9 @@
 #include <climits>
 #include <ctime>
 
-#include "backends/backend.h"
+#include "core/threads/fiber_executor.h"
 
-namespace meshrt::coll {
+namespace meshrt::core {
 
 namespace {
 
@@ -33,9 +33,9 @@ uint32_t* futex_word(const std::atomic<uint32_t>& word) {
 bool spin_while(const std::atomic<uint32_t>& word, uint32_t value, std::chrono::nanoseconds budget,
                 bool oversubscribed) {
   if (word.load(std::memory_order_acquire) != value) return true;
-  if (backend::on_fiber()) {  // waiting is handing the thread to the other devices
+  if (on_fiber()) {  // waiting is handing the thread to the other devices
     const auto until = std::chrono::steady_clock::now() + budget;
-    while (backend::cooperative_wait(word, value, until)) {
+    while (cooperative_wait(word, value, until)) {
       if (word.load(std::memory_order_acquire) != value) return true;
       if (std::chrono::steady_clock::now() >= until) return false;
     }
@@ -63,7 +63,7 @@ bool spin_while(const std::atomic<uint32_t>& word, uint32_t value, std::chrono::
 bool sleep_while(const std::atomic<uint32_t>& word, uint32_t value, std::chrono::nanoseconds timeout) {
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   // A fiber must not block its thread: the devices sharing it may be the ones awaited.
-  while (backend::cooperative_wait(word, value, deadline)) {
+  while (cooperative_wait(word, value, deadline)) {
     if (word.load(std::memory_order_seq_cst) != value) return true;
     if (std::chrono::steady_clock::now() >= deadline) return false;
   }
@@ -88,4 +88,4 @@ void wake_all(std::atomic<uint32_t>& word) {
   syscall(SYS_futex, futex_word(word), FUTEX_WAKE_PRIVATE, INT_MAX, nullptr, nullptr, 0);
 }
 
-}  // namespace meshrt::coll
+}  // namespace meshrt::core

@@ -1,4 +1,4 @@
-#include "collectives/call.h"
+#include "collectives/fingerprint.h"
 
 #include <sstream>
 

@@ -9,7 +9,7 @@
 #include <chrono>
 #include <cstdint>
 
-namespace meshrt::coll {
+namespace meshrt::core {
 
 // Spins, then yields, while word == value, for about `budget`. True once the word changed.
 bool spin_while(const std::atomic<uint32_t>& word, uint32_t value, std::chrono::nanoseconds budget,
@@ -26,4 +26,4 @@ void wake_all(std::atomic<uint32_t>& word);
 // arrival on a busy machine, short enough not to matter when the peer is computing.
 inline constexpr std::chrono::microseconds kSpinBudget{100};
 
-}  // namespace meshrt::coll
+}  // namespace meshrt::core

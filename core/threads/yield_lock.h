@@ -10,7 +10,7 @@
 
 #include <sched.h>
 
-namespace meshrt::coll {
+namespace meshrt::core {
 
 class YieldLock {
  public:
@@ -35,4 +35,4 @@ class YieldLock {
   std::atomic<bool> flag_{false};
 };
 
-}  // namespace meshrt::coll
+}  // namespace meshrt::core

@@ -1,10 +1,10 @@
-#include "backends/executor.h"
+#include "core/threads/executor.h"
 
-#include "backends/backend.h"
+#include "core/threads/executor.h"
 
 #include <utility>
 
-namespace meshrt::backend {
+namespace meshrt::core {
 
 namespace {
 thread_local bool t_on_executor = false;
@@ -47,4 +47,4 @@ void Executor::loop() {
   }
 }
 
-}  // namespace meshrt::backend
+}  // namespace meshrt::core

@@ -1,4 +1,4 @@
-#include "runtime/error.h"
+#include "core/error.h"
 
 namespace meshrt {
 Error::Error(const std::string& what) : std::runtime_error(what) {}

@@ -3,7 +3,7 @@
 
 #include <cstddef>
 
-namespace meshrt::coll {
+namespace meshrt::core {
 
 template <class F>
 void for_each_runs(const std::vector<int64_t>& extent, const std::vector<const View*>& views, F&& fn) {
@@ -58,4 +58,4 @@ void for_each_runs(const std::vector<int64_t>& extent, const std::vector<const V
   }
 }
 
-}  // namespace meshrt::coll
+}  // namespace meshrt::core

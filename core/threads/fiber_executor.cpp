@@ -1,4 +1,4 @@
-#include "backends/fiber_executor.h"
+#include "core/threads/fiber_executor.h"
 
 #include <pthread.h>
 #include <sched.h>
@@ -9,8 +9,8 @@
 #include <cstring>
 #include <string>
 
-#include "backends/backend.h"
-#include "runtime/error.h"
+#include "core/threads/executor.h"
+#include "core/error.h"
 
 #if defined(__SANITIZE_THREAD__)
 #include <sanitizer/tsan_interface.h>
@@ -21,7 +21,7 @@
 #define MESHRT_FIBER_ASAN 1
 #endif
 
-namespace meshrt::backend {
+namespace meshrt::core {
 
 namespace {
 using Clock = std::chrono::steady_clock;
@@ -285,4 +285,4 @@ bool cooperative_wait(const std::atomic<uint32_t>& word, uint32_t value, std::ch
   return true;
 }
 
-}  // namespace meshrt::backend
+}  // namespace meshrt::core

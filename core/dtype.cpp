@@ -1,7 +1,7 @@
-#include "runtime/dtype.h"
+#include "core/dtype.h"
 
-#include "runtime/detail/strings.h"
-#include "runtime/error.h"
+#include "core/strings.h"
+#include "core/error.h"
 
 namespace meshrt {
 

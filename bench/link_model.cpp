@@ -1,13 +1,12 @@
-#include "collectives/link_model.h"
+#include "bench/link_model.h"
 
 #include <algorithm>
 #include <cmath>
 #include <map>
 #include <sstream>
 
-#include "runtime/error.h"
 
-namespace meshrt::coll {
+namespace meshrt::bench {
 
 namespace {
 
@@ -110,7 +109,7 @@ double LinkModel::step_time(int64_t n, const std::vector<Transfer>& transfers) c
   return alpha_ * static_cast<double>(max_hops) + worst / beta_;
 }
 
-double LinkModel::collective_time(Kind kind, Algo algo, int64_t n, double bytes) const {
+double LinkModel::collective_time(Op op, CollectiveAlgo algo, int64_t n, double bytes) const {
   if (n <= 1) return 0;
   std::vector<Transfer> step;
   auto ring_steps = [&](int64_t steps, double chunk, bool bidi) {
@@ -135,21 +134,18 @@ double LinkModel::collective_time(Kind kind, Algo algo, int64_t n, double bytes)
     }
     return step_time(n, step);
   };
-  const bool bidi = algo == Algo::bidi_ring;
+  const bool bidi = algo == CollectiveAlgo::bidi_ring;
   const double nn = static_cast<double>(n);
-  switch (kind) {
-    case Kind::psum:
-    case Kind::pmean:
-    case Kind::pmax:
-    case Kind::pmin:  // reduce-scatter then all-gather
-      if (algo == Algo::direct) return 2 * all_pairs(bytes / nn);
+  switch (op) {
+    case Op::all_reduce:  // reduce-scatter then all-gather
+      if (algo == CollectiveAlgo::direct) return 2 * all_pairs(bytes / nn);
       return ring_steps(2 * (n - 1), bytes / nn, bidi);
-    case Kind::all_gather:  // bytes = gathered output
-    case Kind::psum_scatter:  // bytes = input
-      if (algo == Algo::direct) return all_pairs(bytes / nn);
+    case Op::all_gather:  // bytes = gathered output
+    case Op::reduce_scatter:  // bytes = input
+      if (algo == CollectiveAlgo::direct) return all_pairs(bytes / nn);
       return ring_steps(n - 1, bytes / nn, bidi);
-    case Kind::all_to_all: {  // bytes = input; chunk bytes/n to every peer
-      if (algo == Algo::direct) return all_pairs(bytes / nn);
+    case Op::all_to_all: {  // bytes = input; chunk bytes/n to every peer
+      if (algo == CollectiveAlgo::direct) return all_pairs(bytes / nn);
       double t = 0;  // pairwise: step s sends to me + s
       for (int64_t s = 1; s < n; ++s) {
         step.clear();
@@ -158,7 +154,7 @@ double LinkModel::collective_time(Kind kind, Algo algo, int64_t n, double bytes)
       }
       return t;
     }
-    case Kind::ppermute:
+    case Op::ppermute:
       step.clear();
       for (int64_t i = 0; i < n; ++i) step.push_back({i, (i + 1) % n, bytes});
       return step_time(n, step);
@@ -166,4 +162,4 @@ double LinkModel::collective_time(Kind kind, Algo algo, int64_t n, double bytes)
   return 0;
 }
 
-}  // namespace meshrt::coll
+}  // namespace meshrt::bench

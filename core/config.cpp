@@ -1,0 +1,135 @@
+#include "core/config.h"
+
+#include <cerrno>
+#include <cstdlib>
+
+#include "core/error.h"
+#include "core/strings.h"
+
+namespace meshrt::config {
+namespace {
+
+// The value of `name`, or nullopt when unset or empty.
+std::optional<std::string> raw(const char* name) {
+  const char* v = std::getenv(name);
+  if (v == nullptr || *v == '\0') return std::nullopt;
+  return std::string(v);
+}
+
+[[noreturn]] void bad(std::string_view component, std::string_view name, const std::string& value,
+                      std::string_view expected) {
+  throw Error(detail::cat("[", component, "] ", name, "='", value, "' is not ", expected));
+}
+
+int64_t integer(const char* name, std::string_view component, int64_t lo, int64_t hi, int64_t dflt,
+                std::string_view expected) {
+  auto v = raw(name);
+  if (!v) return dflt;
+  char* end = nullptr;
+  errno = 0;
+  const long long x = std::strtoll(v->c_str(), &end, 10);
+  if (errno != 0 || *end != '\0' || x < lo || x > hi) bad(component, name, *v, expected);
+  return x;
+}
+
+std::string choice(const char* name, std::string_view component, std::vector<std::string_view> allowed) {
+  auto v = raw(name);
+  if (!v) return std::string(allowed.front());
+  for (std::string_view a : allowed) {
+    if (*v == a) return *v;
+  }
+  bad(component, name, *v, detail::cat("one of ", detail::join(allowed, ", ", [](std::string_view a) {
+                                         return std::string(a);
+                                       })));
+}
+
+bool flag(const char* name, std::string_view component) {
+  return choice(name, component, {"0", "1"}) == "1";
+}
+
+}  // namespace
+
+const std::vector<Variable>& variables() {
+  static const std::vector<Variable> table = {
+      {"MESHRT_CPU_DEVICES", "1..4096", "1",
+       "number of simulated cpu devices (set_cpu_device_count(n) before first use wins)"},
+      {"MESHRT_PLATFORM", "cpu, cuda", "cuda if usable, else cpu",
+       "default platform for devices() / make_mesh (set_cpu_device_count picks cpu)"},
+      {"MESHRT_CPU_EXECUTOR", "threads, fibers, auto", "auto",
+       "how simulated devices run: one thread each, fibers on one worker per core, or fibers when "
+       "devices outnumber cores"},
+      {"MESHRT_COLLECTIVE_ALGO", "auto, direct, ring, bidi_ring, native", "auto",
+       "collective algorithm when a call does not choose"},
+      {"MESHRT_DETERMINISTIC", "0, 1", "0", "1: reductions give direct's bits under every algorithm"},
+      {"MESHRT_COLLECTIVE_TIMEOUT", "seconds > 0", "300",
+       "seconds before a collective whose peers never arrive is an error"},
+      {"MESHRT_CUDA_DEVICES_PER_GPU", "1..64", "1",
+       "logical cuda devices per GPU, each with its own executor, streams and memory accounting"},
+      {"MESHRT_CUDA_CACHE_BYTES", "bytes >= 0", "a quarter of the GPU's share",
+       "freed GPU memory each logical cuda device keeps for reuse"},
+      {"MESHRT_SHARDING", "auto, explicit", "auto",
+       "explicit: an implicit reshard in a global-view op is an error"},
+      {"MESHRT_LOG_COLLECTIVES", "0, 1", "0", "1: print every collective the global view inserts"},
+      {"MESHRT_PRNG_STREAM", "current, legacy", "current", "default stream of random::key"},
+  };
+  return table;
+}
+
+int cpu_devices() {
+  return static_cast<int>(integer("MESHRT_CPU_DEVICES", "devices", 1, kMaxCpuDevices, 1,
+                                  detail::cat("a device count between 1 and ", kMaxCpuDevices,
+                                              "; set it to the number of simulated cpu devices, "
+                                              "e.g. MESHRT_CPU_DEVICES=8")));
+}
+
+std::string platform() {
+  auto v = raw("MESHRT_PLATFORM");
+  if (!v) return "";
+  if (*v != "cpu" && *v != "cuda") bad("devices", "MESHRT_PLATFORM", *v, "a platform; use cpu or cuda");
+  return *v;
+}
+
+CpuExecutor cpu_executor() {
+  const std::string m = choice("MESHRT_CPU_EXECUTOR", "cpu", {"auto", "threads", "fibers"});
+  if (m == "threads") return CpuExecutor::threads;
+  if (m == "fibers") return CpuExecutor::fibers;
+  return CpuExecutor::automatic;
+}
+
+std::string collective_algo() {
+  return choice("MESHRT_COLLECTIVE_ALGO", "shard_map", {"auto", "direct", "ring", "bidi_ring", "native"});
+}
+
+bool deterministic() { return flag("MESHRT_DETERMINISTIC", "shard_map"); }
+
+std::chrono::milliseconds collective_timeout() {
+  auto v = raw("MESHRT_COLLECTIVE_TIMEOUT");
+  if (!v) return std::chrono::seconds(300);
+  char* end = nullptr;
+  const double s = std::strtod(v->c_str(), &end);
+  if (*end != '\0' || !(s > 0) || s > 1e7) {
+    bad("shard_map", "MESHRT_COLLECTIVE_TIMEOUT", *v,
+        "a positive number of seconds; e.g. MESHRT_COLLECTIVE_TIMEOUT=60");
+  }
+  return std::chrono::milliseconds(static_cast<int64_t>(s * 1000));
+}
+
+int cuda_devices_per_gpu() {
+  return static_cast<int>(integer("MESHRT_CUDA_DEVICES_PER_GPU", "cuda", 1, kMaxCudaDevicesPerGpu, 1,
+                                  detail::cat("a count between 1 and ", kMaxCudaDevicesPerGpu,
+                                              "; set it to the number of logical devices per GPU, e.g. 4")));
+}
+
+std::optional<size_t> cuda_cache_bytes() {
+  if (!raw("MESHRT_CUDA_CACHE_BYTES")) return std::nullopt;
+  return static_cast<size_t>(integer("MESHRT_CUDA_CACHE_BYTES", "cuda", 0, INT64_MAX, 0,
+                                     "a byte count >= 0, e.g. MESHRT_CUDA_CACHE_BYTES=1073741824"));
+}
+
+bool explicit_sharding() { return choice("MESHRT_SHARDING", "sharding", {"auto", "explicit"}) == "explicit"; }
+
+bool log_collectives() { return flag("MESHRT_LOG_COLLECTIVES", "collective_log"); }
+
+std::string prng_stream() { return choice("MESHRT_PRNG_STREAM", "random", {"current", "legacy"}); }
+
+}  // namespace meshrt::config

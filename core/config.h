@@ -1,0 +1,54 @@
+// core/config.h: every MESHRT_* environment variable, parsed and validated in one place.
+//
+// Each getter reads the variable when called (a program may set it before the first use of
+// what it controls) and throws meshrt::Error, naming the variable, the bad value and a valid
+// example, when the value is malformed. `variables()` is the table the README documents.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace meshrt::config {
+
+// One documented variable: its name, the values it takes, its default, and what it does.
+struct Variable {
+  std::string_view name;
+  std::string_view values;
+  std::string_view default_value;
+  std::string_view meaning;
+};
+const std::vector<Variable>& variables();
+
+inline constexpr int kMaxCpuDevices = 4096;
+inline constexpr int kMaxCudaDevicesPerGpu = 64;
+
+// MESHRT_CPU_DEVICES: simulated cpu devices, 1..kMaxCpuDevices (default 1).
+int cpu_devices();
+// MESHRT_PLATFORM: "cpu", "cuda", or empty when unset (the runtime then picks).
+std::string platform();
+// MESHRT_CPU_EXECUTOR: how simulated devices run.
+enum class CpuExecutor { threads, fibers, automatic };
+CpuExecutor cpu_executor();
+// MESHRT_COLLECTIVE_ALGO: "auto" (default), "direct", "ring", "bidi_ring" or "native".
+std::string collective_algo();
+// MESHRT_DETERMINISTIC: 0 (default) or 1.
+bool deterministic();
+// MESHRT_COLLECTIVE_TIMEOUT: seconds (> 0) before a collective whose peers never arrive fails.
+std::chrono::milliseconds collective_timeout();
+// MESHRT_CUDA_DEVICES_PER_GPU: logical cuda devices per GPU, 1..kMaxCudaDevicesPerGpu (default 1).
+int cuda_devices_per_gpu();
+// MESHRT_CUDA_CACHE_BYTES: freed GPU bytes each logical device keeps; unset: the backend's default.
+std::optional<size_t> cuda_cache_bytes();
+// MESHRT_SHARDING: false for "auto" (default), true for "explicit".
+bool explicit_sharding();
+// MESHRT_LOG_COLLECTIVES: 0 (default) or 1.
+bool log_collectives();
+// MESHRT_PRNG_STREAM: "current" (default) or "legacy".
+std::string prng_stream();
+
+}  // namespace meshrt::config
