@@ -23,7 +23,7 @@ for arg in "$@"; do
 done
 
 packages=(build-essential cmake ninja-build ccache pkg-config libtbb-dev libopenblas-dev
-          libgtest-dev libgmock-dev libbenchmark-dev)
+          libgtest-dev libgmock-dev libbenchmark-dev clang-format)
 
 install_missing() {
   local missing=()

@@ -10,8 +10,8 @@ Buffer::~Buffer() { backend_->deallocate(device_, data_, bytes_); }
 
 namespace {
 [[noreturn]] void unsupported(const Backend& b, const char* what) {
-  throw Error(std::string("[collectives] the ") + std::string(b.platform()) + " platform does not provide " + what +
-              "; this is a meshrt bug, please report it");
+  throw Error(std::string("[collectives] the ") + std::string(b.platform()) +
+              " platform does not provide " + what + "; this is a meshrt bug, please report it");
 }
 }  // namespace
 
@@ -20,15 +20,18 @@ void Backend::coll_copy_2d(int, void*, size_t, const void*, size_t, size_t, size
   unsupported(*this, "collective data movement");
 }
 void Backend::coll_zero(int, void*, size_t) { unsupported(*this, "collective data movement"); }
-void Backend::coll_fold(int, FoldOp, DType, DType, void*, const std::vector<const void*>&, int64_t) {
+void Backend::coll_fold(int, FoldOp, DType, DType, void*, const std::vector<const void*>&,
+                        int64_t) {
   unsupported(*this, "collective reductions");
 }
 void Backend::coll_fold_rows(int device, FoldOp op, DType dtype, void* dst, int64_t dpitch,
-                             const std::vector<const void*>& srcs, int64_t spitch, int64_t len, int64_t rows) {
+                             const std::vector<const void*>& srcs, int64_t spitch, int64_t len,
+                             int64_t rows) {
   const auto e = static_cast<int64_t>(dtype_size(dtype));
   std::vector<const void*> row(srcs.size());
   for (int64_t r = 0; r < rows; ++r) {
-    for (size_t j = 0; j < srcs.size(); ++j) row[j] = static_cast<const char*>(srcs[j]) + r * spitch * e;
+    for (size_t j = 0; j < srcs.size(); ++j)
+      row[j] = static_cast<const char*>(srcs[j]) + r * spitch * e;
     coll_fold(device, op, dtype, dtype, static_cast<char*>(dst) + r * dpitch * e, row, len);
   }
 }
@@ -41,15 +44,18 @@ void Backend::coll_wait_token(int, void*) { unsupported(*this, "collective data 
 void Backend::coll_release_token(int, void*) noexcept {}
 
 std::string Backend::native_unavailable(const std::vector<int>&) {
-  return std::string("the ") + std::string(platform()) + " platform has no native collective library";
+  return std::string("the ") + std::string(platform()) +
+         " platform has no native collective library";
 }
-void Backend::native_all_reduce(int, const std::vector<int>&, FoldOp, DType, const void*, void*, int64_t) {
+void Backend::native_all_reduce(int, const std::vector<int>&, FoldOp, DType, const void*, void*,
+                                int64_t) {
   unsupported(*this, "native collectives");
 }
 void Backend::native_all_gather(int, const std::vector<int>&, const void*, void*, int64_t) {
   unsupported(*this, "native collectives");
 }
-void Backend::native_reduce_scatter(int, const std::vector<int>&, DType, const void*, void*, int64_t) {
+void Backend::native_reduce_scatter(int, const std::vector<int>&, DType, const void*, void*,
+                                    int64_t) {
   unsupported(*this, "native collectives");
 }
 void Backend::native_send_recv(int, const std::vector<int>&, const std::vector<Transfer>&,

@@ -85,14 +85,15 @@ class Backend {
   virtual void unary(int device, UnaryOp op, DType in, DType out, const std::vector<int64_t>& shape,
                      const Strided& x, void* y) = 0;
   // y = op(a, b); comparisons write bool.
-  virtual void binary(int device, BinaryOp op, DType in, DType out, const std::vector<int64_t>& shape,
-                      const Strided& a, const Strided& b, void* y) = 0;
+  virtual void binary(int device, BinaryOp op, DType in, DType out,
+                      const std::vector<int64_t>& shape, const Strided& a, const Strided& b,
+                      void* y) = 0;
   // y = cond ? a : b (cond is bool).
-  virtual void select(int device, DType dtype, const std::vector<int64_t>& shape, const Strided& cond,
-                      const Strided& a, const Strided& b, void* y) = 0;
+  virtual void select(int device, DType dtype, const std::vector<int64_t>& shape,
+                      const Strided& cond, const Strided& a, const Strided& b, void* y) = 0;
   // x is dense [outer, len, inner]; y is dense [outer, inner] (argmax writes int64).
-  virtual void reduce(int device, ReduceOp op, DType dtype, int64_t outer, int64_t len, int64_t inner,
-                      const void* x, void* y) = 0;
+  virtual void reduce(int device, ReduceOp op, DType dtype, int64_t outer, int64_t len,
+                      int64_t inner, const void* x, void* y) = 0;
   // c[b] = a[b] @ b[b] for `batch` dense row-major (m, k) x (k, n) matrices.
   virtual void matmul(int device, DType dtype, int64_t batch, int64_t m, int64_t n, int64_t k,
                       const void* a, const void* b, void* c) = 0;
@@ -111,19 +112,21 @@ class Backend {
   // Before a device joins a collective: its earlier work (which produced the inputs, and any use
   // of the memory the outputs reuse) is complete.
   virtual void coll_begin(int device);
-  virtual void coll_copy_2d(int device, void* dst, size_t dpitch, const void* src, size_t spitch, size_t width,
-                            size_t height);
+  virtual void coll_copy_2d(int device, void* dst, size_t dpitch, const void* src, size_t spitch,
+                            size_t width, size_t height);
   virtual void coll_zero(int device, void* dst, size_t bytes);
   // dst[e] = fold(op, srcs[0][e], srcs[1][e], ...) in srcs order (dst may alias a source).
-  virtual void coll_fold(int device, FoldOp op, DType in, DType out, void* dst, const std::vector<const void*>& srcs,
-                         int64_t len);
+  virtual void coll_fold(int device, FoldOp op, DType in, DType out, void* dst,
+                         const std::vector<const void*>& srcs, int64_t len);
   // The same over `rows` rows of `len` elements (sum, max, min; in and out `dtype`): row r of dst
   // starts `r * dpitch` elements after dst, of each source `r * spitch` after it. The default
   // folds row by row; a GPU does it in one launch.
   virtual void coll_fold_rows(int device, FoldOp op, DType dtype, void* dst, int64_t dpitch,
-                              const std::vector<const void*>& srcs, int64_t spitch, int64_t len, int64_t rows);
+                              const std::vector<const void*>& srcs, int64_t spitch, int64_t len,
+                              int64_t rows);
   // dst = sum / divisor in `out` (pmean's last step after a sum in the input dtype).
-  virtual void coll_mean(int device, DType in, DType out, void* dst, const void* sum, int64_t len, int64_t divisor);
+  virtual void coll_mean(int device, DType in, DType out, void* dst, const void* sum, int64_t len,
+                         int64_t divisor);
   virtual void coll_fence(int device);
   // Device-side ordering between members, without the host waiting on a stream: coll_signal
   // returns a token marking everything queued so far on the device's communication stream;
@@ -137,20 +140,22 @@ class Backend {
   // device indices in group order; every member calls the same function after the rendezvous.
   // Why native cannot serve `group` ("" when it can).
   virtual std::string native_unavailable(const std::vector<int>& group);
-  virtual void native_all_reduce(int device, const std::vector<int>& group, FoldOp op, DType dtype, const void* in,
-                                 void* out, int64_t count);
+  virtual void native_all_reduce(int device, const std::vector<int>& group, FoldOp op, DType dtype,
+                                 const void* in, void* out, int64_t count);
   // out = the members' `bytes` each, concatenated in group order.
-  virtual void native_all_gather(int device, const std::vector<int>& group, const void* in, void* out, int64_t bytes);
+  virtual void native_all_gather(int device, const std::vector<int>& group, const void* in,
+                                 void* out, int64_t bytes);
   // out = sum over members of their input's chunk `my group index` (`count` elements per chunk).
-  virtual void native_reduce_scatter(int device, const std::vector<int>& group, DType dtype, const void* in, void* out,
-                                     int64_t count);
+  virtual void native_reduce_scatter(int device, const std::vector<int>& group, DType dtype,
+                                     const void* in, void* out, int64_t count);
   struct Transfer {
     int64_t peer;  // group index
     void* data;
     int64_t bytes;
   };
   // Posts all sends and receives as one group (no ordering deadlock), then returns.
-  virtual void native_send_recv(int device, const std::vector<int>& group, const std::vector<Transfer>& sends,
+  virtual void native_send_recv(int device, const std::vector<int>& group,
+                                const std::vector<Transfer>& sends,
                                 const std::vector<Transfer>& recvs);
 };
 

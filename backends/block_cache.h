@@ -23,7 +23,8 @@ class BlockCache {
  public:
   static constexpr size_t kAlignment = 64;
   // `release` returns a block to the system (free, cudaFree).
-  BlockCache(size_t limit, std::function<void(void*)> release) : limit_(limit), release_(std::move(release)) {}
+  BlockCache(size_t limit, std::function<void(void*)> release)
+      : limit_(limit), release_(std::move(release)) {}
   BlockCache(const BlockCache&) = delete;
   BlockCache& operator=(const BlockCache&) = delete;
   ~BlockCache() { trim(); }

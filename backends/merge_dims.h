@@ -17,13 +17,15 @@ struct MergedDims {
   std::vector<std::vector<int64_t>> strides;  // per operand, one per merged dimension
 };
 
-inline MergedDims merge_dims(const std::vector<int64_t>& shape, const std::vector<const std::vector<int64_t>*>& strides) {
+inline MergedDims merge_dims(const std::vector<int64_t>& shape,
+                             const std::vector<const std::vector<int64_t>*>& strides) {
   MergedDims m;
   m.strides.resize(strides.size());
   for (size_t d = 0; d < shape.size(); ++d) {
     if (shape[d] == 1) continue;
     bool merge = !m.size.empty();
-    for (size_t i = 0; merge && i < strides.size(); ++i) merge = m.strides[i].back() == (*strides[i])[d] * shape[d];
+    for (size_t i = 0; merge && i < strides.size(); ++i)
+      merge = m.strides[i].back() == (*strides[i])[d] * shape[d];
     if (merge) {
       m.size.back() *= shape[d];
       for (size_t i = 0; i < strides.size(); ++i) m.strides[i].back() = (*strides[i])[d];

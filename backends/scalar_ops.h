@@ -22,11 +22,16 @@ namespace meshrt::backend::scalar {
 template <class F>
 decltype(auto) visit_dtype(DType t, F&& f) {
   switch (t) {
-    case DType::f32: return f(float{});
-    case DType::f64: return f(double{});
-    case DType::i32: return f(int32_t{});
-    case DType::i64: return f(int64_t{});
-    case DType::bool_: break;
+    case DType::f32:
+      return f(float{});
+    case DType::f64:
+      return f(double{});
+    case DType::i32:
+      return f(int32_t{});
+    case DType::i64:
+      return f(int64_t{});
+    case DType::bool_:
+      break;
   }
   return f(bool{});
 }
@@ -68,13 +73,17 @@ MESHRT_HD T wrap_mul(T a, T b) {
 // max/min propagate NaN, as XLA's.
 template <class T>
 MESHRT_HD T max_nan(T a, T b) {
-  if constexpr (std::is_floating_point_v<T>) return (a > b || a != a) ? a : b;
-  else return a > b ? a : b;
+  if constexpr (std::is_floating_point_v<T>)
+    return (a > b || a != a) ? a : b;
+  else
+    return a > b ? a : b;
 }
 template <class T>
 MESHRT_HD T min_nan(T a, T b) {
-  if constexpr (std::is_floating_point_v<T>) return (a < b || a != a) ? a : b;
-  else return a < b ? a : b;
+  if constexpr (std::is_floating_point_v<T>)
+    return (a < b || a != a) ? a : b;
+  else
+    return a < b ? a : b;
 }
 // Collective pmax/pmin folds (XLA's CPU all-reduce, checked against JAX): std::max/std::min's
 // comparisons, so a NaN met as the second operand is dropped (pmax of 1, NaN, 5 is 5).
@@ -89,8 +98,10 @@ MESHRT_HD T fold_min(T a, T b) {
 // argmax: does v at a later index replace the best so far? (first maximum; a NaN wins and stays)
 template <class T>
 MESHRT_HD bool argmax_better(T best, T v) {
-  if constexpr (std::is_floating_point_v<T>) return (best == best) && (v > best || v != v);
-  else return v > best;
+  if constexpr (std::is_floating_point_v<T>)
+    return (best == best) && (v > best || v != v);
+  else
+    return v > best;
 }
 
 // The unary ops of backend::UnaryOp other than copy, by number (neg=1 ... relu=8), so this
@@ -103,21 +114,33 @@ MESHRT_HD T unary(int op, T v) {
     return v;
   } else if constexpr (std::is_floating_point_v<T>) {
     switch (op) {
-      case kNeg: return -v;
-      case kExp: return std::exp(v);
-      case kLog: return std::log(v);
-      case kSin: return std::sin(v);
-      case kCos: return std::cos(v);
-      case kTanh: return std::tanh(v);
-      case kSqrt: return std::sqrt(v);
-      case kRelu: return v > T(0) ? v : (v != v ? v : T(0));
-      default: return v;
+      case kNeg:
+        return -v;
+      case kExp:
+        return std::exp(v);
+      case kLog:
+        return std::log(v);
+      case kSin:
+        return std::sin(v);
+      case kCos:
+        return std::cos(v);
+      case kTanh:
+        return std::tanh(v);
+      case kSqrt:
+        return std::sqrt(v);
+      case kRelu:
+        return v > T(0) ? v : (v != v ? v : T(0));
+      default:
+        return v;
     }
   } else {
     switch (op) {
-      case kNeg: return wrap_sub(T(0), v);
-      case kRelu: return v > 0 ? v : T(0);
-      default: return v;
+      case kNeg:
+        return wrap_sub(T(0), v);
+      case kRelu:
+        return v > 0 ? v : T(0);
+      default:
+        return v;
     }
   }
 }

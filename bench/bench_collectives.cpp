@@ -2,11 +2,10 @@
 // Run: ./run.sh bench. An iteration is one shard_map launch running the collective `calls` times
 // back to back on 8 simulated cpu devices; the us_per_call counter is the time per call.
 #include <benchmark/benchmark.h>
+#include <meshrt/meshrt.h>
 
 #include <chrono>
 #include <vector>
-
-#include <meshrt/meshrt.h>
 
 namespace {
 
@@ -16,7 +15,8 @@ using namespace meshrt;
 template <class Op>
 double per_call_seconds(int64_t elems, int64_t calls, Op op) {
   Mesh mesh = make_mesh({8}, {"x"});
-  Array x = device_put(std::vector<float>(static_cast<size_t>(8 * elems), 1.f), {8 * elems}, NamedSharding(mesh, P("x")));
+  Array x = device_put(std::vector<float>(static_cast<size_t>(8 * elems), 1.f), {8 * elems},
+                       NamedSharding(mesh, P("x")));
   double seconds = 0;
   shard_map(
       [&](Context& c, const Tensor& t) {
@@ -34,7 +34,9 @@ double per_call_seconds(int64_t elems, int64_t calls, Op op) {
 }
 
 CollectiveOptions algo(int64_t a) {
-  return {a == 0 ? CollectiveAlgo::direct : a == 1 ? CollectiveAlgo::ring : CollectiveAlgo::bidi_ring};
+  return {a == 0   ? CollectiveAlgo::direct
+          : a == 1 ? CollectiveAlgo::ring
+                   : CollectiveAlgo::bidi_ring};
 }
 
 void set_label(benchmark::State& state) {
@@ -57,7 +59,9 @@ void finish(benchmark::State& state, double total) {
 void BM_rendezvous_psum_1_float(benchmark::State& state) {
   double total = 0;
   for (auto _ : state) {
-    record(state, per_call_seconds(1, kSmallCalls, [](Context& c, const Tensor& t) { return c.psum(t, "x"); }),
+    record(state,
+           per_call_seconds(1, kSmallCalls,
+                            [](Context& c, const Tensor& t) { return c.psum(t, "x"); }),
            kSmallCalls, &total);
   }
   finish(state, total);
@@ -67,7 +71,11 @@ void BM_psum(benchmark::State& state) {
   const int64_t elems = state.range(0) / 4;
   const CollectiveOptions o = algo(state.range(1));
   double total = 0;
-  for (auto _ : state) record(state, per_call_seconds(elems, kCalls, [&](Context& c, const Tensor& t) { return c.psum(t, "x", o); }), kCalls, &total);
+  for (auto _ : state)
+    record(state,
+           per_call_seconds(elems, kCalls,
+                            [&](Context& c, const Tensor& t) { return c.psum(t, "x", o); }),
+           kCalls, &total);
   finish(state, total);
   state.SetBytesProcessed(state.iterations() * kCalls * state.range(0));
   set_label(state);
@@ -77,7 +85,12 @@ void BM_all_gather(benchmark::State& state) {
   const int64_t elems = state.range(0) / 4 / 8;
   const CollectiveOptions o = algo(state.range(1));
   double total = 0;
-  for (auto _ : state) record(state, per_call_seconds(elems, kCalls, [&](Context& c, const Tensor& t) { return c.all_gather(t, "x", 0, true, o); }), kCalls, &total);
+  for (auto _ : state)
+    record(state,
+           per_call_seconds(
+               elems, kCalls,
+               [&](Context& c, const Tensor& t) { return c.all_gather(t, "x", 0, true, o); }),
+           kCalls, &total);
   finish(state, total);
   state.SetBytesProcessed(state.iterations() * kCalls * state.range(0));
   set_label(state);
@@ -87,7 +100,12 @@ void BM_psum_scatter(benchmark::State& state) {
   const int64_t elems = state.range(0) / 4;
   const CollectiveOptions o = algo(state.range(1));
   double total = 0;
-  for (auto _ : state) record(state, per_call_seconds(elems, kCalls, [&](Context& c, const Tensor& t) { return c.psum_scatter(t, "x", 0, true, o); }), kCalls, &total);
+  for (auto _ : state)
+    record(state,
+           per_call_seconds(
+               elems, kCalls,
+               [&](Context& c, const Tensor& t) { return c.psum_scatter(t, "x", 0, true, o); }),
+           kCalls, &total);
   finish(state, total);
   state.SetBytesProcessed(state.iterations() * kCalls * state.range(0));
   set_label(state);
@@ -97,7 +115,12 @@ void BM_all_to_all(benchmark::State& state) {
   const int64_t elems = state.range(0) / 4;
   const CollectiveOptions o = algo(state.range(1));
   double total = 0;
-  for (auto _ : state) record(state, per_call_seconds(elems, kCalls, [&](Context& c, const Tensor& t) { return c.all_to_all(t, "x", 0, 0, true, o); }), kCalls, &total);
+  for (auto _ : state)
+    record(state,
+           per_call_seconds(
+               elems, kCalls,
+               [&](Context& c, const Tensor& t) { return c.all_to_all(t, "x", 0, 0, true, o); }),
+           kCalls, &total);
   finish(state, total);
   state.SetBytesProcessed(state.iterations() * kCalls * state.range(0));
   set_label(state);
@@ -107,9 +130,14 @@ void BM_ppermute(benchmark::State& state) {
   const int64_t elems = state.range(0) / 4;
   double total = 0;
   for (auto _ : state) {
-    record(state, per_call_seconds(elems, kCalls, [](Context& c, const Tensor& t) {
-      return c.ppermute(t, "x", {{0, 1}, {1, 2}, {2, 3}, {3, 4}, {4, 5}, {5, 6}, {6, 7}, {7, 0}});
-    }), kCalls, &total);
+    record(state,
+           per_call_seconds(elems, kCalls,
+                            [](Context& c, const Tensor& t) {
+                              return c.ppermute(
+                                  t, "x",
+                                  {{0, 1}, {1, 2}, {2, 3}, {3, 4}, {4, 5}, {5, 6}, {6, 7}, {7, 0}});
+                            }),
+           kCalls, &total);
   }
   finish(state, total);
   state.SetBytesProcessed(state.iterations() * kCalls * state.range(0));
@@ -122,7 +150,12 @@ void sizes_and_algos(benchmark::internal::Benchmark* b) {
 }
 
 // A handful of launches each (they are long, and the machine is shared): medians of 5 repetitions.
-#define MESHRT_BENCH(b) b->UseManualTime()->Unit(benchmark::kMillisecond)->Iterations(3)->Repetitions(5)->ReportAggregatesOnly(true)
+#define MESHRT_BENCH(b)               \
+  b->UseManualTime()                  \
+      ->Unit(benchmark::kMillisecond) \
+      ->Iterations(3)                 \
+      ->Repetitions(5)                \
+      ->ReportAggregatesOnly(true)
 MESHRT_BENCH(BENCHMARK(BM_rendezvous_psum_1_float));
 MESHRT_BENCH(BENCHMARK(BM_psum)->Apply(sizes_and_algos));
 MESHRT_BENCH(BENCHMARK(BM_all_gather)->Apply(sizes_and_algos));

@@ -1,11 +1,10 @@
 // Host -> devices (device_put), devices -> host (to_vector) and resharding, against memcpy of
 // the same bytes measured in the same run. Run: ./run.sh bench (8 simulated cpu devices).
 #include <benchmark/benchmark.h>
+#include <meshrt/meshrt.h>
 
 #include <cstring>
 #include <vector>
-
-#include <meshrt/meshrt.h>
 
 namespace {
 
@@ -42,7 +41,8 @@ void BM_device_put_cols(benchmark::State& state) {
 void BM_to_vector(benchmark::State& state) {
   int64_t cols = state.range(0);
   std::vector<float> host(static_cast<size_t>(kRows * cols), 1.f);
-  Array a = device_put(host, {kRows, cols}, NamedSharding(make_mesh({4, 2}, {"x", "y"}), P("x", "y")));
+  Array a =
+      device_put(host, {kRows, cols}, NamedSharding(make_mesh({4, 2}, {"x", "y"}), P("x", "y")));
   for (auto _ : state) benchmark::DoNotOptimize(a.to_vector<float>());
   state.SetBytesProcessed(static_cast<int64_t>(state.iterations() * host.size() * sizeof(float)));
 }

@@ -5,7 +5,6 @@
 #include <map>
 #include <sstream>
 
-
 namespace meshrt::bench {
 
 namespace {
@@ -37,7 +36,8 @@ double parse_bandwidth(const std::string& s) {
   if (unit == "KBps" || unit == "KB/s") return v * 1e3;
   if (unit == "MBps" || unit == "MB/s") return v * 1e6;
   if (unit == "GBps" || unit == "GB/s") return v * 1e9;
-  throw Error("[link_model] bandwidth '" + s + "' needs a unit: Bps, KBps, MBps or GBps (e.g. 100GBps)");
+  throw Error("[link_model] bandwidth '" + s +
+              "' needs a unit: Bps, KBps, MBps or GBps (e.g. 100GBps)");
 }
 
 // Grid for a 2-D torus of n devices: the most square factorisation.
@@ -65,20 +65,27 @@ LinkModel LinkModel::parse(const std::string& spec) {
   std::stringstream ss(spec);
   for (std::string p; std::getline(ss, p, ':');) parts.push_back(p);
   if (parts.size() != 3) {
-    throw Error("[link_model] '" + spec + "' is not topology:latency:bandwidth, e.g. ring:5us:100GBps");
+    throw Error("[link_model] '" + spec +
+                "' is not topology:latency:bandwidth, e.g. ring:5us:100GBps");
   }
   Topology t;
-  if (parts[0] == "ring") t = Topology::ring;
-  else if (parts[0] == "torus2d") t = Topology::torus2d;
-  else if (parts[0] == "full") t = Topology::full;
-  else throw Error("[link_model] topology '" + parts[0] + "' is not ring, torus2d or full");
+  if (parts[0] == "ring")
+    t = Topology::ring;
+  else if (parts[0] == "torus2d")
+    t = Topology::torus2d;
+  else if (parts[0] == "full")
+    t = Topology::full;
+  else
+    throw Error("[link_model] topology '" + parts[0] + "' is not ring, torus2d or full");
   return LinkModel(t, parse_time(parts[1]), parse_bandwidth(parts[2]));
 }
 
 std::string LinkModel::str() const {
   std::ostringstream os;
-  os << (topo_ == Topology::ring ? "ring" : topo_ == Topology::torus2d ? "torus2d" : "full") << ", alpha "
-     << alpha_ * 1e6 << " us, beta " << beta_ / 1e9 << " GB/s per directed link";
+  os << (topo_ == Topology::ring      ? "ring"
+         : topo_ == Topology::torus2d ? "torus2d"
+                                      : "full")
+     << ", alpha " << alpha_ * 1e6 << " us, beta " << beta_ / 1e9 << " GB/s per directed link";
   return os.str();
 }
 
@@ -140,7 +147,7 @@ double LinkModel::collective_time(Op op, CollectiveAlgo algo, int64_t n, double 
     case Op::all_reduce:  // reduce-scatter then all-gather
       if (algo == CollectiveAlgo::direct) return 2 * all_pairs(bytes / nn);
       return ring_steps(2 * (n - 1), bytes / nn, bidi);
-    case Op::all_gather:  // bytes = gathered output
+    case Op::all_gather:      // bytes = gathered output
     case Op::reduce_scatter:  // bytes = input
       if (algo == CollectiveAlgo::direct) return all_pairs(bytes / nn);
       return ring_steps(n - 1, bytes / nn, bidi);

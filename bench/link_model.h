@@ -9,11 +9,11 @@
 // and the collective costs the sum of its steps: the time of every transfer, accumulated.
 #pragma once
 
+#include <meshrt/meshrt.h>
+
 #include <cstdint>
 #include <string>
 #include <vector>
-
-#include <meshrt/meshrt.h>
 
 namespace meshrt::bench {
 
@@ -26,7 +26,8 @@ class LinkModel {
   // "ring:5us:100GBps", "torus2d:1us:50GBps", "full:2us:300GBps" (units: ns, us, ms; B/s with
   // K/M/G and "Bps" or "GBps"). A malformed spec is an Error.
   static LinkModel parse(const std::string& spec);
-  LinkModel(Topology t, double alpha_s, double beta_bytes_per_s) : topo_(t), alpha_(alpha_s), beta_(beta_bytes_per_s) {}
+  LinkModel(Topology t, double alpha_s, double beta_bytes_per_s)
+      : topo_(t), alpha_(alpha_s), beta_(beta_bytes_per_s) {}
 
   struct Transfer {
     int64_t src, dst;

@@ -1,7 +1,8 @@
 // meshrt-bench: collective microbenchmarks in the format of NVIDIA's nccl-tests.
 //
 //   meshrt-bench all_reduce -b 8 -e 64M -f 2 -g 8 --algo all [--link-model ring:5us:100GBps]
-//                [-d float32] [-n 20] [-w 5] [-c 1] [--platform cpu] [--json FILE] [--plot FILE.png]
+//                [-d float32] [-n 20] [-w 5] [-c 1] [--platform cpu] [--json FILE] [--plot
+//                FILE.png]
 //
 // Columns and busbw factors are nccl-tests' (peers.md §A): all_reduce 2(n-1)/n; all_gather,
 // reduce_scatter, all_to_all (n-1)/n; ppermute (a ring shift, like sendrecv) 1. size is the
@@ -9,6 +10,8 @@
 // all_to_all: the input). meshrt's collectives are out-of-place (JAX semantics): the in-place
 // columns read N/A. #wrong counts elements that differ from a host reference on every size.
 // With --link-model the modelled time and busbw of the same algorithm follow.
+#include <meshrt/meshrt.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -23,7 +26,6 @@
 #include <vector>
 
 #include "bench/link_model.h"
-#include <meshrt/meshrt.h>
 
 using namespace meshrt;
 using Clock = std::chrono::steady_clock;
@@ -45,15 +47,18 @@ struct Options {
 };
 
 [[noreturn]] void usage(const std::string& why) {
-  std::fprintf(stderr,
-               "meshrt-bench: %s\n"
-               "usage: meshrt-bench all_reduce|all_gather|reduce_scatter|all_to_all|ppermute\n"
-               "  -b MIN -e MAX (bytes, K/M/G suffixes) -f FACTOR | -i STEP   -g DEVICES   -d float32|float64|int32|int64\n"
-               "  -n ITERS -w WARMUP -c CHECK   --algo direct|ring|bidi_ring|native|auto|all (or a comma list)\n"
-               "  --platform cpu|cuda (cuda: MESHRT_CUDA_DEVICES_PER_GPU=k splits each GPU into k devices)\n"
-               "  --link-model TOPO:LATENCY:BANDWIDTH (ring|torus2d|full, e.g. ring:5us:100GBps)\n"
-               "  --json FILE   --plot FILE.png (needs gnuplot)\n",
-               why.c_str());
+  std::fprintf(
+      stderr,
+      "meshrt-bench: %s\n"
+      "usage: meshrt-bench all_reduce|all_gather|reduce_scatter|all_to_all|ppermute\n"
+      "  -b MIN -e MAX (bytes, K/M/G suffixes) -f FACTOR | -i STEP   -g DEVICES   -d "
+      "float32|float64|int32|int64\n"
+      "  -n ITERS -w WARMUP -c CHECK   --algo direct|ring|bidi_ring|native|auto|all (or a comma "
+      "list)\n"
+      "  --platform cpu|cuda (cuda: MESHRT_CUDA_DEVICES_PER_GPU=k splits each GPU into k devices)\n"
+      "  --link-model TOPO:LATENCY:BANDWIDTH (ring|torus2d|full, e.g. ring:5us:100GBps)\n"
+      "  --json FILE   --plot FILE.png (needs gnuplot)\n",
+      why.c_str());
   std::exit(2);
 }
 
@@ -61,10 +66,14 @@ int64_t parse_size(const std::string& s) {
   char* end = nullptr;
   double v = std::strtod(s.c_str(), &end);
   std::string u = end;
-  if (u == "K" || u == "k") v *= 1024;
-  else if (u == "M" || u == "m") v *= 1024 * 1024;
-  else if (u == "G" || u == "g") v *= 1024.0 * 1024 * 1024;
-  else if (!u.empty()) usage("bad size '" + s + "'");
+  if (u == "K" || u == "k")
+    v *= 1024;
+  else if (u == "M" || u == "m")
+    v *= 1024 * 1024;
+  else if (u == "G" || u == "g")
+    v *= 1024.0 * 1024 * 1024;
+  else if (!u.empty())
+    usage("bad size '" + s + "'");
   return static_cast<int64_t>(v);
 }
 
@@ -72,8 +81,8 @@ Options parse(int argc, char** argv) {
   Options o;
   if (argc < 2) usage("which collective?");
   o.op = argv[1];
-  if (o.op != "all_reduce" && o.op != "all_gather" && o.op != "reduce_scatter" && o.op != "all_to_all" &&
-      o.op != "ppermute") {
+  if (o.op != "all_reduce" && o.op != "all_gather" && o.op != "reduce_scatter" &&
+      o.op != "all_to_all" && o.op != "ppermute") {
     usage("unknown collective '" + o.op + "'");
   }
   for (int i = 2; i < argc; ++i) {
@@ -82,25 +91,42 @@ Options parse(int argc, char** argv) {
       if (i + 1 >= argc) usage(a + " needs a value");
       return argv[++i];
     };
-    if (a == "-b") o.min_bytes = parse_size(next());
-    else if (a == "-e") o.max_bytes = parse_size(next());
-    else if (a == "-f") o.factor = std::stod(next());
-    else if (a == "-i") o.step_bytes = parse_size(next());
-    else if (a == "-g") o.devices = std::stoi(next());
-    else if (a == "-n") o.iters = std::stoi(next());
-    else if (a == "-w") o.warmup = std::stoi(next());
-    else if (a == "-c") o.check = std::stoi(next());
-    else if (a == "--platform") o.platform = next();
-    else if (a == "--json" || a == "-J") o.json = next();
-    else if (a == "--plot") o.plot = next();
-    else if (a == "--link-model") o.model = bench::LinkModel::parse(next());
+    if (a == "-b")
+      o.min_bytes = parse_size(next());
+    else if (a == "-e")
+      o.max_bytes = parse_size(next());
+    else if (a == "-f")
+      o.factor = std::stod(next());
+    else if (a == "-i")
+      o.step_bytes = parse_size(next());
+    else if (a == "-g")
+      o.devices = std::stoi(next());
+    else if (a == "-n")
+      o.iters = std::stoi(next());
+    else if (a == "-w")
+      o.warmup = std::stoi(next());
+    else if (a == "-c")
+      o.check = std::stoi(next());
+    else if (a == "--platform")
+      o.platform = next();
+    else if (a == "--json" || a == "-J")
+      o.json = next();
+    else if (a == "--plot")
+      o.plot = next();
+    else if (a == "--link-model")
+      o.model = bench::LinkModel::parse(next());
     else if (a == "-d") {
       std::string d = next();
-      if (d == "float32" || d == "float") o.dtype = DType::f32;
-      else if (d == "float64" || d == "double") o.dtype = DType::f64;
-      else if (d == "int32") o.dtype = DType::i32;
-      else if (d == "int64") o.dtype = DType::i64;
-      else usage("unknown dtype '" + d + "'");
+      if (d == "float32" || d == "float")
+        o.dtype = DType::f32;
+      else if (d == "float64" || d == "double")
+        o.dtype = DType::f64;
+      else if (d == "int32")
+        o.dtype = DType::i32;
+      else if (d == "int64")
+        o.dtype = DType::i64;
+      else
+        usage("unknown dtype '" + d + "'");
     } else if (a == "--algo") {
       std::string v = next();
       o.algos.clear();
@@ -110,7 +136,8 @@ Options parse(int argc, char** argv) {
         const std::string one = v.substr(at, end - at);
         if (one == "all") {
           for (const char* a : {"direct", "ring", "bidi_ring"}) o.algos.emplace_back(a);
-        } else if (one == "direct" || one == "ring" || one == "bidi_ring" || one == "native" || one == "auto") {
+        } else if (one == "direct" || one == "ring" || one == "bidi_ring" || one == "native" ||
+                   one == "auto") {
           o.algos.push_back(one);
         } else {
           usage("unknown algorithm '" + one + "'");
@@ -121,7 +148,8 @@ Options parse(int argc, char** argv) {
       usage("unknown option '" + a + "'");
     }
   }
-  if (o.min_bytes < 1 || o.max_bytes < o.min_bytes || o.devices < 1 || o.iters < 1 || o.factor <= 1) {
+  if (o.min_bytes < 1 || o.max_bytes < o.min_bytes || o.devices < 1 || o.iters < 1 ||
+      o.factor <= 1) {
     usage("need 1 <= -b <= -e, -g >= 1, -n >= 1, -f > 1");
   }
   return o;
@@ -169,7 +197,8 @@ struct Result {
 double copy_bandwidth(const Mesh& mesh, int64_t bytes, int reps) {
   if (mesh.devices().size() < 2) return 0;
   const int64_t n = std::max<int64_t>(1, bytes / 4);
-  Array x = device_put(std::vector<float>(static_cast<size_t>(n), 1.f), {n}, SingleDeviceSharding(mesh.devices()[0]));
+  Array x = device_put(std::vector<float>(static_cast<size_t>(n), 1.f), {n},
+                       SingleDeviceSharding(mesh.devices()[0]));
   const SingleDeviceSharding to(mesh.devices()[1]);
   std::vector<double> t;
   for (int r = 0; r < reps + 2; ++r) {
@@ -184,9 +213,12 @@ double copy_bandwidth(const Mesh& mesh, int64_t bytes, int reps) {
 
 std::string fmt(double v) {
   char b[32];
-  if (v >= 1e6) std::snprintf(b, sizeof b, "%.0f", v);
-  else if (v >= 1e4) std::snprintf(b, sizeof b, "%.1f", v);
-  else std::snprintf(b, sizeof b, "%.2f", v);
+  if (v >= 1e6)
+    std::snprintf(b, sizeof b, "%.0f", v);
+  else if (v >= 1e4)
+    std::snprintf(b, sizeof b, "%.1f", v);
+  else
+    std::snprintf(b, sizeof b, "%.2f", v);
   return b;
 }
 
@@ -199,14 +231,18 @@ int main(int argc, char** argv) {
     Mesh mesh = make_mesh({o.devices}, {"x"}, o.platform);
     const int64_t n = o.devices, elem = static_cast<int64_t>(dtype_size(o.dtype));
     const char* redop = (o.op == "all_reduce" || o.op == "reduce_scatter") ? "sum" : "none";
-    std::printf("# meshrt-bench (nccl-tests format)\n# Collective test starting: %s_perf\n", o.op.c_str());
-    std::printf("# nThread 1 nGpus %d minBytes %lld maxBytes %lld step: %g(factor) warmup iters: %d iters: %d "
-                "agg iters: 1 validation: %d graph: 0\n#\n# Using devices\n",
-                o.devices, static_cast<long long>(o.min_bytes), static_cast<long long>(o.max_bytes), o.factor, o.warmup,
-                o.iters, o.check);
+    std::printf("# meshrt-bench (nccl-tests format)\n# Collective test starting: %s_perf\n",
+                o.op.c_str());
+    std::printf(
+        "# nThread 1 nGpus %d minBytes %lld maxBytes %lld step: %g(factor) warmup iters: %d iters: "
+        "%d "
+        "agg iters: 1 validation: %d graph: 0\n#\n# Using devices\n",
+        o.devices, static_cast<long long>(o.min_bytes), static_cast<long long>(o.max_bytes),
+        o.factor, o.warmup, o.iters, o.check);
     for (const Device& d : mesh.devices()) {
-      std::printf("#  Rank %2d Group  0 on %s device %2d [%s, %u hardware threads]\n", d.local_index(),
-                  d.platform().data(), d.local_index(), d.str().c_str(), std::thread::hardware_concurrency());
+      std::printf("#  Rank %2d Group  0 on %s device %2d [%s, %u hardware threads]\n",
+                  d.local_index(), d.platform().data(), d.local_index(), d.str().c_str(),
+                  std::thread::hardware_concurrency());
     }
     if (o.model) std::printf("# Link model: %s\n", o.model->str().c_str());
     std::vector<int64_t> sizes;
@@ -219,35 +255,50 @@ int main(int argc, char** argv) {
     const double copy_bw = copy_bandwidth(mesh, sizes.back(), 7);
     if (copy_bw > 0) {
       std::printf("# Baseline: device-to-device copy %s -> %s of %lld B: %s GB/s (median of 7)\n",
-                  mesh.devices()[0].str().c_str(), mesh.devices()[1].str().c_str(), static_cast<long long>(sizes.back()),
-                  fmt(copy_bw / 1e9).c_str());
+                  mesh.devices()[0].str().c_str(), mesh.devices()[1].str().c_str(),
+                  static_cast<long long>(sizes.back()), fmt(copy_bw / 1e9).c_str());
     }
     std::vector<Result> results;
     size_t done = 0;
     for (const std::string& algo : o.algos) {
       std::printf("#\n# Algorithm: %s\n#\n", algo.c_str());
-      std::printf("# %10s %12s %8s %6s %6s %9s %7s %7s %6s %9s %7s %7s %6s%s\n", "", "", "", "", "", "out-of-place", "",
-                  "", "", "in-place", "", "", "", o.model ? "      modelled" : "");
-      std::printf("# %10s %12s %8s %6s %6s %9s %7s %7s %6s %9s %7s %7s %6s%s\n", "size", "count", "type", "redop",
-                  "root", "time", "algbw", "busbw", "#wrong", "time", "algbw", "busbw", "#wrong",
-                  o.model ? "      time   busbw" : "");
-      std::printf("# %10s %12s %8s %6s %6s %9s %7s %7s %6s %9s %7s %7s %6s%s\n", "(B)", "(elements)", "", "", "", "(us)",
-                  "(GB/s)", "(GB/s)", "", "(us)", "(GB/s)", "(GB/s)", "", o.model ? "      (us)  (GB/s)" : "");
+      std::printf("# %10s %12s %8s %6s %6s %9s %7s %7s %6s %9s %7s %7s %6s%s\n", "", "", "", "", "",
+                  "out-of-place", "", "", "", "in-place", "", "", "",
+                  o.model ? "      modelled" : "");
+      std::printf("# %10s %12s %8s %6s %6s %9s %7s %7s %6s %9s %7s %7s %6s%s\n", "size", "count",
+                  "type", "redop", "root", "time", "algbw", "busbw", "#wrong", "time", "algbw",
+                  "busbw", "#wrong", o.model ? "      time   busbw" : "");
+      std::printf("# %10s %12s %8s %6s %6s %9s %7s %7s %6s %9s %7s %7s %6s%s\n", "(B)",
+                  "(elements)", "", "", "", "(us)", "(GB/s)", "(GB/s)", "", "(us)", "(GB/s)",
+                  "(GB/s)", "", o.model ? "      (us)  (GB/s)" : "");
       for (int64_t size : sizes) {
-        std::fprintf(stderr, "\r[meshrt-bench] %s %s %lld B (%zu/%zu)   ", o.op.c_str(), algo.c_str(),
-                     static_cast<long long>(size), ++done, sizes.size() * o.algos.size());
+        std::fprintf(stderr, "\r[meshrt-bench] %s %s %lld B (%zu/%zu)   ", o.op.c_str(),
+                     algo.c_str(), static_cast<long long>(size), ++done,
+                     sizes.size() * o.algos.size());
         const int64_t per = input_elems(o.op, size / elem, n);
         // Device d holds values d + (e % 7): exact sums in every dtype.
         std::vector<double> host(static_cast<size_t>(per * n));
         for (int64_t d = 0; d < n; ++d) {
-          for (int64_t e = 0; e < per; ++e) host[static_cast<size_t>(d * per + e)] = static_cast<double>(d + e % 7);
+          for (int64_t e = 0; e < per; ++e)
+            host[static_cast<size_t>(d * per + e)] = static_cast<double>(d + e % 7);
         }
         Array x;
         switch (o.dtype) {
-          case DType::f32: x = device_put(std::vector<float>(host.begin(), host.end()), {per * n}, NamedSharding(mesh, P("x"))); break;
-          case DType::f64: x = device_put(host, {per * n}, NamedSharding(mesh, P("x"))); break;
-          case DType::i32: x = device_put(std::vector<int32_t>(host.begin(), host.end()), {per * n}, NamedSharding(mesh, P("x"))); break;
-          default: x = device_put(std::vector<int64_t>(host.begin(), host.end()), {per * n}, NamedSharding(mesh, P("x"))); break;
+          case DType::f32:
+            x = device_put(std::vector<float>(host.begin(), host.end()), {per * n},
+                           NamedSharding(mesh, P("x")));
+            break;
+          case DType::f64:
+            x = device_put(host, {per * n}, NamedSharding(mesh, P("x")));
+            break;
+          case DType::i32:
+            x = device_put(std::vector<int32_t>(host.begin(), host.end()), {per * n},
+                           NamedSharding(mesh, P("x")));
+            break;
+          default:
+            x = device_put(std::vector<int64_t>(host.begin(), host.end()), {per * n},
+                           NamedSharding(mesh, P("x")));
+            break;
         }
         CollectiveOptions co{algo_of(algo)};
         std::vector<std::pair<int64_t, int64_t>> shift;
@@ -287,9 +338,12 @@ int main(int argc, char** argv) {
             for (size_t e = 0; e < got.size(); ++e) {
               double want;
               const auto ei = static_cast<int64_t>(e);
-              if (o.op == "all_reduce") want = static_cast<double>(n * (n - 1) / 2 + n * (ei % 7));
-              else if (o.op == "all_gather") want = host[e];
-              else if (o.op == "reduce_scatter") want = static_cast<double>(n * (n - 1) / 2 + n * ((d * (per / n) + ei) % 7));
+              if (o.op == "all_reduce")
+                want = static_cast<double>(n * (n - 1) / 2 + n * (ei % 7));
+              else if (o.op == "all_gather")
+                want = host[e];
+              else if (o.op == "reduce_scatter")
+                want = static_cast<double>(n * (n - 1) / 2 + n * ((d * (per / n) + ei) % 7));
               else if (o.op == "all_to_all") {
                 const int64_t c = per / n, j = ei / c;  // chunk j came from device j
                 want = host[static_cast<size_t>(j * per + d * c + ei % c)];
@@ -301,18 +355,25 @@ int main(int argc, char** argv) {
             }
           }
         }
-        Result res{algo, size, size / elem, t * 1e6, size / t / 1e9, size / t / 1e9 * bus_factor(o.op, n), wrong};
+        Result res{algo,    size,           size / elem,
+                   t * 1e6, size / t / 1e9, size / t / 1e9 * bus_factor(o.op, n),
+                   wrong};
         if (o.model) {
-          const CollectiveAlgo a = algo == "ring" ? CollectiveAlgo::ring : algo == "bidi_ring" ? CollectiveAlgo::bidi_ring : CollectiveAlgo::direct;
-          const double mt = o.model->collective_time(kind_of(o.op), a, n, static_cast<double>(size));
+          const CollectiveAlgo a = algo == "ring"        ? CollectiveAlgo::ring
+                                   : algo == "bidi_ring" ? CollectiveAlgo::bidi_ring
+                                                         : CollectiveAlgo::direct;
+          const double mt =
+              o.model->collective_time(kind_of(o.op), a, n, static_cast<double>(size));
           res.model_us = mt * 1e6;
           res.model_busbw = mt > 0 ? size / mt / 1e9 * bus_factor(o.op, n) : 0;
         }
-        std::printf("  %10lld %12lld %8s %6s %6d %9s %7s %7s %6lld %9s %7s %7s %6s", static_cast<long long>(size),
-                    static_cast<long long>(size / elem), dtype_name(o.dtype).data(), redop, -1, fmt(res.time_us).c_str(),
-                    fmt(res.algbw).c_str(), fmt(res.busbw).c_str(), static_cast<long long>(wrong), "N/A", "N/A", "N/A",
-                    "N/A");
-        if (o.model) std::printf(" %9s %7s", fmt(res.model_us).c_str(), fmt(res.model_busbw).c_str());
+        std::printf("  %10lld %12lld %8s %6s %6d %9s %7s %7s %6lld %9s %7s %7s %6s",
+                    static_cast<long long>(size), static_cast<long long>(size / elem),
+                    dtype_name(o.dtype).data(), redop, -1, fmt(res.time_us).c_str(),
+                    fmt(res.algbw).c_str(), fmt(res.busbw).c_str(), static_cast<long long>(wrong),
+                    "N/A", "N/A", "N/A", "N/A");
+        if (o.model)
+          std::printf(" %9s %7s", fmt(res.model_us).c_str(), fmt(res.model_busbw).c_str());
         std::printf("\n");
         std::fflush(stdout);
         results.push_back(res);
@@ -325,8 +386,10 @@ int main(int argc, char** argv) {
       total_wrong += r.wrong;
       avg += r.busbw;
     }
-    std::printf("# Out of bounds values : %lld %s\n", static_cast<long long>(total_wrong), total_wrong ? "FAILED" : "OK");
-    std::printf("# Avg bus bandwidth    : %s\n#\n", fmt(avg / static_cast<double>(results.size())).c_str());
+    std::printf("# Out of bounds values : %lld %s\n", static_cast<long long>(total_wrong),
+                total_wrong ? "FAILED" : "OK");
+    std::printf("# Avg bus bandwidth    : %s\n#\n",
+                fmt(avg / static_cast<double>(results.size())).c_str());
     // Per algorithm: busbw at the largest size against the copy baseline, and the time at the
     // smallest (the small-message latency).
     for (const std::string& a : o.algos) {
@@ -339,8 +402,8 @@ int main(int argc, char** argv) {
       }
       if (!small) continue;
       std::printf("# %-9s latency at %lld B: %s us;  busbw at %lld B: %s GB/s", a.c_str(),
-                  static_cast<long long>(small->size), fmt(small->time_us).c_str(), static_cast<long long>(large->size),
-                  fmt(large->busbw).c_str());
+                  static_cast<long long>(small->size), fmt(small->time_us).c_str(),
+                  static_cast<long long>(large->size), fmt(large->busbw).c_str());
       if (copy_bw > 0) std::printf(" = %.2fx the copy bandwidth", large->busbw * 1e9 / copy_bw);
       std::printf("\n");
     }
@@ -350,11 +413,15 @@ int main(int argc, char** argv) {
       js << "[\n";
       for (size_t i = 0; i < results.size(); ++i) {
         const Result& r = results[i];
-        js << "  {\"collective\": \"" << o.op << "\", \"algo\": \"" << r.algo << "\", \"devices\": " << n
-           << ", \"size\": " << r.size << ", \"count\": " << r.count << ", \"type\": \"" << dtype_name(o.dtype)
-           << "\", \"redop\": \"" << redop << "\", \"root\": -1, \"out_of_place\": {\"time\": " << r.time_us
-           << ", \"alg_bw\": " << r.algbw << ", \"bus_bw\": " << r.busbw << ", \"nwrong\": " << r.wrong << "}";
-        if (o.model) js << ", \"model\": {\"time\": " << r.model_us << ", \"bus_bw\": " << r.model_busbw << "}";
+        js << "  {\"collective\": \"" << o.op << "\", \"algo\": \"" << r.algo
+           << "\", \"devices\": " << n << ", \"size\": " << r.size << ", \"count\": " << r.count
+           << ", \"type\": \"" << dtype_name(o.dtype) << "\", \"redop\": \"" << redop
+           << "\", \"root\": -1, \"out_of_place\": {\"time\": " << r.time_us
+           << ", \"alg_bw\": " << r.algbw << ", \"bus_bw\": " << r.busbw
+           << ", \"nwrong\": " << r.wrong << "}";
+        if (o.model)
+          js << ", \"model\": {\"time\": " << r.model_us << ", \"bus_bw\": " << r.model_busbw
+             << "}";
         js << ", \"copy_bw\": " << copy_bw / 1e9;
         js << "}" << (i + 1 < results.size() ? "," : "") << "\n";
       }
@@ -366,30 +433,34 @@ int main(int argc, char** argv) {
       for (const std::string& a : o.algos) {
         d << "# " << a << "\n";
         for (const Result& r : results) {
-          if (r.algo == a) d << r.size << " " << r.busbw << " " << (o.model ? r.model_busbw : 0) << "\n";
+          if (r.algo == a)
+            d << r.size << " " << r.busbw << " " << (o.model ? r.model_busbw : 0) << "\n";
         }
         d << "\n\n";
       }
       d.close();
       std::ofstream g(gp);
-      g << "set terminal pngcairo size 900,560 noenhanced\nset output '" << o.plot << "'\nset logscale x 2\n"
+      g << "set terminal pngcairo size 900,560 noenhanced\nset output '" << o.plot
+        << "'\nset logscale x 2\n"
         << "set logscale y 10\nset format x '%.0b%B'\nset key left top\n"
         << "set xlabel 'size (bytes per device)'\nset ylabel 'busbw (GB/s, log scale)'\nset grid\n"
         << "set title 'meshrt-bench " << o.op << ", " << n << " " << o.platform << " devices"
         << (o.model ? ", modelled: " + o.model->str() : std::string()) << "'\nplot ";
       for (size_t i = 0; i < o.algos.size(); ++i) {
-        g << (i ? ", " : "") << "'" << dat << "' index " << i << " using 1:2 with linespoints lw 2 title '"
-          << o.algos[i] << " (measured)'";
+        g << (i ? ", " : "") << "'" << dat << "' index " << i
+          << " using 1:2 with linespoints lw 2 title '" << o.algos[i] << " (measured)'";
         if (o.model) {
-          g << ", '" << dat << "' index " << i << " using 1:3 with lines dt 2 lw 2 title '" << o.algos[i]
-            << " (modelled)'";
+          g << ", '" << dat << "' index " << i << " using 1:3 with lines dt 2 lw 2 title '"
+            << o.algos[i] << " (modelled)'";
         }
       }
       g << "\n";
       g.close();
       if (std::system(("gnuplot " + gp + " 2>/dev/null").c_str()) != 0) {
-        std::fprintf(stderr, "[meshrt-bench] --plot needs gnuplot (apt-get install gnuplot-nox); data left in %s\n",
-                     dat.c_str());
+        std::fprintf(
+            stderr,
+            "[meshrt-bench] --plot needs gnuplot (apt-get install gnuplot-nox); data left in %s\n",
+            dat.c_str());
         return 1;
       }
     }

@@ -1,5 +1,6 @@
 /* Open MPI baseline for bench/perf_report: MPI_Allreduce (float32 sum) timed like osu_allreduce.
- * Usage: mpirun -np N ./mpi_baseline BYTES ITERS REPS; prints one line per rep: "us <max over ranks>". */
+ * Usage: mpirun -np N ./mpi_baseline BYTES ITERS REPS; prints one line per rep: "us <max over
+ * ranks>". */
 #include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>

@@ -4,6 +4,7 @@
 // each on one device and on 8 simulated devices at once (8 host threads calling BLAS directly
 // are the 8-device baseline). Medians of repeated runs.
 #include <cblas.h>
+#include <meshrt/meshrt.h>
 
 #include <algorithm>
 #include <barrier>
@@ -15,7 +16,6 @@
 #include <vector>
 
 #include "bench/bench_util.h"
-#include <meshrt/meshrt.h>
 
 using namespace meshrt;
 using meshrt::bench::Clock;
@@ -82,7 +82,8 @@ double timeit_devices(const Mesh& mesh, int reps, const std::function<void(Conte
 }
 
 void row(const char* what, double mine, double base, const char* unit, const char* target) {
-  std::printf("| %-40s | %9.2f %-5s | %9.2f %-5s | %6.2fx | %-7s |\n", what, mine, unit, base, unit, mine / base, target);
+  std::printf("| %-40s | %9.2f %-5s | %9.2f %-5s | %6.2fx | %-7s |\n", what, mine, unit, base, unit,
+              mine / base, target);
 }
 
 }  // namespace
@@ -93,24 +94,32 @@ int main(int argc, char** argv) {
   set_cpu_device_count(8);
   Device d0 = devices("cpu")[0];
   Mesh mesh = make_mesh({8}, {"x"});
-  std::printf("# meshrt ops report: 8 simulated cpu devices on %u hardware threads; BLAS single-threaded per call "
-              "when devices >= cores (both sides)\n\n", std::thread::hardware_concurrency());
-  std::printf("| %-40s | %15s | %15s | %7s | %-7s |\n|%s|%s|%s|%s|%s|\n", "measurement", "meshrt", "baseline", "ratio",
-              "target", std::string(42, '-').c_str(), std::string(17, '-').c_str(), std::string(17, '-').c_str(),
+  std::printf(
+      "# meshrt ops report: 8 simulated cpu devices on %u hardware threads; BLAS single-threaded "
+      "per call "
+      "when devices >= cores (both sides)\n\n",
+      std::thread::hardware_concurrency());
+  std::printf("| %-40s | %15s | %15s | %7s | %-7s |\n|%s|%s|%s|%s|%s|\n", "measurement", "meshrt",
+              "baseline", "ratio", "target", std::string(42, '-').c_str(),
+              std::string(17, '-').c_str(), std::string(17, '-').c_str(),
               std::string(9, '-').c_str(), std::string(9, '-').c_str());
 
   // ---- matmul, one device: meshrt::matmul vs cblas_sgemm on the same sizes.
   const int64_t n1 = quick ? 512 : 1024;
-  Tensor a = random::normal(random::key(1), {n1, n1}, d0), b = random::normal(random::key(2), {n1, n1}, d0);
-  std::vector<float> ha = a.to_vector<float>(), hb = b.to_vector<float>(), hc(static_cast<size_t>(n1 * n1));
+  Tensor a = random::normal(random::key(1), {n1, n1}, d0),
+         b = random::normal(random::key(2), {n1, n1}, d0);
+  std::vector<float> ha = a.to_vector<float>(), hb = b.to_vector<float>(),
+                     hc(static_cast<size_t>(n1 * n1));
   const double flops1 = 2.0 * n1 * n1 * n1;
   double t_mine = timeit(reps, [&] { matmul(a, b); });
   double t_blas = timeit(reps, [&] {
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, static_cast<int>(n1), static_cast<int>(n1), static_cast<int>(n1),
-                1.f, ha.data(), static_cast<int>(n1), hb.data(), static_cast<int>(n1), 0.f, hc.data(), static_cast<int>(n1));
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, static_cast<int>(n1),
+                static_cast<int>(n1), static_cast<int>(n1), 1.f, ha.data(), static_cast<int>(n1),
+                hb.data(), static_cast<int>(n1), 0.f, hc.data(), static_cast<int>(n1));
   });
   char label[96];
-  std::snprintf(label, sizeof label, "matmul f32 %lldx%lldx%lld, 1 device", (long long)n1, (long long)n1, (long long)n1);
+  std::snprintf(label, sizeof label, "matmul f32 %lldx%lldx%lld, 1 device", (long long)n1,
+                (long long)n1, (long long)n1);
   row(label, flops1 / t_mine / 1e9, flops1 / t_blas / 1e9, "GF/s", ">= 0.9x");
 
   // ---- matmul, 8 devices at once (each its own matrices) vs 8 threads calling BLAS.
@@ -132,9 +141,10 @@ int main(int argc, char** argv) {
     matmul(mx[i], my[i]);
   });
   double t_blas8 = timeit_threads(8, reps, [&](int i) {
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, static_cast<int>(n8), static_cast<int>(n8), static_cast<int>(n8),
-                1.f, A[static_cast<size_t>(i)].data(), static_cast<int>(n8), B[static_cast<size_t>(i)].data(),
-                static_cast<int>(n8), 0.f, C[static_cast<size_t>(i)].data(), static_cast<int>(n8));
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, static_cast<int>(n8),
+                static_cast<int>(n8), static_cast<int>(n8), 1.f, A[static_cast<size_t>(i)].data(),
+                static_cast<int>(n8), B[static_cast<size_t>(i)].data(), static_cast<int>(n8), 0.f,
+                C[static_cast<size_t>(i)].data(), static_cast<int>(n8));
   });
   std::snprintf(label, sizeof label, "matmul f32 %lld^3 on each of 8 devices", (long long)n8);
   row(label, flops8 / t_mine8 / 1e9, flops8 / t_blas8 / 1e9, "GF/s", ">= 0.9x");
@@ -147,7 +157,8 @@ int main(int argc, char** argv) {
   const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   double t_cpy = timeit_threads(cores, reps, [&](int i) {
     const size_t part = src.size() / static_cast<size_t>(cores);
-    std::memcpy(dst.data() + part * static_cast<size_t>(i), src.data() + part * static_cast<size_t>(i), part);
+    std::memcpy(dst.data() + part * static_cast<size_t>(i),
+                src.data() + part * static_cast<size_t>(i), part);
   });
   const double add_bw = 3.0 * 4 * ne / t_add / 1e9, cpy_bw = 2.0 * 4 * ne / t_cpy / 1e9;
   std::snprintf(label, sizeof label, "add f32, %lld M elements, 1 device", (long long)(ne >> 20));
@@ -163,7 +174,8 @@ int main(int argc, char** argv) {
     }
     add(xs[i], ys[i]);
   });
-  std::snprintf(label, sizeof label, "add f32, %lld M elements over 8 devices", (long long)(ne >> 20));
+  std::snprintf(label, sizeof label, "add f32, %lld M elements over 8 devices",
+                (long long)(ne >> 20));
   row(label, 3.0 * 4 * ne / t_add8 / 1e9, cpy_bw, "GB/s", ">= 0.7x");
   return 0;
 }

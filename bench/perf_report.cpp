@@ -6,6 +6,8 @@
 // Bounds (time to memcpy the bytes each collective must move, memcpy bandwidth measured with
 // all cores here): psum 2*P*N bytes (the formula); all_gather N*S_out; psum_scatter
 // N*(S + S/N)/2; all_to_all and ppermute N*S  (S = bytes per device, N = devices).
+#include <meshrt/meshrt.h>
+
 #include <algorithm>
 #include <barrier>
 #include <chrono>
@@ -19,7 +21,6 @@
 #include <vector>
 
 #include "bench/bench_util.h"
-#include <meshrt/meshrt.h>
 
 using namespace meshrt;
 using meshrt::bench::Clock;
@@ -30,7 +31,8 @@ namespace {
 
 // Copy bandwidth (bytes copied per second) with `threads` threads each copying `bytes`.
 double memcpy_bandwidth(size_t bytes, int threads, int reps) {
-  std::vector<std::vector<char>> src(static_cast<size_t>(threads)), dst(static_cast<size_t>(threads));
+  std::vector<std::vector<char>> src(static_cast<size_t>(threads)),
+      dst(static_cast<size_t>(threads));
   for (int t = 0; t < threads; ++t) {
     src[static_cast<size_t>(t)].assign(bytes, 1);
     dst[static_cast<size_t>(t)].assign(bytes, 0);
@@ -58,7 +60,8 @@ double memcpy_bandwidth(size_t bytes, int threads, int reps) {
 
 // Seconds per call of op on a mesh of the first n cpu devices, each device holding `elems`
 // floats: iterations timed on device 0 between two synchronising psums; median over reps.
-double time_op(int64_t n, int64_t elems, int iters, int reps, const std::function<Tensor(Context&, const Tensor&)>& op) {
+double time_op(int64_t n, int64_t elems, int iters, int reps,
+               const std::function<Tensor(Context&, const Tensor&)>& op) {
   Mesh mesh = make_mesh({n}, {"x"});
   std::vector<float> host(static_cast<size_t>(n * elems), 1.0f);
   Array x = device_put(host, {n * elems}, NamedSharding(mesh, P("x")));
@@ -82,9 +85,11 @@ double time_op(int64_t n, int64_t elems, int iters, int reps, const std::functio
 
 // Per-call latency of op (one float per device): every call timed on device 0, which returns
 // only once all devices arrived. Returns {median, mean} over all calls of all reps.
-std::pair<double, double> latency_op(int64_t n, int iters, int reps, const std::function<Tensor(Context&, const Tensor&)>& op) {
+std::pair<double, double> latency_op(int64_t n, int iters, int reps,
+                                     const std::function<Tensor(Context&, const Tensor&)>& op) {
   Mesh mesh = make_mesh({n}, {"x"});
-  Array x = device_put(std::vector<float>(static_cast<size_t>(n), 1.0f), {n}, NamedSharding(mesh, P("x")));
+  Array x = device_put(std::vector<float>(static_cast<size_t>(n), 1.0f), {n},
+                       NamedSharding(mesh, P("x")));
   std::vector<double> calls;
   calls.reserve(static_cast<size_t>(iters) * reps);
   shard_map(
@@ -133,9 +138,12 @@ double barrier_psum_latency(int n, int iters, int reps) {
 // Open MPI MPI_Allreduce with n ranks (mpirun --oversubscribe); seconds, or -1 if unavailable.
 double mpi_allreduce(int n, size_t bytes, int iters, int reps) {
 #ifdef MESHRT_MPI_BASELINE
-  std::string cmd = "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 mpirun --oversubscribe --bind-to none "
-                    "--mca btl self,vader -np " + std::to_string(n) + " " MESHRT_MPI_BASELINE " " +
-                    std::to_string(bytes) + " " + std::to_string(iters) + " " + std::to_string(reps) + " 2>/dev/null";
+  std::string cmd =
+      "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 mpirun --oversubscribe --bind-to "
+      "none "
+      "--mca btl self,vader -np " +
+      std::to_string(n) + " " MESHRT_MPI_BASELINE " " + std::to_string(bytes) + " " +
+      std::to_string(iters) + " " + std::to_string(reps) + " 2>/dev/null";
   FILE* p = popen(cmd.c_str(), "r");
   if (!p) return -1;
   std::vector<double> us;
@@ -154,9 +162,11 @@ double mpi_allreduce(int n, size_t bytes, int iters, int reps) {
 
 void row(const char* what, double t, const char* base_name, double base, const char* target) {
   if (base > 0) {
-    std::printf("| %-44s | %10.1f us | %-30s | %10.1f us | %6.2fx | %-10s |\n", what, t * 1e6, base_name, base * 1e6, t / base, target);
+    std::printf("| %-44s | %10.1f us | %-30s | %10.1f us | %6.2fx | %-10s |\n", what, t * 1e6,
+                base_name, base * 1e6, t / base, target);
   } else {
-    std::printf("| %-44s | %10.1f us | %-30s | %13s | %7s | %-10s |\n", what, t * 1e6, base_name, "n/a", "n/a", target);
+    std::printf("| %-44s | %10.1f us | %-30s | %13s | %7s | %-10s |\n", what, t * 1e6, base_name,
+                "n/a", "n/a", target);
   }
 }
 
@@ -164,7 +174,8 @@ void row(const char* what, double t, const char* base_name, double base, const c
 
 // Runs this program again with MESHRT_CPU_EXECUTOR=threads for the small-psum latency alone.
 std::pair<double, double> latency_with_threads(const char* self, bool quick) {
-  std::string cmd = std::string("MESHRT_CPU_EXECUTOR=threads ") + self + " --latency-only" + (quick ? " --quick" : "");
+  std::string cmd = std::string("MESHRT_CPU_EXECUTOR=threads ") + self + " --latency-only" +
+                    (quick ? " --quick" : "");
   FILE* p = popen(cmd.c_str(), "r");
   double med = -1, mean = -1;
   if (p) {
@@ -200,26 +211,35 @@ int main(int argc, char** argv) {
   const int64_t n = 8;
   const size_t big = size_t{64} << 20, mid = size_t{16} << 20;
 
-  const double bw = memcpy_bandwidth(size_t{64} << 20, static_cast<int>(std::max(1u, std::thread::hardware_concurrency())), reps);
+  const double bw = memcpy_bandwidth(
+      size_t{64} << 20, static_cast<int>(std::max(1u, std::thread::hardware_concurrency())), reps);
   const double bw1 = memcpy_bandwidth(size_t{64} << 20, 1, reps);
-  std::printf("# meshrt performance report: %lld simulated cpu devices on %u hardware threads, "
-              "MESHRT_CPU_EXECUTOR=%s (fibers when devices outnumber cores)\n",
-              static_cast<long long>(n), std::thread::hardware_concurrency(), executor_name());
-  std::printf("# memcpy bandwidth: %.2f GB/s (all cores), %.2f GB/s (one thread)\n\n", bw / 1e9, bw1 / 1e9);
-  std::printf("| %-44s | %13s | %-30s | %13s | %7s | %-10s |\n", "measurement", "meshrt", "baseline", "baseline", "ratio", "target");
+  std::printf(
+      "# meshrt performance report: %lld simulated cpu devices on %u hardware threads, "
+      "MESHRT_CPU_EXECUTOR=%s (fibers when devices outnumber cores)\n",
+      static_cast<long long>(n), std::thread::hardware_concurrency(), executor_name());
+  std::printf("# memcpy bandwidth: %.2f GB/s (all cores), %.2f GB/s (one thread)\n\n", bw / 1e9,
+              bw1 / 1e9);
+  std::printf("| %-44s | %13s | %-30s | %13s | %7s | %-10s |\n", "measurement", "meshrt",
+              "baseline", "baseline", "ratio", "target");
   std::printf("|%s|%s|%s|%s|%s|%s|\n", std::string(46, '-').c_str(), std::string(15, '-').c_str(),
-              std::string(32, '-').c_str(), std::string(15, '-').c_str(), std::string(9, '-').c_str(), std::string(12, '-').c_str());
+              std::string(32, '-').c_str(), std::string(15, '-').c_str(),
+              std::string(9, '-').c_str(), std::string(12, '-').c_str());
 
   const int64_t big_elems = static_cast<int64_t>(big / 4);
   double t_big = time_op(n, big_elems, quick ? 2 : 4, reps, psum);
-  row("psum 64 MiB/device, float32", t_big, "bound 2*P*N / memcpy bw", 2.0 * big * n / bw, "<= 1.25x");
+  row("psum 64 MiB/device, float32", t_big, "bound 2*P*N / memcpy bw", 2.0 * big * n / bw,
+      "<= 1.25x");
   if (mpi) {
     double m = mpi_allreduce(static_cast<int>(n), big, quick ? 2 : 4, quick ? 3 : 5);
     row("psum 64 MiB/device, float32", t_big, "Open MPI MPI_Allreduce 8 ranks", m, "<= 0.33x");
   }
   auto [t_small, t_small_mean] = latency_op(n, quick ? 2000 : 20000, reps, psum);
-  row("psum of one float: median per call", t_small, "std::barrier rendezvous (mean)", barrier_psum_latency(static_cast<int>(n), quick ? 2000 : 20000, reps), "< 8 us");
-  if (mpi) row("psum of one float: median per call", t_small, "Open MPI MPI_Allreduce (mean)", mpi_allreduce(static_cast<int>(n), 4, 20000, 5), "< 8 us");
+  row("psum of one float: median per call", t_small, "std::barrier rendezvous (mean)",
+      barrier_psum_latency(static_cast<int>(n), quick ? 2000 : 20000, reps), "< 8 us");
+  if (mpi)
+    row("psum of one float: median per call", t_small, "Open MPI MPI_Allreduce (mean)",
+        mpi_allreduce(static_cast<int>(n), 4, 20000, 5), "< 8 us");
   row("psum of one float: mean per call", t_small_mean, "", -1, "");
   auto [thr_med, thr_mean] = latency_with_threads(argv[0], quick);
   row("psum of one float: median, threads executor", thr_med, "", -1, "(compare)");
@@ -227,24 +247,36 @@ int main(int argc, char** argv) {
 
   const int64_t mid_elems = static_cast<int64_t>(mid / 4);
   const int it = quick ? 3 : 8;
-  double t_ag = time_op(n, mid_elems / n, it, reps, [](Context& c, const Tensor& t) { return c.all_gather(t, "x", 0, true); });
-  row("all_gather 16 MiB output/device", t_ag, "bound N*S_out / memcpy bw", static_cast<double>(n) * mid / bw, "<= 1.5x");
-  double t_rs = time_op(n, mid_elems, it, reps, [](Context& c, const Tensor& t) { return c.psum_scatter(t, "x", 0, true); });
-  row("psum_scatter 16 MiB input/device", t_rs, "bound N*(S+S/N)/2 / memcpy bw", n * (mid + mid / n) / 2.0 / bw, "<= 1.5x");
-  double t_a2a = time_op(n, mid_elems, it, reps, [](Context& c, const Tensor& t) { return c.all_to_all(t, "x", 0, 0, true); });
-  row("all_to_all 16 MiB/device", t_a2a, "bound N*S / memcpy bw", static_cast<double>(n) * mid / bw, "<= 1.5x");
+  double t_ag = time_op(n, mid_elems / n, it, reps,
+                        [](Context& c, const Tensor& t) { return c.all_gather(t, "x", 0, true); });
+  row("all_gather 16 MiB output/device", t_ag, "bound N*S_out / memcpy bw",
+      static_cast<double>(n) * mid / bw, "<= 1.5x");
+  double t_rs = time_op(n, mid_elems, it, reps, [](Context& c, const Tensor& t) {
+    return c.psum_scatter(t, "x", 0, true);
+  });
+  row("psum_scatter 16 MiB input/device", t_rs, "bound N*(S+S/N)/2 / memcpy bw",
+      n * (mid + mid / n) / 2.0 / bw, "<= 1.5x");
+  double t_a2a = time_op(n, mid_elems, it, reps, [](Context& c, const Tensor& t) {
+    return c.all_to_all(t, "x", 0, 0, true);
+  });
+  row("all_to_all 16 MiB/device", t_a2a, "bound N*S / memcpy bw", static_cast<double>(n) * mid / bw,
+      "<= 1.5x");
   std::vector<std::pair<int64_t, int64_t>> shift;
   for (int64_t i = 0; i < n; ++i) shift.emplace_back(i, (i + 1) % n);
-  double t_pp = time_op(n, mid_elems, it, reps, [&](Context& c, const Tensor& t) { return c.ppermute(t, "x", shift); });
-  row("ppermute 16 MiB/device (ring shift)", t_pp, "bound N*S / memcpy bw", static_cast<double>(n) * mid / bw, "<= 1.5x");
+  double t_pp = time_op(n, mid_elems, it, reps,
+                        [&](Context& c, const Tensor& t) { return c.ppermute(t, "x", shift); });
+  row("ppermute 16 MiB/device (ring shift)", t_pp, "bound N*S / memcpy bw",
+      static_cast<double>(n) * mid / bw, "<= 1.5x");
 
   std::printf("\n# psum of one float vs number of simulated devices (time per call; per device)\n");
-  std::printf("| devices | psum 1 float | per device | psum 64 KiB/device | per device |\n|---|---|---|---|---|\n");
+  std::printf(
+      "| devices | psum 1 float | per device | psum 64 KiB/device | per device "
+      "|\n|---|---|---|---|---|\n");
   for (int64_t d = 8; d <= max_devices; d *= 2) {
     double a = time_op(d, 1, quick ? 200 : 2000, reps, psum);
     double b = time_op(d, 16 * 1024, quick ? 20 : 100, reps, psum);
-    std::printf("| %7lld | %9.1f us | %7.2f us | %15.1f us | %7.2f us |\n", static_cast<long long>(d), a * 1e6, a * 1e6 / d,
-                b * 1e6, b * 1e6 / d);
+    std::printf("| %7lld | %9.1f us | %7.2f us | %15.1f us | %7.2f us |\n",
+                static_cast<long long>(d), a * 1e6, a * 1e6 / d, b * 1e6, b * 1e6 / d);
   }
   return 0;
 }

@@ -1,14 +1,15 @@
 // One device's side of every collective: the direct one-shot algorithm, the ring forms (over
 // Transport) and the platform's native library (NCCL), all moving memory through a Plane
 // (collectives/plane.h) so the same code serves host memory and GPU memory.
+#include "collectives/collective.h"
+
 #include <cstring>
 
-#include "collectives/collective.h"
 #include "collectives/plane.h"
 #include "collectives/reduce.h"
 #include "collectives/ring.h"
-#include "core/strided.h"
 #include "collectives/transport.h"
+#include "core/strided.h"
 #include "core/threads/wait.h"
 
 namespace meshrt::coll {
@@ -29,17 +30,22 @@ int64_t count(const Shape& s) {
   return n;
 }
 
-const char* in_ptr(const Instance& inst, int64_t j) { return static_cast<const char*>(inst.slot(j).in); }
+const char* in_ptr(const Instance& inst, int64_t j) {
+  return static_cast<const char*>(inst.slot(j).in);
+}
 char* out_ptr(const Instance& inst, int64_t j) { return static_cast<char*>(inst.slot(j).out); }
-Plane plane_of(const Instance& inst, int64_t j) { return Plane(inst.slot(j).backend, inst.slot(j).device); }
+Plane plane_of(const Instance& inst, int64_t j) {
+  return Plane(inst.slot(j).backend, inst.slot(j).device);
+}
 
 // Copies `extent` elements between two strided views (element size `elem`).
-void copy_view(const Plane& pl, char* dst, const core::View& dv, const char* src, const core::View& sv, const Shape& extent,
-               size_t elem) {
+void copy_view(const Plane& pl, char* dst, const core::View& dv, const char* src,
+               const core::View& sv, const Shape& extent, size_t elem) {
   const auto e = static_cast<int64_t>(elem);
   core::for_each_runs(extent, {&dv, &sv}, [&](const core::Runs& r) {
-    pl.copy_2d(dst + r.offsets[0] * e, static_cast<size_t>(r.pitches[0] * e), src + r.offsets[1] * e,
-               static_cast<size_t>(r.pitches[1] * e), static_cast<size_t>(r.run * e), static_cast<size_t>(r.rows));
+    pl.copy_2d(dst + r.offsets[0] * e, static_cast<size_t>(r.pitches[0] * e),
+               src + r.offsets[1] * e, static_cast<size_t>(r.pitches[1] * e),
+               static_cast<size_t>(r.run * e), static_cast<size_t>(r.rows));
   });
 }
 
@@ -79,11 +85,14 @@ void reduce_large(Instance& inst, int64_t me) {
   char* mine = out_ptr(inst, me);
   for (int64_t base = lo; base < hi; base += kTile) {
     const int64_t m = std::min(kTile, hi - base);
-    for (int64_t j = 0; j < N; ++j) srcs[static_cast<size_t>(j)] = in_ptr(inst, j) + base * static_cast<int64_t>(ie);
+    for (int64_t j = 0; j < N; ++j)
+      srcs[static_cast<size_t>(j)] = in_ptr(inst, j) + base * static_cast<int64_t>(ie);
     char* dst = mine + base * static_cast<int64_t>(oe);
     pl.fold(c.kind, c.dtype, od, dst, srcs, m);
     for (int64_t j = 0; j < N; ++j) {
-      if (j != me) pl.copy(out_ptr(inst, j) + base * static_cast<int64_t>(oe), dst, static_cast<size_t>(m) * oe);
+      if (j != me)
+        pl.copy(out_ptr(inst, j) + base * static_cast<int64_t>(oe), dst,
+                static_cast<size_t>(m) * oe);
     }
   }
   pl.fence();
@@ -113,7 +122,8 @@ void all_gather_from(const Instance& inst, int64_t me, const Shape& out_shape, B
   for (int64_t j = 0; j < inst.size(); ++j) {
     Shape start(out_shape.size(), 0);
     start[a] = c.tiled ? j * c.shape[a] : j;
-    copy_view(plane_of(inst, me), out_ptr(inst, me), core::box_view(out_shape, start), block_of(j), src, extent, elem);
+    copy_view(plane_of(inst, me), out_ptr(inst, me), core::box_view(out_shape, start), block_of(j),
+              src, extent, elem);
   }
 }
 
@@ -143,7 +153,8 @@ void psum_scatter_from(const Instance& inst, int64_t me, const Shape& out_shape,
   const auto e = static_cast<int64_t>(elem);
   core::for_each_runs(extent, views, [&](const core::Runs& r) {
     for (int64_t j = 0; j < N; ++j) srcs[static_cast<size_t>(j)] = input_of(j) + r.offsets[1] * e;
-    pl.fold_rows(Kind::psum, c.dtype, out + r.offsets[0] * e, r.pitches[0], srcs, r.pitches[1], r.run, r.rows);
+    pl.fold_rows(Kind::psum, c.dtype, out + r.offsets[0] * e, r.pitches[0], srcs, r.pitches[1],
+                 r.run, r.rows);
   });
 }
 
@@ -170,8 +181,10 @@ struct A2APieces {
   A2APieces(const Call& c, const Shape& out_shape, int64_t n) : call(c), out(out_shape) {
     const auto split = static_cast<size_t>(c.axis);
     extent = c.shape;
-    if (c.tiled) extent[split] = c.shape[split] / n;
-    else extent.erase(extent.begin() + static_cast<std::ptrdiff_t>(split));
+    if (c.tiled)
+      extent[split] = c.shape[split] / n;
+    else
+      extent.erase(extent.begin() + static_cast<std::ptrdiff_t>(split));
   }
   // Where the piece for member `to` lies in a sender's input.
   core::View src(int64_t to) const {
@@ -213,8 +226,8 @@ void all_to_all(const Instance& inst, int64_t me, const Shape& out_shape, bool p
   const core::View src = pieces.src(me);
   for (int64_t step = 0; step < N; ++step) {
     const int64_t j = pairwise ? ((me - step) % N + N) % N : step;
-    copy_view(plane_of(inst, me), out_ptr(inst, me), pieces.dst(j), in_ptr(inst, j), src, pieces.extent,
-              dtype_size(c.dtype));
+    copy_view(plane_of(inst, me), out_ptr(inst, me), pieces.dst(j), in_ptr(inst, j), src,
+              pieces.extent, dtype_size(c.dtype));
   }
 }
 
@@ -229,11 +242,12 @@ class SlotTransport final : public Transport {
  public:
   SlotTransport(Session& session, int64_t pos, Instance& inst, int64_t me)
       : session_(session), pos_(pos), inst_(inst), pl_(plane_of(inst, me)) {}
-  void copy(int64_t dst, Buf db, int64_t doff, int64_t src, Buf sb, int64_t soff, int64_t bytes) override {
+  void copy(int64_t dst, Buf db, int64_t doff, int64_t src, Buf sb, int64_t soff,
+            int64_t bytes) override {
     pl_.copy(ptr(dst, db) + doff, ptr(src, sb) + soff, static_cast<size_t>(bytes));
   }
-  void reduce(Kind op, DType dt, int64_t dst, Buf db, int64_t doff, int64_t src, Buf sb, int64_t soff,
-              int64_t count) override {
+  void reduce(Kind op, DType dt, int64_t dst, Buf db, int64_t doff, int64_t src, Buf sb,
+              int64_t soff, int64_t count) override {
     const int64_t e = static_cast<int64_t>(dtype_size(dt));
     char* d = ptr(dst, db) + doff * e;
     pl_.fold(op == Kind::pmean ? Kind::psum : op, dt, dt, d, {ptr(src, sb) + soff * e, d}, count);
@@ -277,9 +291,11 @@ void gather_inputs(Session& session, int64_t pos, Instance& inst, int64_t me) {
   const int64_t n = count(c.shape), N = inst.size();
   const size_t ie = dtype_size(c.dtype);
   char* work = work_of(inst, me);
-  plane_of(inst, me).copy(work + me * n * static_cast<int64_t>(ie), inst.slot(me).in, static_cast<size_t>(n) * ie);
+  plane_of(inst, me).copy(work + me * n * static_cast<int64_t>(ie), inst.slot(me).in,
+                          static_cast<size_t>(n) * ie);
   SlotTransport t(session, pos, inst, me);
-  run_ring(t, RingPhase::all_gather, Kind::psum, c.dtype, me, N, N * n, c.algo == Algo::bidi_ring, 1, piece_bytes(inst, me));
+  run_ring(t, RingPhase::all_gather, Kind::psum, c.dtype, me, N, N * n, c.algo == Algo::bidi_ring,
+           1, piece_bytes(inst, me));
 }
 
 void ring_reduce(Session& session, int64_t pos, Instance& inst, int64_t me) {
@@ -296,8 +312,10 @@ void ring_reduce(Session& session, int64_t pos, Instance& inst, int64_t me) {
   }
   plane_of(inst, me).copy(work, inst.slot(me).in, static_cast<size_t>(n) * ie);
   SlotTransport t(session, pos, inst, me);
-  run_ring(t, RingPhase::all_reduce, c.kind, c.dtype, me, N, n, c.algo == Algo::bidi_ring, 1, piece_bytes(inst, me));
-  if (c.kind == Kind::pmean) plane_of(inst, me).mean_from_sum(c.dtype, out_dtype(c), out_ptr(inst, me), work, n, N);
+  run_ring(t, RingPhase::all_reduce, c.kind, c.dtype, me, N, n, c.algo == Algo::bidi_ring, 1,
+           piece_bytes(inst, me));
+  if (c.kind == Kind::pmean)
+    plane_of(inst, me).mean_from_sum(c.dtype, out_dtype(c), out_ptr(inst, me), work, n, N);
 }
 
 // psum_scatter's input rearranged chunk-major into `work`: chunk k = this device's block k along
@@ -313,13 +331,15 @@ int64_t stage_scatter_chunks(const Instance& inst, int64_t me, char* work) {
   for (int64_t k = 0; k < N; ++k) {
     Shape start(c.shape.size(), 0);
     start[sd] = k * block[sd];
-    copy_view(plane_of(inst, me), work + k * C * static_cast<int64_t>(elem), core::View{0, core::dense_strides(block)},
-              in_ptr(inst, me), core::box_view(c.shape, start), block, elem);
+    copy_view(plane_of(inst, me), work + k * C * static_cast<int64_t>(elem),
+              core::View{0, core::dense_strides(block)}, in_ptr(inst, me),
+              core::box_view(c.shape, start), block, elem);
   }
   return C;
 }
 
-void ring_psum_scatter(Session& session, int64_t pos, Instance& inst, int64_t me, const Shape& out_shape) {
+void ring_psum_scatter(Session& session, int64_t pos, Instance& inst, int64_t me,
+                       const Shape& out_shape) {
   const Call& c = inst.call();
   const int64_t N = inst.size(), n = count(c.shape);
   const auto sd = static_cast<size_t>(c.axis);
@@ -327,28 +347,35 @@ void ring_psum_scatter(Session& session, int64_t pos, Instance& inst, int64_t me
   if (c.deterministic) {  // gathered inputs, then direct's in-order fold over my block
     gather_inputs(session, pos, inst, me);
     const char* work = work_of(inst, me);
-    psum_scatter_from(inst, me, out_shape, [&](int64_t j) { return work + j * n * static_cast<int64_t>(elem); });
+    psum_scatter_from(inst, me, out_shape,
+                      [&](int64_t j) { return work + j * n * static_cast<int64_t>(elem); });
     return;
   }
   char* work = work_of(inst, me);
   const int64_t C = stage_scatter_chunks(inst, me, work);
   SlotTransport t(session, pos, inst, me);
-  run_ring(t, RingPhase::reduce_scatter, Kind::psum, c.dtype, me, N, n, c.algo == Algo::bidi_ring, 1, piece_bytes(inst, me));
+  run_ring(t, RingPhase::reduce_scatter, Kind::psum, c.dtype, me, N, n, c.algo == Algo::bidi_ring,
+           1, piece_bytes(inst, me));
   (void)sd;
   (void)out_shape;  // chunk `me` is the output, densely laid out
-  plane_of(inst, me).copy(out_ptr(inst, me), work + me * C * static_cast<int64_t>(elem), static_cast<size_t>(C) * elem);
+  plane_of(inst, me).copy(out_ptr(inst, me), work + me * C * static_cast<int64_t>(elem),
+                          static_cast<size_t>(C) * elem);
 }
 
-void ring_all_gather(Session& session, int64_t pos, Instance& inst, int64_t me, const Shape& out_shape) {
+void ring_all_gather(Session& session, int64_t pos, Instance& inst, int64_t me,
+                     const Shape& out_shape) {
   const Call& c = inst.call();
   const int64_t N = inst.size(), C = count(c.shape);
   const size_t elem = dtype_size(c.dtype);
   char* work = work_of(inst, me);
-  plane_of(inst, me).copy(work + me * C * static_cast<int64_t>(elem), inst.slot(me).in, static_cast<size_t>(C) * elem);
+  plane_of(inst, me).copy(work + me * C * static_cast<int64_t>(elem), inst.slot(me).in,
+                          static_cast<size_t>(C) * elem);
   SlotTransport t(session, pos, inst, me);
-  run_ring(t, RingPhase::all_gather, Kind::psum, c.dtype, me, N, N * C, c.algo == Algo::bidi_ring, 1, piece_bytes(inst, me));
+  run_ring(t, RingPhase::all_gather, Kind::psum, c.dtype, me, N, N * C, c.algo == Algo::bidi_ring,
+           1, piece_bytes(inst, me));
   if (work == out_ptr(inst, me)) return;  // gathering along axis 0: the work buffer is the output
-  all_gather_from(inst, me, out_shape, [&](int64_t j) { return work + j * C * static_cast<int64_t>(elem); });
+  all_gather_from(inst, me, out_shape,
+                  [&](int64_t j) { return work + j * C * static_cast<int64_t>(elem); });
 }
 
 // ---- native: the platform's collective library (NCCL), after the same rendezvous, so mismatched
@@ -370,7 +397,8 @@ void await_launches(Session& session, int64_t pos, Instance& inst, int64_t me) {
   }
 }
 
-void native_collective(Session& session, int64_t pos, Instance& inst, int64_t me, const Shape& out_shape) {
+void native_collective(Session& session, int64_t pos, Instance& inst, int64_t me,
+                       const Shape& out_shape) {
   const Call& c = inst.call();
   const Plane pl = plane_of(inst, me);
   backend::Backend& be = *pl.backend();
@@ -446,14 +474,16 @@ void native_collective(Session& session, int64_t pos, Instance& inst, int64_t me
       char* recv = work + N * P * elem;
       std::vector<backend::Backend::Transfer> sends, recvs;
       for (int64_t j = 0; j < N; ++j) {
-        copy_view(pl, send + j * P * elem, dense, in, pieces.src(j), pieces.extent, static_cast<size_t>(elem));
+        copy_view(pl, send + j * P * elem, dense, in, pieces.src(j), pieces.extent,
+                  static_cast<size_t>(elem));
         sends.push_back({j, send + j * P * elem, P * elem});
         recvs.push_back({j, recv + j * P * elem, P * elem});
       }
       be.native_send_recv(dev, group, sends, recvs);
       await_launches(session, pos, inst, me);
       for (int64_t j = 0; j < N; ++j) {
-        copy_view(pl, out, pieces.dst(j), recv + j * P * elem, dense, pieces.extent, static_cast<size_t>(elem));
+        copy_view(pl, out, pieces.dst(j), recv + j * P * elem, dense, pieces.extent,
+                  static_cast<size_t>(elem));
       }
       break;
     }
@@ -469,11 +499,16 @@ int64_t work_bytes(const Call& c, int64_t n) {
                          c.kind == Kind::pmin || c.kind == Kind::psum_scatter;
   if (c.deterministic && reduction) return n * bytes;  // every member's input, gathered
   switch (c.kind) {
-    case Kind::pmean: return bytes;  // the ring sums in the input dtype
-    case Kind::psum_scatter: return bytes;
-    case Kind::all_gather: return c.axis == 0 ? 0 : n * bytes;
-    case Kind::all_to_all: return c.algo == Algo::native ? 2 * bytes : 0;  // send and receive staging
-    default: return 0;
+    case Kind::pmean:
+      return bytes;  // the ring sums in the input dtype
+    case Kind::psum_scatter:
+      return bytes;
+    case Kind::all_gather:
+      return c.axis == 0 ? 0 : n * bytes;
+    case Kind::all_to_all:
+      return c.algo == Algo::native ? 2 * bytes : 0;  // send and receive staging
+    default:
+      return 0;
   }
 }
 
@@ -490,7 +525,8 @@ Pending start(Session& session, int64_t pos, const GroupLayout& layout, const Ca
   p.inst_ = std::move(a.instance);
   if (a.completed) {
     const int64_t bytes = count(call.shape) * static_cast<int64_t>(dtype_size(call.dtype));
-    if (call.algo == Algo::direct && is_reduction(call.kind) && bytes <= kSmallReduceBytes) reduce_small(*p.inst_, pl);
+    if (call.algo == Algo::direct && is_reduction(call.kind) && bytes <= kSmallReduceBytes)
+      reduce_small(*p.inst_, pl);
     session.publish(*p.inst_);
   }
   return p;
@@ -513,19 +549,29 @@ void finish(Pending& p) {
     case Kind::pmean:
     case Kind::pmax:
     case Kind::pmin:
-      if (ring) ring_reduce(*p.session_, p.pos_, inst, me);
-      else if (count(c.shape) * static_cast<int64_t>(dtype_size(c.dtype)) > kSmallReduceBytes) reduce_large(inst, me);
+      if (ring)
+        ring_reduce(*p.session_, p.pos_, inst, me);
+      else if (count(c.shape) * static_cast<int64_t>(dtype_size(c.dtype)) > kSmallReduceBytes)
+        reduce_large(inst, me);
       break;
     case Kind::all_gather:
-      if (ring) ring_all_gather(*p.session_, p.pos_, inst, me, p.out_shape_);
-      else all_gather(inst, me, p.out_shape_);
+      if (ring)
+        ring_all_gather(*p.session_, p.pos_, inst, me, p.out_shape_);
+      else
+        all_gather(inst, me, p.out_shape_);
       break;
     case Kind::psum_scatter:
-      if (ring) ring_psum_scatter(*p.session_, p.pos_, inst, me, p.out_shape_);
-      else psum_scatter(inst, me, p.out_shape_);
+      if (ring)
+        ring_psum_scatter(*p.session_, p.pos_, inst, me, p.out_shape_);
+      else
+        psum_scatter(inst, me, p.out_shape_);
       break;
-    case Kind::ppermute: ppermute(inst, me); break;
-    case Kind::all_to_all: all_to_all(inst, me, p.out_shape_, ring); break;
+    case Kind::ppermute:
+      ppermute(inst, me);
+      break;
+    case Kind::all_to_all:
+      all_to_all(inst, me, p.out_shape_, ring);
+      break;
   }
   plane_of(inst, me).fence();  // the output is complete, and peers' inputs are no longer read
   p.inst_.reset();

@@ -7,7 +7,8 @@
 // Data movement today is the direct one-shot algorithm on host-addressable memory (peers.md §B):
 //   psum/pmean/pmax/pmin  small: the last arriver reduces once and writes every output;
 //                         large: device i reduces slice i from every input, tile by tile, and
-//                         pushes each tile to every output while it is hot; a second barrier ends it;
+//                         pushes each tile to every output while it is hot; a second barrier ends
+//                         it;
 //   all_gather, psum_scatter, all_to_all, ppermute: each device pulls what it needs from the
 //                         inputs, which the rendezvous keeps alive, so one barrier suffices.
 #pragma once
@@ -28,7 +29,8 @@ class Pending {
   bool valid() const { return inst_ != nullptr; }
 
  private:
-  friend Pending start(Session&, int64_t, const GroupLayout&, const Call&, Slot, std::vector<int64_t>);
+  friend Pending start(Session&, int64_t, const GroupLayout&, const Call&, Slot,
+                       std::vector<int64_t>);
   friend void finish(Pending&);
   Session* session_ = nullptr;
   int64_t pos_ = 0;

@@ -6,24 +6,36 @@ namespace meshrt::coll {
 
 std::string_view kind_name(Kind k) {
   switch (k) {
-    case Kind::psum: return "psum";
-    case Kind::pmean: return "pmean";
-    case Kind::pmax: return "pmax";
-    case Kind::pmin: return "pmin";
-    case Kind::all_gather: return "all_gather";
-    case Kind::psum_scatter: return "psum_scatter";
-    case Kind::ppermute: return "ppermute";
-    case Kind::all_to_all: return "all_to_all";
+    case Kind::psum:
+      return "psum";
+    case Kind::pmean:
+      return "pmean";
+    case Kind::pmax:
+      return "pmax";
+    case Kind::pmin:
+      return "pmin";
+    case Kind::all_gather:
+      return "all_gather";
+    case Kind::psum_scatter:
+      return "psum_scatter";
+    case Kind::ppermute:
+      return "ppermute";
+    case Kind::all_to_all:
+      return "all_to_all";
   }
   return "?";
 }
 
 std::string_view algo_name(Algo a) {
   switch (a) {
-    case Algo::direct: return "direct";
-    case Algo::ring: return "ring";
-    case Algo::bidi_ring: return "bidi_ring";
-    case Algo::native: return "native";
+    case Algo::direct:
+      return "direct";
+    case Algo::ring:
+      return "ring";
+    case Algo::bidi_ring:
+      return "bidi_ring";
+    case Algo::native:
+      return "native";
   }
   return "?";
 }
@@ -45,11 +57,13 @@ std::string Call::str() const {
       os << ", scatter_dimension=" << axis << ", tiled=" << (tiled ? "True" : "False");
       break;
     case Kind::all_to_all:
-      os << ", split_axis=" << axis << ", concat_axis=" << axis2 << ", tiled=" << (tiled ? "True" : "False");
+      os << ", split_axis=" << axis << ", concat_axis=" << axis2
+         << ", tiled=" << (tiled ? "True" : "False");
       break;
     case Kind::ppermute:
       os << ", perm=(";
-      for (size_t i = 0; i < perm.size(); ++i) os << (i ? ", " : "") << "(" << perm[i].first << ", " << perm[i].second << ")";
+      for (size_t i = 0; i < perm.size(); ++i)
+        os << (i ? ", " : "") << "(" << perm[i].first << ", " << perm[i].second << ")";
       os << ")";
       break;
     default:

@@ -29,15 +29,16 @@ struct Call {
   // The group layout's names: one interned vector per axes tuple and launch, so comparing the
   // pointer compares the axes.
   const std::vector<std::string>* axes = nullptr;
-  int64_t axis = 0;      // all_gather axis, psum_scatter dimension, all_to_all split_axis
-  int64_t axis2 = 0;     // all_to_all concat_axis
+  int64_t axis = 0;   // all_gather axis, psum_scatter dimension, all_to_all split_axis
+  int64_t axis2 = 0;  // all_to_all concat_axis
   bool tiled = false;
   std::vector<std::pair<int64_t, int64_t>> perm;  // ppermute (src, dst), normalised
   Algo algo = Algo::direct;
   // Reductions fold in group-index order whatever the algorithm (same bits as direct).
   bool deterministic = false;
 
-  // "psum(float32[4,2], axes=('x',))", "all_gather(float32[2], axes=('x', 'y'), axis=0, tiled=True)".
+  // "psum(float32[4,2], axes=('x',))", "all_gather(float32[2], axes=('x', 'y'), axis=0,
+  // tiled=True)".
   std::string str() const;
   friend bool operator==(const Call&, const Call&) = default;
 };

@@ -4,7 +4,8 @@
 
 namespace meshrt::coll {
 
-GroupLayout make_group_layout(const std::vector<int64_t>& mesh_shape, const std::vector<int>& axes) {
+GroupLayout make_group_layout(const std::vector<int64_t>& mesh_shape,
+                              const std::vector<int>& axes) {
   const size_t rank = mesh_shape.size();
   int64_t total = 1;
   for (int64_t s : mesh_shape) total *= s;
@@ -17,7 +18,8 @@ GroupLayout make_group_layout(const std::vector<int64_t>& mesh_shape, const std:
   const int64_t groups = total / g.group_size;
   g.group_of.resize(static_cast<size_t>(total));
   g.index_of.resize(static_cast<size_t>(total));
-  g.members.assign(static_cast<size_t>(groups), std::vector<int64_t>(static_cast<size_t>(g.group_size)));
+  g.members.assign(static_cast<size_t>(groups),
+                   std::vector<int64_t>(static_cast<size_t>(g.group_size)));
   std::vector<int64_t> c(rank);
   for (int64_t pos = 0; pos < total; ++pos) {
     int64_t rem = pos;
@@ -29,7 +31,8 @@ GroupLayout make_group_layout(const std::vector<int64_t>& mesh_shape, const std:
     for (size_t i = 0; i < rank; ++i) {
       if (!named[i]) group = group * mesh_shape[i] + c[i];
     }
-    for (int a : axes) index = index * mesh_shape[static_cast<size_t>(a)] + c[static_cast<size_t>(a)];
+    for (int a : axes)
+      index = index * mesh_shape[static_cast<size_t>(a)] + c[static_cast<size_t>(a)];
     g.group_of[static_cast<size_t>(pos)] = group;
     g.index_of[static_cast<size_t>(pos)] = index;
     g.members[static_cast<size_t>(group)][static_cast<size_t>(index)] = pos;

@@ -12,7 +12,7 @@
 namespace meshrt::coll {
 
 struct GroupLayout {
-  std::vector<std::string> axis_names;        // the axes as written (for messages and Calls)
+  std::vector<std::string> axis_names;  // the axes as written (for messages and Calls)
   int64_t group_size = 1;
   std::vector<int64_t> group_of;              // per mesh position
   std::vector<int64_t> index_of;              // per mesh position: index within its group

@@ -29,15 +29,19 @@ class Plane {
     if (be_) be_->coll_begin(device_);
   }
   void copy(void* dst, const void* src, size_t bytes) const;
-  void copy_2d(void* dst, size_t dpitch, const void* src, size_t spitch, size_t width, size_t height) const;
+  void copy_2d(void* dst, size_t dpitch, const void* src, size_t spitch, size_t width,
+               size_t height) const;
   void zero(void* dst, size_t bytes) const;
   // dst[e] = fold of srcs[*][e] in srcs order; pmean divides by srcs.size() into `out`.
-  void fold(Kind op, DType in, DType out, void* dst, const std::vector<const void*>& srcs, int64_t len) const;
+  void fold(Kind op, DType in, DType out, void* dst, const std::vector<const void*>& srcs,
+            int64_t len) const;
   // `rows` rows of fold(op, srcs) (psum/pmax/pmin, dtype in = out): row r of dst at r*dpitch
   // elements, of every source at r*spitch.
-  void fold_rows(Kind op, DType dtype, void* dst, int64_t dpitch, const std::vector<const void*>& srcs,
-                 int64_t spitch, int64_t len, int64_t rows) const;
-  void mean_from_sum(DType in, DType out, void* dst, const void* sum, int64_t len, int64_t divisor) const;
+  void fold_rows(Kind op, DType dtype, void* dst, int64_t dpitch,
+                 const std::vector<const void*>& srcs, int64_t spitch, int64_t len,
+                 int64_t rows) const;
+  void mean_from_sum(DType in, DType out, void* dst, const void* sum, int64_t len,
+                     int64_t divisor) const;
   // Everything queued so far is done and visible to peers and the host.
   void fence() const {
     if (be_) be_->coll_fence(device_);

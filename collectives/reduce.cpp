@@ -37,14 +37,18 @@ void fold_with(T* __restrict dst, const std::vector<const void*>& srcs, int64_t 
 template <class T>
 void fold(Kind op, T* dst, const std::vector<const void*>& srcs, int64_t len) {
   switch (op) {
-    case Kind::pmax: return fold_with<T>(dst, srcs, len, [](T a, T b) { return fold_max(a, b); });
-    case Kind::pmin: return fold_with<T>(dst, srcs, len, [](T a, T b) { return fold_min(a, b); });
-    default: return fold_with<T>(dst, srcs, len, [](T a, T b) { return wrap_add(a, b); });
+    case Kind::pmax:
+      return fold_with<T>(dst, srcs, len, [](T a, T b) { return fold_max(a, b); });
+    case Kind::pmin:
+      return fold_with<T>(dst, srcs, len, [](T a, T b) { return fold_min(a, b); });
+    default:
+      return fold_with<T>(dst, srcs, len, [](T a, T b) { return wrap_add(a, b); });
   }
 }
 
 template <class T>
-void fold_dispatch_out(Kind op, DType out, void* dst, const std::vector<const void*>& srcs, int64_t len) {
+void fold_dispatch_out(Kind op, DType out, void* dst, const std::vector<const void*>& srcs,
+                       int64_t len) {
   const auto n = static_cast<double>(srcs.size());
   if (op != Kind::pmean) {
     fold<T>(op, static_cast<T*>(dst), srcs, len);
@@ -84,10 +88,12 @@ void mean_from_sum(DType in, DType out, void* dst, const void* sum, int64_t len,
     const T* s = static_cast<const T*>(sum);
     if (out == DType::f32) {
       float* d = static_cast<float*>(dst);
-      for (int64_t e = 0; e < len; ++e) d[e] = static_cast<float>(s[e]) / static_cast<float>(divisor);
+      for (int64_t e = 0; e < len; ++e)
+        d[e] = static_cast<float>(s[e]) / static_cast<float>(divisor);
     } else {
       double* d = static_cast<double*>(dst);
-      for (int64_t e = 0; e < len; ++e) d[e] = static_cast<double>(s[e]) / static_cast<double>(divisor);
+      for (int64_t e = 0; e < len; ++e)
+        d[e] = static_cast<double>(s[e]) / static_cast<double>(divisor);
     }
   };
   if (in == DType::bool_) throw Error("[collectives] pmean of an unsupported dtype");
@@ -96,20 +102,29 @@ void mean_from_sum(DType in, DType out, void* dst, const void* sum, int64_t len,
 
 DType pmean_dtype(DType in) {
   switch (in) {
-    case DType::i32: return DType::f32;
-    case DType::i64: return DType::f64;
-    default: return in;
+    case DType::i32:
+      return DType::f32;
+    case DType::i64:
+      return DType::f64;
+    default:
+      return in;
   }
 }
 
-void reduce_run(Kind op, DType in, DType out, void* dst, const std::vector<const void*>& srcs, int64_t len) {
+void reduce_run(Kind op, DType in, DType out, void* dst, const std::vector<const void*>& srcs,
+                int64_t len) {
   if (len <= 0) return;
   switch (in) {
-    case DType::f32: return fold_dispatch_out<float>(op, out, dst, srcs, len);
-    case DType::f64: return fold_dispatch_out<double>(op, out, dst, srcs, len);
-    case DType::i32: return fold_dispatch_out<int32_t>(op, out, dst, srcs, len);
-    case DType::i64: return fold_dispatch_out<int64_t>(op, out, dst, srcs, len);
-    case DType::bool_: break;  // rejected by the runtime before a rendezvous
+    case DType::f32:
+      return fold_dispatch_out<float>(op, out, dst, srcs, len);
+    case DType::f64:
+      return fold_dispatch_out<double>(op, out, dst, srcs, len);
+    case DType::i32:
+      return fold_dispatch_out<int32_t>(op, out, dst, srcs, len);
+    case DType::i64:
+      return fold_dispatch_out<int64_t>(op, out, dst, srcs, len);
+    case DType::bool_:
+      break;  // rejected by the runtime before a rendezvous
   }
   throw Error("[collectives] reduction of an unknown dtype");
 }

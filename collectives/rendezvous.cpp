@@ -3,9 +3,9 @@
 #include <sstream>
 
 #include "backends/backend.h"
+#include "core/error.h"
 #include "core/threads/fiber_executor.h"
 #include "core/threads/wait.h"
-#include "core/error.h"
 
 namespace meshrt::coll {
 
@@ -28,7 +28,8 @@ constexpr const char* kSameOrder =
 }  // namespace
 
 std::string Instance::where(const std::vector<std::string>& names) const {
-  std::string s = "call #" + std::to_string(seq_ + 1) + " over " + axes_str(*call_.axes) + " in group {";
+  std::string s =
+      "call #" + std::to_string(seq_ + 1) + " over " + axes_str(*call_.axes) + " in group {";
   for (size_t i = 0; i < members_->size(); ++i) {
     if (i) s += ", ";
     s += names[static_cast<size_t>((*members_)[i])];
@@ -64,12 +65,17 @@ void Instance::set_state(uint32_t s) {
   if (sleepers_.load(std::memory_order_seq_cst) > 0) core::wake_all(state_);
 }
 
-Session::Session(std::vector<std::string> names, std::chrono::milliseconds timeout, bool oversubscribed)
-    : names_(std::move(names)), timeout_(timeout), oversubscribed_(oversubscribed), devs_(names_.size()) {}
+Session::Session(std::vector<std::string> names, std::chrono::milliseconds timeout,
+                 bool oversubscribed)
+    : names_(std::move(names)),
+      timeout_(timeout),
+      oversubscribed_(oversubscribed),
+      devs_(names_.size()) {}
 
 std::string Session::members_str(const std::vector<int64_t>& pos) const {
   std::string s;
-  for (size_t i = 0; i < pos.size(); ++i) s += (i ? ", " : "") + names_[static_cast<size_t>(pos[i])];
+  for (size_t i = 0; i < pos.size(); ++i)
+    s += (i ? ", " : "") + names_[static_cast<size_t>(pos[i])];
   return s;
 }
 
@@ -77,22 +83,26 @@ std::string Session::members_str(const std::vector<int64_t>& pos) const {
 std::string Session::describe_locked(int64_t pos) const {
   const Dev& d = devs_[static_cast<size_t>(pos)];
   switch (d.state) {
-    case DevState::running: return names_[static_cast<size_t>(pos)] + " is running its body (not in a collective)";
-    case DevState::finished: return names_[static_cast<size_t>(pos)] + " has returned from its body";
-    case DevState::threw: return names_[static_cast<size_t>(pos)] + " has thrown out of its body";
+    case DevState::running:
+      return names_[static_cast<size_t>(pos)] + " is running its body (not in a collective)";
+    case DevState::finished:
+      return names_[static_cast<size_t>(pos)] + " has returned from its body";
+    case DevState::threw:
+      return names_[static_cast<size_t>(pos)] + " has thrown out of its body";
     case DevState::waiting: {
       const Instance& w = *d.waiting_on;
       if (d.progress_index >= 0) {
         const int64_t m = w.member(static_cast<size_t>(d.progress_index));
-        return names_[static_cast<size_t>(pos)] + " waits in " + w.call_.str() + " (" + w.where(names_) + ") for " +
-               names_[static_cast<size_t>(m)] + " to send its part (step " + std::to_string(d.progress_unit) + ")";
+        return names_[static_cast<size_t>(pos)] + " waits in " + w.call_.str() + " (" +
+               w.where(names_) + ") for " + names_[static_cast<size_t>(m)] +
+               " to send its part (step " + std::to_string(d.progress_unit) + ")";
       }
       std::vector<int64_t> missing;
       for (size_t i = 0; i < w.members_->size(); ++i) {
         if (!w.arrived(i)) missing.push_back(w.member(i));
       }
-      return names_[static_cast<size_t>(pos)] + " waits in " + w.call_.str() + " (" + w.where(names_) +
-             ") for " + members_str(missing);
+      return names_[static_cast<size_t>(pos)] + " waits in " + w.call_.str() + " (" +
+             w.where(names_) + ") for " + members_str(missing);
     }
   }
   return "";
@@ -130,7 +140,8 @@ void Session::fail_any_locked(Instance& inst, const std::string& message) {
   inst.set_state(Instance::kFailed);
 }
 
-Session::Arrival Session::arrive(int64_t pos, const GroupLayout& layout, const Call& call, Slot slot) {
+Session::Arrival Session::arrive(int64_t pos, const GroupLayout& layout, const Call& call,
+                                 Slot slot) {
   std::lock_guard<core::YieldLock> lock(mu_);
   Dev& me = devs_[static_cast<size_t>(pos)];
   const int64_t seq = me.calls_per_group[&layout]++;
@@ -167,12 +178,16 @@ Session::Arrival Session::arrive(int64_t pos, const GroupLayout& layout, const C
   if (!(call == inst->call_)) {
     // Every arrival so far matched the first one, so they all called call_.
     std::ostringstream os;
-    os << "[" << kind_name(call.kind) << "] mismatched collectives in " << inst->where(names_) << ": ";
+    os << "[" << kind_name(call.kind) << "] mismatched collectives in " << inst->where(names_)
+       << ": ";
     for (size_t k = 0; k < inst->members_->size(); ++k) {
       os << (k ? "; " : "") << names_[static_cast<size_t>(inst->member(k))];
-      if (k == i) os << " called " << call.str();
-      else if (inst->arrived(k)) os << " called " << inst->call_.str();
-      else os << " has not arrived";
+      if (k == i)
+        os << " called " << call.str();
+      else if (inst->arrived(k))
+        os << " called " << inst->call_.str();
+      else
+        os << " has not arrived";
     }
     os << ". " << kSameOrder;
     fail_locked(*inst, os.str());  // this arrival is not counted, so the instance is incomplete
@@ -224,7 +239,8 @@ void Session::timeout_locked(Instance& inst) {
   for (size_t k = 0; k < missing.size(); ++k) os << (k ? "; " : "") << describe_locked(missing[k]);
   os << "). Raise MESHRT_COLLECTIVE_TIMEOUT if their work is just slow.";
   if (core::fiber_executors_in_use()) {
-    os << " Devices run as fibers sharing a thread per core (MESHRT_CPU_EXECUTOR=auto|fibers): a body "
+    os << " Devices run as fibers sharing a thread per core (MESHRT_CPU_EXECUTOR=auto|fibers): a "
+          "body "
           "blocked outside meshrt (sleep, a lock, I/O) also stalls the devices sharing its thread; "
           "MESHRT_CPU_EXECUTOR=threads gives each device its own thread.";
   }
@@ -239,7 +255,8 @@ void Session::wait_ready(int64_t pos, Instance& inst) {
     const auto start = std::chrono::steady_clock::now() - core::kSpinBudget;
     {
       std::lock_guard<core::YieldLock> lock(mu_);
-      if (inst.state_.load(std::memory_order_acquire) == Instance::kGathering && inst.arrived_count_ < inst.size()) {
+      if (inst.state_.load(std::memory_order_acquire) == Instance::kGathering &&
+          inst.arrived_count_ < inst.size()) {
         Dev& me = devs_[static_cast<size_t>(pos)];
         me.state = DevState::waiting;
         me.waiting_on = &inst;
@@ -300,19 +317,22 @@ void Session::wait_progress(int64_t pos, Instance& inst, int64_t index, uint32_t
     const int64_t m = inst.member(static_cast<size_t>(index));
     const DevState ms = devs_[static_cast<size_t>(m)].state;
     if (ms == DevState::finished || ms == DevState::threw) {  // it left without completing its part
-      fail_any_locked(inst, "[" + std::string(kind_name(inst.call_.kind)) + "] " + names_[static_cast<size_t>(m)] +
-                            (ms == DevState::threw ? " threw out of" : " returned from") +
-                            " its shard_map body before completing its part of " + inst.call_.str() + " (" +
-                            inst.where(names_) + "), which " + names_[static_cast<size_t>(pos)] + " waits for");
+      fail_any_locked(inst, "[" + std::string(kind_name(inst.call_.kind)) + "] " +
+                                names_[static_cast<size_t>(m)] +
+                                (ms == DevState::threw ? " threw out of" : " returned from") +
+                                " its shard_map body before completing its part of " +
+                                inst.call_.str() + " (" + inst.where(names_) + "), which " +
+                                names_[static_cast<size_t>(pos)] + " waits for");
       failed = true;
       break;
     }
     if (std::chrono::steady_clock::now() - start >= timeout_) {
       std::ostringstream os;
-      os << "[" << kind_name(inst.call_.kind) << "] " << inst.call_.str() << " (" << inst.where(names_)
-         << ") timed out after " << std::chrono::duration<double>(timeout_).count()
-         << " s (MESHRT_COLLECTIVE_TIMEOUT): " << describe_locked(pos) << ", and " << describe_locked(m)
-         << ". Raise MESHRT_COLLECTIVE_TIMEOUT if their work is just slow.";
+      os << "[" << kind_name(inst.call_.kind) << "] " << inst.call_.str() << " ("
+         << inst.where(names_) << ") timed out after "
+         << std::chrono::duration<double>(timeout_).count()
+         << " s (MESHRT_COLLECTIVE_TIMEOUT): " << describe_locked(pos) << ", and "
+         << describe_locked(m) << ". Raise MESHRT_COLLECTIVE_TIMEOUT if their work is just slow.";
       fail_any_locked(inst, os.str());
       failed = true;
       break;
@@ -366,7 +386,8 @@ void Session::check_deadlock_locked() {
       if (live[p] || devs_[p].state != DevState::waiting) continue;
       const Instance& w = *devs_[p].waiting_on;
       bool ok = true;
-      if (devs_[p].progress_index >= 0) {  // live once the member's progress is there, or if it can get there
+      if (devs_[p].progress_index >=
+          0) {  // live once the member's progress is there, or if it can get there
         const auto k = static_cast<size_t>(devs_[p].progress_index);
         ok = w.progress_[k].load(std::memory_order_acquire) >= devs_[p].progress_unit ||
              live[static_cast<size_t>(w.member(k))];

@@ -36,7 +36,7 @@ struct Slot {
   void* out = nullptr;
   std::shared_ptr<const void> keep_in;
   std::shared_ptr<void> keep_out;
-  void* work = nullptr;              // ring algorithms' accumulation buffer (may be out)
+  void* work = nullptr;  // ring algorithms' accumulation buffer (may be out)
   std::shared_ptr<void> keep_work;
 };
 
@@ -55,7 +55,9 @@ class Instance {
   std::atomic<uint32_t>& phase_counter() { return phase_; }  // free for two-phase algorithms
   // Per-member progress counters and sleeper counts for Transport's signal/wait.
   std::atomic<uint32_t>& progress(int64_t index) { return progress_[static_cast<size_t>(index)]; }
-  std::atomic<uint32_t>& progress_sleepers(int64_t index) { return progress_sleepers_[static_cast<size_t>(index)]; }
+  std::atomic<uint32_t>& progress_sleepers(int64_t index) {
+    return progress_sleepers_[static_cast<size_t>(index)];
+  }
   // Member `index` has completed `unit`: publishes it and wakes peers asleep on it, if any
   // (Session::wait_progress is the other side).
   void advance(int64_t index, uint32_t unit);
@@ -72,7 +74,7 @@ class Instance {
 
  private:
   friend class Session;
-  void set_state(uint32_t s);       // publishes and wakes sleepers, if any
+  void set_state(uint32_t s);  // publishes and wakes sleepers, if any
 
   struct Part {
     Slot slot;
@@ -81,12 +83,12 @@ class Instance {
   int64_t member(size_t k) const { return (*members_)[k]; }
   bool arrived(size_t k) const { return parts_[k].arrived; }
 
-  Call call_;                              // the first arrival's; every later arrival's equals it
-  int64_t seq_ = 0;                        // which call of its members on this group
-  const std::vector<int64_t>* members_;    // mesh positions by group index (the layout's)
-  std::vector<Part> parts_;                // guarded by Session::mu_ until state_ leaves kGathering
-  int64_t arrived_count_ = 0;              // guarded by Session::mu_
-  std::string error_;               // written before state_ = kFailed
+  Call call_;                            // the first arrival's; every later arrival's equals it
+  int64_t seq_ = 0;                      // which call of its members on this group
+  const std::vector<int64_t>* members_;  // mesh positions by group index (the layout's)
+  std::vector<Part> parts_;              // guarded by Session::mu_ until state_ leaves kGathering
+  int64_t arrived_count_ = 0;            // guarded by Session::mu_
+  std::string error_;                    // written before state_ = kFailed
   std::atomic<uint32_t> state_{kGathering};
   std::atomic<uint32_t> sleepers_{0};  // waiters in a futex sleep on state_
   std::atomic<uint32_t> phase_{0};
@@ -126,9 +128,9 @@ class Session {
   enum class DevState { running, waiting, finished, threw };
   struct Dev {
     DevState state = DevState::running;
-    Instance* waiting_on = nullptr;                         // set only while asleep in wait_ready/wait_progress
-    int64_t progress_index = -1;                            // wait_progress: the member (group index) and
-    uint32_t progress_unit = 0;                             // the unit waited for; -1: wait_ready
+    Instance* waiting_on = nullptr;  // set only while asleep in wait_ready/wait_progress
+    int64_t progress_index = -1;     // wait_progress: the member (group index) and
+    uint32_t progress_unit = 0;      // the unit waited for; -1: wait_ready
     std::map<const GroupLayout*, int64_t> calls_per_group;  // sequence numbers
   };
   using Key = std::tuple<const GroupLayout*, int64_t, int64_t>;  // axes' layout, group, sequence
@@ -145,11 +147,11 @@ class Session {
   const std::chrono::milliseconds timeout_;
   const bool oversubscribed_;
   mutable core::YieldLock mu_;
-  std::vector<Dev> devs_;                               // guarded by mu_
-  int64_t left_ = 0;                                    // guarded by mu_: devices out of their body
+  std::vector<Dev> devs_;  // guarded by mu_
+  int64_t left_ = 0;       // guarded by mu_: devices out of their body
   using Open = std::map<Key, std::shared_ptr<Instance>>;
-  Open open_;                                           // guarded by mu_: gathering or failed
-  std::vector<Open::node_type> spare_nodes_;            // guarded by mu_: reused map nodes
+  Open open_;                                 // guarded by mu_: gathering or failed
+  std::vector<Open::node_type> spare_nodes_;  // guarded by mu_: reused map nodes
 };
 
 }  // namespace meshrt::coll

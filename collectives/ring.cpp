@@ -10,8 +10,8 @@ inline int64_t mod(int64_t a, int64_t n) { return ((a % n) + n) % n; }
 
 }  // namespace
 
-uint32_t run_ring(Transport& t, RingPhase phase, Kind op, DType dtype, int64_t me, int64_t n, int64_t count,
-                  bool bidirectional, uint32_t unit0, int64_t piece_bytes) {
+uint32_t run_ring(Transport& t, RingPhase phase, Kind op, DType dtype, int64_t me, int64_t n,
+                  int64_t count, bool bidirectional, uint32_t unit0, int64_t piece_bytes) {
   const int64_t elem = static_cast<int64_t>(dtype_size(dtype));
   // Unit unit0 = "my work buffer is initialised": a neighbour may read it from then on.
   t.signal(me, unit0);
@@ -44,7 +44,8 @@ uint32_t run_ring(Transport& t, RingPhase phase, Kind op, DType dtype, int64_t m
   const int64_t pieces = std::max<int64_t>(1, (max_span * elem + piece_bytes - 1) / piece_bytes);
   // unit(s, p) completed => progress >= unit0 + 1 + s * pieces + p.
   for (int64_t s = 0; s < steps; ++s) {
-    const bool rs = phase == RingPhase::reduce_scatter || (phase == RingPhase::all_reduce && s < n - 1);
+    const bool rs =
+        phase == RingPhase::reduce_scatter || (phase == RingPhase::all_reduce && s < n - 1);
     const int64_t st = rs ? s : (phase == RingPhase::all_reduce ? s - (n - 1) : s);
     for (int64_t p = 0; p < pieces; ++p) {
       const uint32_t done = unit0 + 1 + static_cast<uint32_t>(s * pieces + p);

@@ -24,7 +24,7 @@ enum class RingPhase { reduce_scatter, all_gather, all_reduce };
 // Returns the next free unit.
 // `piece_bytes` is the pipelining granularity (host memory: a few hundred KiB that stay in cache;
 // GPUs: MiBs, so few enough steps are queued).
-uint32_t run_ring(Transport& t, RingPhase phase, Kind op, DType dtype, int64_t me, int64_t n, int64_t count,
-                  bool bidirectional, uint32_t unit0, int64_t piece_bytes);
+uint32_t run_ring(Transport& t, RingPhase phase, Kind op, DType dtype, int64_t me, int64_t n,
+                  int64_t count, bool bidirectional, uint32_t unit0, int64_t piece_bytes);
 
 }  // namespace meshrt::coll

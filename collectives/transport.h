@@ -22,11 +22,11 @@ enum class Buf { in, work };
 class Transport {
  public:
   virtual ~Transport() = default;
-  virtual void copy(int64_t dst, Buf dst_buf, int64_t dst_off, int64_t src, Buf src_buf, int64_t src_off,
-                    int64_t bytes) = 0;
+  virtual void copy(int64_t dst, Buf dst_buf, int64_t dst_off, int64_t src, Buf src_buf,
+                    int64_t src_off, int64_t bytes) = 0;
   // Elements [dst_off, +count) of dst's buffer become src op dst (offsets in elements of dtype).
-  virtual void reduce(Kind op, DType dtype, int64_t dst, Buf dst_buf, int64_t dst_off, int64_t src, Buf src_buf,
-                      int64_t src_off, int64_t count) = 0;
+  virtual void reduce(Kind op, DType dtype, int64_t dst, Buf dst_buf, int64_t dst_off, int64_t src,
+                      Buf src_buf, int64_t src_off, int64_t count) = 0;
   virtual void signal(int64_t me, uint32_t unit) = 0;
   virtual void wait(int64_t member, uint32_t unit) = 0;
 };

@@ -32,15 +32,16 @@ int64_t integer(const char* name, std::string_view component, int64_t lo, int64_
   return x;
 }
 
-std::string choice(const char* name, std::string_view component, std::vector<std::string_view> allowed) {
+std::string choice(const char* name, std::string_view component,
+                   std::vector<std::string_view> allowed) {
   auto v = raw(name);
   if (!v) return std::string(allowed.front());
   for (std::string_view a : allowed) {
     if (*v == a) return *v;
   }
-  bad(component, name, *v, detail::cat("one of ", detail::join(allowed, ", ", [](std::string_view a) {
-                                         return std::string(a);
-                                       })));
+  bad(component, name, *v,
+      detail::cat("one of ",
+                  detail::join(allowed, ", ", [](std::string_view a) { return std::string(a); })));
 }
 
 bool flag(const char* name, std::string_view component) {
@@ -60,7 +61,8 @@ const std::vector<Variable>& variables() {
        "devices outnumber cores"},
       {"MESHRT_COLLECTIVE_ALGO", "auto, direct, ring, bidi_ring, native", "auto",
        "collective algorithm when a call does not choose"},
-      {"MESHRT_DETERMINISTIC", "0, 1", "0", "1: reductions give direct's bits under every algorithm"},
+      {"MESHRT_DETERMINISTIC", "0, 1", "0",
+       "1: reductions give direct's bits under every algorithm"},
       {"MESHRT_COLLECTIVE_TIMEOUT", "seconds > 0", "300",
        "seconds before a collective whose peers never arrive is an error"},
       {"MESHRT_CUDA_DEVICES_PER_GPU", "1..64", "1",
@@ -85,7 +87,8 @@ int cpu_devices() {
 std::string platform() {
   auto v = raw("MESHRT_PLATFORM");
   if (!v) return "";
-  if (*v != "cpu" && *v != "cuda") bad("devices", "MESHRT_PLATFORM", *v, "a platform; use cpu or cuda");
+  if (*v != "cpu" && *v != "cuda")
+    bad("devices", "MESHRT_PLATFORM", *v, "a platform; use cpu or cuda");
   return *v;
 }
 
@@ -97,7 +100,8 @@ CpuExecutor cpu_executor() {
 }
 
 std::string collective_algo() {
-  return choice("MESHRT_COLLECTIVE_ALGO", "shard_map", {"auto", "direct", "ring", "bidi_ring", "native"});
+  return choice("MESHRT_COLLECTIVE_ALGO", "shard_map",
+                {"auto", "direct", "ring", "bidi_ring", "native"});
 }
 
 bool deterministic() { return flag("MESHRT_DETERMINISTIC", "shard_map"); }
@@ -115,9 +119,10 @@ std::chrono::milliseconds collective_timeout() {
 }
 
 int cuda_devices_per_gpu() {
-  return static_cast<int>(integer("MESHRT_CUDA_DEVICES_PER_GPU", "cuda", 1, kMaxCudaDevicesPerGpu, 1,
-                                  detail::cat("a count between 1 and ", kMaxCudaDevicesPerGpu,
-                                              "; set it to the number of logical devices per GPU, e.g. 4")));
+  return static_cast<int>(
+      integer("MESHRT_CUDA_DEVICES_PER_GPU", "cuda", 1, kMaxCudaDevicesPerGpu, 1,
+              detail::cat("a count between 1 and ", kMaxCudaDevicesPerGpu,
+                          "; set it to the number of logical devices per GPU, e.g. 4")));
 }
 
 std::optional<size_t> cuda_cache_bytes() {
@@ -126,7 +131,9 @@ std::optional<size_t> cuda_cache_bytes() {
                                      "a byte count >= 0, e.g. MESHRT_CUDA_CACHE_BYTES=1073741824"));
 }
 
-bool explicit_sharding() { return choice("MESHRT_SHARDING", "sharding", {"auto", "explicit"}) == "explicit"; }
+bool explicit_sharding() {
+  return choice("MESHRT_SHARDING", "sharding", {"auto", "explicit"}) == "explicit";
+}
 
 bool log_collectives() { return flag("MESHRT_LOG_COLLECTIVES", "collective_log"); }
 

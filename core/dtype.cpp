@@ -1,39 +1,54 @@
 #include "core/dtype.h"
 
-#include "core/strings.h"
 #include "core/error.h"
+#include "core/strings.h"
 
 namespace meshrt {
 
 size_t dtype_size(DType dtype) {
   switch (dtype) {
-    case DType::f32: return 4;
-    case DType::f64: return 8;
-    case DType::i32: return 4;
-    case DType::i64: return 8;
-    case DType::bool_: return 1;
+    case DType::f32:
+      return 4;
+    case DType::f64:
+      return 8;
+    case DType::i32:
+      return 4;
+    case DType::i64:
+      return 8;
+    case DType::bool_:
+      return 1;
   }
   throw Error("[dtype] unknown dtype value " + std::to_string(static_cast<int>(dtype)));
 }
 
 std::string_view dtype_name(DType dtype) {
   switch (dtype) {
-    case DType::f32: return "float32";
-    case DType::f64: return "float64";
-    case DType::i32: return "int32";
-    case DType::i64: return "int64";
-    case DType::bool_: return "bool";
+    case DType::f32:
+      return "float32";
+    case DType::f64:
+      return "float64";
+    case DType::i32:
+      return "int32";
+    case DType::i64:
+      return "int64";
+    case DType::bool_:
+      return "bool";
   }
   return "unknown";
 }
 
 std::string_view dtype_cpp_name(DType dtype) {
   switch (dtype) {
-    case DType::f32: return "float";
-    case DType::f64: return "double";
-    case DType::i32: return "int32_t";
-    case DType::i64: return "int64_t";
-    case DType::bool_: return "bool";
+    case DType::f32:
+      return "float";
+    case DType::f64:
+      return "double";
+    case DType::i32:
+      return "int32_t";
+    case DType::i64:
+      return "int64_t";
+    case DType::bool_:
+      return "bool";
   }
   return "unknown";
 }

@@ -19,11 +19,26 @@ struct dtype_of {
   static_assert(!std::is_same_v<T, T>,
                 "meshrt supports float, double, int32_t, int64_t and bool elements only");
 };
-template <> struct dtype_of<float> { static constexpr DType value = DType::f32; };
-template <> struct dtype_of<double> { static constexpr DType value = DType::f64; };
-template <> struct dtype_of<int32_t> { static constexpr DType value = DType::i32; };
-template <> struct dtype_of<int64_t> { static constexpr DType value = DType::i64; };
-template <> struct dtype_of<bool> { static constexpr DType value = DType::bool_; };
+template <>
+struct dtype_of<float> {
+  static constexpr DType value = DType::f32;
+};
+template <>
+struct dtype_of<double> {
+  static constexpr DType value = DType::f64;
+};
+template <>
+struct dtype_of<int32_t> {
+  static constexpr DType value = DType::i32;
+};
+template <>
+struct dtype_of<int64_t> {
+  static constexpr DType value = DType::i64;
+};
+template <>
+struct dtype_of<bool> {
+  static constexpr DType value = DType::bool_;
+};
 
 // dtype_v<float> == DType::f32; any other element type is a compile-time error.
 template <class T>

@@ -32,7 +32,8 @@ struct Runs {
   int64_t run = 1;
 };
 template <class F>
-void for_each_runs(const std::vector<int64_t>& extent, const std::vector<const View*>& views, F&& fn);
+void for_each_runs(const std::vector<int64_t>& extent, const std::vector<const View*>& views,
+                   F&& fn);
 
 }  // namespace meshrt::core
 

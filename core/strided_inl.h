@@ -6,7 +6,8 @@
 namespace meshrt::core {
 
 template <class F>
-void for_each_runs(const std::vector<int64_t>& extent, const std::vector<const View*>& views, F&& fn) {
+void for_each_runs(const std::vector<int64_t>& extent, const std::vector<const View*>& views,
+                   F&& fn) {
   const size_t nv = views.size();
   for (int64_t e : extent) {
     if (e == 0) return;

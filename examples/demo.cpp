@@ -5,16 +5,15 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
-#include <cstring>
-
-#include "examples/mlp/mlp.h"
-
 #include <cstdio>
 #include <cstdlib>
-#include <thread>
+#include <cstring>
 #include <numeric>
 #include <string>
+#include <thread>
 #include <vector>
+
+#include "examples/mlp/mlp.h"
 
 using namespace meshrt;
 
@@ -39,8 +38,10 @@ std::string values_str(const Tensor& t) {
   int64_t cols = t.shape()[1];
   std::string s;
   for (size_t i = 0; i < v.size(); ++i) {
-    if (cols > 0 && i % static_cast<size_t>(cols) == 0) s += i ? "] [" : "[";
-    else s += " ";
+    if (cols > 0 && i % static_cast<size_t>(cols) == 0)
+      s += i ? "] [" : "[";
+    else
+      s += " ";
     s += std::to_string(v[i]);
   }
   return "[" + s + "]]";
@@ -73,8 +74,8 @@ std::vector<int32_t> iota(int64_t n) {
 
 void report(const char* title, const Array& y, const std::vector<int32_t>& want) {
   bool ok = y.to_vector<int32_t>() == want;
-  std::printf("-- %s -> %s %s: %s\n", title, shape_str(y.shape()).c_str(), y.sharding().str().c_str(),
-              ok ? "matches the host computation" : "MISMATCH");
+  std::printf("-- %s -> %s %s: %s\n", title, shape_str(y.shape()).c_str(),
+              y.sharding().str().c_str(), ok ? "matches the host computation" : "MISMATCH");
   for (const Shard& s : y.addressable_shards()) {
     std::printf("   %-6s %s\n", s.device.str().c_str(), values_str(s.data).c_str());
   }
@@ -85,7 +86,9 @@ void report(const char* title, const Array& y, const std::vector<int32_t>& want)
 // Part 3: the seed programs.
 void part3(bool quick) {
   using collective_matmul::Variant;
-  std::printf("== Part 3: seed programs\n\n-- Collective matmul, lhs (48, 80) @ rhs (80, 7), float32, vs the host product\n");
+  std::printf(
+      "== Part 3: seed programs\n\n-- Collective matmul, lhs (48, 80) @ rhs (80, 7), float32, vs "
+      "the host product\n");
   std::printf("   %-24s %-14s %8s %8s %8s\n", "program", "variant", "2 dev", "4 dev", "8 dev");
   Device d0 = devices(g_platform)[0];
   const int64_t m = 48, k = 80, n = 7;
@@ -94,19 +97,23 @@ void part3(bool quick) {
   std::vector<double> want(static_cast<size_t>(m * n), 0.0);
   for (int64_t i = 0; i < m; ++i)
     for (int64_t q = 0; q < k; ++q)
-      for (int64_t j = 0; j < n; ++j) want[static_cast<size_t>(i * n + j)] += a[static_cast<size_t>(i * k + q)] * b[static_cast<size_t>(q * n + j)];
+      for (int64_t j = 0; j < n; ++j)
+        want[static_cast<size_t>(i * n + j)] +=
+            a[static_cast<size_t>(i * k + q)] * b[static_cast<size_t>(q * n + j)];
   Array A = device_put(std::vector<float>(a.begin(), a.end()), {m, k}, SingleDeviceSharding(d0));
   Array B = device_put(std::vector<float>(b.begin(), b.end()), {k, n}, SingleDeviceSharding(d0));
   for (bool rs : {false, true}) {
     for (Variant v : {Variant::naive, Variant::overlapped, Variant::bidirectional}) {
-      std::printf("   %-24s %-14s", rs ? "matmul + reduce_scatter" : "all_gather + matmul", collective_matmul::variant_name(v));
+      std::printf("   %-24s %-14s", rs ? "matmul + reduce_scatter" : "all_gather + matmul",
+                  collective_matmul::variant_name(v));
       for (int64_t nd : {2, 4, 8}) {
         Mesh mesh = make_mesh({nd}, {"i"}, g_platform);
         Array c = rs ? collective_matmul::matmul_reduce_scatter(A, B, mesh, "i", v)
                      : collective_matmul::allgather_matmul(A, B, mesh, "i", v);
         double err = 0;
         std::vector<float> got = c.to_vector<float>();
-        for (size_t e = 0; e < got.size(); ++e) err = std::max(err, std::fabs(got[e] - want[e]) / (1 + std::fabs(want[e])));
+        for (size_t e = 0; e < got.size(); ++e)
+          err = std::max(err, std::fabs(got[e] - want[e]) / (1 + std::fabs(want[e])));
         std::printf(" %8s", err < 1e-4 ? "ok" : "MISMATCH");
         if (err >= 1e-4) std::exit(1);
       }
@@ -114,16 +121,23 @@ void part3(bool quick) {
     }
   }
 
-  std::printf("\n-- MLP [784, 128 x 5, 8], batch 32, init as JAX's tutorial; loss and every gradient vs one device\n");
+  std::printf(
+      "\n-- MLP [784, 128 x 5, 8], batch 32, init as JAX's tutorial; loss and every gradient vs "
+      "one device\n");
   const std::vector<int64_t> sizes{784, 128, 128, 128, 128, 128, 8};
   using mlp::Strategy;
-  struct Run { Strategy s; Mesh mesh; };
-  const std::vector<Run> runs = {{Strategy::single, make_mesh({1}, {"x"}, g_platform)},
-                                 {Strategy::data_parallel, make_mesh({8}, {"batch"}, g_platform)},
-                                 {Strategy::fsdp, make_mesh({8}, {"batch"}, g_platform)},
-                                 {Strategy::tensor_parallel, make_mesh({8}, {"feats"}, g_platform)},
-                                 {Strategy::data_tensor_2d, make_mesh({4, 2}, {"batch", "feats"}, g_platform)}};
-  std::printf("   %-22s %-10s %-28s %-28s %s\n", "strategy", "mesh", "loss, 3 SGD steps (current)", "loss, 3 SGD steps (legacy)", "max rel diff");
+  struct Run {
+    Strategy s;
+    Mesh mesh;
+  };
+  const std::vector<Run> runs = {
+      {Strategy::single, make_mesh({1}, {"x"}, g_platform)},
+      {Strategy::data_parallel, make_mesh({8}, {"batch"}, g_platform)},
+      {Strategy::fsdp, make_mesh({8}, {"batch"}, g_platform)},
+      {Strategy::tensor_parallel, make_mesh({8}, {"feats"}, g_platform)},
+      {Strategy::data_tensor_2d, make_mesh({4, 2}, {"batch", "feats"}, g_platform)}};
+  std::printf("   %-22s %-10s %-28s %-28s %s\n", "strategy", "mesh", "loss, 3 SGD steps (current)",
+              "loss, 3 SGD steps (legacy)", "max rel diff");
   for (const Run& r : runs) {
     std::string losses[2];
     double worst = 0;
@@ -141,14 +155,17 @@ void part3(bool quick) {
         mlp::sgd_step(ref, g1, 0.001f);
       }
     }
-    std::printf("   %-22s %-10s %-28s %-28s %.1e %s\n", mlp::name(r.s), shape_str(r.mesh.shape()).c_str(), losses[0].c_str(),
-                losses[1].c_str(), worst, worst < 2e-4 ? "ok" : "MISMATCH");
+    std::printf("   %-22s %-10s %-28s %-28s %.1e %s\n", mlp::name(r.s),
+                shape_str(r.mesh.shape()).c_str(), losses[0].c_str(), losses[1].c_str(), worst,
+                worst < 2e-4 ? "ok" : "MISMATCH");
     if (worst >= 2e-4) std::exit(1);
   }
 
   const int64_t batch = quick ? 512 : 8192, hidden = quick ? 256 : 1024;
-  std::printf("\n-- Timing: one loss-and-grad step, MLP [784, %lld x 5, 8], batch %lld (%%timeit-style: best of 3)\n",
-              static_cast<long long>(hidden), static_cast<long long>(batch));
+  std::printf(
+      "\n-- Timing: one loss-and-grad step, MLP [784, %lld x 5, 8], batch %lld (%%timeit-style: "
+      "best of 3)\n",
+      static_cast<long long>(hidden), static_cast<long long>(batch));
   const std::vector<int64_t> big{784, hidden, hidden, hidden, hidden, hidden, 8};
   mlp::Problem p = mlp::init(random::key(0), big, batch);
   double t_single = 0;
@@ -158,13 +175,16 @@ void part3(bool quick) {
     for (int rep = 0; rep < 3; ++rep) {
       auto t0 = std::chrono::steady_clock::now();
       mlp::loss_and_grad(p, r.s, r.mesh);
-      best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+      best = std::min(best,
+                      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
     }
     if (r.s == Strategy::single) t_single = best;
-    std::printf("   %-22s %-10s %8.1f ms %8.2fx\n", mlp::name(r.s), shape_str(r.mesh.shape()).c_str(), best * 1e3, t_single / best);
+    std::printf("   %-22s %-10s %8.1f ms %8.2fx\n", mlp::name(r.s),
+                shape_str(r.mesh.shape()).c_str(), best * 1e3, t_single / best);
   }
-  std::printf("   (8 simulated devices share this machine's %u cores; one device computes on one core)\n\n",
-              std::thread::hardware_concurrency());
+  std::printf(
+      "   (8 simulated devices share this machine's %u cores; one device computes on one core)\n\n",
+      std::thread::hardware_concurrency());
 }
 
 // Part 2: shard_map bodies and the collectives, on a (4, 2) mesh and an (8, 4) arange.
@@ -173,7 +193,8 @@ void part2() {
   Mesh mesh = make_mesh({4, 2}, {"data", "model"}, g_platform);
   const std::vector<int32_t> host = iota(32);
   Array x = device_put(host, {8, 4}, NamedSharding(mesh, P("data", "model")));
-  std::printf("x = arange(32).reshape(8, 4), sharded P('data', 'model'):\n%s\n", visualize_sharding(x).c_str());
+  std::printf("x = arange(32).reshape(8, 4), sharded P('data', 'model'):\n%s\n",
+              visualize_sharding(x).c_str());
 
   // Elementwise: each device maps its own (2, 2) block; no communication.
   Array y = shard_map(
@@ -195,21 +216,25 @@ void part2() {
         return ctx.psum(tensor(std::vector<int32_t>{s}, {1}, ctx.device()), {"data", "model"});
       },
       mesh, {P("data", "model")}, P())(x);
-  report("sum(x) via local sum + psum over ('data', 'model'), out_specs P()", total, {std::accumulate(host.begin(), host.end(), 0)});
+  report("sum(x) via local sum + psum over ('data', 'model'), out_specs P()", total,
+         {std::accumulate(host.begin(), host.end(), 0)});
 
   // all_gather over 'model' (tiled, axis 1): every device ends with its full rows.
-  Array rows = shard_map([](Context& ctx, const Tensor& b) { return ctx.all_gather(b, "model", 1, true); },
-                         mesh, {P("data", "model")}, P("data", None))(x);
-  std::printf("all_gather(x, 'model', axis=1, tiled=True): blocks (2, 2) -> (2, 4), out_specs P('data', None):\n%s",
-              visualize_sharding(rows).c_str());
+  Array rows =
+      shard_map([](Context& ctx, const Tensor& b) { return ctx.all_gather(b, "model", 1, true); },
+                mesh, {P("data", "model")}, P("data", None))(x);
+  std::printf(
+      "all_gather(x, 'model', axis=1, tiled=True): blocks (2, 2) -> (2, 4), out_specs P('data', "
+      "None):\n%s",
+      visualize_sharding(rows).c_str());
   report("all_gather over 'model'", rows, host);
 
   // psum_scatter over 'data' (tiled): device (d, m) holds 4 values of the flat arange; the 4
   // devices of a 'data' group sum their vectors and device d keeps element d of the sum.
   Array flat = device_put(host, {32}, NamedSharding(mesh, P(Axes{"data", "model"})));
-  Array scattered = shard_map(
-      [](Context& ctx, const Tensor& b) { return ctx.psum_scatter(b, "data", 0, true); },
-      mesh, {P(Axes{"data", "model"})}, P(Axes{"data", "model"}))(flat);
+  Array scattered =
+      shard_map([](Context& ctx, const Tensor& b) { return ctx.psum_scatter(b, "data", 0, true); },
+                mesh, {P(Axes{"data", "model"})}, P(Axes{"data", "model"}))(flat);
   std::vector<int32_t> sc_want(8);
   for (int d = 0; d < 4; ++d) {
     for (int m = 0; m < 2; ++m) {
@@ -222,25 +247,31 @@ void part2() {
 
   // ppermute over 'data': a ring shift, block i goes to device i+1.
   Array shifted = shard_map(
-      [](Context& ctx, const Tensor& b) { return ctx.ppermute(b, "data", {{0, 1}, {1, 2}, {2, 3}, {3, 0}}); },
+      [](Context& ctx, const Tensor& b) {
+        return ctx.ppermute(b, "data", {{0, 1}, {1, 2}, {2, 3}, {3, 0}});
+      },
       mesh, {P("data", "model")}, P("data", "model"))(x);
   std::vector<int32_t> sh_want(32);
   for (int r = 0; r < 8; ++r) {
-    for (int c = 0; c < 4; ++c) sh_want[static_cast<size_t>(r * 4 + c)] = host[static_cast<size_t>(((r + 6) % 8) * 4 + c)];
+    for (int c = 0; c < 4; ++c)
+      sh_want[static_cast<size_t>(r * 4 + c)] = host[static_cast<size_t>(((r + 6) % 8) * 4 + c)];
   }
   report("ppermute(x, 'data', ring shift +1)", shifted, sh_want);
 
   // all_to_all over 'model' (tiled, split columns, concat rows): a blocked transpose.
-  Array a2a = shard_map([](Context& ctx, const Tensor& b) { return ctx.all_to_all(b, "model", 1, 0, true); },
-                        mesh, {P("data", "model")}, P("data", "model"))(x);
-  // Device (d, m) holds B(d, m) = x[2d:2d+2, 2m:2m+2]; it splits its columns in 2 and sends column j
-  // to model=j; device (d, m) stacks the column m of B(d, 0) and B(d, 1) as its 4 rows.
-  std::vector<int32_t> a2a_want(32);  // global (16, 2): device (d, m) holds rows [4d, 4d+4), column m
+  Array a2a = shard_map(
+      [](Context& ctx, const Tensor& b) { return ctx.all_to_all(b, "model", 1, 0, true); }, mesh,
+      {P("data", "model")}, P("data", "model"))(x);
+  // Device (d, m) holds B(d, m) = x[2d:2d+2, 2m:2m+2]; it splits its columns in 2 and sends column
+  // j to model=j; device (d, m) stacks the column m of B(d, 0) and B(d, 1) as its 4 rows.
+  std::vector<int32_t> a2a_want(
+      32);  // global (16, 2): device (d, m) holds rows [4d, 4d+4), column m
   for (int d = 0; d < 4; ++d) {
     for (int m = 0; m < 2; ++m) {
       for (int j = 0; j < 2; ++j) {
         for (int r = 0; r < 2; ++r) {
-          a2a_want[static_cast<size_t>((4 * d + 2 * j + r) * 2 + m)] = host[static_cast<size_t>((2 * d + r) * 4 + 2 * j + m)];
+          a2a_want[static_cast<size_t>((4 * d + 2 * j + r) * 2 + m)] =
+              host[static_cast<size_t>((2 * d + r) * 4 + 2 * j + m)];
         }
       }
     }
@@ -269,14 +300,16 @@ void part4() {
   std::iota(host.begin(), host.end(), 0.0f);
   Array on_cpu = device_put(host, {4 * n}, NamedSharding(cpu_mesh, P()));
   Array on_gpu = device_put(on_cpu, NamedSharding(gpu_mesh, P("x")));
-  std::printf("   %lld cuda devices; x on cpu -> %s\n%s", static_cast<long long>(n), on_gpu.sharding().str().c_str(),
-              visualize_sharding(on_gpu).c_str());
-  Array summed = shard_map([](Context& c, const Tensor& t) { return c.psum(multiply(t, 2.0), "x"); }, gpu_mesh, {P("x")},
-                           P())(on_gpu);
+  std::printf("   %lld cuda devices; x on cpu -> %s\n%s", static_cast<long long>(n),
+              on_gpu.sharding().str().c_str(), visualize_sharding(on_gpu).c_str());
+  Array summed =
+      shard_map([](Context& c, const Tensor& t) { return c.psum(multiply(t, 2.0), "x"); }, gpu_mesh,
+                {P("x")}, P())(on_gpu);
   Array back = device_put(summed, NamedSharding(cpu_mesh, P()));
   std::vector<float> want(4, 0.0f);
   for (size_t i = 0; i < host.size(); ++i) want[i % 4] += 2 * host[i];
-  std::printf("   psum(2*x) on cuda, moved back to cpu: %s\n", back.to_vector<float>() == want ? "ok" : "MISMATCH");
+  std::printf("   psum(2*x) on cuda, moved back to cpu: %s\n",
+              back.to_vector<float>() == want ? "ok" : "MISMATCH");
   try {
     shard_map([](Context&, const Tensor& t) { return t; }, gpu_mesh, {P("x")}, P("x"))(on_cpu);
   } catch (const Error& e) {
@@ -289,8 +322,10 @@ void run_demo(bool quick);
 int main(int argc, char** argv) {
   bool quick = false;
   for (int i = 1; i < argc; ++i) {
-    if (std::strcmp(argv[i], "--quick") == 0) quick = true;
-    else if (std::strncmp(argv[i], "--platform=", 11) == 0) g_platform = argv[i] + 11;
+    if (std::strcmp(argv[i], "--quick") == 0)
+      quick = true;
+    else if (std::strncmp(argv[i], "--platform=", 11) == 0)
+      g_platform = argv[i] + 11;
     else {
       std::fprintf(stderr, "usage: meshrt-demo [--quick] [--platform=cpu|cuda]\n");
       return 2;
@@ -313,7 +348,8 @@ void run_demo(bool quick) {
   std::printf("\ncpu devices:");
   for (const Device& d : devices("cpu")) std::printf(" %s", d.str().c_str());
   std::printf("\nrunning parts 1-3 on: %s", g_platform.c_str());
-  std::printf("\n\n== Part 1: meshes and shardings (jax.debug.visualize_array_sharding layout)\n\n");
+  std::printf(
+      "\n\n== Part 1: meshes and shardings (jax.debug.visualize_array_sharding layout)\n\n");
 
   Mesh m8 = make_mesh({8}, {"data"}, g_platform);
   show(m8, P(), {8});
@@ -323,8 +359,8 @@ void run_demo(bool quick) {
   for (Shape ms : {Shape{4, 2}, Shape{2, 4}}) {
     Mesh mesh = make_mesh(ms, {"data", "model"}, g_platform);
     for (const PartitionSpec& spec :
-         {P(), P("data", None), P(None, "model"), P("data", "model"), P(Axes{"data", "model"}, None),
-          P(Axes{"model", "data"}), P("model", "data")}) {
+         {P(), P("data", None), P(None, "model"), P("data", "model"),
+          P(Axes{"data", "model"}, None), P(Axes{"model", "data"}), P("model", "data")}) {
       show(mesh, spec, {8, 4});
     }
   }
@@ -337,7 +373,8 @@ void run_demo(bool quick) {
   for (const PartitionSpec& to : {P("data", "model"), P("data", None), P("model", "data"), P()}) {
     Array b = device_put(a, NamedSharding(mesh, to));
     int shared = 0;
-    for (size_t i = 0; i < b.blocks().size(); ++i) shared += b.blocks()[i].buffer() == a.blocks()[i].buffer();
+    for (size_t i = 0; i < b.blocks().size(); ++i)
+      shared += b.blocks()[i].buffer() == a.blocks()[i].buffer();
     bool same = b.to_vector<float>() == host;
     std::printf("   %s -> %-14s blocks kept in place: %d/8, value preserved: %s\n",
                 P("data", None).str().c_str(), to.str().c_str(), shared, same ? "yes" : "NO");

@@ -6,10 +6,10 @@
 #include <optional>
 #include <set>
 
+#include "core/error.h"
+#include "core/strings.h"
 #include "runtime/detail/copy.h"
 #include "runtime/detail/sharding_impl.h"
-#include "core/strings.h"
-#include "core/error.h"
 
 namespace meshrt {
 
@@ -49,7 +49,10 @@ Shape offset_in(const Index& box, const Index& outer) {
 }  // namespace
 
 Array::Array(Shape shape, DType dtype, Sharding sharding, std::vector<Tensor> blocks)
-    : shape_(std::move(shape)), dtype_(dtype), sharding_(std::move(sharding)), blocks_(std::move(blocks)) {
+    : shape_(std::move(shape)),
+      dtype_(dtype),
+      sharding_(std::move(sharding)),
+      blocks_(std::move(blocks)) {
   const auto& devs = sharding_.device_list();
   Shape block = detail::checked_shard_shape(sharding_, shape_, "array");
   if (blocks_.size() != devs.size()) {
@@ -60,8 +63,8 @@ Array::Array(Shape shape, DType dtype, Sharding sharding, std::vector<Tensor> bl
     const Tensor& t = blocks_[i];
     if (!t.valid() || t.device() != devs[i] || t.dtype() != dtype_ || t.shape() != block) {
       throw Error(cat("[array] block ", i, " is ", t.valid() ? t.str() : "empty", " but ",
-                      sharding_.str(), " of ", dtype_name(dtype_), shape_str(shape_),
-                      " needs ", dtype_name(dtype_), shape_str(block), " on ", devs[i].str()));
+                      sharding_.str(), " of ", dtype_name(dtype_), shape_str(shape_), " needs ",
+                      dtype_name(dtype_), shape_str(block), " on ", devs[i].str()));
     }
   }
 }
@@ -112,7 +115,8 @@ Array device_put(const void* data, int64_t count, DType dtype, Shape shape, cons
 }
 
 Array device_put(const Array& x, const Sharding& to) {
-  if (x.blocks().empty()) throw Error("[device_put] resharding an empty (default-constructed) Array");
+  if (x.blocks().empty())
+    throw Error("[device_put] resharding an empty (default-constructed) Array");
   const Shape& shape = x.shape();
   std::vector<Index> dst_idx = detail::indices(to, shape, "device_put");
   std::vector<Index> src_idx = detail::indices(x.sharding(), shape, "device_put");

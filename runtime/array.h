@@ -57,14 +57,15 @@ class Array {
 Array device_put(const void* data, int64_t count, DType dtype, Shape shape, const Sharding& to);
 template <class T>
 Array device_put(std::span<const T> data, Shape shape, const Sharding& to) {
-  return device_put(data.data(), static_cast<int64_t>(data.size()), dtype_v<T>,
-                    std::move(shape), to);
+  return device_put(data.data(), static_cast<int64_t>(data.size()), dtype_v<T>, std::move(shape),
+                    to);
 }
 template <class T>
 Array device_put(const std::vector<T>& data, Shape shape, const Sharding& to) {
   if constexpr (std::is_same_v<T, bool>) {
     std::vector<uint8_t> bytes(data.begin(), data.end());
-    return device_put(bytes.data(), static_cast<int64_t>(bytes.size()), DType::bool_, std::move(shape), to);
+    return device_put(bytes.data(), static_cast<int64_t>(bytes.size()), DType::bool_,
+                      std::move(shape), to);
   } else {
     return device_put(std::span<const T>(data), std::move(shape), to);
   }

@@ -1,8 +1,8 @@
 // Collective matmul variants, as in JAX's shard_map tutorial ("Collective matrix multiplication").
 #include "runtime/collective_matmul.h"
 
-#include "core/strings.h"
 #include "core/error.h"
+#include "core/strings.h"
 #include "runtime/tensor_ops.h"
 
 namespace meshrt::collective_matmul {
@@ -19,17 +19,20 @@ std::vector<std::pair<int64_t, int64_t>> shift_perm(int64_t n, int64_t by) {
 
 int64_t mod(int64_t a, int64_t n) { return ((a % n) + n) % n; }
 
-void check_blocks(const char* fn, const Tensor& lhs, const Tensor& rhs, Variant v, int64_t n, int64_t split_dim_size,
-                  const char* what) {
+void check_blocks(const char* fn, const Tensor& lhs, const Tensor& rhs, Variant v, int64_t n,
+                  int64_t split_dim_size, const char* what) {
   if (lhs.ndim() != 2 || rhs.ndim() != 2) {
-    throw Error(cat("[collective_matmul] ", fn, ": blocks must be 2-D, got ", shape_str(lhs.shape()), " and ",
-                    shape_str(rhs.shape())));
+    throw Error(cat("[collective_matmul] ", fn, ": blocks must be 2-D, got ",
+                    shape_str(lhs.shape()), " and ", shape_str(rhs.shape())));
   }
   const int64_t need = v == Variant::bidirectional ? 2 * n : n;
   if (v != Variant::naive && split_dim_size % need != 0) {
-    throw Error(cat("[collective_matmul] ", fn, " (", variant_name(v), "): ", what, " ", split_dim_size,
-                    " must be divisible by ", need, v == Variant::bidirectional ? " (2 x the axis size: each block is "
-                    "split in halves travelling both ways)" : " (the axis size)", "; pad the operands or use a "
+    throw Error(cat("[collective_matmul] ", fn, " (", variant_name(v), "): ", what, " ",
+                    split_dim_size, " must be divisible by ", need,
+                    v == Variant::bidirectional ? " (2 x the axis size: each block is "
+                                                  "split in halves travelling both ways)"
+                                                : " (the axis size)",
+                    "; pad the operands or use a "
                     "mesh axis that divides it"));
   }
 }
@@ -38,26 +41,33 @@ void check_blocks(const char* fn, const Tensor& lhs, const Tensor& rhs, Variant 
 
 const char* variant_name(Variant v) {
   switch (v) {
-    case Variant::naive: return "naive";
-    case Variant::overlapped: return "overlapped";
-    case Variant::bidirectional: return "bidirectional";
+    case Variant::naive:
+      return "naive";
+    case Variant::overlapped:
+      return "overlapped";
+    case Variant::bidirectional:
+      return "bidirectional";
   }
   return "?";
 }
 
-Tensor allgather_matmul(Context& ctx, const Tensor& lhs, const Tensor& rhs, const std::string& axis, Variant v) {
+Tensor allgather_matmul(Context& ctx, const Tensor& lhs, const Tensor& rhs, const std::string& axis,
+                        Variant v) {
   const int64_t n = ctx.axis_size(axis), idx = ctx.axis_index(axis);
-  check_blocks("allgather_matmul", lhs, rhs, v, n, lhs.shape()[1], "the contracting dimension of lhs");
+  check_blocks("allgather_matmul", lhs, rhs, v, n, lhs.shape()[1],
+               "the contracting dimension of lhs");
   if (lhs.shape()[1] != rhs.shape()[0] * n) {
-    throw Error(cat("[collective_matmul] allgather_matmul: lhs block ", shape_str(lhs.shape()), " needs k = ",
-                    rhs.shape()[0] * n, " columns (rhs block ", shape_str(rhs.shape()), " x ", n, " devices)"));
+    throw Error(cat("[collective_matmul] allgather_matmul: lhs block ", shape_str(lhs.shape()),
+                    " needs k = ", rhs.shape()[0] * n, " columns (rhs block ",
+                    shape_str(rhs.shape()), " x ", n, " devices)"));
   }
   if (v == Variant::naive) return matmul(lhs, ctx.all_gather(rhs, axis, 0, true));
   if (v == Variant::overlapped) {
     const int64_t b = lhs.shape()[1] / n;
     const auto up = shift_perm(n, 1);
     Tensor block = rhs;
-    Tensor out = zeros({lhs.shape()[0], rhs.shape()[1]}, promote_types(lhs.dtype(), rhs.dtype()), ctx.device());
+    Tensor out = zeros({lhs.shape()[0], rhs.shape()[1]}, promote_types(lhs.dtype(), rhs.dtype()),
+                       ctx.device());
     for (int64_t i = 0; i < n; ++i) {
       // Start the next shift before this step's matmul, so the two overlap.
       PendingTensor next;
@@ -72,7 +82,8 @@ Tensor allgather_matmul(Context& ctx, const Tensor& lhs, const Tensor& rhs, cons
   const auto up = shift_perm(n, 1), down = shift_perm(n, -1);
   auto halves = split(rhs, 2, 0);
   Tensor lo = halves[0], hi = halves[1];
-  Tensor out = zeros({lhs.shape()[0], rhs.shape()[1]}, promote_types(lhs.dtype(), rhs.dtype()), ctx.device());
+  Tensor out = zeros({lhs.shape()[0], rhs.shape()[1]}, promote_types(lhs.dtype(), rhs.dtype()),
+                     ctx.device());
   for (int64_t i = 0; i < n; ++i) {
     PendingTensor next_lo, next_hi;
     if (i + 1 < n) {
@@ -89,18 +100,19 @@ Tensor allgather_matmul(Context& ctx, const Tensor& lhs, const Tensor& rhs, cons
   return out;
 }
 
-Tensor matmul_reduce_scatter(Context& ctx, const Tensor& lhs, const Tensor& rhs, const std::string& axis, Variant v) {
+Tensor matmul_reduce_scatter(Context& ctx, const Tensor& lhs, const Tensor& rhs,
+                             const std::string& axis, Variant v) {
   const int64_t n = ctx.axis_size(axis), idx = ctx.axis_index(axis);
   check_blocks("matmul_reduce_scatter", lhs, rhs, v, n, lhs.shape()[0], "the number of lhs rows");
   if (lhs.shape()[1] != rhs.shape()[0]) {
     throw Error(cat("[collective_matmul] matmul_reduce_scatter: lhs block ", shape_str(lhs.shape()),
-                    " and rhs block ", shape_str(rhs.shape()), " do not contract (", lhs.shape()[1], " != ",
-                    rhs.shape()[0], ")"));
+                    " and rhs block ", shape_str(rhs.shape()), " do not contract (", lhs.shape()[1],
+                    " != ", rhs.shape()[0], ")"));
   }
   if (v == Variant::naive) {
     if (lhs.shape()[0] % n != 0) {
-      throw Error(cat("[collective_matmul] matmul_reduce_scatter (naive): the number of lhs rows ", lhs.shape()[0],
-                      " must be divisible by ", n, " (the axis size)"));
+      throw Error(cat("[collective_matmul] matmul_reduce_scatter (naive): the number of lhs rows ",
+                      lhs.shape()[0], " must be divisible by ", n, " (the axis size)"));
     }
     return ctx.psum_scatter(matmul(lhs, rhs), axis, 0, true);
   }
@@ -130,15 +142,18 @@ Tensor matmul_reduce_scatter(Context& ctx, const Tensor& lhs, const Tensor& rhs,
   return concatenate({lo, hi}, 0);
 }
 
-Array allgather_matmul(const Array& lhs, const Array& rhs, const Mesh& mesh, const std::string& axis, Variant v) {
-  return shard_map([&](Context& ctx, const Tensor& l, const Tensor& r) { return allgather_matmul(ctx, l, r, axis, v); },
+Array allgather_matmul(const Array& lhs, const Array& rhs, const Mesh& mesh,
+                       const std::string& axis, Variant v) {
+  return shard_map([&](Context& ctx, const Tensor& l,
+                       const Tensor& r) { return allgather_matmul(ctx, l, r, axis, v); },
                    mesh, {P(axis, None), P(axis, None)}, P(axis, None))(lhs, rhs);
 }
 
-Array matmul_reduce_scatter(const Array& lhs, const Array& rhs, const Mesh& mesh, const std::string& axis, Variant v) {
-  return shard_map(
-      [&](Context& ctx, const Tensor& l, const Tensor& r) { return matmul_reduce_scatter(ctx, l, r, axis, v); }, mesh,
-      {P(None, axis), P(axis, None)}, P(axis, None))(lhs, rhs);
+Array matmul_reduce_scatter(const Array& lhs, const Array& rhs, const Mesh& mesh,
+                            const std::string& axis, Variant v) {
+  return shard_map([&](Context& ctx, const Tensor& l,
+                       const Tensor& r) { return matmul_reduce_scatter(ctx, l, r, axis, v); },
+                   mesh, {P(None, axis), P(axis, None)}, P(axis, None))(lhs, rhs);
 }
 
 }  // namespace meshrt::collective_matmul

@@ -25,15 +25,16 @@ enum class Variant { naive, overlapped, bidirectional };
 const char* variant_name(Variant v);
 
 // Inside a body. lhs_block: (m/N, k); rhs_block: (k/N, n); returns (m/N, n).
-Tensor allgather_matmul(Context& ctx, const Tensor& lhs_block, const Tensor& rhs_block, const std::string& axis,
-                        Variant variant);
+Tensor allgather_matmul(Context& ctx, const Tensor& lhs_block, const Tensor& rhs_block,
+                        const std::string& axis, Variant variant);
 // Inside a body. lhs_block: (m, k/N); rhs_block: (k/N, n); returns (m/N, n).
-Tensor matmul_reduce_scatter(Context& ctx, const Tensor& lhs_block, const Tensor& rhs_block, const std::string& axis,
-                             Variant variant);
+Tensor matmul_reduce_scatter(Context& ctx, const Tensor& lhs_block, const Tensor& rhs_block,
+                             const std::string& axis, Variant variant);
 
 // The whole program: shard_map over `mesh` with the specs above; inputs are resharded as needed.
-Array allgather_matmul(const Array& lhs, const Array& rhs, const Mesh& mesh, const std::string& axis, Variant variant);
-Array matmul_reduce_scatter(const Array& lhs, const Array& rhs, const Mesh& mesh, const std::string& axis,
-                            Variant variant);
+Array allgather_matmul(const Array& lhs, const Array& rhs, const Mesh& mesh,
+                       const std::string& axis, Variant variant);
+Array matmul_reduce_scatter(const Array& lhs, const Array& rhs, const Mesh& mesh,
+                            const std::string& axis, Variant variant);
 
 }  // namespace meshrt::collective_matmul

@@ -7,11 +7,11 @@
 #include "backends/backend.h"
 #include "collectives/collective.h"
 #include "collectives/reduce.h"
-#include "runtime/detail/launch.h"
-#include "runtime/detail/platform.h"
-#include "core/strings.h"
 #include "core/config.h"
 #include "core/error.h"
+#include "core/strings.h"
+#include "runtime/detail/launch.h"
+#include "runtime/detail/platform.h"
 #include "runtime/shard_map.h"
 
 namespace meshrt {
@@ -34,7 +34,8 @@ Launch::Launch(Mesh m, std::chrono::milliseconds timeout, bool oversubscribed)
   env_deterministic = config::deterministic();
 }
 
-const coll::GroupLayout& Launch::layout(const std::vector<std::string>& names, const std::vector<int>& axes) {
+const coll::GroupLayout& Launch::layout(const std::vector<std::string>& names,
+                                        const std::vector<int>& axes) {
   std::lock_guard<std::mutex> lock(mu_);
   auto& slot = layouts_[axes];
   if (!slot) {
@@ -76,7 +77,8 @@ struct Context::Prepared {
 };
 
 Context::Prepared Context::prepare(const Tensor& x, const AxisNames& axes, const char* op) const {
-  if (!x.valid()) throw Error(cat("[", op, "] the operand is an empty (default-constructed) Tensor"));
+  if (!x.valid())
+    throw Error(cat("[", op, "] the operand is an empty (default-constructed) Tensor"));
   if (x.device() != device()) {
     throw Error(cat("[", op, "] the operand lives on ", x.device().str(), " but this body runs on ",
                     device().str(), "; collectives take tensors of the body's own device"));
@@ -139,8 +141,9 @@ int64_t Context::axis_size(const AxisNames& axes) const {
 namespace {
 
 // Joins the collective and returns the pending handle and the output tensor.
-std::pair<coll::Pending, Tensor> begin(detail::Launch& launch, int64_t pos, const coll::GroupLayout& layout,
-                                       coll::Call call, const Tensor& x, Shape out_shape, DType out_dtype) {
+std::pair<coll::Pending, Tensor> begin(detail::Launch& launch, int64_t pos,
+                                       const coll::GroupLayout& layout, coll::Call call,
+                                       const Tensor& x, Shape out_shape, DType out_dtype) {
   Tensor out = empty(out_shape, out_dtype, x.device());
   coll::Slot slot;
   slot.backend = launch.host_addressable ? nullptr : &detail::backend_of(x.device());
@@ -150,11 +153,13 @@ std::pair<coll::Pending, Tensor> begin(detail::Launch& launch, int64_t pos, cons
   slot.keep_in = x.buffer();
   slot.keep_out = out.buffer();
   if (const int64_t wb = coll::work_bytes(call, layout.group_size); wb > 0) {
-    auto buf = detail::backend_of(x.device()).allocate(x.device().local_index(), static_cast<size_t>(wb));
+    auto buf =
+        detail::backend_of(x.device()).allocate(x.device().local_index(), static_cast<size_t>(wb));
     slot.work = buf->data();
     slot.keep_work = std::move(buf);
   }
-  coll::Pending p = coll::start(launch.session, pos, layout, call, std::move(slot), std::move(out_shape));
+  coll::Pending p =
+      coll::start(launch.session, pos, layout, call, std::move(slot), std::move(out_shape));
   return {std::move(p), std::move(out)};
 }
 
@@ -166,22 +171,33 @@ coll::Algo resolve_algo(coll::Kind kind, const CollectiveOptions& o, const detai
   CollectiveAlgo a = o.algo;
   if (a == CollectiveAlgo::automatic) {
     const std::string& e = launch.env_algo;  // validated when the launch began
-    if (e == "direct") a = CollectiveAlgo::direct;
-    else if (e == "ring") a = CollectiveAlgo::ring;
-    else if (e == "bidi_ring") a = CollectiveAlgo::bidi_ring;
-    else if (e == "native") a = CollectiveAlgo::native;
+    if (e == "direct")
+      a = CollectiveAlgo::direct;
+    else if (e == "ring")
+      a = CollectiveAlgo::ring;
+    else if (e == "bidi_ring")
+      a = CollectiveAlgo::bidi_ring;
+    else if (e == "native")
+      a = CollectiveAlgo::native;
   }
   switch (a) {
-    case CollectiveAlgo::direct: return coll::Algo::direct;
-    case CollectiveAlgo::ring: return coll::Algo::ring;
-    case CollectiveAlgo::bidi_ring: return coll::Algo::bidi_ring;
-    default: break;
+    case CollectiveAlgo::direct:
+      return coll::Algo::direct;
+    case CollectiveAlgo::ring:
+      return coll::Algo::ring;
+    case CollectiveAlgo::bidi_ring:
+      return coll::Algo::bidi_ring;
+    default:
+      break;
   }
   if (launch.host_addressable) return coll::Algo::direct;  // cpu: native is the one-shot algorithm
-  const auto& members = layout.members[static_cast<size_t>(layout.group_of[static_cast<size_t>(pos)])];
+  const auto& members =
+      layout.members[static_cast<size_t>(layout.group_of[static_cast<size_t>(pos)])];
   std::vector<int> group;
-  for (int64_t m : members) group.push_back(launch.mesh.devices()[static_cast<size_t>(m)].local_index());
-  const std::string why = detail::backend_of(launch.mesh.devices().front()).native_unavailable(group);
+  for (int64_t m : members)
+    group.push_back(launch.mesh.devices()[static_cast<size_t>(m)].local_index());
+  const std::string why =
+      detail::backend_of(launch.mesh.devices().front()).native_unavailable(group);
   if (why.empty()) return coll::Algo::native;
   if (a == CollectiveAlgo::automatic) return coll::Algo::direct;
   throw Error(cat("[", coll::kind_name(kind), "] algo native cannot serve this group: ", why,
@@ -189,8 +205,8 @@ coll::Algo resolve_algo(coll::Kind kind, const CollectiveOptions& o, const detai
 }
 
 // The call's fingerprint: op, operand, axes, and how its data moves.
-coll::Call base_call(coll::Kind kind, const Tensor& x, const coll::GroupLayout& layout, const CollectiveOptions& options,
-                     const detail::Launch& launch, int64_t pos) {
+coll::Call base_call(coll::Kind kind, const Tensor& x, const coll::GroupLayout& layout,
+                     const CollectiveOptions& options, const detail::Launch& launch, int64_t pos) {
   coll::Call c;
   c.kind = kind;
   c.dtype = x.dtype();
@@ -203,18 +219,20 @@ coll::Call base_call(coll::Kind kind, const Tensor& x, const coll::GroupLayout& 
 
 }  // namespace
 
-#define MESHRT_REDUCTION(method, kind)                                                      \
-  Tensor Context::method(const Tensor& x, const AxisNames& axes, const CollectiveOptions& options) { \
-    if (x.valid() && x.dtype() == DType::bool_) {                                           \
-      throw Error("[" #method "] bool operands are not reduced; convert first, e.g. "       \
-                  "astype(x, DType::i32)");                                                 \
-    }                                                                                       \
-    Prepared p = prepare(x, axes, #method);                                              \
-    coll::Call c = base_call(coll::Kind::kind, x, *p.layout, options, *launch_, pos_);             \
+#define MESHRT_REDUCTION(method, kind)                                                           \
+  Tensor Context::method(const Tensor& x, const AxisNames& axes,                                 \
+                         const CollectiveOptions& options) {                                     \
+    if (x.valid() && x.dtype() == DType::bool_) {                                                \
+      throw Error("[" #method                                                                    \
+                  "] bool operands are not reduced; convert first, e.g. "                        \
+                  "astype(x, DType::i32)");                                                      \
+    }                                                                                            \
+    Prepared p = prepare(x, axes, #method);                                                      \
+    coll::Call c = base_call(coll::Kind::kind, x, *p.layout, options, *launch_, pos_);           \
     DType od = coll::Kind::kind == coll::Kind::pmean ? coll::pmean_dtype(x.dtype()) : x.dtype(); \
-    auto [pending, out] = begin(*launch_, pos_, *p.layout, c, x, x.shape(), od);            \
-    coll::finish(pending);                                                                  \
-    return out;                                                                             \
+    auto [pending, out] = begin(*launch_, pos_, *p.layout, c, x, x.shape(), od);                 \
+    coll::finish(pending);                                                                       \
+    return out;                                                                                  \
   }
 MESHRT_REDUCTION(psum, psum)
 MESHRT_REDUCTION(pmean, pmean)
@@ -229,8 +247,9 @@ struct GatherPlan {
   Shape out_shape;
 };
 
-GatherPlan plan_all_gather(int64_t pos, const Tensor& x, const coll::GroupLayout& layout, int axis, bool tiled, int64_t n,
-                           const CollectiveOptions& options, const detail::Launch& launch) {
+GatherPlan plan_all_gather(int64_t pos, const Tensor& x, const coll::GroupLayout& layout, int axis,
+                           bool tiled, int64_t n, const CollectiveOptions& options,
+                           const detail::Launch& launch) {
   GatherPlan g{base_call(coll::Kind::all_gather, x, layout, options, launch, pos), x.shape()};
   const auto rank = static_cast<int64_t>(x.shape().size());
   if (tiled) {
@@ -246,16 +265,18 @@ GatherPlan plan_all_gather(int64_t pos, const Tensor& x, const coll::GroupLayout
   return g;
 }
 
-GatherPlan plan_ppermute(int64_t pos, const Tensor& x, const coll::GroupLayout& layout, const detail::Launch& launch,
+GatherPlan plan_ppermute(int64_t pos, const Tensor& x, const coll::GroupLayout& layout,
+                         const detail::Launch& launch,
                          const std::vector<std::pair<int64_t, int64_t>>& perm, int64_t n) {
   const Mesh& mesh = launch.mesh;
   const std::vector<std::string>& names = layout.axis_names;
   // JAX: axes must be in mesh order for ppermute (it used to sort silently: wrong answers).
   for (size_t i = 1; i < names.size(); ++i) {
     if (mesh.axis_position(names[i - 1]) > mesh.axis_position(names[i])) {
-      throw Error(cat("[ppermute] Make sure that the axis_name passed to ppermute is in the same order "
-                      "as the axis_names declared on the mesh: got ", axes_tuple(names), " for mesh axes ",
-                      axes_tuple(mesh.axis_names())));
+      throw Error(
+          cat("[ppermute] Make sure that the axis_name passed to ppermute is in the same order "
+              "as the axis_names declared on the mesh: got ",
+              axes_tuple(names), " for mesh axes ", axes_tuple(mesh.axis_names())));
     }
   }
   GatherPlan g{base_call(coll::Kind::ppermute, x, layout, {}, launch, pos), x.shape()};
@@ -285,12 +306,13 @@ Tensor Context::all_gather(const Tensor& x, const AxisNames& axes, int axis, boo
   return all_gather_start(x, axes, axis, tiled, options).wait();
 }
 
-PendingTensor Context::all_gather_start(const Tensor& x, const AxisNames& axes, int axis, bool tiled,
-                                        const CollectiveOptions& options) {
+PendingTensor Context::all_gather_start(const Tensor& x, const AxisNames& axes, int axis,
+                                        bool tiled, const CollectiveOptions& options) {
   Prepared p = prepare(x, axes, "all_gather");
   GatherPlan g = plan_all_gather(pos_, x, *p.layout, axis, tiled, p.group_size, options, *launch_);
   auto [pending, out] = begin(*launch_, pos_, *p.layout, g.call, x, g.out_shape, x.dtype());
-  return PendingTensor(launch_, std::make_unique<coll::Pending>(std::move(pending)), std::move(out));
+  return PendingTensor(launch_, std::make_unique<coll::Pending>(std::move(pending)),
+                       std::move(out));
 }
 
 Tensor Context::ppermute(const Tensor& x, const AxisNames& axes,
@@ -303,11 +325,12 @@ PendingTensor Context::ppermute_start(const Tensor& x, const AxisNames& axes,
   Prepared p = prepare(x, axes, "ppermute");
   GatherPlan g = plan_ppermute(pos_, x, *p.layout, *launch_, perm, p.group_size);
   auto [pending, out] = begin(*launch_, pos_, *p.layout, g.call, x, g.out_shape, x.dtype());
-  return PendingTensor(launch_, std::make_unique<coll::Pending>(std::move(pending)), std::move(out));
+  return PendingTensor(launch_, std::make_unique<coll::Pending>(std::move(pending)),
+                       std::move(out));
 }
 
-Tensor Context::psum_scatter(const Tensor& x, const AxisNames& axes, int scatter_dimension, bool tiled,
-                             const CollectiveOptions& options) {
+Tensor Context::psum_scatter(const Tensor& x, const AxisNames& axes, int scatter_dimension,
+                             bool tiled, const CollectiveOptions& options) {
   Prepared p = prepare(x, axes, "psum_scatter");
   const int64_t n = p.group_size;
   const auto rank = static_cast<int64_t>(x.shape().size());
@@ -335,8 +358,8 @@ Tensor Context::psum_scatter(const Tensor& x, const AxisNames& axes, int scatter
   return out;
 }
 
-Tensor Context::all_to_all(const Tensor& x, const AxisNames& axes, int split_axis, int concat_axis, bool tiled,
-                           const CollectiveOptions& options) {
+Tensor Context::all_to_all(const Tensor& x, const AxisNames& axes, int split_axis, int concat_axis,
+                           bool tiled, const CollectiveOptions& options) {
   Prepared p = prepare(x, axes, "all_to_all");
   const int64_t n = p.group_size;
   const auto rank = static_cast<int64_t>(x.shape().size());
@@ -347,14 +370,17 @@ Tensor Context::all_to_all(const Tensor& x, const AxisNames& axes, int split_axi
   if (tiled) {
     if (size % n != 0) {
       throw Error(cat("[all_to_all] The size of all_to_all split_axis (", size,
-                      ") has to be divisible by the size of the named axis ", axes_tuple(p.layout->axis_names), " (", n, ")"));
+                      ") has to be divisible by the size of the named axis ",
+                      axes_tuple(p.layout->axis_names), " (", n, ")"));
     }
     out_shape[static_cast<size_t>(split)] /= n;
     out_shape[static_cast<size_t>(concat)] *= n;
   } else {
     if (size != n) {
-      throw Error(cat("[all_to_all] all_to_all requires the size of the mapped axis ", axes_tuple(p.layout->axis_names),
-                      " to equal x.shape[split_axis], but they are ", n, " and ", size, " respectively."));
+      throw Error(cat("[all_to_all] all_to_all requires the size of the mapped axis ",
+                      axes_tuple(p.layout->axis_names),
+                      " to equal x.shape[split_axis], but they are ", n, " and ", size,
+                      " respectively."));
     }
     out_shape.erase(out_shape.begin() + split);
     out_shape.insert(out_shape.begin() + concat, n);
@@ -369,7 +395,8 @@ Tensor Context::all_to_all(const Tensor& x, const AxisNames& axes, int split_axi
 }
 
 PendingTensor::PendingTensor() = default;
-PendingTensor::PendingTensor(std::shared_ptr<detail::Launch> launch, std::unique_ptr<coll::Pending> pending, Tensor out)
+PendingTensor::PendingTensor(std::shared_ptr<detail::Launch> launch,
+                             std::unique_ptr<coll::Pending> pending, Tensor out)
     : launch_(std::move(launch)), pending_(std::move(pending)), out_(std::move(out)) {}
 PendingTensor::PendingTensor(PendingTensor&&) noexcept = default;
 PendingTensor& PendingTensor::operator=(PendingTensor&&) noexcept = default;
@@ -377,7 +404,8 @@ PendingTensor::~PendingTensor() = default;
 bool PendingTensor::valid() const { return pending_ && pending_->valid(); }
 
 Tensor PendingTensor::wait() {
-  if (!valid()) throw Error("[collectives] wait() on a PendingTensor that was already waited for or is empty");
+  if (!valid())
+    throw Error("[collectives] wait() on a PendingTensor that was already waited for or is empty");
   coll::finish(*pending_);
   pending_.reset();
   launch_.reset();

@@ -50,8 +50,8 @@ class AxisNames {
 // the group's members are on distinct GPUs, direct where logical devices share a GPU).
 // direct: one-shot over shared memory; ring: unidirectional, chunked and pipelined;
 // bidi_ring: halves travelling in opposite directions; native: the platform's own (NCCL on cuda,
-// an error naming the devices where two members share a GPU; direct on cpu). Every algorithm gives the same results up to floating-point summation order,
-// bit-identical on every device of a group.
+// an error naming the devices where two members share a GPU; direct on cpu). Every algorithm gives
+// the same results up to floating-point summation order, bit-identical on every device of a group.
 enum class CollectiveAlgo { automatic, direct, ring, bidi_ring, native };
 
 struct CollectiveOptions {
@@ -74,7 +74,8 @@ class PendingTensor {
 
  private:
   friend class Context;
-  PendingTensor(std::shared_ptr<detail::Launch> launch, std::unique_ptr<coll::Pending> pending, Tensor out);
+  PendingTensor(std::shared_ptr<detail::Launch> launch, std::unique_ptr<coll::Pending> pending,
+                Tensor out);
   std::shared_ptr<detail::Launch> launch_;
   std::unique_ptr<coll::Pending> pending_;
   Tensor out_;

@@ -7,10 +7,10 @@
 #include <memory>
 #include <mutex>
 
-#include "runtime/detail/platform.h"
-#include "core/strings.h"
 #include "core/config.h"
 #include "core/error.h"
+#include "core/strings.h"
+#include "runtime/detail/platform.h"
 
 namespace meshrt {
 namespace {
@@ -21,11 +21,11 @@ constexpr int kMaxCpuDevices = config::kMaxCpuDevices;
 
 struct Registry {
   std::mutex mu;
-  int requested_cpu = 0;                           // guarded by mu; 0 = not set
-  std::unique_ptr<backend::Backend> cpu_owner;     // guarded by mu
-  std::atomic<backend::Backend*> cpu{nullptr};     // published once cpu_owner is built
+  int requested_cpu = 0;                        // guarded by mu; 0 = not set
+  std::unique_ptr<backend::Backend> cpu_owner;  // guarded by mu
+  std::atomic<backend::Backend*> cpu{nullptr};  // published once cpu_owner is built
   std::once_flag cuda_once;
-  std::unique_ptr<backend::Backend> cuda;          // written once under cuda_once
+  std::unique_ptr<backend::Backend> cuda;  // written once under cuda_once
 };
 
 // Leaked on purpose: executors may still run while static destructors do.
@@ -33,7 +33,6 @@ Registry& registry() {
   static Registry* r = new Registry;
   return *r;
 }
-
 
 backend::Backend& cpu_backend() {
   Registry& r = registry();
@@ -85,9 +84,13 @@ void set_cpu_device_count(int n) {
   if (r.cpu_owner) {
     int have = r.cpu_owner->device_count();
     if (have == n) return;
-    throw Error(cat("[devices] set_cpu_device_count(", n, ") called after the cpu platform was "
-                    "initialised with ", have, " device(s); call it before any other meshrt call "
-                    "(devices, make_mesh, device_put), or set MESHRT_CPU_DEVICES=", n));
+    throw Error(cat("[devices] set_cpu_device_count(", n,
+                    ") called after the cpu platform was "
+                    "initialised with ",
+                    have,
+                    " device(s); call it before any other meshrt call "
+                    "(devices, make_mesh, device_put), or set MESHRT_CPU_DEVICES=",
+                    n));
   }
   r.requested_cpu = n;
 }
@@ -114,7 +117,8 @@ std::vector<Device> devices(std::string_view platform) {
     }
     return devices_of(Device::Kind::cuda);
   }
-  throw Error(cat("[devices] unknown platform '", p, "'; meshrt platforms are \"cpu\" and "
+  throw Error(cat("[devices] unknown platform '", p,
+                  "'; meshrt platforms are \"cpu\" and "
                   "\"cuda\" (platforms() lists the usable ones)"));
 }
 
@@ -123,7 +127,8 @@ backend::Backend& backend_of(Device::Kind kind) {
   return kind == Device::Kind::cpu ? cpu_backend() : cuda_backend();
 }
 backend::Backend& backend_of(const Device& d) {
-  if (d.id() < 0) throw Error("[devices] use of a default-constructed Device; take one from devices()");
+  if (d.id() < 0)
+    throw Error("[devices] use of a default-constructed Device; take one from devices()");
   return backend_of(d.kind());
 }
 }  // namespace detail

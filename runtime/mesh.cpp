@@ -3,8 +3,8 @@
 #include <algorithm>
 #include <unordered_set>
 
-#include "core/strings.h"
 #include "core/error.h"
+#include "core/strings.h"
 
 namespace meshrt {
 
@@ -18,9 +18,9 @@ struct Mesh::Impl {
 
 Mesh::Mesh(std::vector<Device> devices, Shape shape, std::vector<std::string> axis_names) {
   if (shape.size() != axis_names.size()) {
-    throw Error(cat("[mesh] the mesh shape ", shape_str(shape), " has ", shape.size(),
-                    " axes but ", axis_names.size(), " axis names were given ",
-                    detail::names_tuple(axis_names), "; give one name per axis"));
+    throw Error(cat("[mesh] the mesh shape ", shape_str(shape), " has ", shape.size(), " axes but ",
+                    axis_names.size(), " axis names were given ", detail::names_tuple(axis_names),
+                    "; give one name per axis"));
   }
   for (size_t i = 0; i < shape.size(); ++i) {
     if (shape[i] < 1) {
@@ -38,19 +38,23 @@ Mesh::Mesh(std::vector<Device> devices, Shape shape, std::vector<std::string> ax
   }
   if (static_cast<int64_t>(devices.size()) != shape_size(shape)) {
     throw Error(cat("[mesh] a mesh of shape ", shape_str(shape), " needs ", shape_size(shape),
-                    " devices but ", devices.size(), " were given; pass exactly prod(shape) "
+                    " devices but ", devices.size(),
+                    " were given; pass exactly prod(shape) "
                     "devices (make_mesh picks them for you)"));
   }
   std::unordered_set<Device> seen;
   for (const Device& d : devices) {
-    if (d.id() < 0) throw Error("[mesh] a mesh device is default-constructed; take devices from devices()");
+    if (d.id() < 0)
+      throw Error("[mesh] a mesh device is default-constructed; take devices from devices()");
     if (!seen.insert(d).second) {
-      throw Error(cat("[mesh] device ", d.str(), " appears more than once in the mesh; each "
+      throw Error(cat("[mesh] device ", d.str(),
+                      " appears more than once in the mesh; each "
                       "device may hold one mesh position"));
     }
     if (d.kind() != devices.front().kind()) {
       throw Error(cat("[mesh] a mesh lives on one platform, but it mixes ", devices.front().str(),
-                      " and ", d.str(), "; build one mesh per platform and move data with "
+                      " and ", d.str(),
+                      "; build one mesh per platform and move data with "
                       "device_put"));
     }
   }
@@ -116,10 +120,13 @@ Mesh make_mesh(Shape shape, std::vector<std::string> axis_names, std::string_vie
     std::string how = all.front().platform() == "cpu"
                           ? cat("set MESHRT_CPU_DEVICES=", need, " or call set_cpu_device_count(",
                                 need, ") before the first meshrt call")
-                          : std::string("use a smaller mesh or more GPUs (or "
-                                        "MESHRT_CUDA_DEVICES_PER_GPU)");
-    throw Error(cat("[mesh] Number of devices ", all.size(), " must be >= the product of "
-                    "mesh_shape ", shape_str(shape), "; ", how));
+                          : std::string(
+                                "use a smaller mesh or more GPUs (or "
+                                "MESHRT_CUDA_DEVICES_PER_GPU)");
+    throw Error(cat("[mesh] Number of devices ", all.size(),
+                    " must be >= the product of "
+                    "mesh_shape ",
+                    shape_str(shape), "; ", how));
   }
   all.resize(static_cast<size_t>(need));
   return Mesh(std::move(all), std::move(shape), std::move(axis_names));

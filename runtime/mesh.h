@@ -7,8 +7,8 @@
 #include <string_view>
 #include <vector>
 
-#include "runtime/device.h"
 #include "core/dtype.h"
+#include "runtime/device.h"
 
 namespace meshrt {
 

@@ -6,8 +6,8 @@
 #include <cstring>
 #include <limits>
 
-#include "core/strings.h"
 #include "core/error.h"
+#include "core/strings.h"
 
 namespace meshrt::random {
 
@@ -17,7 +17,9 @@ inline uint32_t rotl(uint32_t v, int r) { return (v << r) | (v >> (32 - r)); }
 
 int64_t checked_size(const Shape& shape, const char* op) {
   for (int64_t d : shape) {
-    if (d < 0) throw Error(detail::cat("[random] ", op, ": shape ", shape_str(shape), " has a negative dimension"));
+    if (d < 0)
+      throw Error(
+          detail::cat("[random] ", op, ": shape ", shape_str(shape), " has a negative dimension"));
   }
   return shape_size(shape);
 }
@@ -48,14 +50,16 @@ std::vector<uint64_t> bits64(const Key& k, int64_t size) {
   std::vector<uint64_t> out(static_cast<size_t>(size));
   if (k.stream() == Stream::current) {
     for (int64_t i = 0; i < size; ++i) {
-      auto [y0, y1] = threefry2x32(k.hi(), k.lo(), static_cast<uint32_t>(static_cast<uint64_t>(i) >> 32),
-                                   static_cast<uint32_t>(i));
+      auto [y0, y1] =
+          threefry2x32(k.hi(), k.lo(), static_cast<uint32_t>(static_cast<uint64_t>(i) >> 32),
+                       static_cast<uint32_t>(i));
       out[static_cast<size_t>(i)] = (static_cast<uint64_t>(y0) << 32) | y1;
     }
   } else {
     std::vector<uint32_t> w = threefry_counts(k, iota32(static_cast<size_t>(2 * size)));
     for (int64_t i = 0; i < size; ++i) {
-      out[static_cast<size_t>(i)] = (static_cast<uint64_t>(w[static_cast<size_t>(i)]) << 32) | w[static_cast<size_t>(size + i)];
+      out[static_cast<size_t>(i)] = (static_cast<uint64_t>(w[static_cast<size_t>(i)]) << 32) |
+                                    w[static_cast<size_t>(size + i)];
     }
   }
   return out;
@@ -63,11 +67,14 @@ std::vector<uint64_t> bits64(const Key& k, int64_t size) {
 
 // XLA's erfInv32 (M. Giles' single-precision polynomial), every step in float, as JAX computes it.
 float erf_inv32(float x) {
-  static const float lt5[9] = {2.81022636e-08f, 3.43273939e-07f, -3.5233877e-06f, -4.39150654e-06f, 0.00021858087f,
-                               -0.00125372503f, -0.00417768164f, 0.246640727f,    1.50140941f};
-  static const float ge5[9] = {-0.000200214257f, 0.000100950558f, 0.00134934322f, -0.00367342844f, 0.00573950773f,
-                               -0.0076224613f,   0.00943887047f,  1.00167406f,     2.83297682f};
-  volatile float xx = x * (-x);  // kept in float: the rounding of x*x near 1 is part of JAX's result
+  static const float lt5[9] = {2.81022636e-08f,  3.43273939e-07f, -3.5233877e-06f,
+                               -4.39150654e-06f, 0.00021858087f,  -0.00125372503f,
+                               -0.00417768164f,  0.246640727f,    1.50140941f};
+  static const float ge5[9] = {-0.000200214257f, 0.000100950558f, 0.00134934322f,
+                               -0.00367342844f,  0.00573950773f,  -0.0076224613f,
+                               0.00943887047f,   1.00167406f,     2.83297682f};
+  volatile float xx =
+      x * (-x);  // kept in float: the rounding of x*x near 1 is part of JAX's result
   float w = -std::log1p(static_cast<float>(xx));
   const bool lt = w < 5.0f;
   w = lt ? w - 2.5f : std::sqrt(w) - 3.0f;
@@ -81,24 +88,29 @@ float erf_inv32(float x) {
 // XLA's ErfInv64 (M. Giles' double-precision polynomials).
 double erf_inv64(double x) {
   static const double a[23] = {
-      -3.6444120640178196996e-21, -1.685059138182016589e-19,  1.2858480715256400167e-18, 1.115787767802518096e-17,
-      -1.333171662854620906e-16,  2.0972767875968561637e-17,  6.6376381343583238325e-15, -4.0545662729752068639e-14,
-      -8.1519341976054721522e-14, 2.6335093153082322977e-12,  -1.2975133253453532498e-11, -5.4154120542946279317e-11,
-      1.051212273321532285e-09,   -4.1126339803469836976e-09, -2.9070369957882005086e-08, 4.2347877827932403518e-07,
-      -1.3654692000834678645e-06, -1.3882523362786468719e-05, 0.0001867342080340571352,  -0.00074070253416626697512,
-      -0.0060336708714301490533,  0.24015818242558961693,     1.6536545626831027356};
+      -3.6444120640178196996e-21, -1.685059138182016589e-19,  1.2858480715256400167e-18,
+      1.115787767802518096e-17,   -1.333171662854620906e-16,  2.0972767875968561637e-17,
+      6.6376381343583238325e-15,  -4.0545662729752068639e-14, -8.1519341976054721522e-14,
+      2.6335093153082322977e-12,  -1.2975133253453532498e-11, -5.4154120542946279317e-11,
+      1.051212273321532285e-09,   -4.1126339803469836976e-09, -2.9070369957882005086e-08,
+      4.2347877827932403518e-07,  -1.3654692000834678645e-06, -1.3882523362786468719e-05,
+      0.0001867342080340571352,   -0.00074070253416626697512, -0.0060336708714301490533,
+      0.24015818242558961693,     1.6536545626831027356};
   static const double b[19] = {
-      2.2137376921775787049e-09,  9.0756561938885390979e-08,  -2.7517406297064545428e-07, 1.8239629214389227755e-08,
-      1.5027403968909827627e-06,  -4.013867526981545969e-06,  2.9234449089955446044e-06,  1.2475304481671778723e-05,
-      -4.7318229009055733981e-05, 6.8284851459573175448e-05,  2.4031110387097893999e-05,  -0.0003550375203628474796,
-      0.00095328937973738049703,  -0.0016882755560235047313,  0.0024914420961078508066,  -0.0037512085075692412107,
-      0.005370914553590063617,    1.0052589676941592334,      3.0838856104922207635};
+      2.2137376921775787049e-09, 9.0756561938885390979e-08, -2.7517406297064545428e-07,
+      1.8239629214389227755e-08, 1.5027403968909827627e-06, -4.013867526981545969e-06,
+      2.9234449089955446044e-06, 1.2475304481671778723e-05, -4.7318229009055733981e-05,
+      6.8284851459573175448e-05, 2.4031110387097893999e-05, -0.0003550375203628474796,
+      0.00095328937973738049703, -0.0016882755560235047313, 0.0024914420961078508066,
+      -0.0037512085075692412107, 0.005370914553590063617,   1.0052589676941592334,
+      3.0838856104922207635};
   static const double c[17] = {
-      -2.7109920616438573243e-11, -2.5556418169965252055e-10, 1.5076572693500548083e-09, -3.7894654401267369937e-09,
-      7.6157012080783393804e-09,  -1.4960026627149240478e-08, 2.9147953450901080826e-08, -6.7711997758452339498e-08,
-      2.2900482228026654717e-07,  -9.9298272942317002539e-07, 4.5260625972231537039e-06, -1.9681778105531670567e-05,
-      7.5995277030017761139e-05,  -0.00021503011930044477347, -0.00013871931833623122026, 1.0103004648645343977,
-      4.8499064014085844221};
+      -2.7109920616438573243e-11, -2.5556418169965252055e-10, 1.5076572693500548083e-09,
+      -3.7894654401267369937e-09, 7.6157012080783393804e-09,  -1.4960026627149240478e-08,
+      2.9147953450901080826e-08,  -6.7711997758452339498e-08, 2.2900482228026654717e-07,
+      -9.9298272942317002539e-07, 4.5260625972231537039e-06,  -1.9681778105531670567e-05,
+      7.5995277030017761139e-05,  -0.00021503011930044477347, -0.00013871931833623122026,
+      1.0103004648645343977,      4.8499064014085844221};
   double w = -std::log1p(-x * x);
   double p;
   if (w < 6.25) {
@@ -120,7 +132,8 @@ double erf_inv64(double x) {
 
 void check_float(DType dtype, const char* op) {
   if (!is_floating(dtype)) {
-    throw Error(detail::cat("[random] ", op, ": dtype must be float32 or float64, got ", dtype_name(dtype)));
+    throw Error(detail::cat("[random] ", op, ": dtype must be float32 or float64, got ",
+                            dtype_name(dtype)));
   }
 }
 
@@ -158,7 +171,9 @@ std::vector<Key> split(const Key& k, int num) {
     }
   } else {
     std::vector<uint32_t> w = threefry_counts(k, iota32(static_cast<size_t>(2 * num)));
-    for (int i = 0; i < num; ++i) out.emplace_back(w[static_cast<size_t>(2 * i)], w[static_cast<size_t>(2 * i + 1)], k.stream());
+    for (int i = 0; i < num; ++i)
+      out.emplace_back(w[static_cast<size_t>(2 * i)], w[static_cast<size_t>(2 * i + 1)],
+                       k.stream());
   }
   return out;
 }
@@ -173,14 +188,16 @@ std::vector<uint32_t> bits(const Key& k, const Shape& shape) {
   if (k.stream() == Stream::legacy) return threefry_counts(k, iota32(static_cast<size_t>(size)));
   std::vector<uint32_t> out(static_cast<size_t>(size));
   for (int64_t i = 0; i < size; ++i) {
-    auto [y0, y1] = threefry2x32(k.hi(), k.lo(), static_cast<uint32_t>(static_cast<uint64_t>(i) >> 32),
-                                 static_cast<uint32_t>(i));
+    auto [y0, y1] =
+        threefry2x32(k.hi(), k.lo(), static_cast<uint32_t>(static_cast<uint64_t>(i) >> 32),
+                     static_cast<uint32_t>(i));
     out[static_cast<size_t>(i)] = y0 ^ y1;
   }
   return out;
 }
 
-std::vector<double> uniform_values(const Key& k, const Shape& shape, DType dtype, double minval, double maxval) {
+std::vector<double> uniform_values(const Key& k, const Shape& shape, DType dtype, double minval,
+                                   double maxval) {
   check_float(dtype, "uniform");
   const int64_t size = checked_size(shape, "uniform");
   std::vector<double> out(static_cast<size_t>(size));
@@ -210,7 +227,9 @@ std::vector<double> normal_values(const Key& k, const Shape& shape, DType dtype)
   if (dtype == DType::f32) {
     const float lo = std::nextafter(-1.0f, 0.0f);
     std::vector<double> u = uniform_values(k, shape, DType::f32, lo, 1.0);
-    for (double& v : u) v = static_cast<double>(static_cast<float>(std::sqrt(2.0)) * erf_inv32(static_cast<float>(v)));
+    for (double& v : u)
+      v = static_cast<double>(static_cast<float>(std::sqrt(2.0)) *
+                              erf_inv32(static_cast<float>(v)));
     return u;
   }
   const double lo = std::nextafter(-1.0, 0.0);
@@ -232,7 +251,8 @@ Array to_array(const std::vector<double>& v, Shape shape, const Sharding& s, DTy
 }
 }  // namespace
 
-Tensor uniform(const Key& k, Shape shape, Device device, DType dtype, double minval, double maxval) {
+Tensor uniform(const Key& k, Shape shape, Device device, DType dtype, double minval,
+               double maxval) {
   return to_tensor(uniform_values(k, shape, dtype, minval, maxval), shape, device, dtype);
 }
 Tensor normal(const Key& k, Shape shape, Device device, DType dtype) {
@@ -241,7 +261,8 @@ Tensor normal(const Key& k, Shape shape, Device device, DType dtype) {
 Array normal(const Key& k, Shape shape, const Sharding& sharding, DType dtype) {
   return to_array(normal_values(k, shape, dtype), shape, sharding, dtype);
 }
-Array uniform(const Key& k, Shape shape, const Sharding& sharding, DType dtype, double minval, double maxval) {
+Array uniform(const Key& k, Shape shape, const Sharding& sharding, DType dtype, double minval,
+              double maxval) {
   return to_array(uniform_values(k, shape, dtype, minval, maxval), shape, sharding, dtype);
 }
 

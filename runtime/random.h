@@ -43,17 +43,17 @@ Key fold_in(const Key& key, uint32_t data);
 // jax.random.bits: 32-bit words, row-major over shape.
 std::vector<uint32_t> bits(const Key& key, const Shape& shape);
 // Host values of jax.random.uniform / normal (float32 or float64).
-std::vector<double> uniform_values(const Key& key, const Shape& shape, DType dtype, double minval = 0.0,
-                                   double maxval = 1.0);
+std::vector<double> uniform_values(const Key& key, const Shape& shape, DType dtype,
+                                   double minval = 0.0, double maxval = 1.0);
 std::vector<double> normal_values(const Key& key, const Shape& shape, DType dtype);
 
-Tensor uniform(const Key& key, Shape shape, Device device, DType dtype = DType::f32, double minval = 0.0,
-               double maxval = 1.0);
+Tensor uniform(const Key& key, Shape shape, Device device, DType dtype = DType::f32,
+               double minval = 0.0, double maxval = 1.0);
 Tensor normal(const Key& key, Shape shape, Device device, DType dtype = DType::f32);
 // The same global values as the unsharded draw, placed by `sharding`.
 Array normal(const Key& key, Shape shape, const Sharding& sharding, DType dtype = DType::f32);
-Array uniform(const Key& key, Shape shape, const Sharding& sharding, DType dtype = DType::f32, double minval = 0.0,
-              double maxval = 1.0);
+Array uniform(const Key& key, Shape shape, const Sharding& sharding, DType dtype = DType::f32,
+              double minval = 0.0, double maxval = 1.0);
 
 // The threefry2x32 block cipher (20 rounds) on one counter pair: exposed for tests.
 std::pair<uint32_t, uint32_t> threefry2x32(uint32_t k0, uint32_t k1, uint32_t x0, uint32_t x1);

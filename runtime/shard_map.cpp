@@ -2,8 +2,6 @@
 // first failure naming its device, and assembles the outputs (checking promised replication).
 #include "runtime/shard_map.h"
 
-#include "core/threads/executor.h"
-
 #include <algorithm>
 #include <atomic>
 #include <condition_variable>
@@ -14,11 +12,12 @@
 #include <thread>
 
 #include "backends/backend.h"
+#include "core/error.h"
+#include "core/strings.h"
+#include "core/threads/executor.h"
 #include "runtime/detail/copy.h"
 #include "runtime/detail/launch.h"
 #include "runtime/detail/platform.h"
-#include "core/strings.h"
-#include "core/error.h"
 
 namespace meshrt {
 
@@ -33,7 +32,8 @@ std::mutex& launch_mutex() {
 
 std::string manual_axes(const Mesh& mesh) {
   std::string s = "frozenset({";
-  for (size_t i = 0; i < mesh.axis_names().size(); ++i) s += cat(i ? ", " : "", detail::quote(mesh.axis_names()[i]));
+  for (size_t i = 0; i < mesh.axis_names().size(); ++i)
+    s += cat(i ? ", " : "", detail::quote(mesh.axis_names()[i]));
   return s + "})";
 }
 
@@ -41,9 +41,11 @@ std::string manual_axes(const Mesh& mesh) {
 void check_spec_axes(const Mesh& mesh, const PartitionSpec& spec, const std::string& what) {
   for (const std::string& a : spec.axes()) {
     if (mesh.axis_position(a) < 0) {
-      throw Error(cat("[shard_map] shard_map ", what.substr(0, what.find('[')), " argument must refer to an "
-                      "axis marked as manual (", manual_axes(mesh), "), but: ", what, " refers to ",
-                      detail::quote(a), ". Check the ", what.substr(0, what.find('[')),
+      throw Error(cat("[shard_map] shard_map ", what.substr(0, what.find('[')),
+                      " argument must refer to an "
+                      "axis marked as manual (",
+                      manual_axes(mesh), "), but: ", what, " refers to ", detail::quote(a),
+                      ". Check the ", what.substr(0, what.find('[')),
                       " values passed to shard_map."));
     }
   }
@@ -59,19 +61,24 @@ std::string aval_str(DType dtype, const Shape& shape) {
 void check_rank(const PartitionSpec& spec, const Shape& shape, DType dtype, const std::string& what,
                 bool output) {
   if (spec.size() <= shape.size()) return;
-  std::string msg = cat(
-      "[shard_map] shard_map applied to the function 'body' was given an ",
-      output ? "out_specs" : "in_specs", " entry which is too long to be compatible with the corresponding ",
-      output ? "output value from the function" : "input value from the function", ": ", what, " is ",
-      spec.str(), " which has length ", spec.size(), ", but the ", output ? "output value" : "passed arg",
-      " has shape ", aval_str(dtype, shape), ", which has rank ", shape.size(), " (and ", shape.size(),
-      " < ", spec.size(), "). Entries in ", output ? "out_specs" : "in_specs",
-      " must be of length no greater than the number of axes in the corresponding ",
-      output ? "output" : "input", " value. Either revise the spec to be shorter, or modify 'body' so that its ",
-      output ? "outputs have" : "inputs have", " sufficient rank.");
+  std::string msg =
+      cat("[shard_map] shard_map applied to the function 'body' was given an ",
+          output ? "out_specs" : "in_specs",
+          " entry which is too long to be compatible with the corresponding ",
+          output ? "output value from the function" : "input value from the function", ": ", what,
+          " is ", spec.str(), " which has length ", spec.size(), ", but the ",
+          output ? "output value" : "passed arg", " has shape ", aval_str(dtype, shape),
+          ", which has rank ", shape.size(), " (and ", shape.size(), " < ", spec.size(),
+          "). Entries in ", output ? "out_specs" : "in_specs",
+          " must be of length no greater than the number of axes in the corresponding ",
+          output ? "output" : "input",
+          " value. Either revise the spec to be shorter, or modify 'body' so that its ",
+          output ? "outputs have" : "inputs have", " sufficient rank.");
   if (shape.empty()) {
-    msg += output ? " For scalar values (rank 0), consider using an out_specs entry of `P()`. In particular, for "
-                    "rank 0 outputs which are not constant over the mesh, add at least one (singleton) axis to "
+    msg += output ? " For scalar values (rank 0), consider using an out_specs entry of `P()`. In "
+                    "particular, for "
+                    "rank 0 outputs which are not constant over the mesh, add at least one "
+                    "(singleton) axis to "
                     "them so that they can be concatenated using out_specs."
                   : " For scalar values (rank 0), consider using an in_specs entry of `P()`.";
   }
@@ -85,19 +92,25 @@ void check_divisible(const Mesh& mesh, const PartitionSpec& spec, const Array& x
     int64_t t = 1;
     for (const std::string& a : names) t *= mesh.axis_size(a);
     if (x.shape()[d] % t == 0) continue;
-    std::string to = names.size() == 1
-                         ? cat("mesh axis ", detail::quote(names[0]), " (of size ", t, ")")
-                         : cat("mesh axes ", detail::names_tuple(names), " (of total size ", t, ")");
-    throw Error(cat("[shard_map] shard_map applied to the function 'body' was given argument arrays with axis "
-                    "sizes that are not evenly divisible by the corresponding mesh axis sizes: The mesh given "
-                    "has shape ", shape_str(mesh.shape()), " with corresponding axis names ",
-                    detail::names_tuple(mesh.axis_names()), ". The passed args[", i, "] of shape ",
-                    aval_str(x.dtype(), x.shape()), " corresponds to in_specs[", i, "] of value ", spec.str(),
-                    ", which maps array axis ", d, " (of size ", x.shape()[d], ") to ", to, ", but ", t,
-                    " does not evenly divide ", x.shape()[d], ". Array arguments' axis sizes must be evenly "
-                    "divisible by the mesh axis or axes indicated by the corresponding elements of the "
-                    "argument's in_specs entry. Consider checking that in_specs are correct, and if so consider "
-                    "changing the mesh axis sizes or else padding the input and adapting 'body' appropriately."));
+    std::string to =
+        names.size() == 1
+            ? cat("mesh axis ", detail::quote(names[0]), " (of size ", t, ")")
+            : cat("mesh axes ", detail::names_tuple(names), " (of total size ", t, ")");
+    throw Error(cat(
+        "[shard_map] shard_map applied to the function 'body' was given argument arrays with axis "
+        "sizes that are not evenly divisible by the corresponding mesh axis sizes: The mesh given "
+        "has shape ",
+        shape_str(mesh.shape()), " with corresponding axis names ",
+        detail::names_tuple(mesh.axis_names()), ". The passed args[", i, "] of shape ",
+        aval_str(x.dtype(), x.shape()), " corresponds to in_specs[", i, "] of value ", spec.str(),
+        ", which maps array axis ", d, " (of size ", x.shape()[d], ") to ", to, ", but ", t,
+        " does not evenly divide ", x.shape()[d],
+        ". Array arguments' axis sizes must be evenly "
+        "divisible by the mesh axis or axes indicated by the corresponding elements of the "
+        "argument's in_specs entry. Consider checking that in_specs are correct, and if so "
+        "consider "
+        "changing the mesh axis sizes or else padding the input and adapting 'body' "
+        "appropriately."));
   }
 }
 
@@ -108,21 +121,40 @@ std::string first_difference(DType dtype, int64_t n, const char* pa, const char*
     if (std::memcmp(pa + i * elem, pb + i * elem, elem) == 0) continue;
     auto val = [&](const char* p) -> std::string {
       switch (dtype) {
-        case DType::f32: { float v; std::memcpy(&v, p, 4); return cat(v); }
-        case DType::f64: { double v; std::memcpy(&v, p, 8); return cat(v); }
-        case DType::i32: { int32_t v; std::memcpy(&v, p, 4); return cat(v); }
-        case DType::i64: { int64_t v; std::memcpy(&v, p, 8); return cat(v); }
-        case DType::bool_: return cat(*p != 0 ? "True" : "False");
+        case DType::f32: {
+          float v;
+          std::memcpy(&v, p, 4);
+          return cat(v);
+        }
+        case DType::f64: {
+          double v;
+          std::memcpy(&v, p, 8);
+          return cat(v);
+        }
+        case DType::i32: {
+          int32_t v;
+          std::memcpy(&v, p, 4);
+          return cat(v);
+        }
+        case DType::i64: {
+          int64_t v;
+          std::memcpy(&v, p, 8);
+          return cat(v);
+        }
+        case DType::bool_:
+          return cat(*p != 0 ? "True" : "False");
       }
       return "?";
     };
-    return cat("first difference at flat index ", i, ": ", val(pa + i * elem), " vs ", val(pb + i * elem));
+    return cat("first difference at flat index ", i, ": ", val(pa + i * elem), " vs ",
+               val(pb + i * elem));
   }
   return "";
 }
 
 // An out_spec that leaves out a mesh axis promises the blocks are equal along it.
-void check_replication(const Mesh& mesh, const PartitionSpec& spec, const std::vector<Tensor>& blocks, size_t k) {
+void check_replication(const Mesh& mesh, const PartitionSpec& spec,
+                       const std::vector<Tensor>& blocks, size_t k) {
   std::vector<std::string> used = spec.axes();
   std::vector<bool> free_axis(mesh.shape().size(), false);
   std::vector<std::string> free_names;
@@ -143,8 +175,8 @@ void check_replication(const Mesh& mesh, const PartitionSpec& spec, const std::v
     if (copies[i].empty() && t.nbytes() > 0) {
       copies[i].resize(static_cast<size_t>(t.nbytes()));
       detail::copy_box({copies[i].data(), t.shape(), Shape(t.shape().size(), 0), Device(), true},
-                       {t.data(), t.shape(), Shape(t.shape().size(), 0), t.device(), false}, t.shape(),
-                       dtype_size(t.dtype()));
+                       {t.data(), t.shape(), Shape(t.shape().size(), 0), t.device(), false},
+                       t.shape(), dtype_size(t.dtype()));
     }
     return copies[i].data();
   };
@@ -165,12 +197,14 @@ void check_replication(const Mesh& mesh, const PartitionSpec& spec, const std::v
         break;
       }
     }
-    throw Error(cat("[shard_map] out_specs[", k, "] is ", spec.str(),
-                    " which implies that the corresponding output value is replicated across mesh axis ",
-                    detail::quote(axis), ", but ", mesh.devices()[static_cast<size_t>(rep)].str(), " and ",
-                    mesh.devices()[static_cast<size_t>(pos)].str(), " hold different values (",
-                    first_difference(x.dtype(), x.size(), rb, xb), "). Reduce over that axis first (psum/pmean), name the axis in "
-                    "out_specs, or pass ShardMapOptions{.check_replication = false}"));
+    throw Error(
+        cat("[shard_map] out_specs[", k, "] is ", spec.str(),
+            " which implies that the corresponding output value is replicated across mesh axis ",
+            detail::quote(axis), ", but ", mesh.devices()[static_cast<size_t>(rep)].str(), " and ",
+            mesh.devices()[static_cast<size_t>(pos)].str(), " hold different values (",
+            first_difference(x.dtype(), x.size(), rb, xb),
+            "). Reduce over that axis first (psum/pmean), name the axis in "
+            "out_specs, or pass ShardMapOptions{.check_replication = false}"));
   }
 }
 
@@ -191,7 +225,8 @@ struct Outcome {
   } catch (const std::exception& e) {
     std::throw_with_nested(Error(cat("[shard_map] body on ", d.str(), " threw: ", e.what())));
   } catch (...) {
-    std::throw_with_nested(Error(cat("[shard_map] body on ", d.str(), " threw a non-std exception")));
+    std::throw_with_nested(
+        Error(cat("[shard_map] body on ", d.str(), " threw a non-std exception")));
   }
 }
 
@@ -200,30 +235,40 @@ struct Outcome {
 std::vector<Array> detail::run_shard_map(const ErasedBody& body, const Mesh& mesh,
                                          const std::vector<PartitionSpec>& in_specs,
                                          const std::vector<PartitionSpec>& out_specs,
-                                         const std::vector<Array>& args, const ShardMapOptions& options) {
+                                         const std::vector<Array>& args,
+                                         const ShardMapOptions& options) {
   if (core::on_executor()) {  // only bodies run on device executors
-    throw Error("[shard_map] shard_map called inside a shard_map body; nesting is not supported: call "
-                "it from the host, or use collectives inside the one body");
+    throw Error(
+        "[shard_map] shard_map called inside a shard_map body; nesting is not supported: call "
+        "it from the host, or use collectives inside the one body");
   }
   if (in_specs.size() != args.size()) {
-    throw Error(cat("[shard_map] pytree structure error: different lengths of tuple at key path shard_map "
-                    "in_specs: in_specs has ", in_specs.size(), " entries but ", args.size(),
-                    " arguments were passed; give one PartitionSpec per argument"));
+    throw Error(
+        cat("[shard_map] pytree structure error: different lengths of tuple at key path shard_map "
+            "in_specs: in_specs has ",
+            in_specs.size(), " entries but ", args.size(),
+            " arguments were passed; give one PartitionSpec per argument"));
   }
-  for (size_t i = 0; i < in_specs.size(); ++i) check_spec_axes(mesh, in_specs[i], cat("in_specs[", i, "]"));
-  for (size_t i = 0; i < out_specs.size(); ++i) check_spec_axes(mesh, out_specs[i], cat("out_specs[", i, "]"));
+  for (size_t i = 0; i < in_specs.size(); ++i)
+    check_spec_axes(mesh, in_specs[i], cat("in_specs[", i, "]"));
+  for (size_t i = 0; i < out_specs.size(); ++i)
+    check_spec_axes(mesh, out_specs[i], cat("out_specs[", i, "]"));
   std::vector<Array> placed;
   for (size_t i = 0; i < args.size(); ++i) {
     const Array& x = args[i];
-    if (x.blocks().empty()) throw Error(cat("[shard_map] args[", i, "] is an empty (default-constructed) Array"));
+    if (x.blocks().empty())
+      throw Error(cat("[shard_map] args[", i, "] is an empty (default-constructed) Array"));
     if (x.sharding().platform() != mesh.platform()) {
       throw Error(cat("[shard_map] args[", i, "] lives on the ", x.sharding().platform(),
-                      " platform but the mesh is on ", mesh.platform(), "; move it explicitly with "
-                      "device_put(x, NamedSharding(mesh, in_specs[", i, "]))"));
+                      " platform but the mesh is on ", mesh.platform(),
+                      "; move it explicitly with "
+                      "device_put(x, NamedSharding(mesh, in_specs[",
+                      i, "]))"));
     }
     check_rank(in_specs[i], x.shape(), x.dtype(), cat("in_specs[", i, "]"), false);
     check_divisible(mesh, in_specs[i], x, i);
-    placed.push_back(device_put(x, NamedSharding(mesh, in_specs[i])));  // shares blocks already in place
+    placed.push_back(
+        device_put(x, NamedSharding(mesh, in_specs[i])));  // shares blocks already in place
   }
 
   std::lock_guard<std::mutex> serial(launch_mutex());
@@ -272,19 +317,24 @@ std::vector<Array> detail::run_shard_map(const ErasedBody& body, const Mesh& mes
       const auto& outs = outcome.outputs[pos];
       const Device dev = mesh.devices()[pos];
       if (outs.size() != out_specs.size()) {
-        throw Error(cat("[shard_map] the body on ", dev.str(), " returned ", outs.size(), " outputs but out_specs "
-                        "has ", out_specs.size(), " entries"));
+        throw Error(cat("[shard_map] the body on ", dev.str(), " returned ", outs.size(),
+                        " outputs but out_specs "
+                        "has ",
+                        out_specs.size(), " entries"));
       }
       const Tensor& t = outs[k];
-      if (!t.valid()) throw Error(cat("[shard_map] output ", k, " on ", dev.str(), " is an empty Tensor"));
+      if (!t.valid())
+        throw Error(cat("[shard_map] output ", k, " on ", dev.str(), " is an empty Tensor"));
       if (t.device() != dev) {
-        throw Error(cat("[shard_map] output ", k, " of the body on ", dev.str(), " lives on ", t.device().str(),
+        throw Error(cat("[shard_map] output ", k, " of the body on ", dev.str(), " lives on ",
+                        t.device().str(),
                         "; a body returns tensors of its own device (ctx.device())"));
       }
       if (!blocks.empty() && (t.shape() != blocks[0].shape() || t.dtype() != blocks[0].dtype())) {
-        throw Error(cat("[shard_map] output ", k, " is ", aval_str(blocks[0].dtype(), blocks[0].shape()), " on ",
-                        mesh.devices()[0].str(), " but ", aval_str(t.dtype(), t.shape()), " on ", dev.str(),
-                        "; every device must return blocks of one shape and dtype"));
+        throw Error(cat("[shard_map] output ", k, " is ",
+                        aval_str(blocks[0].dtype(), blocks[0].shape()), " on ",
+                        mesh.devices()[0].str(), " but ", aval_str(t.dtype(), t.shape()), " on ",
+                        dev.str(), "; every device must return blocks of one shape and dtype"));
       }
       blocks.push_back(t);
     }

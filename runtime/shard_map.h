@@ -48,7 +48,8 @@ std::vector<Array> run_shard_map(const ErasedBody& body, const Mesh& mesh,
                                  const std::vector<Array>& args, const ShardMapOptions& options);
 
 template <class Body, size_t... I>
-auto invoke_body(const Body& body, Context& ctx, const std::vector<Tensor>& xs, std::index_sequence<I...>) {
+auto invoke_body(const Body& body, Context& ctx, const std::vector<Tensor>& xs,
+                 std::index_sequence<I...>) {
   return body(ctx, xs[I]...);
 }
 }  // namespace detail
@@ -59,23 +60,28 @@ class ShardMapped {
  public:
   ShardMapped(Body body, Mesh mesh, std::vector<PartitionSpec> in_specs,
               std::vector<PartitionSpec> out_specs, ShardMapOptions options)
-      : body_(std::move(body)), mesh_(std::move(mesh)), in_specs_(std::move(in_specs)),
-        out_specs_(std::move(out_specs)), options_(options) {}
+      : body_(std::move(body)),
+        mesh_(std::move(mesh)),
+        in_specs_(std::move(in_specs)),
+        out_specs_(std::move(out_specs)),
+        options_(options) {}
 
-  // Bodies over a list of blocks (JAX's pytree of arrays): body(Context&, const std::vector<Tensor>&)
-  // returning std::vector<Tensor>, called with one Array per in_spec.
-  std::vector<Array> operator()(const std::vector<Array>& args) const
-    requires std::is_invocable_r_v<std::vector<Tensor>, const Body&, Context&, const std::vector<Tensor>&>
-  {
-    static_assert(!kSingleOut, "a list body returns std::vector<Tensor>: give out_specs as a vector");
+  // Bodies over a list of blocks (JAX's pytree of arrays): body(Context&, const
+  // std::vector<Tensor>&) returning std::vector<Tensor>, called with one Array per in_spec.
+  std::vector<Array> operator()(
+      const std::vector<Array>& args) const requires std::is_invocable_r_v < std::vector<Tensor>,
+  const Body&, Context&, const std::vector<Tensor>& > {
+    static_assert(!kSingleOut,
+                  "a list body returns std::vector<Tensor>: give out_specs as a vector");
     const Body& body = body_;
-    detail::ErasedBody erased = [&body](Context& ctx, const std::vector<Tensor>& xs) { return body(ctx, xs); };
+    detail::ErasedBody erased = [&body](Context& ctx, const std::vector<Tensor>& xs) {
+      return body(ctx, xs);
+    };
     return detail::run_shard_map(erased, mesh_, in_specs_, out_specs_, args, options_);
   }
 
   template <class... A>
-    requires(std::is_same_v<A, Array> && ...)
-  auto operator()(const A&... args) const {
+  requires(std::is_same_v<A, Array>&&...) auto operator()(const A&... args) const {
     static_assert((std::is_same_v<A, Array> && ...), "shard_map arguments are meshrt::Arrays");
     constexpr size_t n = sizeof...(A);
     using R = decltype(detail::invoke_body(body_, std::declval<Context&>(),
@@ -91,13 +97,14 @@ class ShardMapped {
     const Body& body = body_;
     detail::ErasedBody erased = [&body](Context& ctx, const std::vector<Tensor>& xs) {
       if constexpr (kSingleOut) {
-        return std::vector<Tensor>{detail::invoke_body(body, ctx, xs, std::make_index_sequence<n>{})};
+        return std::vector<Tensor>{
+            detail::invoke_body(body, ctx, xs, std::make_index_sequence<n>{})};
       } else {
         return detail::invoke_body(body, ctx, xs, std::make_index_sequence<n>{});
       }
     };
-    std::vector<Array> out =
-        detail::run_shard_map(erased, mesh_, in_specs_, out_specs_, std::vector<Array>{args...}, options_);
+    std::vector<Array> out = detail::run_shard_map(erased, mesh_, in_specs_, out_specs_,
+                                                   std::vector<Array>{args...}, options_);
     if constexpr (kSingleOut) {
       return out.front();
     } else {

@@ -4,9 +4,9 @@
 #include <map>
 #include <optional>
 
-#include "runtime/detail/sharding_impl.h"
-#include "core/strings.h"
 #include "core/error.h"
+#include "core/strings.h"
+#include "runtime/detail/sharding_impl.h"
 
 namespace meshrt {
 
@@ -37,8 +37,8 @@ Shape detail::checked_shard_shape(const Sharding& s, const Shape& global_shape,
                                   std::string_view component) {
   for (int64_t d : global_shape) {
     if (d < 0) {
-      throw Error(cat("[", component, "] shape ", shape_str(global_shape),
-                      " has a negative dimension"));
+      throw Error(
+          cat("[", component, "] shape ", shape_str(global_shape), " has a negative dimension"));
     }
   }
   const Mesh* mesh = s.mesh_or_null();
@@ -46,11 +46,14 @@ Shape detail::checked_shard_shape(const Sharding& s, const Shape& global_shape,
   const PartitionSpec& spec = s.spec_or_empty();
   const bool dp = component == "device_put";
   if (spec.size() > global_shape.size()) {
-    std::string msg = cat("[", component, "] ", dp ? "One of device_put args is incompatible "
-                          "with its sharding annotation " + s.str() + ": " : "",
-                          "Sharding ", s.str(), " is only valid for values of rank at least ",
-                          spec.size(), ", but was applied to a value of rank ",
-                          global_shape.size(), ".");
+    std::string msg =
+        cat("[", component, "] ",
+            dp ? "One of device_put args is incompatible "
+                 "with its sharding annotation " +
+                     s.str() + ": "
+               : "",
+            "Sharding ", s.str(), " is only valid for values of rank at least ", spec.size(),
+            ", but was applied to a value of rank ", global_shape.size(), ".");
     if (global_shape.empty()) msg += " For scalars the PartitionSpec should be P()";
     throw Error(msg);
   }
@@ -58,11 +61,14 @@ Shape detail::checked_shard_shape(const Sharding& s, const Shape& global_shape,
   Shape block = global_shape;
   for (size_t d = 0; d < global_shape.size(); ++d) {
     if (global_shape[d] % t[d] != 0) {
-      throw Error(cat("[", component, "] ", dp ? "One of device_put args was given the sharding "
-                      "of " : "", s.str(), " implies that array axis ", d, " is partitioned ",
-                      t[d], " times, but the dimension size is ", global_shape[d],
-                      " (full shape: ", shape_str(global_shape), ", per-dimension tiling factors: ",
-                      tuple_str(t), " should evenly divide the shape); pick mesh axes whose "
+      throw Error(cat("[", component, "] ",
+                      dp ? "One of device_put args was given the sharding "
+                           "of "
+                         : "",
+                      s.str(), " implies that array axis ", d, " is partitioned ", t[d],
+                      " times, but the dimension size is ", global_shape[d], " (full shape: ",
+                      shape_str(global_shape), ", per-dimension tiling factors: ", tuple_str(t),
+                      " should evenly divide the shape); pick mesh axes whose "
                       "sizes divide the dimension, or pad the array"));
     }
     block[d] = global_shape[d] / t[d];
@@ -92,7 +98,8 @@ std::vector<Index> detail::indices(const Sharding& s, const Shape& global_shape,
     Index idx;
     for (size_t d = 0; d < global_shape.size(); ++d) {
       int64_t k = 0;  // mixed radix over the named axes, first name major
-      for (int p : axis_pos[d]) k = k * mesh->shape()[static_cast<size_t>(p)] + c[static_cast<size_t>(p)];
+      for (int p : axis_pos[d])
+        k = k * mesh->shape()[static_cast<size_t>(p)] + c[static_cast<size_t>(p)];
       idx.emplace_back(k * block[d], (k + 1) * block[d]);
     }
     out.push_back(std::move(idx));
@@ -104,7 +111,8 @@ Shape Sharding::shard_shape(const Shape& global_shape) const {
   return detail::checked_shard_shape(*this, global_shape, "sharding");
 }
 
-std::vector<std::pair<Device, Index>> Sharding::devices_indices_map(const Shape& global_shape) const {
+std::vector<std::pair<Device, Index>> Sharding::devices_indices_map(
+    const Shape& global_shape) const {
   std::vector<Index> idx = detail::indices(*this, global_shape, "sharding");
   std::vector<std::pair<Device, Index>> out;
   for (size_t i = 0; i < idx.size(); ++i) out.emplace_back(impl_->devices[i], std::move(idx[i]));
@@ -133,15 +141,16 @@ bool Sharding::is_equivalent_to(const Sharding& other, const Shape& global_shape
 }
 
 std::string Sharding::str() const {
-  if (impl_->mesh) return cat("NamedSharding(mesh=", impl_->mesh->str(), ", spec=", impl_->spec.str(), ")");
+  if (impl_->mesh)
+    return cat("NamedSharding(mesh=", impl_->mesh->str(), ", spec=", impl_->spec.str(), ")");
   return cat("SingleDeviceSharding(device=", impl_->devices.front().str(), ")");
 }
 
 NamedSharding::NamedSharding(Mesh mesh, PartitionSpec spec) : Sharding(nullptr) {
   for (const std::string& a : spec.axes()) {
     if (mesh.axis_position(a) < 0) {
-      throw Error(cat("[sharding] Resource axis: ", a, " of ", spec.str(), " is not found in mesh: ",
-                      detail::names_tuple(mesh.axis_names()), "."));
+      throw Error(cat("[sharding] Resource axis: ", a, " of ", spec.str(),
+                      " is not found in mesh: ", detail::names_tuple(mesh.axis_names()), "."));
     }
   }
   std::map<std::string, int> uses;
@@ -151,10 +160,11 @@ NamedSharding::NamedSharding(Mesh mesh, PartitionSpec spec) : Sharding(nullptr) 
     if (n > 1) dups.push_back(a);
   }
   if (!dups.empty()) {
-    throw Error(cat("[sharding] A single NamedSharding spec specification can map every mesh axis "
-                    "to at most one positional dimension, but ", spec.str(),
-                    " has duplicate entries for ",
-                    detail::join(dups, ", ", [](const std::string& a) { return "`" + a + "`"; })));
+    throw Error(
+        cat("[sharding] A single NamedSharding spec specification can map every mesh axis "
+            "to at most one positional dimension, but ",
+            spec.str(), " has duplicate entries for ",
+            detail::join(dups, ", ", [](const std::string& a) { return "`" + a + "`"; })));
   }
   std::vector<Device> devs = mesh.devices();
   impl_ = std::make_shared<Impl>(Impl{std::move(mesh), std::move(spec), std::move(devs)});

@@ -13,8 +13,8 @@
 #include <utility>
 #include <vector>
 
-#include "runtime/device.h"
 #include "core/dtype.h"
+#include "runtime/device.h"
 #include "runtime/mesh.h"
 #include "runtime/partition_spec.h"
 

@@ -1,10 +1,10 @@
 #include "runtime/tensor.h"
 
 #include "backends/backend.h"
+#include "core/error.h"
+#include "core/strings.h"
 #include "runtime/detail/copy.h"
 #include "runtime/detail/platform.h"
-#include "core/strings.h"
-#include "core/error.h"
 
 namespace meshrt {
 

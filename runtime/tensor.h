@@ -8,8 +8,8 @@
 #include <type_traits>
 #include <vector>
 
-#include "runtime/device.h"
 #include "core/dtype.h"
+#include "runtime/device.h"
 
 namespace meshrt {
 
@@ -71,7 +71,8 @@ template <class T>
 Tensor tensor(const std::vector<T>& data, Shape shape, Device device) {
   if constexpr (std::is_same_v<T, bool>) {
     std::vector<uint8_t> bytes(data.begin(), data.end());
-    return tensor(bytes.data(), static_cast<int64_t>(bytes.size()), DType::bool_, std::move(shape), device);
+    return tensor(bytes.data(), static_cast<int64_t>(bytes.size()), DType::bool_, std::move(shape),
+                  device);
   } else {
     return tensor(std::span<const T>(data), std::move(shape), device);
   }

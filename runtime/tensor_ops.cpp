@@ -5,19 +5,19 @@
 #include <numeric>
 
 #include "backends/backend.h"
+#include "core/error.h"
 #include "core/strided.h"
+#include "core/strings.h"
 #include "runtime/detail/copy.h"
 #include "runtime/detail/platform.h"
-#include "core/strings.h"
-#include "core/error.h"
 
 namespace meshrt {
 
-using detail::cat;
 using backend::BinaryOp;
 using backend::ReduceOp;
 using backend::Strided;
 using backend::UnaryOp;
+using detail::cat;
 
 namespace {
 
@@ -25,7 +25,8 @@ backend::Backend& be(const Tensor& t) { return detail::backend_of(t.device()); }
 int dev(const Tensor& t) { return t.device().local_index(); }
 
 void check_valid(const Tensor& t, const char* op) {
-  if (!t.valid()) throw Error(cat("[ops] ", op, ": an operand is an empty (default-constructed) Tensor"));
+  if (!t.valid())
+    throw Error(cat("[ops] ", op, ": an operand is an empty (default-constructed) Tensor"));
 }
 
 void check_same_device(const Tensor& a, const Tensor& b, const char* op) {
@@ -33,17 +34,19 @@ void check_same_device(const Tensor& a, const Tensor& b, const char* op) {
   check_valid(b, op);
   if (a.device() == b.device()) return;
   if (a.device().platform() != b.device().platform()) {
-    throw Error(cat("[ops] ", op, ": operands live on ", a.device().str(), " and ", b.device().str(),
-                    " (different platforms); move data between platforms explicitly with device_put"));
+    throw Error(
+        cat("[ops] ", op, ": operands live on ", a.device().str(), " and ", b.device().str(),
+            " (different platforms); move data between platforms explicitly with device_put"));
   }
-  throw Error(cat("[ops] ", op, ": operands live on ", a.device().str(), " and ", b.device().str(),
-                  "; an op takes tensors of one device (compute per device inside shard_map, or device_put)"));
+  throw Error(cat(
+      "[ops] ", op, ": operands live on ", a.device().str(), " and ", b.device().str(),
+      "; an op takes tensors of one device (compute per device inside shard_map, or device_put)"));
 }
 
 int normalize(int axis, int64_t rank, const char* op, const Shape& shape) {
   if (axis < -rank || axis >= rank) {
-    throw Error(cat("[ops] ", op, ": axis ", axis, " is out of bounds for an array of shape ", shape_str(shape),
-                    " (rank ", rank, ")"));
+    throw Error(cat("[ops] ", op, ": axis ", axis, " is out of bounds for an array of shape ",
+                    shape_str(shape), " (rank ", rank, ")"));
   }
   return axis < 0 ? static_cast<int>(axis + rank) : axis;
 }
@@ -93,13 +96,14 @@ Tensor binary_op(BinaryOp op, const Tensor& a0, const Tensor& b0, const char* na
   DType t = promote_types(a0.dtype(), b0.dtype());
   if (op == BinaryOp::div) t = float_dtype_for(t);
   if (op == BinaryOp::sub && t == DType::bool_) {
-    throw Error(cat("[ops] ", name, ": subtracting bool arrays is not supported (as in NumPy); use not_equal, "
+    throw Error(cat("[ops] ", name,
+                    ": subtracting bool arrays is not supported (as in NumPy); use not_equal, "
                     "or astype to an integer type first"));
   }
   const Tensor a = cast(a0, t), b = cast(b0, t);
   const Shape shape = broadcast_shapes(a.shape(), b.shape(), name);
-  const bool compare = op == BinaryOp::eq || op == BinaryOp::ne || op == BinaryOp::lt || op == BinaryOp::le ||
-                       op == BinaryOp::gt || op == BinaryOp::ge;
+  const bool compare = op == BinaryOp::eq || op == BinaryOp::ne || op == BinaryOp::lt ||
+                       op == BinaryOp::le || op == BinaryOp::gt || op == BinaryOp::ge;
   const DType out_t = compare ? DType::bool_ : t;
   Tensor y = empty(shape, out_t, a.device());
   be(a).binary(dev(a), op, t, out_t, shape, {a.data(), broadcast_strides(a, shape)},
@@ -124,9 +128,11 @@ Tensor unary_op(UnaryOp op, const Tensor& x0, const char* name, bool to_float) {
 }
 
 // A strided view of x (offset in elements) copied into a new dense tensor of `shape`.
-Tensor gather_view(const Tensor& x, const Shape& shape, int64_t offset, const std::vector<int64_t>& strides) {
+Tensor gather_view(const Tensor& x, const Shape& shape, int64_t offset,
+                   const std::vector<int64_t>& strides) {
   Tensor y = empty(shape, x.dtype(), x.device());
-  const char* base = static_cast<const char*>(x.data()) + offset * static_cast<int64_t>(dtype_size(x.dtype()));
+  const char* base =
+      static_cast<const char*>(x.data()) + offset * static_cast<int64_t>(dtype_size(x.dtype()));
   be(x).unary(dev(x), UnaryOp::copy, x.dtype(), x.dtype(), shape, {base, strides}, y.data());
   return y;
 }
@@ -134,8 +140,8 @@ Tensor gather_view(const Tensor& x, const Shape& shape, int64_t offset, const st
 // Copies all of `src` into `dst` at `at` (same device).
 void place(const Tensor& dst, const Tensor& src, const Shape& at) {
   detail::copy_box({dst.data(), dst.shape(), at, dst.device(), false},
-                   {src.data(), src.shape(), Shape(src.shape().size(), 0), src.device(), false}, src.shape(),
-                   dtype_size(src.dtype()));
+                   {src.data(), src.shape(), Shape(src.shape().size(), 0), src.device(), false},
+                   src.shape(), dtype_size(src.dtype()));
 }
 
 struct Reduced {
@@ -156,12 +162,15 @@ Reduced plan_reduce(const Tensor& x, std::optional<int> axis, bool keepdims, con
   r.len = s[static_cast<size_t>(a)];
   for (size_t d = static_cast<size_t>(a) + 1; d < s.size(); ++d) r.inner *= s[d];
   r.out_shape = s;
-  if (keepdims) r.out_shape[static_cast<size_t>(a)] = 1;
-  else r.out_shape.erase(r.out_shape.begin() + a);
+  if (keepdims)
+    r.out_shape[static_cast<size_t>(a)] = 1;
+  else
+    r.out_shape.erase(r.out_shape.begin() + a);
   return r;
 }
 
-Tensor reduce_op(ReduceOp op, const Tensor& x0, std::optional<int> axis, bool keepdims, const char* name) {
+Tensor reduce_op(ReduceOp op, const Tensor& x0, std::optional<int> axis, bool keepdims,
+                 const char* name) {
   check_valid(x0, name);
   Reduced r = plan_reduce(x0, axis, keepdims, name);
   if ((op == ReduceOp::max || op == ReduceOp::min || op == ReduceOp::argmax) && r.len == 0) {
@@ -176,7 +185,8 @@ Tensor reduce_op(ReduceOp op, const Tensor& x0, std::optional<int> axis, bool ke
   const DType out_t = op == ReduceOp::argmax ? DType::i64 : work;
   Tensor y = empty(r.out_shape, out_t, x.device());
   be(x).reduce(dev(x), op, work, r.outer, r.len, r.inner, x.data(), y.data());
-  if ((op == ReduceOp::max || op == ReduceOp::min) && x0.dtype() == DType::bool_) return astype(y, DType::bool_);
+  if ((op == ReduceOp::max || op == ReduceOp::min) && x0.dtype() == DType::bool_)
+    return astype(y, DType::bool_);
   return y;
 }
 
@@ -186,11 +196,16 @@ DType promote_types(DType a, DType b) {
   if (a == b) return a;
   auto rank = [](DType t) {
     switch (t) {
-      case DType::bool_: return 0;
-      case DType::i32: return 1;
-      case DType::i64: return 2;
-      case DType::f32: return 3;
-      case DType::f64: return 4;
+      case DType::bool_:
+        return 0;
+      case DType::i32:
+        return 1;
+      case DType::i64:
+        return 2;
+      case DType::f32:
+        return 3;
+      case DType::f64:
+        return 4;
     }
     return 0;
   };
@@ -201,8 +216,10 @@ DType promote_types(DType a, DType b) {
 DType float_dtype_for(DType x) {
   switch (x) {
     case DType::f64:
-    case DType::i64: return DType::f64;
-    default: return DType::f32;
+    case DType::i64:
+      return DType::f64;
+    default:
+      return DType::f32;
   }
 }
 
@@ -212,8 +229,12 @@ Tensor full(Shape shape, double value, DType dtype, Device device) {
   detail::backend_of(device).fill(device.local_index(), dtype, t.size(), value, false, t.data());
   return t;
 }
-Tensor zeros(Shape shape, DType dtype, Device device) { return full(std::move(shape), 0.0, dtype, device); }
-Tensor ones(Shape shape, DType dtype, Device device) { return full(std::move(shape), 1.0, dtype, device); }
+Tensor zeros(Shape shape, DType dtype, Device device) {
+  return full(std::move(shape), 0.0, dtype, device);
+}
+Tensor ones(Shape shape, DType dtype, Device device) {
+  return full(std::move(shape), 1.0, dtype, device);
+}
 Tensor arange(int64_t n, DType dtype, Device device) {
   if (n < 0) throw Error(cat("[ops] arange: n = ", n, " is negative"));
   Tensor t = empty({n}, dtype, device);
@@ -223,7 +244,8 @@ Tensor arange(int64_t n, DType dtype, Device device) {
 Tensor astype(const Tensor& x, DType dtype) {
   check_valid(x, "astype");
   Tensor y = empty(x.shape(), dtype, x.device());
-  be(x).unary(dev(x), UnaryOp::copy, x.dtype(), dtype, x.shape(), {x.data(), dense(x.shape())}, y.data());
+  be(x).unary(dev(x), UnaryOp::copy, x.dtype(), dtype, x.shape(), {x.data(), dense(x.shape())},
+              y.data());
   return y;
 }
 Tensor copy(const Tensor& x) {
@@ -233,26 +255,52 @@ Tensor copy(const Tensor& x) {
 
 // ---- elementwise
 Tensor add(const Tensor& a, const Tensor& b) { return binary_op(BinaryOp::add, a, b, "add"); }
-Tensor subtract(const Tensor& a, const Tensor& b) { return binary_op(BinaryOp::sub, a, b, "subtract"); }
-Tensor multiply(const Tensor& a, const Tensor& b) { return binary_op(BinaryOp::mul, a, b, "multiply"); }
+Tensor subtract(const Tensor& a, const Tensor& b) {
+  return binary_op(BinaryOp::sub, a, b, "subtract");
+}
+Tensor multiply(const Tensor& a, const Tensor& b) {
+  return binary_op(BinaryOp::mul, a, b, "multiply");
+}
 Tensor divide(const Tensor& a, const Tensor& b) { return binary_op(BinaryOp::div, a, b, "divide"); }
-Tensor maximum(const Tensor& a, const Tensor& b) { return binary_op(BinaryOp::max, a, b, "maximum"); }
-Tensor minimum(const Tensor& a, const Tensor& b) { return binary_op(BinaryOp::min, a, b, "minimum"); }
+Tensor maximum(const Tensor& a, const Tensor& b) {
+  return binary_op(BinaryOp::max, a, b, "maximum");
+}
+Tensor minimum(const Tensor& a, const Tensor& b) {
+  return binary_op(BinaryOp::min, a, b, "minimum");
+}
 Tensor equal(const Tensor& a, const Tensor& b) { return binary_op(BinaryOp::eq, a, b, "equal"); }
-Tensor not_equal(const Tensor& a, const Tensor& b) { return binary_op(BinaryOp::ne, a, b, "not_equal"); }
+Tensor not_equal(const Tensor& a, const Tensor& b) {
+  return binary_op(BinaryOp::ne, a, b, "not_equal");
+}
 Tensor less(const Tensor& a, const Tensor& b) { return binary_op(BinaryOp::lt, a, b, "less"); }
-Tensor less_equal(const Tensor& a, const Tensor& b) { return binary_op(BinaryOp::le, a, b, "less_equal"); }
-Tensor greater(const Tensor& a, const Tensor& b) { return binary_op(BinaryOp::gt, a, b, "greater"); }
-Tensor greater_equal(const Tensor& a, const Tensor& b) { return binary_op(BinaryOp::ge, a, b, "greater_equal"); }
+Tensor less_equal(const Tensor& a, const Tensor& b) {
+  return binary_op(BinaryOp::le, a, b, "less_equal");
+}
+Tensor greater(const Tensor& a, const Tensor& b) {
+  return binary_op(BinaryOp::gt, a, b, "greater");
+}
+Tensor greater_equal(const Tensor& a, const Tensor& b) {
+  return binary_op(BinaryOp::ge, a, b, "greater_equal");
+}
 
 Tensor add(const Tensor& a, Scalar b) { return scalar_op(BinaryOp::add, a, b, false, "add"); }
-Tensor subtract(const Tensor& a, Scalar b) { return scalar_op(BinaryOp::sub, a, b, false, "subtract"); }
-Tensor subtract(Scalar a, const Tensor& b) { return scalar_op(BinaryOp::sub, b, a, true, "subtract"); }
-Tensor multiply(const Tensor& a, Scalar b) { return scalar_op(BinaryOp::mul, a, b, false, "multiply"); }
+Tensor subtract(const Tensor& a, Scalar b) {
+  return scalar_op(BinaryOp::sub, a, b, false, "subtract");
+}
+Tensor subtract(Scalar a, const Tensor& b) {
+  return scalar_op(BinaryOp::sub, b, a, true, "subtract");
+}
+Tensor multiply(const Tensor& a, Scalar b) {
+  return scalar_op(BinaryOp::mul, a, b, false, "multiply");
+}
 Tensor divide(const Tensor& a, Scalar b) { return scalar_op(BinaryOp::div, a, b, false, "divide"); }
 Tensor divide(Scalar a, const Tensor& b) { return scalar_op(BinaryOp::div, b, a, true, "divide"); }
-Tensor maximum(const Tensor& a, Scalar b) { return scalar_op(BinaryOp::max, a, b, false, "maximum"); }
-Tensor minimum(const Tensor& a, Scalar b) { return scalar_op(BinaryOp::min, a, b, false, "minimum"); }
+Tensor maximum(const Tensor& a, Scalar b) {
+  return scalar_op(BinaryOp::max, a, b, false, "maximum");
+}
+Tensor minimum(const Tensor& a, Scalar b) {
+  return scalar_op(BinaryOp::min, a, b, false, "minimum");
+}
 
 Tensor where(const Tensor& cond, const Tensor& a0, const Tensor& b0) {
   check_same_device(cond, a0, "where");
@@ -263,15 +311,18 @@ Tensor where(const Tensor& cond, const Tensor& a0, const Tensor& b0) {
   }
   const DType t = promote_types(a0.dtype(), b0.dtype());
   const Tensor a = cast(a0, t), b = cast(b0, t);
-  const Shape shape = broadcast_shapes(broadcast_shapes(cond.shape(), a.shape(), "where"), b.shape(), "where");
+  const Shape shape =
+      broadcast_shapes(broadcast_shapes(cond.shape(), a.shape(), "where"), b.shape(), "where");
   Tensor y = empty(shape, t, a.device());
   be(a).select(dev(a), t, shape, {cond.data(), broadcast_strides(cond, shape)},
-               {a.data(), broadcast_strides(a, shape)}, {b.data(), broadcast_strides(b, shape)}, y.data());
+               {a.data(), broadcast_strides(a, shape)}, {b.data(), broadcast_strides(b, shape)},
+               y.data());
   return y;
 }
 
 Tensor neg(const Tensor& x) {
-  if (x.valid() && x.dtype() == DType::bool_) throw Error("[ops] neg: negating a bool tensor is not supported");
+  if (x.valid() && x.dtype() == DType::bool_)
+    throw Error("[ops] neg: negating a bool tensor is not supported");
   return unary_op(UnaryOp::neg, x, "neg", false);
 }
 Tensor exp(const Tensor& x) { return unary_op(UnaryOp::exp, x, "exp", true); }
@@ -299,7 +350,8 @@ Tensor mean(const Tensor& x, std::optional<int> axis, bool keepdims) {
   check_valid(x, "mean");
   const Tensor xf = cast(x, float_dtype_for(x.dtype()));
   Reduced r = plan_reduce(xf, axis, keepdims, "mean");
-  return divide(reduce_op(ReduceOp::sum, xf, axis, keepdims, "mean"), Scalar(static_cast<double>(r.len)));
+  return divide(reduce_op(ReduceOp::sum, xf, axis, keepdims, "mean"),
+                Scalar(static_cast<double>(r.len)));
 }
 // As jax.nn: shifted = x - max(x); log_softmax = shifted - log(sum(exp(shifted))).
 Tensor log_softmax(const Tensor& x0, int axis) {
@@ -319,8 +371,9 @@ Tensor softmax(const Tensor& x0, int axis) {
 Tensor matmul(const Tensor& a0, const Tensor& b0) {
   check_same_device(a0, b0, "matmul");
   if (a0.ndim() == 0 || b0.ndim() == 0) {
-    throw Error(cat("[ops] matmul: operands must be at least 1-D, got shapes ", shape_str(a0.shape()), " and ",
-                    shape_str(b0.shape()), " (use multiply for scalars)"));
+    throw Error(cat("[ops] matmul: operands must be at least 1-D, got shapes ",
+                    shape_str(a0.shape()), " and ", shape_str(b0.shape()),
+                    " (use multiply for scalars)"));
   }
   const DType t = promote_types(a0.dtype(), b0.dtype());
   if (t == DType::bool_) throw Error("[ops] matmul of bool tensors: convert with astype first");
@@ -335,7 +388,8 @@ Tensor matmul(const Tensor& a0, const Tensor& b0) {
     throw Error(cat("[ops] matmul: shapes ", shape_str(a0.shape()), " and ", shape_str(b0.shape()),
                     " are not aligned: contracting dimension ", k, " != ", k2));
   }
-  const Shape a_batch(a.shape().begin(), a.shape().end() - 2), b_batch(b.shape().begin(), b.shape().end() - 2);
+  const Shape a_batch(a.shape().begin(), a.shape().end() - 2),
+      b_batch(b.shape().begin(), b.shape().end() - 2);
   const Shape batch = broadcast_shapes(a_batch, b_batch, "matmul");
   Shape a_full = batch, b_full = batch;
   a_full.insert(a_full.end(), {m, k});
@@ -356,9 +410,10 @@ Tensor dot(const Tensor& a, const Tensor& b) {
   if (a.ndim() <= 2 && b.ndim() <= 2 && a.ndim() >= 1 && b.ndim() >= 1) return matmul(a, b);
   if (b.ndim() == 1 && a.ndim() > 2) return matmul(a, b);  // contracts the last axis of a
   if (a.ndim() == 0 || b.ndim() == 0) return multiply(a, b);
-  throw Error(cat("[ops] dot: shapes ", shape_str(a.shape()), " and ", shape_str(b.shape()),
-                  " need jnp.dot's N-D by M-D contraction, which is not provided; use matmul (batched) "
-                  "or transpose/reshape to 2-D"));
+  throw Error(
+      cat("[ops] dot: shapes ", shape_str(a.shape()), " and ", shape_str(b.shape()),
+          " need jnp.dot's N-D by M-D contraction, which is not provided; use matmul (batched) "
+          "or transpose/reshape to 2-D"));
 }
 
 Tensor transpose(const Tensor& x, std::vector<int> perm) {
@@ -379,8 +434,10 @@ Tensor transpose(const Tensor& x, std::vector<int> perm) {
     if (ok) seen[static_cast<size_t>(p)] = true;
   }
   if (!ok) {
-    throw Error(cat("[ops] transpose: permutation ", detail::join(perm, ", ", [](int p) { return std::to_string(p); }),
-                    " is not a permutation of the ", rank, " axes of shape ", shape_str(x.shape())));
+    throw Error(cat("[ops] transpose: permutation ",
+                    detail::join(perm, ", ", [](int p) { return std::to_string(p); }),
+                    " is not a permutation of the ", rank, " axes of shape ",
+                    shape_str(x.shape())));
   }
   const std::vector<int64_t> ds = dense(x.shape());
   Shape out;
@@ -399,7 +456,8 @@ Tensor reshape(const Tensor& x, Shape shape) {
   int64_t known = 1;
   for (size_t d = 0; d < shape.size(); ++d) {
     if (shape[d] == -1) {
-      if (infer >= 0) throw Error(cat("[ops] reshape: only one dimension may be -1, got ", shape_str(shape)));
+      if (infer >= 0)
+        throw Error(cat("[ops] reshape: only one dimension may be -1, got ", shape_str(shape)));
       infer = static_cast<int>(d);
     } else if (shape[d] < 0) {
       throw Error(cat("[ops] reshape: negative dimension in ", shape_str(shape)));
@@ -409,21 +467,25 @@ Tensor reshape(const Tensor& x, Shape shape) {
   }
   if (infer >= 0) {
     if (known == 0 || x.size() % known != 0) {
-      throw Error(cat("[ops] reshape: cannot reshape ", shape_str(x.shape()), " into ", shape_str(shape)));
+      throw Error(
+          cat("[ops] reshape: cannot reshape ", shape_str(x.shape()), " into ", shape_str(shape)));
     }
     shape[static_cast<size_t>(infer)] = x.size() / known;
   }
   if (shape_size(shape) != x.size()) {
-    throw Error(cat("[ops] reshape: cannot reshape an array of shape ", shape_str(x.shape()), " (", x.size(),
-                    " elements) into shape ", shape_str(shape), " (", shape_size(shape), " elements)"));
+    throw Error(cat("[ops] reshape: cannot reshape an array of shape ", shape_str(x.shape()), " (",
+                    x.size(), " elements) into shape ", shape_str(shape), " (", shape_size(shape),
+                    " elements)"));
   }
-  return Tensor(x.buffer(), x.byte_offset(), std::move(shape), x.dtype(), x.device());  // same buffer
+  return Tensor(x.buffer(), x.byte_offset(), std::move(shape), x.dtype(),
+                x.device());  // same buffer
 }
 
 Tensor slice(const Tensor& x, const Shape& start, const Shape& limit, const Shape& strides) {
   check_valid(x, "slice");
   const size_t rank = x.shape().size();
-  if (start.size() != rank || limit.size() != rank || (!strides.empty() && strides.size() != rank)) {
+  if (start.size() != rank || limit.size() != rank ||
+      (!strides.empty() && strides.size() != rank)) {
     throw Error(cat("[ops] slice: start ", shape_str(start), ", limit ", shape_str(limit),
                     " (and strides) need one entry per dimension of ", shape_str(x.shape())));
   }
@@ -434,9 +496,9 @@ Tensor slice(const Tensor& x, const Shape& start, const Shape& limit, const Shap
   for (size_t d = 0; d < rank; ++d) {
     const int64_t step = strides.empty() ? 1 : strides[d];
     if (step < 1 || start[d] < 0 || limit[d] < start[d] || limit[d] > x.shape()[d]) {
-      throw Error(cat("[ops] slice: start ", shape_str(start), ", limit ", shape_str(limit), " and strides ",
-                      shape_str(strides), " do not fit shape ", shape_str(x.shape()),
-                      " (need 0 <= start <= limit <= dim, stride >= 1)"));
+      throw Error(cat("[ops] slice: start ", shape_str(start), ", limit ", shape_str(limit),
+                      " and strides ", shape_str(strides), " do not fit shape ",
+                      shape_str(x.shape()), " (need 0 <= start <= limit <= dim, stride >= 1)"));
     }
     out[d] = (limit[d] - start[d] + step - 1) / step;
     st[d] = ds[d] * step;
@@ -460,24 +522,26 @@ Tensor dynamic_slice_in_dim(const Tensor& x, int64_t start, int64_t size, int ax
   const int a = normalize(axis, x.ndim(), "dynamic_slice_in_dim", x.shape());
   const int64_t dim = x.shape()[static_cast<size_t>(a)];
   if (size < 0 || size > dim) {
-    throw Error(cat("[ops] dynamic_slice_in_dim: slice size ", size, " does not fit dimension ", a, " of shape ",
-                    shape_str(x.shape())));
+    throw Error(cat("[ops] dynamic_slice_in_dim: slice size ", size, " does not fit dimension ", a,
+                    " of shape ", shape_str(x.shape())));
   }
-  start = std::clamp<int64_t>(start, 0, dim - size);  // as XLA: the start is clamped, never an error
+  start =
+      std::clamp<int64_t>(start, 0, dim - size);  // as XLA: the start is clamped, never an error
   return slice_in_dim(x, start, start + size, 1, a);
 }
 
 Tensor dynamic_update_slice(const Tensor& x, const Tensor& update, const Shape& starts) {
   check_same_device(x, update, "dynamic_update_slice");
   if (update.ndim() != x.ndim() || starts.size() != x.shape().size()) {
-    throw Error(cat("[ops] dynamic_update_slice: update ", shape_str(update.shape()), " and starts ",
-                    shape_str(starts), " must have the rank of ", shape_str(x.shape())));
+    throw Error(cat("[ops] dynamic_update_slice: update ", shape_str(update.shape()),
+                    " and starts ", shape_str(starts), " must have the rank of ",
+                    shape_str(x.shape())));
   }
   Shape at(starts.size());
   for (size_t d = 0; d < starts.size(); ++d) {
     if (update.shape()[d] > x.shape()[d]) {
-      throw Error(cat("[ops] dynamic_update_slice: update ", shape_str(update.shape()), " is larger than ",
-                      shape_str(x.shape()), " in dimension ", d));
+      throw Error(cat("[ops] dynamic_update_slice: update ", shape_str(update.shape()),
+                      " is larger than ", shape_str(x.shape()), " in dimension ", d));
     }
     at[d] = std::clamp<int64_t>(starts[d], 0, x.shape()[d] - update.shape()[d]);
   }
@@ -497,10 +561,11 @@ Tensor concatenate(const std::vector<Tensor>& xs, int axis) {
     check_same_device(xs[0], x, "concatenate");
     t = promote_types(t, x.dtype());
     bool fits = x.ndim() == xs[0].ndim();
-    for (size_t d = 0; fits && d < out.size(); ++d) fits = static_cast<int>(d) == a || x.shape()[d] == out[d];
+    for (size_t d = 0; fits && d < out.size(); ++d)
+      fits = static_cast<int>(d) == a || x.shape()[d] == out[d];
     if (!fits) {
-      throw Error(cat("[ops] concatenate: shapes ", shape_str(xs[0].shape()), " and ", shape_str(x.shape()),
-                      " differ outside axis ", a));
+      throw Error(cat("[ops] concatenate: shapes ", shape_str(xs[0].shape()), " and ",
+                      shape_str(x.shape()), " differ outside axis ", a));
     }
     out[static_cast<size_t>(a)] += x.shape()[static_cast<size_t>(a)];
   }
@@ -518,8 +583,9 @@ std::vector<Tensor> split(const Tensor& x, int64_t sections, int axis) {
   const int a = normalize(axis, x.ndim(), "split", x.shape());
   const int64_t dim = x.shape()[static_cast<size_t>(a)];
   if (sections < 1 || dim % sections != 0) {
-    throw Error(cat("[ops] split: array split does not result in an equal division: dimension ", a, " of shape ",
-                    shape_str(x.shape()), " (size ", dim, ") into ", sections, " sections"));
+    throw Error(cat("[ops] split: array split does not result in an equal division: dimension ", a,
+                    " of shape ", shape_str(x.shape()), " (size ", dim, ") into ", sections,
+                    " sections"));
   }
   std::vector<Tensor> out;
   const int64_t w = dim / sections;
@@ -535,8 +601,8 @@ Tensor stack(const std::vector<Tensor>& xs, int axis) {
   for (const Tensor& x : xs) {
     check_valid(x, "stack");
     if (x.shape() != xs[0].shape()) {
-      throw Error(cat("[ops] stack: all input arrays must have the same shape, got ", shape_str(xs[0].shape()),
-                      " and ", shape_str(x.shape())));
+      throw Error(cat("[ops] stack: all input arrays must have the same shape, got ",
+                      shape_str(xs[0].shape()), " and ", shape_str(x.shape())));
     }
     parts.push_back(expand_dims(x, a));
   }
@@ -548,13 +614,16 @@ Tensor squeeze(const Tensor& x, std::vector<int> axes) {
   const auto rank = x.ndim();
   std::vector<bool> drop(static_cast<size_t>(rank), false);
   if (axes.empty()) {
-    for (int64_t d = 0; d < rank; ++d) drop[static_cast<size_t>(d)] = x.shape()[static_cast<size_t>(d)] == 1;
+    for (int64_t d = 0; d < rank; ++d)
+      drop[static_cast<size_t>(d)] = x.shape()[static_cast<size_t>(d)] == 1;
   }
   for (int ax : axes) {
     const int a = normalize(ax, rank, "squeeze", x.shape());
     if (x.shape()[static_cast<size_t>(a)] != 1) {
-      throw Error(cat("[ops] squeeze: cannot select an axis to squeeze out which has size not equal to one: axis ",
-                      a, " of shape ", shape_str(x.shape())));
+      throw Error(
+          cat("[ops] squeeze: cannot select an axis to squeeze out which has size not equal to "
+              "one: axis ",
+              a, " of shape ", shape_str(x.shape())));
     }
     drop[static_cast<size_t>(a)] = true;
   }
@@ -576,14 +645,14 @@ Tensor expand_dims(const Tensor& x, int axis) {
 Tensor pad(const Tensor& x, const std::vector<std::pair<int64_t, int64_t>>& widths, double value) {
   check_valid(x, "pad");
   if (widths.size() != x.shape().size()) {
-    throw Error(cat("[ops] pad: ", widths.size(), " (before, after) pairs given for shape ", shape_str(x.shape()),
-                    "; give one per dimension"));
+    throw Error(cat("[ops] pad: ", widths.size(), " (before, after) pairs given for shape ",
+                    shape_str(x.shape()), "; give one per dimension"));
   }
   Shape out = x.shape(), at(widths.size());
   for (size_t d = 0; d < widths.size(); ++d) {
     if (widths[d].first < 0 || widths[d].second < 0) {
-      throw Error(cat("[ops] pad: widths must be >= 0, got (", widths[d].first, ", ", widths[d].second,
-                      ") for dimension ", d));
+      throw Error(cat("[ops] pad: widths must be >= 0, got (", widths[d].first, ", ",
+                      widths[d].second, ") for dimension ", d));
     }
     out[d] += widths[d].first + widths[d].second;
     at[d] = widths[d].first;

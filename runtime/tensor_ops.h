@@ -33,7 +33,7 @@ Tensor copy(const Tensor& x);  // a new buffer with the same values
 Tensor add(const Tensor& a, const Tensor& b);
 Tensor subtract(const Tensor& a, const Tensor& b);
 Tensor multiply(const Tensor& a, const Tensor& b);
-Tensor divide(const Tensor& a, const Tensor& b);  // true division
+Tensor divide(const Tensor& a, const Tensor& b);   // true division
 Tensor maximum(const Tensor& a, const Tensor& b);  // NaN propagates
 Tensor minimum(const Tensor& a, const Tensor& b);
 Tensor equal(const Tensor& a, const Tensor& b);  // comparisons give bool
@@ -111,7 +111,8 @@ Tensor transpose(const Tensor& x, std::vector<int> perm = {});
 Tensor reshape(const Tensor& x, Shape shape);  // one entry may be -1; shares the buffer
 // lax.slice: [start, limit) with optional strides per dimension.
 Tensor slice(const Tensor& x, const Shape& start, const Shape& limit, const Shape& strides = {});
-Tensor slice_in_dim(const Tensor& x, int64_t start, int64_t limit, int64_t stride = 1, int axis = 0);
+Tensor slice_in_dim(const Tensor& x, int64_t start, int64_t limit, int64_t stride = 1,
+                    int axis = 0);
 // lax.dynamic_slice_in_dim: `start` known at run time, clamped so the slice fits.
 Tensor dynamic_slice_in_dim(const Tensor& x, int64_t start, int64_t size, int axis = 0);
 // lax.dynamic_update_slice: starts clamped so the update fits.
@@ -122,7 +123,8 @@ Tensor stack(const std::vector<Tensor>& xs, int axis = 0);
 Tensor squeeze(const Tensor& x, std::vector<int> axes = {});  // empty: every size-1 dim
 Tensor expand_dims(const Tensor& x, int axis);
 // jnp.pad(mode="constant"): (before, after) >= 0 per dimension.
-Tensor pad(const Tensor& x, const std::vector<std::pair<int64_t, int64_t>>& widths, double value = 0.0);
+Tensor pad(const Tensor& x, const std::vector<std::pair<int64_t, int64_t>>& widths,
+           double value = 0.0);
 
 // The dtype JAX gives `a op b` for two arrays; and the float type of integer math.
 DType promote_types(DType a, DType b);

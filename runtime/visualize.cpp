@@ -1,13 +1,14 @@
 // visualize_sharding: the layout of jax.debug.visualize_array_sharding (rich, no colour).
+#include "runtime/visualize.h"
+
 #include <algorithm>
 #include <map>
 #include <set>
 
-#include "runtime/visualize.h"
+#include "core/error.h"
+#include "core/strings.h"
 #include "runtime/array.h"
 #include "runtime/detail/sharding_impl.h"
-#include "core/strings.h"
-#include "core/error.h"
 
 namespace meshrt {
 
@@ -42,9 +43,10 @@ std::string repeat(const char* s, int n) {
 
 std::string visualize_sharding(const Sharding& sharding, const Shape& shape) {
   if (shape.empty() || shape.size() > 2) {
-    throw Error(detail::cat("[visualize] `visualize_sharding` only works for shapes with 1 and 2 "
-                            "dimensions, but got shape ", shape_str(shape),
-                            "; visualize a 1-D or 2-D array (reshape it first)"));
+    throw Error(
+        detail::cat("[visualize] `visualize_sharding` only works for shapes with 1 and 2 "
+                    "dimensions, but got shape ",
+                    shape_str(shape), "; visualize a 1-D or 2-D array (reshape it first)"));
   }
   for (int64_t d : shape) {
     if (d <= 0) {
@@ -157,7 +159,8 @@ std::string visualize_sharding(const Sharding& sharding, const Shape& shape) {
 }
 
 std::string visualize_sharding(const Array& x) {
-  if (x.blocks().empty()) throw Error("[visualize] cannot visualize an empty (default-constructed) Array");
+  if (x.blocks().empty())
+    throw Error("[visualize] cannot visualize an empty (default-constructed) Array");
   return visualize_sharding(x.sharding(), x.shape());
 }
 

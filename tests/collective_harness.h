@@ -41,26 +41,31 @@ inline std::optional<Mesh> mesh_or_skip(const MeshCase& c, std::string* why) {
     return std::nullopt;
   }
   if (numel(c.shape) > static_cast<int64_t>(devices(c.platform).size())) {
-    *why = "needs more " + c.platform + " devices than this machine has (cuda: raise MESHRT_CUDA_DEVICES_PER_GPU)";
+    *why = "needs more " + c.platform +
+           " devices than this machine has (cuda: raise MESHRT_CUDA_DEVICES_PER_GPU)";
     return std::nullopt;
   }
-  if (c.platform == "cuda" && c.algo == "native" && numel(c.shape) > 1 && cuda_devices_per_gpu() > 1) {
-    *why = "NCCL cannot place two ranks on one GPU (MESHRT_CUDA_DEVICES_PER_GPU > 1); CudaNative.SharedGpuSaysSo "
-           "checks the error";
+  if (c.platform == "cuda" && c.algo == "native" && numel(c.shape) > 1 &&
+      cuda_devices_per_gpu() > 1) {
+    *why =
+        "NCCL cannot place two ranks on one GPU (MESHRT_CUDA_DEVICES_PER_GPU > 1); "
+        "CudaNative.SharedGpuSaysSo "
+        "checks the error";
     return std::nullopt;
   }
   return make_mesh(c.shape, c.names, c.platform);
 }
-#define MESHRT_MESH_OR_SKIP(var, param)                                   \
-  std::string var##_why;                                                  \
-  auto var##_opt = ::meshrt::test::mesh_or_skip(param, &var##_why);       \
-  if (!var##_opt) GTEST_SKIP() << var##_why;                              \
+#define MESHRT_MESH_OR_SKIP(var, param)                             \
+  std::string var##_why;                                            \
+  auto var##_opt = ::meshrt::test::mesh_or_skip(param, &var##_why); \
+  if (!var##_opt) GTEST_SKIP() << var##_why;                        \
   const Mesh& var = *var##_opt
 
 // Device p's input: p*1000 + e, sign alternating, exact in every dtype.
 inline HostArr device_input(int64_t p, const Shape& block) {
   HostArr a = make_arr(block);
-  for (size_t e = 0; e < a.v.size(); ++e) a.v[e] = static_cast<double>(p * 1000 + static_cast<int64_t>(e)) * (e % 3 == 1 ? -1 : 1);
+  for (size_t e = 0; e < a.v.size(); ++e)
+    a.v[e] = static_cast<double>(p * 1000 + static_cast<int64_t>(e)) * (e % 3 == 1 ? -1 : 1);
   return a;
 }
 
@@ -71,21 +76,39 @@ std::vector<T> to_host_type(const std::vector<double>& v) {
 
 inline std::vector<double> array_values(const Array& a) {
   switch (a.dtype()) {
-    case DType::f32: { auto v = a.to_vector<float>(); return {v.begin(), v.end()}; }
-    case DType::f64: return a.to_vector<double>();
-    case DType::i32: { auto v = a.to_vector<int32_t>(); return {v.begin(), v.end()}; }
-    case DType::i64: { auto v = a.to_vector<int64_t>(); return {v.begin(), v.end()}; }
-    case DType::bool_: { auto v = a.to_vector<bool>(); return {v.begin(), v.end()}; }
+    case DType::f32: {
+      auto v = a.to_vector<float>();
+      return {v.begin(), v.end()};
+    }
+    case DType::f64:
+      return a.to_vector<double>();
+    case DType::i32: {
+      auto v = a.to_vector<int32_t>();
+      return {v.begin(), v.end()};
+    }
+    case DType::i64: {
+      auto v = a.to_vector<int64_t>();
+      return {v.begin(), v.end()};
+    }
+    case DType::bool_: {
+      auto v = a.to_vector<bool>();
+      return {v.begin(), v.end()};
+    }
   }
   return {};
 }
 
-inline Array put_values(const std::vector<double>& v, const Shape& shape, DType dt, const Sharding& s) {
+inline Array put_values(const std::vector<double>& v, const Shape& shape, DType dt,
+                        const Sharding& s) {
   switch (dt) {
-    case DType::f32: return device_put(to_host_type<float>(v), shape, s);
-    case DType::f64: return device_put(v, shape, s);
-    case DType::i32: return device_put(to_host_type<int32_t>(v), shape, s);
-    case DType::i64: return device_put(to_host_type<int64_t>(v), shape, s);
+    case DType::f32:
+      return device_put(to_host_type<float>(v), shape, s);
+    case DType::f64:
+      return device_put(v, shape, s);
+    case DType::i32:
+      return device_put(to_host_type<int32_t>(v), shape, s);
+    case DType::i64:
+      return device_put(to_host_type<int64_t>(v), shape, s);
     case DType::bool_: {
       std::vector<bool> b;
       for (double x : v) b.push_back(x != 0);
@@ -104,7 +127,10 @@ inline HostGroup host_group(const Mesh& mesh, const std::vector<std::string>& ax
   const Shape& ms = mesh.shape();
   auto coords = [&](int64_t q) {
     std::vector<int64_t> c(ms.size());
-    for (size_t i = ms.size(); i-- > 0;) { c[i] = q % ms[i]; q /= ms[i]; }
+    for (size_t i = ms.size(); i-- > 0;) {
+      c[i] = q % ms[i];
+      q /= ms[i];
+    }
     return c;
   };
   std::vector<int> named;
@@ -118,7 +144,9 @@ inline HostGroup host_group(const Mesh& mesh, const std::vector<std::string>& ax
     auto cq = coords(q);
     bool same = true;
     for (size_t i = 0; i < ms.size(); ++i) {
-      if (std::find(named.begin(), named.end(), static_cast<int>(i)) == named.end() && cq[i] != cp[i]) same = false;
+      if (std::find(named.begin(), named.end(), static_cast<int>(i)) == named.end() &&
+          cq[i] != cp[i])
+        same = false;
     }
     if (!same) continue;
     int64_t idx = 0;
@@ -132,8 +160,8 @@ inline HostGroup host_group(const Mesh& mesh, const std::vector<std::string>& ax
 // Runs body(ctx, x) with device p holding device_input(p, block) (as dtype `dt`), and checks
 // device p's output against ref(inputs of p's group in group order, p's group index).
 template <class Body, class Ref>
-void check_collective(const Mesh& mesh, const std::vector<std::string>& axes, const Shape& block, DType dt,
-                      Body body, Ref ref, const std::string& what) {
+void check_collective(const Mesh& mesh, const std::vector<std::string>& axes, const Shape& block,
+                      DType dt, Body body, Ref ref, const std::string& what) {
   const int64_t m = mesh.size();
   std::vector<double> global;
   for (int64_t p = 0; p < m; ++p) {
@@ -144,7 +172,8 @@ void check_collective(const Mesh& mesh, const std::vector<std::string>& axes, co
   gshape[0] *= m;
   PartitionSpec all = P(Axes(mesh.axis_names()));
   Array x = put_values(global, gshape, dt, NamedSharding(mesh, all));
-  Array out = shard_map([&](Context& ctx, const Tensor& t) { return body(ctx, t); }, mesh, {all}, all)(x);
+  Array out =
+      shard_map([&](Context& ctx, const Tensor& t) { return body(ctx, t); }, mesh, {all}, all)(x);
   std::vector<double> got = array_values(out);
   const int64_t per = static_cast<int64_t>(got.size()) / m;
   for (int64_t p = 0; p < m; ++p) {
@@ -174,7 +203,8 @@ inline std::vector<std::vector<std::string>> axis_choices(const Mesh& mesh) {
   };
   std::vector<std::string> cur;
   rec(cur);
-  std::stable_sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.size() < b.size(); });
+  std::stable_sort(out.begin(), out.end(),
+                   [](const auto& a, const auto& b) { return a.size() < b.size(); });
   return out;
 }
 

@@ -25,7 +25,8 @@ inline int64_t numel(const std::vector<int64_t>& s) {
 }
 
 // Visits every multi-index of `shape` in row-major order.
-inline void for_each_index(const std::vector<int64_t>& shape, const std::function<void(const std::vector<int64_t>&)>& f) {
+inline void for_each_index(const std::vector<int64_t>& shape,
+                           const std::function<void(const std::vector<int64_t>&)>& f) {
   if (numel(shape) == 0) return;
   std::vector<int64_t> idx(shape.size(), 0);
   for (;;) {
@@ -71,7 +72,8 @@ inline HostArr stack(const std::vector<HostArr>& xs, size_t axis) {
     std::vector<int64_t> src = idx;
     int64_t j = src[axis];
     src.erase(src.begin() + static_cast<std::ptrdiff_t>(axis));
-    out.v[static_cast<size_t>(out.at(idx))] = xs[static_cast<size_t>(j)].v[static_cast<size_t>(xs[static_cast<size_t>(j)].at(src))];
+    out.v[static_cast<size_t>(out.at(idx))] =
+        xs[static_cast<size_t>(j)].v[static_cast<size_t>(xs[static_cast<size_t>(j)].at(src))];
   });
   return out;
 }
@@ -102,7 +104,8 @@ inline HostArr take(const HostArr& x, int64_t k, size_t axis) {
   return out;
 }
 
-inline HostArr elementwise(const std::vector<HostArr>& xs, const std::function<double(double, double)>& f) {
+inline HostArr elementwise(const std::vector<HostArr>& xs,
+                           const std::function<double(double, double)>& f) {
   HostArr out = xs[0];
   for (size_t j = 1; j < xs.size(); ++j) {
     for (size_t e = 0; e < out.v.size(); ++e) out.v[e] = f(out.v[e], xs[j].v[e]);

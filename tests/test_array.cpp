@@ -2,8 +2,8 @@
 // of shardings, what resharding moves, memory alignment and lifetime, and bad input.
 #include <gtest/gtest.h>
 
-#include <cstdint>
 #include <algorithm>
+#include <cstdint>
 #include <numeric>
 #include <random>
 
@@ -32,13 +32,15 @@ std::vector<T> random_values(size_t n, std::mt19937& rng) {
 
 // Checks every block against the host reference and the global read-back.
 template <class T>
-void check_array(const Array& a, const std::vector<T>& host, const Shape& shape, const std::string& what) {
+void check_array(const Array& a, const std::vector<T>& host, const Shape& shape,
+                 const std::string& what) {
   EXPECT_EQ(a.shape(), shape) << what;
   EXPECT_EQ(a.dtype(), dtype_v<T>) << what;
   EXPECT_EQ(a.to_vector<T>(), host) << what;
   for (const Shard& s : a.addressable_shards()) {
     EXPECT_EQ(s.data.device(), s.device) << what;
-    EXPECT_EQ(s.data.to_vector<T>(), host_slice(host, shape, s.index)) << what << " on " << s.device.str();
+    EXPECT_EQ(s.data.to_vector<T>(), host_slice(host, shape, s.index))
+        << what << " on " << s.device.str();
   }
 }
 
@@ -48,8 +50,9 @@ struct MeshChoice {
 };
 
 const std::vector<MeshChoice> kMeshes = {
-    {{8}, {"x"}},       {{4, 2}, {"x", "y"}}, {{2, 4}, {"x", "y"}}, {{2, 2, 2}, {"x", "y", "z"}},
-    {{1, 8}, {"x", "y"}}, {{3}, {"x"}},       {{2, 3}, {"x", "y"}}, {{1}, {"x"}}, {{5}, {"x"}}};
+    {{8}, {"x"}},         {{4, 2}, {"x", "y"}}, {{2, 4}, {"x", "y"}}, {{2, 2, 2}, {"x", "y", "z"}},
+    {{1, 8}, {"x", "y"}}, {{3}, {"x"}},         {{2, 3}, {"x", "y"}}, {{1}, {"x"}},
+    {{5}, {"x"}}};
 
 // Random spec for `rank` dims over the mesh, with each axis used at most once.
 PartitionSpec random_spec(const MeshChoice& m, size_t rank, std::mt19937& rng) {
@@ -103,13 +106,13 @@ TEST(Reshard, EveryPairOfShardings) {
   Mesh rev({devs[7], devs[6], devs[5], devs[4], devs[3], devs[2], devs[1], devs[0]}, {8}, {"x"});
   Mesh m4({devs[4], devs[5], devs[6], devs[7]}, {2, 2}, {"a", "b"});
   std::vector<Sharding> shardings = {
-      NamedSharding(m42, P()),           NamedSharding(m42, P("x")),
-      NamedSharding(m42, P("x", "y")),   NamedSharding(m42, P("y", "x")),
-      NamedSharding(m42, P(None, "y")),  NamedSharding(m42, P(Axes{"y", "x"})),
-      NamedSharding(m24, P("x", "y")),   NamedSharding(m24, P(Axes{"x", "y"}, None)),
-      NamedSharding(m8, P("x")),         NamedSharding(m8, P(None, "x")),
-      NamedSharding(rev, P("x")),        NamedSharding(m4, P("a", "b")),
-      SingleDeviceSharding(devs[3]),     SingleDeviceSharding(devs[0])};
+      NamedSharding(m42, P()),          NamedSharding(m42, P("x")),
+      NamedSharding(m42, P("x", "y")),  NamedSharding(m42, P("y", "x")),
+      NamedSharding(m42, P(None, "y")), NamedSharding(m42, P(Axes{"y", "x"})),
+      NamedSharding(m24, P("x", "y")),  NamedSharding(m24, P(Axes{"x", "y"}, None)),
+      NamedSharding(m8, P("x")),        NamedSharding(m8, P(None, "x")),
+      NamedSharding(rev, P("x")),       NamedSharding(m4, P("a", "b")),
+      SingleDeviceSharding(devs[3]),    SingleDeviceSharding(devs[0])};
   const Shape shape{8, 8};
   std::mt19937 rng(7);
   auto host = random_values<float>(64, rng);
@@ -158,7 +161,8 @@ TEST(Tensor, AlignmentAndLifetime) {
     Tensor t = tensor(std::vector<double>{1, 2, 3}, {3}, dev);
     EXPECT_EQ(reinterpret_cast<uintptr_t>(t.data()) % 64, 0u);
     EXPECT_EQ(t.device(), dev);
-    EXPECT_EQ(t.str(), std::string("Tensor(float64(3,) on ") + test::dev_name(2) + std::string(")"));
+    EXPECT_EQ(t.str(),
+              std::string("Tensor(float64(3,) on ") + test::dev_name(2) + std::string(")"));
     weak = t.buffer();
     Tensor copy = t;  // shares memory
     EXPECT_EQ(copy.data(), t.data());
@@ -183,7 +187,8 @@ TEST(Tensor, AlignmentAndLifetime) {
 // staging); an implicit mix is an error naming both platforms and the device_put to use.
 TEST(CrossPlatform, ExplicitMovesRoundTripAndImplicitMixesAreErrors) {
   auto ps = platforms();
-  if (std::find(ps.begin(), ps.end(), "cuda") == ps.end()) GTEST_SKIP() << "no usable cuda platform here";
+  if (std::find(ps.begin(), ps.end(), "cuda") == ps.end())
+    GTEST_SKIP() << "no usable cuda platform here";
   const int64_t n = std::min<int64_t>(static_cast<int64_t>(devices("cuda").size()), 4);
   Mesh cpu_mesh = make_mesh({n}, {"x"}, "cpu");
   Mesh gpu_mesh = make_mesh({n}, {"x"}, "cuda");
@@ -193,20 +198,24 @@ TEST(CrossPlatform, ExplicitMovesRoundTripAndImplicitMixesAreErrors) {
     Array a = device_put(host, {per * n}, NamedSharding(cpu_mesh, P("x")));
     Array g = device_put(a, NamedSharding(gpu_mesh, P("x")));  // cpu -> cuda
     EXPECT_EQ(g.sharding().platform(), "cuda");
-    Array r = device_put(g, NamedSharding(gpu_mesh, P()));     // resharded on cuda
+    Array r = device_put(g, NamedSharding(gpu_mesh, P()));        // resharded on cuda
     Array back = device_put(r, NamedSharding(cpu_mesh, P("x")));  // cuda -> cpu
     EXPECT_EQ(back.sharding().platform(), "cpu");
     EXPECT_EQ(back.to_vector<float>(), host);
     EXPECT_EQ(g.to_vector<float>(), host);
-    EXPECT_EQ(device_put(host, {per * n}, NamedSharding(gpu_mesh, P("x"))).to_vector<float>(), host);
+    EXPECT_EQ(device_put(host, {per * n}, NamedSharding(gpu_mesh, P("x"))).to_vector<float>(),
+              host);
   }
-  Array a = device_put(std::vector<float>(static_cast<size_t>(n), 1.f), {n}, NamedSharding(cpu_mesh, P("x")));
-  EXPECT_MESHRT_ERROR(shard_map([](Context&, const Tensor& t) { return t; }, gpu_mesh, {P("x")}, P("x"))(a),
-                      "[shard_map] args[0] lives on the cpu platform but the mesh is on cuda",
-                      "device_put(x, NamedSharding(mesh, in_specs[0]))");
+  Array a = device_put(std::vector<float>(static_cast<size_t>(n), 1.f), {n},
+                       NamedSharding(cpu_mesh, P("x")));
+  EXPECT_MESHRT_ERROR(
+      shard_map([](Context&, const Tensor& t) { return t; }, gpu_mesh, {P("x")}, P("x"))(a),
+      "[shard_map] args[0] lives on the cpu platform but the mesh is on cuda",
+      "device_put(x, NamedSharding(mesh, in_specs[0]))");
   Tensor tc = tensor(std::vector<float>{1, 2}, {2}, devices("cpu")[0]);
   Tensor tg = tensor(std::vector<float>{1, 2}, {2}, devices("cuda")[0]);
-  EXPECT_MESHRT_ERROR(add(tc, tg), "[ops] add", "cpu:0 and cuda:0", "different platforms", "device_put");
+  EXPECT_MESHRT_ERROR(add(tc, tg), "[ops] add", "cpu:0 and cuda:0", "different platforms",
+                      "device_put");
 }
 
 TEST(Tensor, RankZeroAndEmpty) {
@@ -234,10 +243,11 @@ TEST(ArrayErrors, BadInput) {
   EXPECT_MESHRT_ERROR(device_put(std::vector<float>(8), {8}, NamedSharding(mesh, P("x", "y"))),
                       "[device_put]", "rank at least 2");
   Array a = device_put(std::vector<float>(8), {8}, rows);
-  EXPECT_MESHRT_ERROR(a.to_vector<int32_t>(), "[array]", "to_vector<int32_t> called on a float32 array",
-                      "use to_vector<float>");
+  EXPECT_MESHRT_ERROR(a.to_vector<int32_t>(), "[array]",
+                      "to_vector<int32_t> called on a float32 array", "use to_vector<float>");
   EXPECT_MESHRT_ERROR(a.blocks()[0].to_vector<double>(), "[tensor]", "use to_vector<float>");
-  EXPECT_MESHRT_ERROR(device_put(a, NamedSharding(mesh, P("y", "x"))), "[device_put]", "rank at least 2");
+  EXPECT_MESHRT_ERROR(device_put(a, NamedSharding(mesh, P("y", "x"))), "[device_put]",
+                      "rank at least 2");
   EXPECT_MESHRT_ERROR(tensor(ten, {3, 3}, devices()[0]), "[tensor]", "host data has 10 elements");
   EXPECT_MESHRT_ERROR(tensor(ten, {-10}, devices()[0]), "negative dimension");
   EXPECT_MESHRT_ERROR(Array().to_vector<float>(), "[array]");

@@ -3,9 +3,8 @@
 // instantiated per platform (cuda cases skip where no GPU is usable).
 #include <gtest/gtest.h>
 
-#include <limits>
-
 #include <cmath>
+#include <limits>
 #include <random>
 
 #include "tests/collective_harness.h"
@@ -37,35 +36,44 @@ TEST_P(Collectives, Reductions) {
     const int64_t n = group_size(mesh, axes);
     for (DType dt : {DType::i32, DType::f32, DType::f64, DType::i64}) {
       std::string w = tag + " " + std::string(dtype_name(dt));
-      test::check_collective(mesh, axes, {3, 4}, dt, [&](Context& c, const Tensor& x) { return c.psum(x, an); },
-                             [](const std::vector<HostArr>& xs, int64_t) {
-                               return test::elementwise(xs, [](double a, double b) { return a + b; });
-                             }, "psum " + w);
-      test::check_collective(mesh, axes, {2, 3}, dt, [&](Context& c, const Tensor& x) { return c.pmax(x, an); },
-                             [](const std::vector<HostArr>& xs, int64_t) {
-                               return test::elementwise(xs, [](double a, double b) { return std::max(a, b); });
-                             }, "pmax " + w);
-      test::check_collective(mesh, axes, {2, 3}, dt, [&](Context& c, const Tensor& x) { return c.pmin(x, an); },
-                             [](const std::vector<HostArr>& xs, int64_t) {
-                               return test::elementwise(xs, [](double a, double b) { return std::min(a, b); });
-                             }, "pmin " + w);
+      test::check_collective(
+          mesh, axes, {3, 4}, dt, [&](Context& c, const Tensor& x) { return c.psum(x, an); },
+          [](const std::vector<HostArr>& xs, int64_t) {
+            return test::elementwise(xs, [](double a, double b) { return a + b; });
+          },
+          "psum " + w);
+      test::check_collective(
+          mesh, axes, {2, 3}, dt, [&](Context& c, const Tensor& x) { return c.pmax(x, an); },
+          [](const std::vector<HostArr>& xs, int64_t) {
+            return test::elementwise(xs, [](double a, double b) { return std::max(a, b); });
+          },
+          "pmax " + w);
+      test::check_collective(
+          mesh, axes, {2, 3}, dt, [&](Context& c, const Tensor& x) { return c.pmin(x, an); },
+          [](const std::vector<HostArr>& xs, int64_t) {
+            return test::elementwise(xs, [](double a, double b) { return std::min(a, b); });
+          },
+          "pmin " + w);
     }
     // pmean: true division; integers give floats (int32 -> float32).
     for (DType dt : {DType::i32, DType::f32, DType::f64}) {
-      test::check_collective(mesh, axes, {2, 3}, dt,
-                             [&](Context& c, const Tensor& x) {
-                               Tensor m = c.pmean(x, an);
-                               EXPECT_EQ(m.dtype(), dt == DType::f64 ? DType::f64 : DType::f32);
-                               return m;
-                             },
-                             [&](const std::vector<HostArr>& xs, int64_t) {
-                               HostArr s = test::elementwise(xs, [](double a, double b) { return a + b; });
-                               for (double& v : s.v) {
-                                 v = dt == DType::f64 ? v / static_cast<double>(n)
-                                                      : static_cast<double>(static_cast<float>(v) / static_cast<float>(n));
-                               }
-                               return s;
-                             }, "pmean " + tag + " " + std::string(dtype_name(dt)));
+      test::check_collective(
+          mesh, axes, {2, 3}, dt,
+          [&](Context& c, const Tensor& x) {
+            Tensor m = c.pmean(x, an);
+            EXPECT_EQ(m.dtype(), dt == DType::f64 ? DType::f64 : DType::f32);
+            return m;
+          },
+          [&](const std::vector<HostArr>& xs, int64_t) {
+            HostArr s = test::elementwise(xs, [](double a, double b) { return a + b; });
+            for (double& v : s.v) {
+              v = dt == DType::f64
+                      ? v / static_cast<double>(n)
+                      : static_cast<double>(static_cast<float>(v) / static_cast<float>(n));
+            }
+            return s;
+          },
+          "pmean " + tag + " " + std::string(dtype_name(dt)));
     }
   }
 }
@@ -76,18 +84,22 @@ TEST_P(Collectives, AllGather) {
     AxisNames an(axes);
     const std::string tag = test::axes_label(axes);
     for (int axis : {0, 1, -1}) {
-      test::check_collective(mesh, axes, {2, 3}, DType::i32,
-                             [&](Context& c, const Tensor& x) { return c.all_gather(x, an, axis, true); },
-                             [&](const std::vector<HostArr>& xs, int64_t) {
-                               return test::concat(xs, static_cast<size_t>(axis < 0 ? axis + 2 : axis));
-                             }, "all_gather tiled axis=" + std::to_string(axis) + " " + tag);
+      test::check_collective(
+          mesh, axes, {2, 3}, DType::i32,
+          [&](Context& c, const Tensor& x) { return c.all_gather(x, an, axis, true); },
+          [&](const std::vector<HostArr>& xs, int64_t) {
+            return test::concat(xs, static_cast<size_t>(axis < 0 ? axis + 2 : axis));
+          },
+          "all_gather tiled axis=" + std::to_string(axis) + " " + tag);
     }
     for (int axis : {0, 1, 2, -1, -3}) {
-      test::check_collective(mesh, axes, {2, 3}, DType::f32,
-                             [&](Context& c, const Tensor& x) { return c.all_gather(x, an, axis, false); },
-                             [&](const std::vector<HostArr>& xs, int64_t) {
-                               return test::stack(xs, static_cast<size_t>(axis < 0 ? axis + 3 : axis));
-                             }, "all_gather untiled axis=" + std::to_string(axis) + " " + tag);
+      test::check_collective(
+          mesh, axes, {2, 3}, DType::f32,
+          [&](Context& c, const Tensor& x) { return c.all_gather(x, an, axis, false); },
+          [&](const std::vector<HostArr>& xs, int64_t) {
+            return test::stack(xs, static_cast<size_t>(axis < 0 ? axis + 3 : axis));
+          },
+          "all_gather untiled axis=" + std::to_string(axis) + " " + tag);
     }
   }
 }
@@ -101,22 +113,30 @@ TEST_P(Collectives, PsumScatter) {
     auto total = [](const std::vector<HostArr>& xs) {
       return test::elementwise(xs, [](double a, double b) { return a + b; });
     };
-    test::check_collective(mesh, axes, {2 * n, 3}, DType::i32,
-                           [&](Context& c, const Tensor& x) { return c.psum_scatter(x, an, 0, true); },
-                           [&](const std::vector<HostArr>& xs, int64_t me) { return test::split_part(total(xs), n, 0, me); },
-                           "psum_scatter tiled sd=0 " + tag);
-    test::check_collective(mesh, axes, {2, 3 * n}, DType::f64,
-                           [&](Context& c, const Tensor& x) { return c.psum_scatter(x, an, -1, true); },
-                           [&](const std::vector<HostArr>& xs, int64_t me) { return test::split_part(total(xs), n, 1, me); },
-                           "psum_scatter tiled sd=-1 " + tag);
-    test::check_collective(mesh, axes, {n, 3}, DType::i64,
-                           [&](Context& c, const Tensor& x) { return c.psum_scatter(x, an, 0, false); },
-                           [&](const std::vector<HostArr>& xs, int64_t me) { return test::take(total(xs), me, 0); },
-                           "psum_scatter untiled sd=0 " + tag);
-    test::check_collective(mesh, axes, {2, n}, DType::f32,
-                           [&](Context& c, const Tensor& x) { return c.psum_scatter(x, an, 1, false); },
-                           [&](const std::vector<HostArr>& xs, int64_t me) { return test::take(total(xs), me, 1); },
-                           "psum_scatter untiled sd=1 " + tag);
+    test::check_collective(
+        mesh, axes, {2 * n, 3}, DType::i32,
+        [&](Context& c, const Tensor& x) { return c.psum_scatter(x, an, 0, true); },
+        [&](const std::vector<HostArr>& xs, int64_t me) {
+          return test::split_part(total(xs), n, 0, me);
+        },
+        "psum_scatter tiled sd=0 " + tag);
+    test::check_collective(
+        mesh, axes, {2, 3 * n}, DType::f64,
+        [&](Context& c, const Tensor& x) { return c.psum_scatter(x, an, -1, true); },
+        [&](const std::vector<HostArr>& xs, int64_t me) {
+          return test::split_part(total(xs), n, 1, me);
+        },
+        "psum_scatter tiled sd=-1 " + tag);
+    test::check_collective(
+        mesh, axes, {n, 3}, DType::i64,
+        [&](Context& c, const Tensor& x) { return c.psum_scatter(x, an, 0, false); },
+        [&](const std::vector<HostArr>& xs, int64_t me) { return test::take(total(xs), me, 0); },
+        "psum_scatter untiled sd=0 " + tag);
+    test::check_collective(
+        mesh, axes, {2, n}, DType::f32,
+        [&](Context& c, const Tensor& x) { return c.psum_scatter(x, an, 1, false); },
+        [&](const std::vector<HostArr>& xs, int64_t me) { return test::take(total(xs), me, 1); },
+        "psum_scatter untiled sd=1 " + tag);
   }
 }
 
@@ -134,16 +154,18 @@ TEST_P(Collectives, Ppermute) {
     }
     perms = {shift, back, partial, wrap, {}};
     for (const auto& perm : perms) {
-      test::check_collective(mesh, axes, {2, 3}, DType::i32,
-                             [&](Context& c, const Tensor& x) { return c.ppermute(x, an, perm); },
-                             [&](const std::vector<HostArr>& xs, int64_t me) {
-                               for (auto [s, d] : perm) {
-                                 if (((d % n) + n) % n == me) return xs[static_cast<size_t>(((s % n) + n) % n)];
-                               }
-                               HostArr z = xs[0];
-                               std::fill(z.v.begin(), z.v.end(), 0.0);  // nothing arrives: zeros
-                               return z;
-                             }, "ppermute " + test::axes_label(axes) + " perm size " + std::to_string(perm.size()));
+      test::check_collective(
+          mesh, axes, {2, 3}, DType::i32,
+          [&](Context& c, const Tensor& x) { return c.ppermute(x, an, perm); },
+          [&](const std::vector<HostArr>& xs, int64_t me) {
+            for (auto [s, d] : perm) {
+              if (((d % n) + n) % n == me) return xs[static_cast<size_t>(((s % n) + n) % n)];
+            }
+            HostArr z = xs[0];
+            std::fill(z.v.begin(), z.v.end(), 0.0);  // nothing arrives: zeros
+            return z;
+          },
+          "ppermute " + test::axes_label(axes) + " perm size " + std::to_string(perm.size()));
     }
   }
 }
@@ -154,28 +176,47 @@ TEST_P(Collectives, AllToAll) {
     AxisNames an(axes);
     const std::string tag = test::axes_label(axes);
     const int64_t n = group_size(mesh, axes);
-    struct TiledCase { int split, concat; Shape block; };
-    for (const TiledCase& tc : {TiledCase{0, 1, {2 * n, 3}}, TiledCase{1, 0, {2, 3 * n}}, TiledCase{0, 0, {n, 2}},
-                                TiledCase{1, 1, {2, 2 * n}}, TiledCase{-1, 0, {3, n}}}) {
-      test::check_collective(mesh, axes, tc.block, DType::i32,
-                             [&](Context& c, const Tensor& x) { return c.all_to_all(x, an, tc.split, tc.concat, true); },
-                             [&](const std::vector<HostArr>& xs, int64_t me) {
-                               size_t s = static_cast<size_t>(tc.split < 0 ? tc.split + 2 : tc.split);
-                               std::vector<HostArr> chunks;
-                               for (const HostArr& x : xs) chunks.push_back(test::split_part(x, n, s, me));
-                               return test::concat(chunks, static_cast<size_t>(tc.concat));
-                             }, "all_to_all tiled " + std::to_string(tc.split) + "->" + std::to_string(tc.concat) + " " + tag);
+    struct TiledCase {
+      int split, concat;
+      Shape block;
+    };
+    for (const TiledCase& tc :
+         {TiledCase{0, 1, {2 * n, 3}}, TiledCase{1, 0, {2, 3 * n}}, TiledCase{0, 0, {n, 2}},
+          TiledCase{1, 1, {2, 2 * n}}, TiledCase{-1, 0, {3, n}}}) {
+      test::check_collective(
+          mesh, axes, tc.block, DType::i32,
+          [&](Context& c, const Tensor& x) {
+            return c.all_to_all(x, an, tc.split, tc.concat, true);
+          },
+          [&](const std::vector<HostArr>& xs, int64_t me) {
+            size_t s = static_cast<size_t>(tc.split < 0 ? tc.split + 2 : tc.split);
+            std::vector<HostArr> chunks;
+            for (const HostArr& x : xs) chunks.push_back(test::split_part(x, n, s, me));
+            return test::concat(chunks, static_cast<size_t>(tc.concat));
+          },
+          "all_to_all tiled " + std::to_string(tc.split) + "->" + std::to_string(tc.concat) + " " +
+              tag);
     }
-    struct UntiledCase { int split, concat; Shape block; };
-    for (const UntiledCase& uc : {UntiledCase{0, 1, {n, 3}}, UntiledCase{0, 0, {n, 3}}, UntiledCase{1, 0, {2, n}},
-                                  UntiledCase{1, 1, {2, n}}, UntiledCase{0, 1, {n, 2, 2}}}) {
-      test::check_collective(mesh, axes, uc.block, DType::f32,
-                             [&](Context& c, const Tensor& x) { return c.all_to_all(x, an, uc.split, uc.concat, false); },
-                             [&](const std::vector<HostArr>& xs, int64_t me) {
-                               std::vector<HostArr> parts;
-                               for (const HostArr& x : xs) parts.push_back(test::take(x, me, static_cast<size_t>(uc.split)));
-                               return test::stack(parts, static_cast<size_t>(uc.concat));
-                             }, "all_to_all untiled " + std::to_string(uc.split) + "->" + std::to_string(uc.concat) + " " + tag);
+    struct UntiledCase {
+      int split, concat;
+      Shape block;
+    };
+    for (const UntiledCase& uc :
+         {UntiledCase{0, 1, {n, 3}}, UntiledCase{0, 0, {n, 3}}, UntiledCase{1, 0, {2, n}},
+          UntiledCase{1, 1, {2, n}}, UntiledCase{0, 1, {n, 2, 2}}}) {
+      test::check_collective(
+          mesh, axes, uc.block, DType::f32,
+          [&](Context& c, const Tensor& x) {
+            return c.all_to_all(x, an, uc.split, uc.concat, false);
+          },
+          [&](const std::vector<HostArr>& xs, int64_t me) {
+            std::vector<HostArr> parts;
+            for (const HostArr& x : xs)
+              parts.push_back(test::take(x, me, static_cast<size_t>(uc.split)));
+            return test::stack(parts, static_cast<size_t>(uc.concat));
+          },
+          "all_to_all untiled " + std::to_string(uc.split) + "->" + std::to_string(uc.concat) +
+              " " + tag);
     }
   }
 }
@@ -188,20 +229,26 @@ TEST_P(Collectives, LargeReductions) {
     AxisNames an(a);
     const int64_t n = group_size(mesh, a);
     for (Shape block : {Shape{100, 171}, Shape{3, 20000}}) {
-      test::check_collective(mesh, a, block, DType::f32, [&](Context& c, const Tensor& x) { return c.psum(x, an); },
-                             [](const std::vector<HostArr>& xs, int64_t) {
-                               return test::elementwise(xs, [](double x, double y) { return x + y; });
-                             }, "large psum " + test::axes_label(a));
-      test::check_collective(mesh, a, block, DType::i32, [&](Context& c, const Tensor& x) { return c.pmax(x, an); },
-                             [](const std::vector<HostArr>& xs, int64_t) {
-                               return test::elementwise(xs, [](double x, double y) { return std::max(x, y); });
-                             }, "large pmax " + test::axes_label(a));
-      test::check_collective(mesh, a, block, DType::i32, [&](Context& c, const Tensor& x) { return c.pmean(x, an); },
-                             [&](const std::vector<HostArr>& xs, int64_t) {
-                               HostArr s = test::elementwise(xs, [](double x, double y) { return x + y; });
-                               for (double& v : s.v) v = static_cast<float>(v) / static_cast<float>(n);
-                               return s;
-                             }, "large pmean " + test::axes_label(a));
+      test::check_collective(
+          mesh, a, block, DType::f32, [&](Context& c, const Tensor& x) { return c.psum(x, an); },
+          [](const std::vector<HostArr>& xs, int64_t) {
+            return test::elementwise(xs, [](double x, double y) { return x + y; });
+          },
+          "large psum " + test::axes_label(a));
+      test::check_collective(
+          mesh, a, block, DType::i32, [&](Context& c, const Tensor& x) { return c.pmax(x, an); },
+          [](const std::vector<HostArr>& xs, int64_t) {
+            return test::elementwise(xs, [](double x, double y) { return std::max(x, y); });
+          },
+          "large pmax " + test::axes_label(a));
+      test::check_collective(
+          mesh, a, block, DType::i32, [&](Context& c, const Tensor& x) { return c.pmean(x, an); },
+          [&](const std::vector<HostArr>& xs, int64_t) {
+            HostArr s = test::elementwise(xs, [](double x, double y) { return x + y; });
+            for (double& v : s.v) v = static_cast<float>(v) / static_cast<float>(n);
+            return s;
+          },
+          "large pmean " + test::axes_label(a));
     }
   }
 }
@@ -210,16 +257,18 @@ TEST_P(Collectives, AxisIndexAndSize) {
   MESHRT_MESH_OR_SKIP(mesh, GetParam());
   for (const auto& axes : test::axis_choices(mesh)) {
     AxisNames an(axes);
-    test::check_collective(mesh, axes, {1}, DType::i64,
-                           [&](Context& c, const Tensor&) {
-                             std::vector<int64_t> v{c.axis_index(an), c.axis_size(an)};
-                             return tensor(v, {2}, c.device());
-                           },
-                           [&](const std::vector<HostArr>& xs, int64_t me) {
-                             HostArr r = test::make_arr({2});
-                             r.v = {static_cast<double>(me), static_cast<double>(xs.size())};
-                             return r;
-                           }, "axis_index " + test::axes_label(axes));
+    test::check_collective(
+        mesh, axes, {1}, DType::i64,
+        [&](Context& c, const Tensor&) {
+          std::vector<int64_t> v{c.axis_index(an), c.axis_size(an)};
+          return tensor(v, {2}, c.device());
+        },
+        [&](const std::vector<HostArr>& xs, int64_t me) {
+          HostArr r = test::make_arr({2});
+          r.v = {static_cast<double>(me), static_cast<double>(xs.size())};
+          return r;
+        },
+        "axis_index " + test::axes_label(axes));
   }
 }
 
@@ -228,11 +277,16 @@ TEST_P(Collectives, AxisIndexAndSize) {
 // operand). The result depends on the fold order, so this is the direct algorithm's contract.
 TEST_P(Collectives, MaxMinWithNaNsAsJax) {
   MESHRT_MESH_OR_SKIP(mesh, GetParam());
-  if (mesh.shape() != Shape{4} || GetParam().algo != "direct") GTEST_SKIP() << "the JAX reference: (4,) mesh, direct";
+  if (mesh.shape() != Shape{4} || GetParam().algo != "direct")
+    GTEST_SKIP() << "the JAX reference: (4,) mesh, direct";
   const float nan = std::numeric_limits<float>::quiet_NaN();
-  Array x = device_put(std::vector<float>{1, 2, nan, 3, 5, nan, 0, 1}, {8}, NamedSharding(mesh, P("x")));
-  auto outs = shard_map([](Context& c, const Tensor& t) { return std::vector<Tensor>{c.pmax(t, "x"), c.pmin(t, "x")}; },
-                        mesh, {P("x")}, {P(), P()})(x);
+  Array x =
+      device_put(std::vector<float>{1, 2, nan, 3, 5, nan, 0, 1}, {8}, NamedSharding(mesh, P("x")));
+  auto outs = shard_map(
+      [](Context& c, const Tensor& t) {
+        return std::vector<Tensor>{c.pmax(t, "x"), c.pmin(t, "x")};
+      },
+      mesh, {P("x")}, {P(), P()})(x);
   EXPECT_EQ(outs[0].to_vector<float>(), (std::vector<float>{5, 3}));
   EXPECT_EQ(outs[1].to_vector<float>(), (std::vector<float>{0, 1}));
 }
@@ -240,19 +294,20 @@ TEST_P(Collectives, MaxMinWithNaNsAsJax) {
 std::vector<MeshCase> cuda_cases();
 
 std::vector<MeshCase> cases_for(const std::string& algo) {
-  std::vector<MeshCase> out = {
-      {"cpu", {1}, {"x"}},       {"cpu", {2}, {"x"}},       {"cpu", {3}, {"x"}},
-      {"cpu", {4}, {"x"}},       {"cpu", {8}, {"x"}},       {"cpu", {4, 2}, {"x", "y"}},
-      {"cpu", {2, 4}, {"x", "y"}}, {"cpu", {2, 2, 2}, {"x", "y", "z"}}, {"cpu", {3, 2}, {"x", "y"}},
-      {"cpu", {5}, {"x"}}};
+  std::vector<MeshCase> out = {{"cpu", {1}, {"x"}},         {"cpu", {2}, {"x"}},
+                               {"cpu", {3}, {"x"}},         {"cpu", {4}, {"x"}},
+                               {"cpu", {8}, {"x"}},         {"cpu", {4, 2}, {"x", "y"}},
+                               {"cpu", {2, 4}, {"x", "y"}}, {"cpu", {2, 2, 2}, {"x", "y", "z"}},
+                               {"cpu", {3, 2}, {"x", "y"}}, {"cpu", {5}, {"x"}}};
   for (MeshCase& c : cuda_cases()) out.push_back(c);
   for (MeshCase& c : out) c.algo = algo;
   return out;
 }
 // The cuda platform: 1 GPU x k logical devices (the cuda_k<k>. runs), or several GPUs.
 std::vector<MeshCase> cuda_cases() {
-  return {{"cuda", {1}, {"x"}},     {"cuda", {2}, {"x"}},     {"cuda", {3}, {"x"}},
-          {"cuda", {4}, {"x"}},     {"cuda", {8}, {"x"}},     {"cuda", {4, 2}, {"x", "y"}},
+  return {{"cuda", {1}, {"x"}},         {"cuda", {2}, {"x"}},
+          {"cuda", {3}, {"x"}},         {"cuda", {4}, {"x"}},
+          {"cuda", {8}, {"x"}},         {"cuda", {4, 2}, {"x", "y"}},
           {"cuda", {2, 4}, {"x", "y"}}, {"cuda", {2, 2, 2}, {"x", "y", "z"}}};
 }
 std::vector<MeshCase> native_cases() {
@@ -261,21 +316,27 @@ std::vector<MeshCase> native_cases() {
   for (MeshCase& c : out) c.algo = "native";
   return out;
 }
-INSTANTIATE_TEST_SUITE_P(Meshes, Collectives, ::testing::ValuesIn(cases_for("direct")), test::mesh_case_name);
-INSTANTIATE_TEST_SUITE_P(Ring, Collectives, ::testing::ValuesIn(cases_for("ring")), test::mesh_case_name);
-INSTANTIATE_TEST_SUITE_P(BidiRing, Collectives, ::testing::ValuesIn(cases_for("bidi_ring")), test::mesh_case_name);
-INSTANTIATE_TEST_SUITE_P(Native, Collectives, ::testing::ValuesIn(native_cases()), test::mesh_case_name);
+INSTANTIATE_TEST_SUITE_P(Meshes, Collectives, ::testing::ValuesIn(cases_for("direct")),
+                         test::mesh_case_name);
+INSTANTIATE_TEST_SUITE_P(Ring, Collectives, ::testing::ValuesIn(cases_for("ring")),
+                         test::mesh_case_name);
+INSTANTIATE_TEST_SUITE_P(BidiRing, Collectives, ::testing::ValuesIn(cases_for("bidi_ring")),
+                         test::mesh_case_name);
+INSTANTIATE_TEST_SUITE_P(Native, Collectives, ::testing::ValuesIn(native_cases()),
+                         test::mesh_case_name);
 
 // Asking for NCCL where two members share a GPU says so, and names the way out.
 TEST(CudaNative, SharedGpuSaysSo) {
   auto ps = platforms();
-  if (std::find(ps.begin(), ps.end(), "cuda") == ps.end()) GTEST_SKIP() << "no usable cuda platform here";
+  if (std::find(ps.begin(), ps.end(), "cuda") == ps.end())
+    GTEST_SKIP() << "no usable cuda platform here";
   if (test::cuda_devices_per_gpu() < 2) GTEST_SKIP() << "needs MESHRT_CUDA_DEVICES_PER_GPU >= 2";
   Mesh mesh = make_mesh({2}, {"x"}, "cuda");
   Array x = device_put(std::vector<float>{1, 2}, {2}, NamedSharding(mesh, P("x")));
   auto run = [&](CollectiveAlgo algo) {
-    return shard_map([algo](Context& c, const Tensor& t) { return c.psum(t, "x", CollectiveOptions{algo}); }, mesh,
-                     {P("x")}, P())(x);
+    return shard_map(
+        [algo](Context& c, const Tensor& t) { return c.psum(t, "x", CollectiveOptions{algo}); },
+        mesh, {P("x")}, P())(x);
   };
   EXPECT_MESHRT_ERROR(run(CollectiveAlgo::native), "[psum] algo native cannot serve this group",
                       "are logical devices on the same GPU 0", "NCCL refuses two ranks on one GPU",
@@ -300,7 +361,11 @@ std::vector<float> noisy(size_t n, uint32_t seed) {
 }
 
 TEST(Algorithms, DeterministicModeGivesTheSameBitsForEveryAlgorithm) {
-  struct M { Shape shape; std::vector<std::string> names; AxisNames axes; };
+  struct M {
+    Shape shape;
+    std::vector<std::string> names;
+    AxisNames axes;
+  };
   for (const M& m : {M{{8}, {"x"}, "x"}, M{{3}, {"x"}, "x"}, M{{4, 2}, {"x", "y"}, {"y", "x"}}}) {
     Mesh mesh = make_mesh(m.shape, m.names);
     const int64_t per = 3000;
@@ -311,11 +376,13 @@ TEST(Algorithms, DeterministicModeGivesTheSameBitsForEveryAlgorithm) {
       return shard_map(
           [&](Context& c, const Tensor& t) {
             const int64_t n = c.axis_size(m.axes);
-            return std::vector<Tensor>{c.psum(t, m.axes, o), c.pmean(t, m.axes, o), c.pmax(t, m.axes, o),
-                                       c.psum_scatter(slice_in_dim(t, 0, per / n * n), m.axes, 0, true, o)};
+            return std::vector<Tensor>{
+                c.psum(t, m.axes, o), c.pmean(t, m.axes, o), c.pmax(t, m.axes, o),
+                c.psum_scatter(slice_in_dim(t, 0, per / n * n), m.axes, 0, true, o)};
           },
           mesh, {P(Axes(mesh.axis_names()))},
-          {P(Axes(mesh.axis_names())), P(Axes(mesh.axis_names())), P(Axes(mesh.axis_names())), P(Axes(mesh.axis_names()))})(x);
+          {P(Axes(mesh.axis_names())), P(Axes(mesh.axis_names())), P(Axes(mesh.axis_names())),
+           P(Axes(mesh.axis_names()))})(x);
     };
     auto bits = [](const std::vector<Array>& outs) {
       std::vector<std::vector<float>> v;
@@ -327,7 +394,8 @@ TEST(Algorithms, DeterministicModeGivesTheSameBitsForEveryAlgorithm) {
     EXPECT_EQ(bits(run(CollectiveAlgo::ring, true)), direct) << mesh.str();
     EXPECT_EQ(bits(run(CollectiveAlgo::bidi_ring, true)), direct) << mesh.str();
     // Without it, the ring's own order (starting at the next member) differs in the last bits.
-    if (mesh.size() > 2) EXPECT_NE(bits(run(CollectiveAlgo::ring, false))[0], direct[0]) << mesh.str();
+    if (mesh.size() > 2)
+      EXPECT_NE(bits(run(CollectiveAlgo::ring, false))[0], direct[0]) << mesh.str();
   }
 }
 

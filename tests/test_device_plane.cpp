@@ -4,16 +4,17 @@
 // executed when that member fences, or when a peer waits on a token the member recorded after
 // it, so an algorithm that tells a peer or the host "ready" without a fence or token reads
 // stale memory here and its result — read the moment its collective returns, as the next
-// kernel would — differs from the host-memory run of the same collective (bit for bit). Also checked: every waited token was recorded, every token is
-// recycled, every member enters with coll_begin and leaves with a fence.
+// kernel would — differs from the host-memory run of the same collective (bit for bit). Also
+// checked: every waited token was recorded, every token is recycled, every member enters with
+// coll_begin and leaves with a fence.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <atomic>
-#include <map>
 #include <cstring>
 #include <deque>
 #include <functional>
+#include <map>
 #include <mutex>
 #include <random>
 #include <thread>
@@ -41,48 +42,55 @@ class LazyStreams final : public backend::Backend {
   bool host_addressable() const override { return false; }
   std::shared_ptr<backend::Buffer> allocate(int, size_t) override { throw Error("not used"); }
   void deallocate(int, void*, size_t) noexcept override {}
-  void copy_2d(void*, int, size_t, const void*, int, size_t, size_t, size_t) override { throw Error("not used"); }
-  void unary(int, backend::UnaryOp, DType, DType, const std::vector<int64_t>&, const backend::Strided&, void*) override {
+  void copy_2d(void*, int, size_t, const void*, int, size_t, size_t, size_t) override {
     throw Error("not used");
   }
-  void binary(int, backend::BinaryOp, DType, DType, const std::vector<int64_t>&, const backend::Strided&,
-              const backend::Strided&, void*) override {
+  void unary(int, backend::UnaryOp, DType, DType, const std::vector<int64_t>&,
+             const backend::Strided&, void*) override {
     throw Error("not used");
   }
-  void select(int, DType, const std::vector<int64_t>&, const backend::Strided&, const backend::Strided&,
-              const backend::Strided&, void*) override {
+  void binary(int, backend::BinaryOp, DType, DType, const std::vector<int64_t>&,
+              const backend::Strided&, const backend::Strided&, void*) override {
     throw Error("not used");
   }
-  void reduce(int, backend::ReduceOp, DType, int64_t, int64_t, int64_t, const void*, void*) override {
+  void select(int, DType, const std::vector<int64_t>&, const backend::Strided&,
+              const backend::Strided&, const backend::Strided&, void*) override {
     throw Error("not used");
   }
-  void matmul(int, DType, int64_t, int64_t, int64_t, int64_t, const void*, const void*, void*) override {
+  void reduce(int, backend::ReduceOp, DType, int64_t, int64_t, int64_t, const void*,
+              void*) override {
+    throw Error("not used");
+  }
+  void matmul(int, DType, int64_t, int64_t, int64_t, int64_t, const void*, const void*,
+              void*) override {
     throw Error("not used");
   }
   void fill(int, DType, int64_t, double, bool, void*) override { throw Error("not used"); }
   void submit(int, std::function<void()>) override { throw Error("not used"); }
 
   void coll_begin(int device) override { ++stream(device).begins; }
-  void coll_copy_2d(int device, void* dst, size_t dpitch, const void* src, size_t spitch, size_t width,
-                    size_t height) override {
+  void coll_copy_2d(int device, void* dst, size_t dpitch, const void* src, size_t spitch,
+                    size_t width, size_t height) override {
     enqueue(device, [=] {
       for (size_t r = 0; r < height; ++r) {
-        std::memcpy(static_cast<char*>(dst) + r * dpitch, static_cast<const char*>(src) + r * spitch, width);
+        std::memcpy(static_cast<char*>(dst) + r * dpitch,
+                    static_cast<const char*>(src) + r * spitch, width);
       }
     });
   }
   void coll_zero(int device, void* dst, size_t bytes) override {
     enqueue(device, [=] { std::memset(dst, 0, bytes); });
   }
-  void coll_fold(int device, backend::FoldOp op, DType in, DType out, void* dst, const std::vector<const void*>& srcs,
-                 int64_t len) override {
-    const Kind k = op == backend::FoldOp::max   ? Kind::pmax
+  void coll_fold(int device, backend::FoldOp op, DType in, DType out, void* dst,
+                 const std::vector<const void*>& srcs, int64_t len) override {
+    const Kind k = op == backend::FoldOp::max    ? Kind::pmax
                    : op == backend::FoldOp::min  ? Kind::pmin
                    : op == backend::FoldOp::mean ? Kind::pmean
                                                  : Kind::psum;
     enqueue(device, [=] { coll::reduce_run(k, in, out, dst, srcs, len); });
   }
-  void coll_mean(int device, DType in, DType out, void* dst, const void* sum, int64_t len, int64_t divisor) override {
+  void coll_mean(int device, DType in, DType out, void* dst, const void* sum, int64_t len,
+                 int64_t divisor) override {
     enqueue(device, [=] { coll::mean_from_sum(in, out, dst, sum, len, divisor); });
   }
   void coll_fence(int device) override {
@@ -119,33 +127,39 @@ class LazyStreams final : public backend::Backend {
   // its output is written by an op on its own stream once every member has launched, from the
   // members' inputs in group order (direct's fold order, so results compare bit for bit).
   std::string native_unavailable(const std::vector<int>&) override { return ""; }
-  void native_all_reduce(int device, const std::vector<int>& group, backend::FoldOp op, DType dtype, const void* in,
-                         void* out, int64_t count) override {
-    const Kind k = op == backend::FoldOp::max ? Kind::pmax : op == backend::FoldOp::min ? Kind::pmin : Kind::psum;
+  void native_all_reduce(int device, const std::vector<int>& group, backend::FoldOp op, DType dtype,
+                         const void* in, void* out, int64_t count) override {
+    const Kind k = op == backend::FoldOp::max   ? Kind::pmax
+                   : op == backend::FoldOp::min ? Kind::pmin
+                                                : Kind::psum;
     launch(device, group, {in, out, {}, {}}, [=](const Round& r, size_t) {
       std::vector<const void*> srcs;
       for (const Entry& e : r.entries) srcs.push_back(e.in);
       coll::reduce_run(k, dtype, dtype, out, srcs, count);
     });
   }
-  void native_all_gather(int device, const std::vector<int>& group, const void* in, void* out, int64_t bytes) override {
+  void native_all_gather(int device, const std::vector<int>& group, const void* in, void* out,
+                         int64_t bytes) override {
     launch(device, group, {in, out, {}, {}}, [=](const Round& r, size_t) {
       for (size_t j = 0; j < r.entries.size(); ++j) {
-        std::memcpy(static_cast<char*>(out) + static_cast<int64_t>(j) * bytes, r.entries[j].in, static_cast<size_t>(bytes));
+        std::memcpy(static_cast<char*>(out) + static_cast<int64_t>(j) * bytes, r.entries[j].in,
+                    static_cast<size_t>(bytes));
       }
     });
   }
-  void native_reduce_scatter(int device, const std::vector<int>& group, DType dtype, const void* in, void* out,
-                             int64_t count) override {
+  void native_reduce_scatter(int device, const std::vector<int>& group, DType dtype, const void* in,
+                             void* out, int64_t count) override {
     launch(device, group, {in, out, {}, {}}, [=](const Round& r, size_t me) {
       std::vector<const void*> srcs;
       for (const Entry& e : r.entries) {
-        srcs.push_back(static_cast<const char*>(e.in) + static_cast<int64_t>(me) * count * static_cast<int64_t>(dtype_size(dtype)));
+        srcs.push_back(static_cast<const char*>(e.in) +
+                       static_cast<int64_t>(me) * count * static_cast<int64_t>(dtype_size(dtype)));
       }
       coll::reduce_run(Kind::psum, dtype, dtype, out, srcs, count);
     });
   }
-  void native_send_recv(int device, const std::vector<int>& group, const std::vector<Transfer>& sends,
+  void native_send_recv(int device, const std::vector<int>& group,
+                        const std::vector<Transfer>& sends,
                         const std::vector<Transfer>& recvs) override {
     launch(device, group, {nullptr, nullptr, sends, recvs}, [=](const Round& r, size_t me) {
       for (const Transfer& rv : recvs) {
@@ -181,10 +195,12 @@ class LazyStreams final : public backend::Backend {
     std::vector<Entry> entries;  // written before `launched` counts them
     std::atomic<size_t> launched{0};
   };
-  void launch(int device, const std::vector<int>& group, Entry entry, std::function<void(const Round&, size_t)> body) {
+  void launch(int device, const std::vector<int>& group, Entry entry,
+              std::function<void(const Round&, size_t)> body) {
     flush(device, UINT64_MAX);  // NCCL's kernel runs after what the stream already holds
     std::shared_ptr<Round> r;
-    const size_t me = static_cast<size_t>(std::find(group.begin(), group.end(), device) - group.begin());
+    const size_t me =
+        static_cast<size_t>(std::find(group.begin(), group.end(), device) - group.begin());
     {
       std::lock_guard<std::mutex> lock(native_mu_);
       const int64_t seq = next_round_[{group, device}]++;
@@ -195,13 +211,15 @@ class LazyStreams final : public backend::Backend {
     }
     r->launched.fetch_add(1);
     enqueue(device, [r, me, body] {
-      while (r->launched.load() < r->entries.size()) std::this_thread::yield();  // every rank launched
+      while (r->launched.load() < r->entries.size())
+        std::this_thread::yield();  // every rank launched
       body(*r, me);
     });
   }
   std::mutex native_mu_;
-  std::map<std::pair<std::vector<int>, int64_t>, std::shared_ptr<Round>> rounds_;  // guarded by native_mu_
-  std::map<std::pair<std::vector<int>, int>, int64_t> next_round_;                 // guarded by native_mu_
+  std::map<std::pair<std::vector<int>, int64_t>, std::shared_ptr<Round>>
+      rounds_;                                                      // guarded by native_mu_
+  std::map<std::pair<std::vector<int>, int>, int64_t> next_round_;  // guarded by native_mu_
 
   struct Stream {
     std::mutex mu;
@@ -242,12 +260,16 @@ Shape out_shape_of(const Case& c, int64_t n) {
   const auto a = static_cast<size_t>(c.axis);
   switch (c.kind) {
     case Kind::all_gather:
-      if (c.tiled) s[a] *= n;
-      else s.insert(s.begin() + static_cast<std::ptrdiff_t>(a), n);
+      if (c.tiled)
+        s[a] *= n;
+      else
+        s.insert(s.begin() + static_cast<std::ptrdiff_t>(a), n);
       break;
     case Kind::psum_scatter:
-      if (c.tiled) s[a] /= n;
-      else s.erase(s.begin() + static_cast<std::ptrdiff_t>(a));
+      if (c.tiled)
+        s[a] /= n;
+      else
+        s.erase(s.begin() + static_cast<std::ptrdiff_t>(a));
       break;
     case Kind::all_to_all:
       if (c.tiled) {
@@ -258,14 +280,16 @@ Shape out_shape_of(const Case& c, int64_t n) {
         s.insert(s.begin() + c.axis2, n);
       }
       break;
-    default: break;
+    default:
+      break;
   }
   return s;
 }
 
 // Runs one collective over `n` members (one thread each) with host memory or through `fake`,
 // returning every member's output bytes.
-std::vector<std::vector<char>> run(const Case& c, Algo algo, bool det, int64_t n, LazyStreams* fake) {
+std::vector<std::vector<char>> run(const Case& c, Algo algo, bool det, int64_t n,
+                                   LazyStreams* fake) {
   const coll::GroupLayout layout = [&] {
     coll::GroupLayout l = coll::make_group_layout({n}, {0});
     l.axis_names = {"x"};
@@ -285,19 +309,22 @@ std::vector<std::vector<char>> run(const Case& c, Algo algo, bool det, int64_t n
   call.algo = algo;
   call.deterministic = det;
   if (c.kind == Kind::ppermute) {
-    for (int64_t i = 0; i + 1 < n; ++i) call.perm.emplace_back(i, (i + 2) % n);  // one member receives nothing
+    for (int64_t i = 0; i + 1 < n; ++i)
+      call.perm.emplace_back(i, (i + 2) % n);  // one member receives nothing
   }
   const DType od = c.kind == Kind::pmean ? coll::pmean_dtype(c.dtype) : c.dtype;
   const Shape out_shape = out_shape_of(c, n);
   int64_t in_elems = 1, out_elems = 1;
   for (int64_t d : c.shape) in_elems *= d;
   for (int64_t d : out_shape) out_elems *= d;
-  std::vector<std::vector<char>> in(static_cast<size_t>(n)), out(static_cast<size_t>(n)), work(static_cast<size_t>(n));
+  std::vector<std::vector<char>> in(static_cast<size_t>(n)), out(static_cast<size_t>(n)),
+      work(static_cast<size_t>(n));
   std::mt19937 rng(7);
   for (auto& b : in) {
     b.resize(static_cast<size_t>(in_elems) * dtype_size(c.dtype));
     for (size_t e = 0; e < b.size() / dtype_size(c.dtype); ++e) {
-      const double v = static_cast<double>(static_cast<int>(rng() % 2001) - 1000) / (c.dtype == DType::f32 ? 7.0 : 1.0);
+      const double v = static_cast<double>(static_cast<int>(rng() % 2001) - 1000) /
+                       (c.dtype == DType::f32 ? 7.0 : 1.0);
       if (c.dtype == DType::f32) {
         const float f = static_cast<float>(v);
         std::memcpy(b.data() + e * 4, &f, 4);
@@ -324,7 +351,8 @@ std::vector<std::vector<char>> run(const Case& c, Algo algo, bool det, int64_t n
         if (wb > 0) slot.work = work[static_cast<size_t>(pos)].data();
         coll::Pending p = coll::start(session, pos, layout, call, std::move(slot), out_shape);
         coll::finish(p);
-        result[static_cast<size_t>(pos)] = out[static_cast<size_t>(pos)];  // read at once, as the next kernel would
+        result[static_cast<size_t>(pos)] =
+            out[static_cast<size_t>(pos)];  // read at once, as the next kernel would
         session.device_finished(pos, false);
       } catch (const std::exception& e) {
         errors[static_cast<size_t>(pos)] = e.what();
@@ -369,15 +397,17 @@ TEST(DevicePlane, EveryAlgorithmMatchesHostMemoryBitForBit) {
         ++collectives;
         for (int64_t i = 0; i < n; ++i) {
           EXPECT_EQ(dev[static_cast<size_t>(i)], host[static_cast<size_t>(i)])
-              << coll::kind_name(c.kind) << " " << coll::algo_name(algo) << (det ? " deterministic" : "")
-              << " member " << i;
-          EXPECT_EQ(fake.pending(static_cast<int>(i)), 0u) << "work left queued after the collective returned";
+              << coll::kind_name(c.kind) << " " << coll::algo_name(algo)
+              << (det ? " deterministic" : "") << " member " << i;
+          EXPECT_EQ(fake.pending(static_cast<int>(i)), 0u)
+              << "work left queued after the collective returned";
         }
       }
     }
   }
   for (int i = 0; i < n; ++i) {
-    EXPECT_EQ(fake.begins(i), collectives) << "a member joined without waiting for its earlier work";
+    EXPECT_EQ(fake.begins(i), collectives)
+        << "a member joined without waiting for its earlier work";
     EXPECT_GE(fake.fences(i), collectives) << "a member left without fencing its stream";
   }
   EXPECT_EQ(fake.missing_tokens(), 0) << "a member waited on a token that was never recorded";
@@ -391,7 +421,8 @@ TEST(DevicePlane, EveryAlgorithmMatchesHostMemoryBitForBit) {
       const auto dev = run(c, Algo::native, det, n, &fake);
       for (int64_t i = 0; i < n; ++i) {
         EXPECT_EQ(dev[static_cast<size_t>(i)], host[static_cast<size_t>(i)])
-            << coll::kind_name(c.kind) << " native" << (det ? " deterministic" : "") << " member " << i;
+            << coll::kind_name(c.kind) << " native" << (det ? " deterministic" : "") << " member "
+            << i;
       }
     }
   }

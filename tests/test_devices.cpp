@@ -23,8 +23,10 @@ template <class F>
 void in_child(const char* env, F body) {
   EXPECT_EXIT(
       {
-        if (env) setenv("MESHRT_CPU_DEVICES", env, 1);
-        else unsetenv("MESHRT_CPU_DEVICES");
+        if (env)
+          setenv("MESHRT_CPU_DEVICES", env, 1);
+        else
+          unsetenv("MESHRT_CPU_DEVICES");
         bool ok = false;
         try {
           ok = body();
@@ -90,7 +92,8 @@ TEST_F(Devices, BadCounts) {
            devices("cpu").size() == 1;  // nothing half-done
   });
   in_child("eight", [] {
-    return error_contains([] { devices("cpu"); }, "MESHRT_CPU_DEVICES='eight' is not a device count");
+    return error_contains([] { devices("cpu"); },
+                          "MESHRT_CPU_DEVICES='eight' is not a device count");
   });
   in_child("0", [] { return error_contains([] { devices("cpu"); }, "MESHRT_CPU_DEVICES='0'"); });
 }
@@ -101,7 +104,8 @@ TEST_F(Devices, PlatformsAndUnknownPlatform) {
     bool ok = !p.empty() && p[0] == "cpu";
     ok &= error_contains([] { devices("tpu"); }, "[devices] unknown platform 'tpu'");
     if (p.size() == 1) {  // no usable GPU here: cuda says why
-      ok &= error_contains([] { devices("cuda"); }, "[devices] the cuda platform has no usable devices");
+      ok &= error_contains([] { devices("cuda"); },
+                           "[devices] the cuda platform has no usable devices");
       ok &= default_platform() == "cpu" && devices().size() == 4;
     }
     return ok;

@@ -47,14 +47,18 @@ TEST(LinkModel, BidirectionalRingHalvesRingForLargeMessages) {
       EXPECT_GT(ring, 0);
     }
     // Small messages: latency-bound, both pay 2(n-1) alphas.
-    EXPECT_NEAR(m.collective_time(Kind::all_reduce, Algo::bidi_ring, 8, 8) / m.collective_time(Kind::all_reduce, Algo::ring, 8, 8),
-                1.0, 0.01) << spec;
+    EXPECT_NEAR(m.collective_time(Kind::all_reduce, Algo::bidi_ring, 8, 8) /
+                    m.collective_time(Kind::all_reduce, Algo::ring, 8, 8),
+                1.0, 0.01)
+        << spec;
   }
   // On a ring topology the one-shot algorithm's all-pairs traffic contends for links.
   LinkModel ring = LinkModel::parse("ring:0us:100GBps");
-  EXPECT_GT(ring.collective_time(Kind::all_reduce, Algo::direct, 8, 1e9), ring.collective_time(Kind::all_reduce, Algo::ring, 8, 1e9));
+  EXPECT_GT(ring.collective_time(Kind::all_reduce, Algo::direct, 8, 1e9),
+            ring.collective_time(Kind::all_reduce, Algo::ring, 8, 1e9));
   LinkModel full = LinkModel::parse("full:0us:100GBps");
-  EXPECT_LT(full.collective_time(Kind::all_reduce, Algo::direct, 8, 1e9), full.collective_time(Kind::all_reduce, Algo::ring, 8, 1e9));
+  EXPECT_LT(full.collective_time(Kind::all_reduce, Algo::direct, 8, 1e9),
+            full.collective_time(Kind::all_reduce, Algo::ring, 8, 1e9));
 }
 
 TEST(LinkModel, BadSpecs) {

@@ -8,13 +8,12 @@
 // logical devices than MESHRT_TEST_MIN_DEVICES, runs no test: it prints why and exits with 77,
 // which CTest reports as skipped.
 #include <gtest/gtest.h>
+#include <meshrt/meshrt.h>
 
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <string>
-
-#include <meshrt/meshrt.h>
 
 namespace {
 
@@ -27,8 +26,9 @@ std::string platform_unusable() {
     const char* min = std::getenv("MESHRT_TEST_MIN_DEVICES");
     const size_t need = min != nullptr ? static_cast<size_t>(std::atoi(min)) : 1;
     if (have < need) {
-      return "this suite needs " + std::to_string(need) + " " + platform + " devices and the platform has " +
-             std::to_string(have) + " (raise MESHRT_CUDA_DEVICES_PER_GPU)";
+      return "this suite needs " + std::to_string(need) + " " + platform +
+             " devices and the platform has " + std::to_string(have) +
+             " (raise MESHRT_CUDA_DEVICES_PER_GPU)";
     }
   } catch (const meshrt::Error& e) {
     return std::string("platform ") + platform + " is not usable on this machine: " + e.what();

@@ -13,7 +13,8 @@ TEST(ManyDevices, PsumOver256Devices) {
   std::vector<int64_t> host(256 * 3);
   for (size_t i = 0; i < host.size(); ++i) host[i] = static_cast<int64_t>(i);
   Array x = device_put(host, {256 * 3}, NamedSharding(mesh, P("x")));
-  Array s = shard_map([](Context& c, const Tensor& t) { return c.psum(t, "x"); }, mesh, {P("x")}, P())(x);
+  Array s =
+      shard_map([](Context& c, const Tensor& t) { return c.psum(t, "x"); }, mesh, {P("x")}, P())(x);
   std::vector<int64_t> want(3, 0);
   for (size_t i = 0; i < host.size(); ++i) want[i % 3] += host[i];
   EXPECT_EQ(s.to_vector<int64_t>(), want);
@@ -26,7 +27,7 @@ TEST(ManyDevices, TupleAxesAndGathersOn16x16) {
   Array x = device_put(host, {16, 16}, NamedSharding(mesh, P("a", "b")));
   auto outs = shard_map(
       [](Context& c, const Tensor& t) {
-        Tensor row_sum = c.psum(t, "b");                   // sum over a row of the mesh
+        Tensor row_sum = c.psum(t, "b");                    // sum over a row of the mesh
         Tensor all = c.all_gather(t, {"b", "a"}, 0, true);  // every element, b-major order
         Tensor total = c.pmax(t, {"a", "b"});
         return std::vector<Tensor>{row_sum, all, total};
@@ -34,7 +35,8 @@ TEST(ManyDevices, TupleAxesAndGathersOn16x16) {
       mesh, {P("a", "b")}, {P("a"), P(), P()})(x);
   std::vector<int32_t> rows(16, 0), bmajor, mx{255};
   for (int a = 0; a < 16; ++a) {
-    for (int b = 0; b < 16; ++b) rows[static_cast<size_t>(a)] += host[static_cast<size_t>(a * 16 + b)];
+    for (int b = 0; b < 16; ++b)
+      rows[static_cast<size_t>(a)] += host[static_cast<size_t>(a * 16 + b)];
   }
   for (int b = 0; b < 16; ++b) {
     for (int a = 0; a < 16; ++a) bmajor.push_back(host[static_cast<size_t>(a * 16 + b)]);

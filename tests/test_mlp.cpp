@@ -18,7 +18,8 @@ const std::vector<int64_t> kSizes{784, 128, 128, 128, 128, 128, 8};
 
 Mesh mesh_for(Strategy s, int64_t n) {
   if (s == Strategy::data_tensor_2d) {
-    const int64_t a = n >= 4 ? n / 2 : n, b = n / a;  // 8 -> (4, 2), 4 -> (2, 2), 2 -> (2, 1), 1 -> (1, 1)
+    const int64_t a = n >= 4 ? n / 2 : n,
+                  b = n / a;  // 8 -> (4, 2), 4 -> (2, 2), 2 -> (2, 1), 1 -> (1, 1)
     return make_mesh({a, b}, {"batch", "feats"});
   }
   return make_mesh({n}, {s == Strategy::tensor_parallel ? "feats" : "batch"});
@@ -31,7 +32,8 @@ TEST_P(Mlp, EveryStrategyMatchesTheSingleDeviceLossAndGradients) {
   mlp::Problem p = mlp::init(random::key(0), kSizes, 32);
   const mlp::Grads ref = mlp::loss_and_grad(p, Strategy::single, make_mesh({1}, {"x"}));
   EXPECT_GT(ref.loss, 0);
-  for (Strategy s : {Strategy::data_parallel, Strategy::fsdp, Strategy::tensor_parallel, Strategy::data_tensor_2d}) {
+  for (Strategy s : {Strategy::data_parallel, Strategy::fsdp, Strategy::tensor_parallel,
+                     Strategy::data_tensor_2d}) {
     const mlp::Grads g = mlp::loss_and_grad(p, s, mesh_for(s, n));
     ASSERT_EQ(g.dW.size(), ref.dW.size());
     for (size_t l = 0; l < g.dW.size(); ++l) {
@@ -44,7 +46,8 @@ TEST_P(Mlp, EveryStrategyMatchesTheSingleDeviceLossAndGradients) {
 
 TEST_P(Mlp, SgdLowersTheLossIdentically) {
   const int64_t n = GetParam();
-  for (Strategy s : {Strategy::data_parallel, Strategy::fsdp, Strategy::tensor_parallel, Strategy::data_tensor_2d}) {
+  for (Strategy s : {Strategy::data_parallel, Strategy::fsdp, Strategy::tensor_parallel,
+                     Strategy::data_tensor_2d}) {
     mlp::Problem a = mlp::init(random::key(0), kSizes, 32), b = a;
     double prev = 1e300;
     for (int step = 0; step < 3; ++step) {
@@ -87,7 +90,8 @@ TEST(MlpJax, LossAndGradientsMatchJaxAutodiff) {
       ls >> lr >> v;
       mlp::Problem q = p;
       mlp::sgd_step(q, g, static_cast<float>(lr));
-      close(mlp::loss_and_grad(q, Strategy::single, make_mesh({1}, {"x"})).loss, v, "loss after sgd");
+      close(mlp::loss_and_grad(q, Strategy::single, make_mesh({1}, {"x"})).loss, v,
+            "loss after sgd");
     } else {
       const bool w = key[1] == 'W';
       const size_t l = std::stoul(key.substr(2));
@@ -120,7 +124,8 @@ TEST(MlpInit, MatchesJaxInitLayout) {
   EXPECT_EQ(p.y.size(), 32u * 8u);
   // W = normal(k1, (n_in, n_out)) / sqrt(n_in), with k1 = split(split(key(0), 7)[1])[0].
   auto k1 = random::split(random::split(random::key(0), 7)[1])[0];
-  EXPECT_FLOAT_EQ(p.W[0][0], static_cast<float>(random::normal_values(k1, {784, 128}, DType::f32)[0]) / 28.0f);
+  EXPECT_FLOAT_EQ(p.W[0][0],
+                  static_cast<float>(random::normal_values(k1, {784, 128}, DType::f32)[0]) / 28.0f);
 }
 
 }  // namespace

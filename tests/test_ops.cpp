@@ -36,21 +36,38 @@ class Ops : public ::testing::TestWithParam<std::string> {
 
 std::vector<double> values(const Tensor& t) {
   switch (t.dtype()) {
-    case DType::f32: { auto v = t.to_vector<float>(); return {v.begin(), v.end()}; }
-    case DType::f64: return t.to_vector<double>();
-    case DType::i32: { auto v = t.to_vector<int32_t>(); return {v.begin(), v.end()}; }
-    case DType::i64: { auto v = t.to_vector<int64_t>(); return {v.begin(), v.end()}; }
-    case DType::bool_: { auto v = t.to_vector<bool>(); return {v.begin(), v.end()}; }
+    case DType::f32: {
+      auto v = t.to_vector<float>();
+      return {v.begin(), v.end()};
+    }
+    case DType::f64:
+      return t.to_vector<double>();
+    case DType::i32: {
+      auto v = t.to_vector<int32_t>();
+      return {v.begin(), v.end()};
+    }
+    case DType::i64: {
+      auto v = t.to_vector<int64_t>();
+      return {v.begin(), v.end()};
+    }
+    case DType::bool_: {
+      auto v = t.to_vector<bool>();
+      return {v.begin(), v.end()};
+    }
   }
   return {};
 }
 
 Tensor make(const HostArr& h, DType dt, Device d) {
   switch (dt) {
-    case DType::f32: return tensor(std::vector<float>(h.v.begin(), h.v.end()), h.shape, d);
-    case DType::f64: return tensor(h.v, h.shape, d);
-    case DType::i32: return tensor(std::vector<int32_t>(h.v.begin(), h.v.end()), h.shape, d);
-    case DType::i64: return tensor(std::vector<int64_t>(h.v.begin(), h.v.end()), h.shape, d);
+    case DType::f32:
+      return tensor(std::vector<float>(h.v.begin(), h.v.end()), h.shape, d);
+    case DType::f64:
+      return tensor(h.v, h.shape, d);
+    case DType::i32:
+      return tensor(std::vector<int32_t>(h.v.begin(), h.v.end()), h.shape, d);
+    case DType::i64:
+      return tensor(std::vector<int64_t>(h.v.begin(), h.v.end()), h.shape, d);
     case DType::bool_: {
       std::vector<bool> b;
       for (double x : h.v) b.push_back(x != 0);
@@ -65,9 +82,12 @@ HostArr random_arr(std::mt19937& rng, const Shape& shape, DType dt, double lo = 
   HostArr h = test::make_arr(shape);
   std::uniform_real_distribution<double> u(lo, hi);
   for (double& v : h.v) {
-    if (dt == DType::bool_) v = rng() % 2;
-    else if (dt == DType::i32 || dt == DType::i64) v = std::round(u(rng) * 7);
-    else v = static_cast<double>(static_cast<float>(u(rng)));
+    if (dt == DType::bool_)
+      v = rng() % 2;
+    else if (dt == DType::i32 || dt == DType::i64)
+      v = std::round(u(rng) * 7);
+    else
+      v = static_cast<double>(static_cast<float>(u(rng)));
   }
   return h;
 }
@@ -107,15 +127,20 @@ Shape broadcast(const Shape& a, const Shape& b) {
 
 double tol(DType dt, bool accumulates) {
   switch (dt) {
-    case DType::f32: return accumulates ? 1e-5 : 2e-6;
-    case DType::f64: return accumulates ? 1e-12 : 1e-13;
-    default: return 0;
+    case DType::f32:
+      return accumulates ? 1e-5 : 2e-6;
+    case DType::f64:
+      return accumulates ? 1e-12 : 1e-13;
+    default:
+      return 0;
   }
 }
 
-void expect_close(const Tensor& got, const HostArr& want, DType dt, bool accumulates, const std::string& what) {
+void expect_close(const Tensor& got, const HostArr& want, DType dt, bool accumulates,
+                  const std::string& what) {
   ASSERT_EQ(got.shape(), want.shape) << what;
-  ASSERT_EQ(got.dtype(), dt) << what << ": dtype " << dtype_name(got.dtype()) << " vs " << dtype_name(dt);
+  ASSERT_EQ(got.dtype(), dt) << what << ": dtype " << dtype_name(got.dtype()) << " vs "
+                             << dtype_name(dt);
   std::vector<double> g = values(got);
   const double t = tol(dt, accumulates);
   for (size_t i = 0; i < g.size(); ++i) {
@@ -131,7 +156,8 @@ void expect_close(const Tensor& got, const HostArr& want, DType dt, bool accumul
 }
 
 // The reference of an elementwise binary op over broadcast operands.
-HostArr ref_binary(const HostArr& a, const HostArr& b, const std::function<double(double, double)>& f) {
+HostArr ref_binary(const HostArr& a, const HostArr& b,
+                   const std::function<double(double, double)>& f) {
   HostArr out = test::make_arr(broadcast(a.shape, b.shape));
   test::for_each_index(out.shape, [&](const std::vector<int64_t>& idx) {
     out.v[static_cast<size_t>(out.at(idx))] = f(bcast_at(a, idx), bcast_at(b, idx));
@@ -142,10 +168,14 @@ HostArr ref_binary(const HostArr& a, const HostArr& b, const std::function<doubl
 // Rounds a reference computed in double to what a float32/int32 result holds.
 double as_dtype(double v, DType dt) {
   switch (dt) {
-    case DType::f32: return static_cast<float>(v);
-    case DType::i32: return static_cast<int32_t>(v);
-    case DType::bool_: return v != 0;
-    default: return v;
+    case DType::f32:
+      return static_cast<float>(v);
+    case DType::i32:
+      return static_cast<int32_t>(v);
+    case DType::bool_:
+      return v != 0;
+    default:
+      return v;
   }
 }
 
@@ -161,7 +191,8 @@ TEST_P(Ops, Creation) {
   EXPECT_EQ(arange(0, DType::i64, dev_).shape(), (Shape{0}));
   Tensor a = arange(6, DType::i32, dev_);
   EXPECT_EQ(astype(a, DType::f64).dtype(), DType::f64);
-  EXPECT_EQ(values(astype(full({3}, -2.7, DType::f32, dev_), DType::i32)), (std::vector<double>{-2, -2, -2}));
+  EXPECT_EQ(values(astype(full({3}, -2.7, DType::f32, dev_), DType::i32)),
+            (std::vector<double>{-2, -2, -2}));
   EXPECT_EQ(values(astype(a, DType::bool_)), (std::vector<double>{0, 1, 1, 1, 1, 1}));
   Tensor c = copy(a);
   EXPECT_NE(c.data(), a.data());
@@ -181,17 +212,28 @@ struct BinCase {
 
 TEST_P(Ops, BinaryBroadcastingAndPromotion) {
   const std::vector<BinCase> cases = {
-      {"add", [](auto& a, auto& b) { return a + b; }, [](double x, double y) { return x + y; }, false},
-      {"subtract", [](auto& a, auto& b) { return a - b; }, [](double x, double y) { return x - y; }, false},
-      {"multiply", [](auto& a, auto& b) { return a * b; }, [](double x, double y) { return x * y; }, false},
-      {"maximum", [](auto& a, auto& b) { return maximum(a, b); }, [](double x, double y) { return std::max(x, y); }, false},
-      {"minimum", [](auto& a, auto& b) { return minimum(a, b); }, [](double x, double y) { return std::min(x, y); }, false},
-      {"equal", [](auto& a, auto& b) { return a == b; }, [](double x, double y) { return double(x == y); }, true},
-      {"not_equal", [](auto& a, auto& b) { return a != b; }, [](double x, double y) { return double(x != y); }, true},
-      {"less", [](auto& a, auto& b) { return a < b; }, [](double x, double y) { return double(x < y); }, true},
-      {"less_equal", [](auto& a, auto& b) { return a <= b; }, [](double x, double y) { return double(x <= y); }, true},
-      {"greater", [](auto& a, auto& b) { return a > b; }, [](double x, double y) { return double(x > y); }, true},
-      {"greater_equal", [](auto& a, auto& b) { return a >= b; }, [](double x, double y) { return double(x >= y); }, true},
+      {"add", [](auto& a, auto& b) { return a + b; }, [](double x, double y) { return x + y; },
+       false},
+      {"subtract", [](auto& a, auto& b) { return a - b; }, [](double x, double y) { return x - y; },
+       false},
+      {"multiply", [](auto& a, auto& b) { return a * b; }, [](double x, double y) { return x * y; },
+       false},
+      {"maximum", [](auto& a, auto& b) { return maximum(a, b); },
+       [](double x, double y) { return std::max(x, y); }, false},
+      {"minimum", [](auto& a, auto& b) { return minimum(a, b); },
+       [](double x, double y) { return std::min(x, y); }, false},
+      {"equal", [](auto& a, auto& b) { return a == b; },
+       [](double x, double y) { return double(x == y); }, true},
+      {"not_equal", [](auto& a, auto& b) { return a != b; },
+       [](double x, double y) { return double(x != y); }, true},
+      {"less", [](auto& a, auto& b) { return a < b; },
+       [](double x, double y) { return double(x < y); }, true},
+      {"less_equal", [](auto& a, auto& b) { return a <= b; },
+       [](double x, double y) { return double(x <= y); }, true},
+      {"greater", [](auto& a, auto& b) { return a > b; },
+       [](double x, double y) { return double(x > y); }, true},
+      {"greater_equal", [](auto& a, auto& b) { return a >= b; },
+       [](double x, double y) { return double(x >= y); }, true},
   };
   int checked = 0;
   for (const BinCase& c : cases) {
@@ -206,21 +248,24 @@ TEST_P(Ops, BinaryBroadcastingAndPromotion) {
           const DType want_t = c.compare ? DType::bool_ : t;
           HostArr want = ref_binary(ha, hb, [&](double x, double y) {
             if (t == DType::bool_ && !c.compare) {  // bool arithmetic is logical
-              return std::string(c.name) == "add" ? double(x || y) : std::string(c.name) == "multiply" ? double(x && y)
-                                                                                                            : c.ref(x, y);
+              return std::string(c.name) == "add"        ? double(x || y)
+                     : std::string(c.name) == "multiply" ? double(x && y)
+                                                         : c.ref(x, y);
             }
             return as_dtype(c.ref(as_dtype(x, t), as_dtype(y, t)), want_t);
           });
           expect_close(c.op(make(ha, da, dev_), make(hb, db, dev_)), want, want_t, false,
-                       std::string(c.name) + " " + std::string(dtype_name(da)) + shape_str(ha.shape) + " " +
-                           std::string(dtype_name(db)) + shape_str(hb.shape));
+                       std::string(c.name) + " " + std::string(dtype_name(da)) +
+                           shape_str(ha.shape) + " " + std::string(dtype_name(db)) +
+                           shape_str(hb.shape));
           ++checked;
         }
       }
     }
   }
   EXPECT_GT(checked, 700);
-  // JAX's promotion lattice (x64): ints with float32 give float32; true division of ints gives floats.
+  // JAX's promotion lattice (x64): ints with float32 give float32; true division of ints gives
+  // floats.
   EXPECT_EQ(promote_types(DType::i64, DType::f32), DType::f32);
   EXPECT_EQ(promote_types(DType::i32, DType::i64), DType::i64);
   EXPECT_EQ(promote_types(DType::bool_, DType::i32), DType::i32);
@@ -230,18 +275,24 @@ TEST_P(Ops, BinaryBroadcastingAndPromotion) {
 
 TEST_P(Ops, DivisionAndScalars) {
   HostArr a = random_arr(rng_, {3, 4}, DType::f32), b = random_arr(rng_, {4}, DType::f32, 0.5, 3);
-  expect_close(make(a, DType::f32, dev_) / make(b, DType::f32, dev_),
-               ref_binary(a, b, [](double x, double y) { return static_cast<float>(static_cast<float>(x) / static_cast<float>(y)); }),
-               DType::f32, false, "divide");
+  expect_close(
+      make(a, DType::f32, dev_) / make(b, DType::f32, dev_),
+      ref_binary(a, b,
+                 [](double x, double y) {
+                   return static_cast<float>(static_cast<float>(x) / static_cast<float>(y));
+                 }),
+      DType::f32, false, "divide");
   // Weak scalars (JAX, x64): float tensors keep their dtype; int tensors with a double -> float64.
-  Tensor xi = arange(4, DType::i32, dev_), xf = arange(4, DType::f32, dev_), xb = astype(arange(4, DType::i32, dev_), DType::bool_);
+  Tensor xi = arange(4, DType::i32, dev_), xf = arange(4, DType::f32, dev_),
+         xb = astype(arange(4, DType::i32, dev_), DType::bool_);
   EXPECT_EQ((xf * 2.0).dtype(), DType::f32);
   EXPECT_EQ((xf * 2).dtype(), DType::f32);
   EXPECT_EQ((xi * 2.0).dtype(), DType::f64);
   EXPECT_EQ((xi + 1).dtype(), DType::i32);
   EXPECT_EQ((xb + 1).dtype(), DType::i64);
   EXPECT_EQ(values(2.0 - xf), (std::vector<double>{2, 1, 0, -1}));
-  EXPECT_EQ(values(1.0 / (xf + 1.0)), (std::vector<double>{1, 0.5, static_cast<float>(1.0 / 3), 0.25}));
+  EXPECT_EQ(values(1.0 / (xf + 1.0)),
+            (std::vector<double>{1, 0.5, static_cast<float>(1.0 / 3), 0.25}));
   EXPECT_EQ(values(maximum(xi, 2)), (std::vector<double>{2, 2, 2, 3}));
   EXPECT_EQ(values(minimum(xf, 1.5)), (std::vector<double>{0, 1, 1.5, 1.5}));
   // NaN propagates through maximum / minimum, as in XLA.
@@ -254,7 +305,12 @@ TEST_P(Ops, DivisionAndScalars) {
 }
 
 TEST_P(Ops, Unary) {
-  struct U { const char* name; std::function<Tensor(const Tensor&)> op; std::function<double(double)> ref; double lo; };
+  struct U {
+    const char* name;
+    std::function<Tensor(const Tensor&)> op;
+    std::function<double(double)> ref;
+    double lo;
+  };
   const std::vector<U> cases = {
       {"neg", [](auto& x) { return -x; }, [](double v) { return -v; }, -3},
       {"exp", [](auto& x) { return exp(x); }, [](double v) { return std::exp(v); }, -3},
@@ -270,7 +326,8 @@ TEST_P(Ops, Unary) {
       Shape s = random_shape(rng_);
       HostArr h = random_arr(rng_, s, dt, c.lo, 3);
       if (dt == DType::i32 || dt == DType::i64) {
-        for (double& v : h.v) v = std::max(v, std::string(c.name) == "log" ? 1.0 : c.lo < 0 ? v : 0.0);
+        for (double& v : h.v)
+          v = std::max(v, std::string(c.name) == "log" ? 1.0 : c.lo < 0 ? v : 0.0);
       }
       const bool keeps = std::string(c.name) == "neg" || std::string(c.name) == "relu";
       const DType out = keeps ? dt : float_dtype_for(dt);
@@ -293,19 +350,23 @@ TEST_P(Ops, Where) {
     HostArr b = random_arr(rng_, broadcastable_to(rng_, out), DType::f32);
     HostArr want = test::make_arr(broadcast(broadcast(c.shape, a.shape), b.shape));
     test::for_each_index(want.shape, [&](const std::vector<int64_t>& idx) {
-      want.v[static_cast<size_t>(want.at(idx))] = bcast_at(c, idx) != 0 ? bcast_at(a, idx) : bcast_at(b, idx);
+      want.v[static_cast<size_t>(want.at(idx))] =
+          bcast_at(c, idx) != 0 ? bcast_at(a, idx) : bcast_at(b, idx);
     });
-    expect_close(where(make(c, DType::bool_, dev_), make(a, DType::i32, dev_), make(b, DType::f32, dev_)), want,
-                 DType::f32, false, "where");
+    expect_close(
+        where(make(c, DType::bool_, dev_), make(a, DType::i32, dev_), make(b, DType::f32, dev_)),
+        want, DType::f32, false, "where");
   }
-  EXPECT_MESHRT_ERROR(where(ones({2}, DType::i32, dev_), ones({2}, DType::f32, dev_), ones({2}, DType::f32, dev_)),
-                      "[ops] where", "condition is int32");
+  EXPECT_MESHRT_ERROR(
+      where(ones({2}, DType::i32, dev_), ones({2}, DType::f32, dev_), ones({2}, DType::f32, dev_)),
+      "[ops] where", "condition is int32");
 }
 
 TEST_P(Ops, BroadcastErrorsAndDeviceMixing) {
   EXPECT_MESHRT_ERROR(ones({2, 3}, DType::f32, dev_) + ones({4, 3}, DType::f32, dev_), "[ops] add",
                       "shapes (2, 3) and (4, 3) are not broadcastable");
-  EXPECT_MESHRT_ERROR(ones({3}, DType::f32, dev_) * ones({2}, DType::f32, dev_), "[ops] multiply", "(3,) and (2,)");
+  EXPECT_MESHRT_ERROR(ones({3}, DType::f32, dev_) * ones({2}, DType::f32, dev_), "[ops] multiply",
+                      "(3,) and (2,)");
   auto all = devices(GetParam());
   if (all.size() > 1) {
     const std::string other = all[1].str();
@@ -313,7 +374,8 @@ TEST_P(Ops, BroadcastErrorsAndDeviceMixing) {
                         "operands live on", other.c_str());
   }
   EXPECT_MESHRT_ERROR(ones({2}, DType::f32, dev_) + Tensor(), "[ops] add", "empty");
-  EXPECT_MESHRT_ERROR(ones({2}, DType::bool_, dev_) - ones({2}, DType::bool_, dev_), "subtracting bool");
+  EXPECT_MESHRT_ERROR(ones({2}, DType::bool_, dev_) - ones({2}, DType::bool_, dev_),
+                      "subtracting bool");
 }
 
 // ---- reductions
@@ -325,7 +387,8 @@ TEST_P(Ops, Reductions) {
       HostArr h = random_arr(rng_, s, dt);
       Tensor x = make(h, dt, dev_);
       std::vector<std::optional<int>> axes{std::nullopt};
-      for (int a = 0; a < static_cast<int>(s.size()); ++a) axes.push_back(rng_() % 2 ? a : a - static_cast<int>(s.size()));
+      for (int a = 0; a < static_cast<int>(s.size()); ++a)
+        axes.push_back(rng_() % 2 ? a : a - static_cast<int>(s.size()));
       for (std::optional<int> ax : axes) {
         for (bool keep : {false, true}) {
           // Reference: fold over the axis in double.
@@ -371,12 +434,15 @@ TEST_P(Ops, Reductions) {
           };
           const int64_t len = a < 0 ? shape_size(s) : s[static_cast<size_t>(a)];
           const std::string tag = std::string(dtype_name(dt)) + shape_str(s) + " axis " +
-                                  (ax ? std::to_string(*ax) : std::string("None")) + (keep ? " keepdims" : "");
+                                  (ax ? std::to_string(*ax) : std::string("None")) +
+                                  (keep ? " keepdims" : "");
           const DType sum_t = is_floating(dt) ? dt : DType::i64;
-          expect_close(sum(x, ax, keep), fold([](double v, int64_t) { return v; },
-                                              [](double acc, double v, int64_t) { return acc + v; }),
+          expect_close(sum(x, ax, keep),
+                       fold([](double v, int64_t) { return v; },
+                            [](double acc, double v, int64_t) { return acc + v; }),
                        sum_t, true, "sum " + tag);
-          HostArr m = fold([](double v, int64_t) { return v; }, [](double acc, double v, int64_t) { return acc + v; });
+          HostArr m = fold([](double v, int64_t) { return v; },
+                           [](double acc, double v, int64_t) { return acc + v; });
           for (double& v : m.v) v = as_dtype(v / static_cast<double>(len), float_dtype_for(dt));
           if (len > 0) expect_close(mean(x, ax, keep), m, float_dtype_for(dt), true, "mean " + tag);
           if (len == 0) {
@@ -384,11 +450,13 @@ TEST_P(Ops, Reductions) {
             EXPECT_MESHRT_ERROR(argmax(x, ax, keep), "[ops] argmax", "zero-size array");
             continue;
           }
-          expect_close(max(x, ax, keep), fold([](double v, int64_t) { return v; },
-                                              [](double acc, double v, int64_t) { return std::max(acc, v); }),
+          expect_close(max(x, ax, keep),
+                       fold([](double v, int64_t) { return v; },
+                            [](double acc, double v, int64_t) { return std::max(acc, v); }),
                        dt, false, "max " + tag);
-          expect_close(min(x, ax, keep), fold([](double v, int64_t) { return v; },
-                                              [](double acc, double v, int64_t) { return std::min(acc, v); }),
+          expect_close(min(x, ax, keep),
+                       fold([](double v, int64_t) { return v; },
+                            [](double acc, double v, int64_t) { return std::min(acc, v); }),
                        dt, false, "min " + tag);
           // argmax: index of the first maximum along the axis (flat index when axis is None).
           HostArr best = fold([](double v, int64_t) { return v; },
@@ -407,7 +475,8 @@ TEST_P(Ops, Reductions) {
       }
     }
   }
-  EXPECT_MESHRT_ERROR(sum(ones({2, 3}, DType::f32, dev_), 2), "[ops] sum", "axis 2 is out of bounds", "(2, 3)");
+  EXPECT_MESHRT_ERROR(sum(ones({2, 3}, DType::f32, dev_), 2), "[ops] sum",
+                      "axis 2 is out of bounds", "(2, 3)");
   EXPECT_MESHRT_ERROR(sum(ones({2, 3}, DType::f32, dev_), -3), "axis -3 is out of bounds");
   // NaN wins in max and argmax (first NaN), as in XLA.
   Tensor v = tensor(std::vector<double>{1, std::nan(""), 5, std::nan("")}, {4}, dev_);
@@ -455,7 +524,8 @@ HostArr ref_matmul(const HostArr& a, const HostArr& b) {  // 2-D
   for (int64_t i = 0; i < m; ++i) {
     for (int64_t j = 0; j < n; ++j) {
       double acc = 0;
-      for (int64_t q = 0; q < k; ++q) acc += a.v[static_cast<size_t>(i * k + q)] * b.v[static_cast<size_t>(q * n + j)];
+      for (int64_t q = 0; q < k; ++q)
+        acc += a.v[static_cast<size_t>(i * k + q)] * b.v[static_cast<size_t>(q * n + j)];
       c.v[static_cast<size_t>(i * n + j)] = acc;
     }
   }
@@ -472,7 +542,8 @@ TEST_P(Ops, Matmul) {
     }
   }
   // Batched with a broadcast batch dimension, and 1-D operands.
-  HostArr a = random_arr(rng_, {3, 2, 4, 5}, DType::f32), b = random_arr(rng_, {2, 5, 3}, DType::f32);
+  HostArr a = random_arr(rng_, {3, 2, 4, 5}, DType::f32),
+          b = random_arr(rng_, {2, 5, 3}, DType::f32);
   Tensor c = matmul(make(a, DType::f32, dev_), make(b, DType::f32, dev_));
   ASSERT_EQ(c.shape(), (Shape{3, 2, 4, 3}));
   std::vector<double> cv = values(c);
@@ -482,7 +553,8 @@ TEST_P(Ops, Matmul) {
       std::copy_n(a.v.begin() + (i * 2 + j) * 20, 20, a2.v.begin());
       std::copy_n(b.v.begin() + j * 15, 15, b2.v.begin());
       HostArr w = ref_matmul(a2, b2);
-      for (size_t e = 0; e < 12; ++e) EXPECT_NEAR(cv[static_cast<size_t>((i * 2 + j) * 12) + e], w.v[e], 1e-5) << i << j;
+      for (size_t e = 0; e < 12; ++e)
+        EXPECT_NEAR(cv[static_cast<size_t>((i * 2 + j) * 12) + e], w.v[e], 1e-5) << i << j;
     }
   }
   HostArr v = random_arr(rng_, {5}, DType::f64), mtx = random_arr(rng_, {5, 3}, DType::f64);
@@ -490,14 +562,18 @@ TEST_P(Ops, Matmul) {
   v2.shape = {1, 5};
   HostArr want = ref_matmul(v2, mtx);
   want.shape = {3};
-  expect_close(matmul(make(v, DType::f64, dev_), make(mtx, DType::f64, dev_)), want, DType::f64, true, "vec @ mat");
+  expect_close(matmul(make(v, DType::f64, dev_), make(mtx, DType::f64, dev_)), want, DType::f64,
+               true, "vec @ mat");
   HostArr d = test::make_arr({});
   for (size_t i = 0; i < 5; ++i) d.v[0] += v.v[i] * v.v[i];
-  expect_close(dot(make(v, DType::f64, dev_), make(v, DType::f64, dev_)), d, DType::f64, true, "dot 1-D");
-  EXPECT_MESHRT_ERROR(matmul(ones({2, 3}, DType::f32, dev_), ones({4, 5}, DType::f32, dev_)), "[ops] matmul",
-                      "(2, 3) and (4, 5) are not aligned", "3 != 4");
-  EXPECT_MESHRT_ERROR(matmul(ones({}, DType::f32, dev_), ones({2}, DType::f32, dev_)), "at least 1-D");
-  EXPECT_MESHRT_ERROR(dot(ones({2, 3, 4}, DType::f32, dev_), ones({4, 2, 2}, DType::f32, dev_)), "[ops] dot");
+  expect_close(dot(make(v, DType::f64, dev_), make(v, DType::f64, dev_)), d, DType::f64, true,
+               "dot 1-D");
+  EXPECT_MESHRT_ERROR(matmul(ones({2, 3}, DType::f32, dev_), ones({4, 5}, DType::f32, dev_)),
+                      "[ops] matmul", "(2, 3) and (4, 5) are not aligned", "3 != 4");
+  EXPECT_MESHRT_ERROR(matmul(ones({}, DType::f32, dev_), ones({2}, DType::f32, dev_)),
+                      "at least 1-D");
+  EXPECT_MESHRT_ERROR(dot(ones({2, 3, 4}, DType::f32, dev_), ones({4, 2, 2}, DType::f32, dev_)),
+                      "[ops] dot");
 }
 
 TEST_P(Ops, Transpose) {
@@ -518,7 +594,8 @@ TEST_P(Ops, Transpose) {
     expect_close(transpose(make(h, DType::i64, dev_), perm), want, DType::i64, false, "transpose");
   }
   EXPECT_EQ(transpose(ones({2, 3, 4}, DType::f32, dev_)).shape(), (Shape{4, 3, 2}));
-  EXPECT_MESHRT_ERROR(transpose(ones({2, 3}, DType::f32, dev_), {0, 0}), "[ops] transpose", "not a permutation");
+  EXPECT_MESHRT_ERROR(transpose(ones({2, 3}, DType::f32, dev_), {0, 0}), "[ops] transpose",
+                      "not a permutation");
   EXPECT_MESHRT_ERROR(transpose(ones({2, 3}, DType::f32, dev_), {0}), "not a permutation");
 }
 
@@ -537,8 +614,10 @@ TEST_P(Ops, ReshapeSqueezeExpand) {
   EXPECT_MESHRT_ERROR(reshape(x, {5, 5}), "[ops] reshape", "(24,)", "(5, 5)");
   EXPECT_MESHRT_ERROR(reshape(x, {-1, -1}), "only one dimension may be -1");
   EXPECT_MESHRT_ERROR(reshape(x, {7, -1}), "cannot reshape");
-  EXPECT_MESHRT_ERROR(squeeze(ones({2, 3}, DType::f32, dev_), {0}), "[ops] squeeze", "size not equal to one");
-  EXPECT_MESHRT_ERROR(expand_dims(ones({3}, DType::f32, dev_), 3), "[ops] expand_dims", "out of bounds");
+  EXPECT_MESHRT_ERROR(squeeze(ones({2, 3}, DType::f32, dev_), {0}), "[ops] squeeze",
+                      "size not equal to one");
+  EXPECT_MESHRT_ERROR(expand_dims(ones({3}, DType::f32, dev_), 3), "[ops] expand_dims",
+                      "out of bounds");
 }
 
 TEST_P(Ops, Slicing) {
@@ -555,29 +634,35 @@ TEST_P(Ops, Slicing) {
     });
     return w;
   };
-  expect_close(slice(x, {1, 0, 1}, {4, 6, 3}), ref_slice({1, 0, 1}, {4, 6, 3}, {1, 1, 1}), DType::f64, false, "slice");
-  expect_close(slice(x, {0, 1, 0}, {5, 6, 3}, {2, 3, 1}), ref_slice({0, 1, 0}, {5, 6, 3}, {2, 3, 1}), DType::f64, false,
-               "strided slice");
-  expect_close(slice_in_dim(x, 2, 5, 1, -2), ref_slice({0, 2, 0}, {5, 5, 3}, {1, 1, 1}), DType::f64, false, "slice_in_dim");
+  expect_close(slice(x, {1, 0, 1}, {4, 6, 3}), ref_slice({1, 0, 1}, {4, 6, 3}, {1, 1, 1}),
+               DType::f64, false, "slice");
+  expect_close(slice(x, {0, 1, 0}, {5, 6, 3}, {2, 3, 1}),
+               ref_slice({0, 1, 0}, {5, 6, 3}, {2, 3, 1}), DType::f64, false, "strided slice");
+  expect_close(slice_in_dim(x, 2, 5, 1, -2), ref_slice({0, 2, 0}, {5, 5, 3}, {1, 1, 1}), DType::f64,
+               false, "slice_in_dim");
   // dynamic_slice_in_dim: the start is clamped so the slice fits (lax semantics).
-  expect_close(dynamic_slice_in_dim(x, 4, 3, 1), ref_slice({0, 3, 0}, {5, 6, 3}, {1, 1, 1}), DType::f64, false,
-               "dynamic_slice clamped");
-  expect_close(dynamic_slice_in_dim(x, -7, 2, 0), ref_slice({0, 0, 0}, {2, 6, 3}, {1, 1, 1}), DType::f64, false,
-               "dynamic_slice clamped low");
+  expect_close(dynamic_slice_in_dim(x, 4, 3, 1), ref_slice({0, 3, 0}, {5, 6, 3}, {1, 1, 1}),
+               DType::f64, false, "dynamic_slice clamped");
+  expect_close(dynamic_slice_in_dim(x, -7, 2, 0), ref_slice({0, 0, 0}, {2, 6, 3}, {1, 1, 1}),
+               DType::f64, false, "dynamic_slice clamped low");
   for (int64_t i = 0; i < 3; ++i) {  // the seed's lax.dynamic_slice_in_dim(x, i*B, B, 1)
-    expect_close(dynamic_slice_in_dim(x, i * 2, 2, 1), ref_slice({0, i * 2, 0}, {5, i * 2 + 2, 3}, {1, 1, 1}),
-                 DType::f64, false, "dynamic_slice block");
+    expect_close(dynamic_slice_in_dim(x, i * 2, 2, 1),
+                 ref_slice({0, i * 2, 0}, {5, i * 2 + 2, 3}, {1, 1, 1}), DType::f64, false,
+                 "dynamic_slice block");
   }
   // dynamic_update_slice, clamped too.
   Tensor z = zeros({5}, DType::f32, dev_);
-  EXPECT_EQ(values(dynamic_update_slice(z, ones({3}, DType::f32, dev_), {4})), (std::vector<double>{0, 0, 1, 1, 1}));
-  EXPECT_EQ(values(dynamic_update_slice(z, ones({2}, DType::f32, dev_), {1})), (std::vector<double>{0, 1, 1, 0, 0}));
+  EXPECT_EQ(values(dynamic_update_slice(z, ones({3}, DType::f32, dev_), {4})),
+            (std::vector<double>{0, 0, 1, 1, 1}));
+  EXPECT_EQ(values(dynamic_update_slice(z, ones({2}, DType::f32, dev_), {1})),
+            (std::vector<double>{0, 1, 1, 0, 0}));
   EXPECT_EQ(values(z), std::vector<double>(5, 0.0));  // inputs are never modified
   EXPECT_MESHRT_ERROR(slice(x, {0, 0, 0}, {6, 6, 3}), "[ops] slice", "do not fit shape (5, 6, 3)");
   EXPECT_MESHRT_ERROR(slice(x, {0, 0}, {1, 1}), "one entry per dimension");
-  EXPECT_MESHRT_ERROR(dynamic_slice_in_dim(x, 0, 7, 0), "[ops] dynamic_slice_in_dim", "size 7 does not fit");
-  EXPECT_MESHRT_ERROR(dynamic_update_slice(z, ones({6}, DType::f32, dev_), {0}), "[ops] dynamic_update_slice",
-                      "larger than");
+  EXPECT_MESHRT_ERROR(dynamic_slice_in_dim(x, 0, 7, 0), "[ops] dynamic_slice_in_dim",
+                      "size 7 does not fit");
+  EXPECT_MESHRT_ERROR(dynamic_update_slice(z, ones({6}, DType::f32, dev_), {0}),
+                      "[ops] dynamic_update_slice", "larger than");
 }
 
 TEST_P(Ops, ConcatenateSplitStackPad) {
@@ -603,8 +688,10 @@ TEST_P(Ops, ConcatenateSplitStackPad) {
   Tensor p = pad(tb, {{1, 2}, {0, 1}}, -1.0);
   EXPECT_EQ(p.shape(), (Shape{5, 2}));
   EXPECT_EQ(values(p), (std::vector<double>{-1, -1, b.v[0], -1, b.v[1], -1, -1, -1, -1, -1}));
-  EXPECT_EQ(concatenate({zeros({0, 3}, DType::f32, dev_), ones({2, 3}, DType::f32, dev_)}).shape(), (Shape{2, 3}));
-  EXPECT_MESHRT_ERROR(concatenate({ta, ones({3, 3}, DType::i32, dev_)}, 1), "[ops] concatenate", "(2, 3) and (3, 3)");
+  EXPECT_EQ(concatenate({zeros({0, 3}, DType::f32, dev_), ones({2, 3}, DType::f32, dev_)}).shape(),
+            (Shape{2, 3}));
+  EXPECT_MESHRT_ERROR(concatenate({ta, ones({3, 3}, DType::i32, dev_)}, 1), "[ops] concatenate",
+                      "(2, 3) and (3, 3)");
   EXPECT_MESHRT_ERROR(concatenate({}), "at least one");
   EXPECT_MESHRT_ERROR(split(ta, 2, 1), "[ops] split", "equal division");
   EXPECT_MESHRT_ERROR(stack({ta, tb}), "[ops] stack", "same shape");
@@ -638,16 +725,19 @@ INSTANTIATE_TEST_SUITE_P(Platforms, Ops, ::testing::Values("cpu", "cuda"));
 // The dimension merging the cuda kernels launch with (backends/merge_dims.h) must visit exactly
 // the operand offsets of the unmerged iteration, in the same order: random shapes with dense,
 // broadcast, transposed and sliced operands, and the rank it reaches for the usual cases.
-std::vector<std::vector<int64_t>> visit(const std::vector<int64_t>& shape, const std::vector<std::vector<int64_t>>& strides) {
+std::vector<std::vector<int64_t>> visit(const std::vector<int64_t>& shape,
+                                        const std::vector<std::vector<int64_t>>& strides) {
   int64_t n = 1;
   for (int64_t d : shape) n *= d;
-  std::vector<std::vector<int64_t>> out(static_cast<size_t>(n), std::vector<int64_t>(strides.size(), 0));
+  std::vector<std::vector<int64_t>> out(static_cast<size_t>(n),
+                                        std::vector<int64_t>(strides.size(), 0));
   for (int64_t i = 0; i < n; ++i) {
     int64_t rem = i;
     for (size_t d = shape.size(); d-- > 0;) {
       const int64_t idx = rem % shape[d];
       rem /= shape[d];
-      for (size_t k = 0; k < strides.size(); ++k) out[static_cast<size_t>(i)][k] += idx * strides[k][d];
+      for (size_t k = 0; k < strides.size(); ++k)
+        out[static_cast<size_t>(i)][k] += idx * strides[k][d];
     }
   }
   return out;

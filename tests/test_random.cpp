@@ -50,7 +50,9 @@ std::vector<Case> load() {
   return out;
 }
 
-uint64_t seed_of(const std::string& name) { return std::stoull(name.substr(4, name.find('_') - 4)); }
+uint64_t seed_of(const std::string& name) {
+  return std::stoull(name.substr(4, name.find('_') - 4));
+}
 
 std::vector<uint32_t> key_words(const std::vector<Key>& ks) {
   std::vector<uint32_t> w;
@@ -81,7 +83,8 @@ TEST(Random, ThreefryKnownAnswer) {
 
 TEST(Random, IssueVectors) {
   Device d = devices()[0];
-  std::vector<float> legacy = random::normal(random::key(0, Stream::legacy), {8}, d).to_vector<float>();
+  std::vector<float> legacy =
+      random::normal(random::key(0, Stream::legacy), {8}, d).to_vector<float>();
   std::vector<float> current = random::normal(random::key(0), {8}, d).to_vector<float>();
   const std::vector<float> want_legacy{0.08086783f, -0.38624713f, -0.37565565f, 1.6689739f,
                                        -1.2758198f, 2.1192005f,   -0.8582122f,  1.1305932f};
@@ -121,9 +124,12 @@ TEST(Random, MatchesJax) {
     } else if (op == "tree_keys" || op.rfind("tree_normal32", 0) == 0) {
       auto k12 = random::split(k);
       auto ks = random::split(random::fold_in(k12[1], 11), 4);
-      if (op == "tree_keys") words = key_words(ks);
-      else if (op == "tree_normal32") values = random::normal_values(ks[2], c.shape, DType::f32);
-      else values = random::normal_values(k12[0], c.shape, DType::f32);
+      if (op == "tree_keys")
+        words = key_words(ks);
+      else if (op == "tree_normal32")
+        values = random::normal_values(ks[2], c.shape, DType::f32);
+      else
+        values = random::normal_values(k12[0], c.shape, DType::f32);
     } else {
       ADD_FAILURE() << "unknown case";
       continue;
@@ -140,10 +146,12 @@ TEST(Random, MatchesJax) {
     for (size_t i = 0; i < values.size(); ++i) {
       int64_t diff;
       if (c.kind == "f32") {
-        diff = ulps<float, uint32_t>(static_cast<float>(values[i]),
-                                     std::bit_cast<float>(static_cast<uint32_t>(std::stoul(c.values[i], nullptr, 16))));
+        diff = ulps<float, uint32_t>(
+            static_cast<float>(values[i]),
+            std::bit_cast<float>(static_cast<uint32_t>(std::stoul(c.values[i], nullptr, 16))));
       } else {
-        diff = ulps<double, uint64_t>(values[i], std::bit_cast<double>(std::stoull(c.values[i], nullptr, 16)));
+        diff = ulps<double, uint64_t>(values[i],
+                                      std::bit_cast<double>(std::stoull(c.values[i], nullptr, 16)));
       }
       if (!is_normal) {
         EXPECT_EQ(diff, 0) << "element " << i;  // uniform: exact
@@ -156,12 +164,17 @@ TEST(Random, MatchesJax) {
     }
   }
   EXPECT_GT(checked, 350);
-  const double exact32 = static_cast<double>(exact_of["f32"]) / static_cast<double>(values_of["f32"]);
-  const double exact64 = static_cast<double>(exact_of["f64"]) / static_cast<double>(values_of["f64"]);
+  const double exact32 =
+      static_cast<double>(exact_of["f32"]) / static_cast<double>(values_of["f32"]);
+  const double exact64 =
+      static_cast<double>(exact_of["f64"]) / static_cast<double>(values_of["f64"]);
   EXPECT_GE(exact32, 0.95) << "float32 normals bit-identical to JAX";
   EXPECT_GE(exact64, 0.90) << "float64 normals bit-identical to JAX";
-  std::printf("normals bit-identical to JAX: float32 %.4f (worst %lld ulp), float64 %.4f (worst %lld ulp)\n",
-              exact32, static_cast<long long>(worst_of["f32"]), exact64, static_cast<long long>(worst_of["f64"]));
+  std::printf(
+      "normals bit-identical to JAX: float32 %.4f (worst %lld ulp), float64 %.4f (worst %lld "
+      "ulp)\n",
+      exact32, static_cast<long long>(worst_of["f32"]), exact64,
+      static_cast<long long>(worst_of["f64"]));
 }
 
 TEST(Random, ShardedEqualsUnsharded) {
@@ -175,7 +188,8 @@ TEST(Random, ShardedEqualsUnsharded) {
       EXPECT_EQ(sh.data.to_vector<float>(), test::host_slice(whole, {16, 6}, sh.index));
     }
     Array u = random::uniform(k, {8}, NamedSharding(mesh, P(Axes{"y", "x"})), DType::f64, 1.0, 2.0);
-    EXPECT_EQ(u.to_vector<double>(), random::uniform(k, {8}, devices()[0], DType::f64, 1.0, 2.0).to_vector<double>());
+    EXPECT_EQ(u.to_vector<double>(),
+              random::uniform(k, {8}, devices()[0], DType::f64, 1.0, 2.0).to_vector<double>());
   }
 }
 

@@ -1,6 +1,7 @@
 // shard_map semantics (JAX §2), its error catalogue (§5), and "no hangs": every misuse of
 // collectives becomes an Error within a second (checked by a watchdog that kills the process).
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <cstdio>
@@ -9,10 +10,8 @@
 #include <numeric>
 #include <thread>
 
-#include <unistd.h>
-
-#include "core/threads/fiber_executor.h"
 #include "backends/backend.h"
+#include "core/threads/fiber_executor.h"
 #include "tests/test_util.h"
 
 namespace meshrt {
@@ -26,7 +25,8 @@ template <class F>
 void within(std::chrono::milliseconds limit, F f) {
   auto fut = std::async(std::launch::async, f);
   if (fut.wait_for(limit) != std::future_status::ready) {
-    std::fprintf(stderr, "WATCHDOG: still running after %lld ms: a hang\n", static_cast<long long>(limit.count()));
+    std::fprintf(stderr, "WATCHDOG: still running after %lld ms: a hang\n",
+                 static_cast<long long>(limit.count()));
     std::fflush(stderr);
     std::_Exit(3);
   }
@@ -42,8 +42,9 @@ Array iota_array(const Mesh& mesh, Shape shape, const PartitionSpec& spec) {
 // The runtime is fine after an error: a plain psum still works on every device.
 void expect_usable(const Mesh& mesh) {
   Array x = iota_array(mesh, {mesh.size()}, P(Axes(mesh.axis_names())));
-  Array s = shard_map([&](Context& c, const Tensor& t) { return c.psum(t, AxisNames(mesh.axis_names())); },
-                      mesh, {P(Axes(mesh.axis_names()))}, P())(x);
+  Array s = shard_map(
+      [&](Context& c, const Tensor& t) { return c.psum(t, AxisNames(mesh.axis_names())); }, mesh,
+      {P(Axes(mesh.axis_names()))}, P())(x);
   float n = static_cast<float>(mesh.size());
   EXPECT_EQ(s.to_vector<float>(), std::vector<float>{n * (n - 1) / 2});
 }
@@ -74,13 +75,14 @@ TEST(ShardMap, ZeroArgumentsTileAsInTheDocs) {
   Array one = shard_map(three, mesh, {}, P(None, None))();
   EXPECT_EQ(one.shape(), (Shape{1, 1}));
   EXPECT_EQ(one.to_vector<float>(), std::vector<float>{3.f});
-  EXPECT_EQ(shard_map(three, mesh, {}, P("i", "j"))().to_vector<float>(), std::vector<float>(8, 3.f));
+  EXPECT_EQ(shard_map(three, mesh, {}, P("i", "j"))().to_vector<float>(),
+            std::vector<float>(8, 3.f));
 }
 
 TEST(ShardMap, SeveralInputsAndOutputsWithResharding) {
   Mesh mesh = make_mesh({4, 2}, {"x", "y"});
-  Array a = iota_array(mesh, {8, 4}, P());           // replicated; in_specs asks for P("x", "y")
-  Array b = iota_array(mesh, {4}, P("x"));           // in_specs asks for P(): gathered
+  Array a = iota_array(mesh, {8, 4}, P());  // replicated; in_specs asks for P("x", "y")
+  Array b = iota_array(mesh, {4}, P("x"));  // in_specs asks for P(): gathered
   auto outs = shard_map(
       [](Context& ctx, const Tensor& ta, const Tensor& tb) {
         EXPECT_EQ(ta.shape(), (Shape{2, 2}));
@@ -94,7 +96,8 @@ TEST(ShardMap, SeveralInputsAndOutputsWithResharding) {
   // psum of all 8 (2, 2) blocks: element (r, c) sums a[2i+r, 2j+c] over i, j.
   std::vector<float> av = a.to_vector<float>(), want(4, 0.f);
   for (int r = 0; r < 8; ++r) {
-    for (int c = 0; c < 4; ++c) want[static_cast<size_t>((r % 2) * 2 + c % 2)] += av[static_cast<size_t>(r * 4 + c)];
+    for (int c = 0; c < 4; ++c)
+      want[static_cast<size_t>((r % 2) * 2 + c % 2)] += av[static_cast<size_t>(r * 4 + c)];
   }
   EXPECT_EQ(outs[1].to_vector<float>(), want);
   EXPECT_EQ(outs[2].shape(), (Shape{8}));
@@ -103,7 +106,8 @@ TEST(ShardMap, SeveralInputsAndOutputsWithResharding) {
 TEST(ShardMap, RepeatedPsumMultipliesReplicatedValues) {
   Mesh mesh = make_mesh({4}, {"i"});
   Array x = iota_array(mesh, {8}, P("i"));
-  Array y = shard_map([](Context& c, const Tensor& t) { return c.psum(c.psum(t, "i"), "i"); }, mesh, {P("i")}, P())(x);
+  Array y = shard_map([](Context& c, const Tensor& t) { return c.psum(c.psum(t, "i"), "i"); }, mesh,
+                      {P("i")}, P())(x);
   // psum(x) = [0+2+4+6, 1+3+5+7] = [12, 16]; psum of that invariant value = 4x.
   EXPECT_EQ(y.to_vector<float>(), (std::vector<float>{48, 64}));
 }
@@ -114,7 +118,9 @@ TEST(ShardMap, ReplicationCheck) {
   auto id = [](Context&, const Tensor& t) { return t; };
   within(1000ms, [&] {
     EXPECT_MESHRT_ERROR(shard_map(id, mesh, {P("i")}, P())(x), "[shard_map]", "out_specs[0] is P()",
-                        "replicated across mesh axis 'i'", test::dev_name(0) + std::string(" and ") + test::dev_name(1) + std::string(" hold different values"),
+                        "replicated across mesh axis 'i'",
+                        test::dev_name(0) + std::string(" and ") + test::dev_name(1) +
+                            std::string(" hold different values"),
                         "first difference at flat index 0: 0 vs 4", "check_replication");
   });
   // Off: the first device's block is the value (JAX: undefined; meshrt: device 0, documented).
@@ -122,7 +128,8 @@ TEST(ShardMap, ReplicationCheck) {
   EXPECT_EQ(y.to_vector<float>(), (std::vector<float>{0, 1, 2, 3}));
   Mesh m2 = make_mesh({2, 2}, {"a", "b"});
   Array z = iota_array(m2, {4, 2}, P("a", "b"));
-  EXPECT_MESHRT_ERROR(shard_map(id, m2, {P("a", "b")}, P("a"))(z), "replicated across mesh axis 'b'");
+  EXPECT_MESHRT_ERROR(shard_map(id, m2, {P("a", "b")}, P("a"))(z),
+                      "replicated across mesh axis 'b'");
 }
 
 TEST(ShardMap, AsyncCollectivesOverlapCompute) {
@@ -187,9 +194,10 @@ TEST(NoHangs, MismatchedOp) {
                               return c.axis_index("x") == 2 ? c.pmax(t, "x") : c.psum(t, "x");
                             },
                             mesh, {P("x")}, P("x"))(x),
-                        std::string("[shard_map] body on ") + test::platform_prefix(), "mismatched collectives", "call #1 over ('x',)",
-                        "called psum(float32[1], axes=('x',))", "called pmax(float32[1], axes=('x',))",
-                        "same order");
+                        std::string("[shard_map] body on ") + test::platform_prefix(),
+                        "mismatched collectives", "call #1 over ('x',)",
+                        "called psum(float32[1], axes=('x',))",
+                        "called pmax(float32[1], axes=('x',))", "same order");
   });
   expect_usable(mesh);
 }
@@ -200,14 +208,18 @@ TEST(NoHangs, MismatchedShapeDtypeAndPerm) {
   within(1000ms, [&] {
     EXPECT_MESHRT_ERROR(shard_map(
                             [](Context& c, const Tensor& t) {
-                              Tensor in = c.axis_index("x") == 1 ? tensor(std::vector<float>{1, 2, 3}, {3}, c.device()) : t;
+                              Tensor in = c.axis_index("x") == 1
+                                              ? tensor(std::vector<float>{1, 2, 3}, {3}, c.device())
+                                              : t;
                               return c.psum(in, "x").shape() == t.shape() ? t : t;
                             },
                             mesh, {P("x")}, P("x"))(x),
                         "mismatched collectives", "psum(float32[3]", "psum(float32[2]");
     EXPECT_MESHRT_ERROR(shard_map(
                             [](Context& c, const Tensor& t) {
-                              Tensor in = c.axis_index("x") == 3 ? tensor(std::vector<double>{1, 2}, {2}, c.device()) : t;
+                              Tensor in = c.axis_index("x") == 3
+                                              ? tensor(std::vector<double>{1, 2}, {2}, c.device())
+                                              : t;
                               c.all_gather(in, "x");
                               return t;
                             },
@@ -236,7 +248,8 @@ TEST(NoHangs, DeviceReturnsWhilePeersWait) {
                               return c.psum(s, "x");
                             },
                             mesh, {P("x")}, P())(x),
-                        test::dev_name(3) + std::string(" returned from its shard_map body"), "call #2 over ('x',)");
+                        test::dev_name(3) + std::string(" returned from its shard_map body"),
+                        "call #2 over ('x',)");
   });
   expect_usable(mesh);
 }
@@ -257,7 +270,8 @@ TEST(NoHangs, DeviceThrowsWhilePeersWait) {
           mesh, {P("x")}, P())(x);
       ADD_FAILURE() << "expected an error";
     } catch (const Error& e) {
-      EXPECT_EQ(std::string(e.what()), std::string("[shard_map] body on ") + test::dev_name(5) + std::string(" threw: boom in user code"));
+      EXPECT_EQ(std::string(e.what()), std::string("[shard_map] body on ") + test::dev_name(5) +
+                                           std::string(" threw: boom in user code"));
       // The original exception is kept, nested.
       try {
         std::rethrow_if_nested(e);
@@ -275,13 +289,15 @@ TEST(NoHangs, CycleAcrossGroups) {
   Array x = iota_array(mesh, {4}, P(Axes{"x", "y"}));
   // (0,0) and (1,1) wait in psum over x; (1,0) and (0,1) in psum over y: a cycle of four.
   within(1000ms, [&] {
-    EXPECT_MESHRT_ERROR(shard_map(
-                            [](Context& c, const Tensor& t) {
-                              return c.axis_index("x") == c.axis_index("y") ? c.psum(t, "x") : c.psum(t, "y");
-                            },
-                            mesh, {P(Axes{"x", "y"})}, P(Axes{"x", "y"}))(x),
-                        "deadlock", test::dev_name(0) + std::string(" waits in psum(float32[1], axes=('x',))"), std::string("for ") + test::dev_name(2),
-                        test::dev_name(2) + std::string(" waits in psum(float32[1], axes=('y',))"));
+    EXPECT_MESHRT_ERROR(
+        shard_map(
+            [](Context& c, const Tensor& t) {
+              return c.axis_index("x") == c.axis_index("y") ? c.psum(t, "x") : c.psum(t, "y");
+            },
+            mesh, {P(Axes{"x", "y"})}, P(Axes{"x", "y"}))(x),
+        "deadlock", test::dev_name(0) + std::string(" waits in psum(float32[1], axes=('x',))"),
+        std::string("for ") + test::dev_name(2),
+        test::dev_name(2) + std::string(" waits in psum(float32[1], axes=('y',))"));
   });
   expect_usable(mesh);
 }
@@ -293,7 +309,8 @@ TEST(NoHangs, TimeoutNamesDevicesThatNeverArrived) {
   within(3000ms, [&] {
     EXPECT_MESHRT_ERROR(shard_map(
                             [](Context& c, const Tensor& t) {
-                              if (c.axis_index("x") == 1) std::this_thread::sleep_for(800ms);  // stuck in user code
+                              if (c.axis_index("x") == 1)
+                                std::this_thread::sleep_for(800ms);  // stuck in user code
                               return c.psum(t, "x");
                             },
                             mesh, {P("x")}, P())(x),
@@ -342,7 +359,8 @@ TEST(NoHangs, NestedShardMapIsAnError) {
   within(1000ms, [&] {
     EXPECT_MESHRT_ERROR(shard_map(
                             [&](Context&, const Tensor& t) {
-                              shard_map([](Context&, const Tensor& u) { return u; }, mesh, {P("x")}, P("x"))(x);
+                              shard_map([](Context&, const Tensor& u) { return u; }, mesh, {P("x")},
+                                        P("x"))(x);
                               return t;
                             },
                             mesh, {P("x")}, P("x"))(x),
@@ -365,28 +383,35 @@ TEST(ShardMapErrors, Specs) {
                       "shard_map in_specs argument must refer to an axis marked as manual",
                       "in_specs[0] refers to 'z'");
   EXPECT_MESHRT_ERROR(shard_map(id, mesh, {P("i")}, P("q"))(x), "out_specs[0] refers to 'q'");
-  EXPECT_MESHRT_ERROR(shard_map(id, mesh, {P("i", None)}, P("i"))(x), "in_specs[0] is P('i', None) which has length 2",
+  EXPECT_MESHRT_ERROR(shard_map(id, mesh, {P("i", None)}, P("i"))(x),
+                      "in_specs[0] is P('i', None) which has length 2",
                       "has shape float32[8], which has rank 1 (and 1 < 2)");
   EXPECT_MESHRT_ERROR(shard_map(id, mesh, {P(None)}, P())(scalar), "which has rank 0",
                       "consider using an in_specs entry of `P()`");
   EXPECT_MESHRT_ERROR(shard_map(id, mesh, {P("i")}, P("i"))(ten),
                       "not evenly divisible by the corresponding mesh axis sizes",
-                      "maps array axis 0 (of size 10) to mesh axis 'i' (of size 4), but 4 does not evenly divide 10");
+                      "maps array axis 0 (of size 10) to mesh axis 'i' (of size 4), but 4 does not "
+                      "evenly divide 10");
   Mesh m2 = make_mesh({2, 2}, {"i", "j"});
   Array twelve = iota_array(m2, {6}, P());
   EXPECT_MESHRT_ERROR(shard_map(id, m2, {P(Axes{"i", "j"})}, P())(twelve),
                       "to mesh axes ('i', 'j') (of total size 4), but 4 does not evenly divide 6");
   EXPECT_MESHRT_ERROR(shard_map(id, m2, {P("i", "i")}, P())(iota_array(m2, {4, 4}, P())),
                       "duplicate entries for `i`");
-  EXPECT_MESHRT_ERROR(shard_map([](Context& c, const Tensor& t) { return c.psum(t, "i"); }, mesh, {P("i")},
-                                P("i", None))(x),
+  EXPECT_MESHRT_ERROR(shard_map([](Context& c, const Tensor& t) { return c.psum(t, "i"); }, mesh,
+                                {P("i")}, P("i", None))(x),
                       "out_specs[0] is P('i', None) which has length 2");
-  EXPECT_MESHRT_ERROR(shard_map([](Context& c, const Tensor&) { return tensor(std::vector<float>{1}, {}, c.device()); },
-                                mesh, {P("i")}, P("i"))(x),
-                      "for rank 0 outputs which are not constant over the mesh, add at least one (singleton) axis");
-  EXPECT_MESHRT_ERROR(shard_map([](Context& c, const Tensor& t) { return c.axis_index("i") == 0 ? t : c.all_gather(t, "i") ; },
-                                mesh, {P("i")}, P("i"))(x), test::dev_name(0) + std::string(" returned from its shard_map body"),
-                      "all_gather(float32[2], axes=('i',)");
+  EXPECT_MESHRT_ERROR(
+      shard_map(
+          [](Context& c, const Tensor&) { return tensor(std::vector<float>{1}, {}, c.device()); },
+          mesh, {P("i")}, P("i"))(x),
+      "for rank 0 outputs which are not constant over the mesh, add at least one (singleton) axis");
+  EXPECT_MESHRT_ERROR(
+      shard_map([](Context& c,
+                   const Tensor& t) { return c.axis_index("i") == 0 ? t : c.all_gather(t, "i"); },
+                mesh, {P("i")}, P("i"))(x),
+      test::dev_name(0) + std::string(" returned from its shard_map body"),
+      "all_gather(float32[2], axes=('i',)");
 }
 
 TEST(ShardMapErrors, OutputsOfDifferentShapesOrDevices) {
@@ -394,46 +419,74 @@ TEST(ShardMapErrors, OutputsOfDifferentShapesOrDevices) {
   Array x = iota_array(mesh, {4}, P("i"));
   EXPECT_MESHRT_ERROR(shard_map(
                           [](Context& c, const Tensor& t) {
-                            return c.axis_index("i") == 1 ? tensor(std::vector<float>{1, 2, 3}, {3}, c.device()) : t;
+                            return c.axis_index("i") == 1
+                                       ? tensor(std::vector<float>{1, 2, 3}, {3}, c.device())
+                                       : t;
                           },
                           mesh, {P("i")}, P("i"))(x),
-                      std::string("output 0 is float32[2] on ") + test::dev_name(0) + std::string(" but float32[3] on ") + test::dev_name(1));
-  EXPECT_MESHRT_ERROR(shard_map([&](Context&, const Tensor&) { return tensor(std::vector<float>{1}, {1}, devices()[7]); },
-                                mesh, {P("i")}, P("i"))(x),
-                      std::string("lives on ") + test::dev_name(7));
+                      std::string("output 0 is float32[2] on ") + test::dev_name(0) +
+                          std::string(" but float32[3] on ") + test::dev_name(1));
+  EXPECT_MESHRT_ERROR(
+      shard_map(
+          [&](Context&, const Tensor&) { return tensor(std::vector<float>{1}, {1}, devices()[7]); },
+          mesh, {P("i")}, P("i"))(x),
+      std::string("lives on ") + test::dev_name(7));
 }
 
 TEST(ShardMapErrors, CollectiveArguments) {
   Mesh mesh = make_mesh({4, 2}, {"x", "y"});
   Array x = iota_array(mesh, {8, 6}, P("x"));
   auto run = [&](std::function<Tensor(Context&, const Tensor&)> f) {
-    return shard_map([f](Context& c, const Tensor& t) { return f(c, t); }, mesh, {P("x")}, P("x"))(x);
+    return shard_map([f](Context& c, const Tensor& t) { return f(c, t); }, mesh, {P("x")},
+                     P("x"))(x);
   };
   within(2000ms, [&] {
     EXPECT_MESHRT_ERROR(run([](Context& c, const Tensor& t) { return c.psum(t, "z"); }),
                         "[psum] Found an unbound axis name: z");
-    EXPECT_MESHRT_ERROR(run([](Context& c, const Tensor& t) { return c.psum(t, {"x", "x"}); }), "appears twice");
-    EXPECT_MESHRT_ERROR(run([](Context& c, const Tensor& t) { return c.all_gather(t, "x", 2, true); }),
-                        "[all_gather] axis 2 is out of bounds for array of dimension 2");
-    EXPECT_MESHRT_ERROR(run([](Context& c, const Tensor& t) { return c.all_gather(t, "x", -4, false); }),
-                        "axis -4 is out of bounds for array of dimension 3");
-    EXPECT_MESHRT_ERROR(run([](Context& c, const Tensor& t) { return c.psum_scatter(t, "x", 1, false); }),
-                        "reduce_scatter operand scatter dimension size 6 must match shard count 4");
-    EXPECT_MESHRT_ERROR(run([](Context& c, const Tensor& t) { return c.psum_scatter(t, "x", 1, true); }),
-                        "tiled reduce_scatter operand scatter dimension size 6 must be divisible by shard_count 4");
-    EXPECT_MESHRT_ERROR(run([](Context& c, const Tensor& t) { return c.all_to_all(t, "x", 1, 0, true); }),
-                        "The size of all_to_all split_axis (6) has to be divisible by the size of the named axis ('x',) (4)");
-    EXPECT_MESHRT_ERROR(run([](Context& c, const Tensor& t) { return c.all_to_all(t, "x", 1, 0, false); }),
-                        "all_to_all requires the size of the mapped axis ('x',) to equal x.shape[split_axis], but they are 4 and 6");
-    EXPECT_MESHRT_ERROR(run([](Context& c, const Tensor& t) { return c.ppermute(t, "x", {{0, 1}, {1, 1}}); }),
+    EXPECT_MESHRT_ERROR(run([](Context& c, const Tensor& t) {
+                          return c.psum(t, {"x", "x"});
+                        }),
+                        "appears twice");
+    EXPECT_MESHRT_ERROR(
+        run([](Context& c, const Tensor& t) { return c.all_gather(t, "x", 2, true); }),
+        "[all_gather] axis 2 is out of bounds for array of dimension 2");
+    EXPECT_MESHRT_ERROR(
+        run([](Context& c, const Tensor& t) { return c.all_gather(t, "x", -4, false); }),
+        "axis -4 is out of bounds for array of dimension 3");
+    EXPECT_MESHRT_ERROR(
+        run([](Context& c, const Tensor& t) { return c.psum_scatter(t, "x", 1, false); }),
+        "reduce_scatter operand scatter dimension size 6 must match shard count 4");
+    EXPECT_MESHRT_ERROR(
+        run([](Context& c, const Tensor& t) { return c.psum_scatter(t, "x", 1, true); }),
+        "tiled reduce_scatter operand scatter dimension size 6 must be divisible by shard_count 4");
+    EXPECT_MESHRT_ERROR(
+        run([](Context& c, const Tensor& t) { return c.all_to_all(t, "x", 1, 0, true); }),
+        "The size of all_to_all split_axis (6) has to be divisible by the size of the named axis "
+        "('x',) (4)");
+    EXPECT_MESHRT_ERROR(
+        run([](Context& c, const Tensor& t) { return c.all_to_all(t, "x", 1, 0, false); }),
+        "all_to_all requires the size of the mapped axis ('x',) to equal x.shape[split_axis], but "
+        "they are 4 and 6");
+    EXPECT_MESHRT_ERROR(run([](Context& c, const Tensor& t) {
+                          return c.ppermute(t, "x", {{0, 1}, {1, 1}});
+                        }),
                         "ppermute sources and destinations must be unique, got ((0, 1), (1, 1)).");
-    EXPECT_MESHRT_ERROR(run([](Context& c, const Tensor& t) { return c.ppermute(t, "x", {{0, 1}, {4, 2}}); }),
+    EXPECT_MESHRT_ERROR(run([](Context& c, const Tensor& t) {
+                          return c.ppermute(t, "x", {{0, 1}, {4, 2}});
+                        }),
                         "must be unique");  // 4 wraps to 0 (Python %), a repeated source
-    EXPECT_MESHRT_ERROR(run([](Context& c, const Tensor& t) { return c.ppermute(t, {"y", "x"}, {{0, 1}}); }),
+    EXPECT_MESHRT_ERROR(run([](Context& c, const Tensor& t) {
+                          return c.ppermute(t, {"y", "x"}, {{0, 1}});
+                        }),
                         "same order as the axis_names declared on the mesh");
-    EXPECT_MESHRT_ERROR(run([](Context& c, const Tensor& t) { return c.psum(tensor(std::vector<float>{1}, {1}, devices()[(c.device().local_index() + 1) % 8]), "x") ; }),
+    EXPECT_MESHRT_ERROR(run([](Context& c, const Tensor& t) {
+                          return c.psum(tensor(std::vector<float>{1}, {1},
+                                               devices()[(c.device().local_index() + 1) % 8]),
+                                        "x");
+                        }),
                         std::string("the operand lives on ") + test::platform_prefix());
-    EXPECT_MESHRT_ERROR(run([](Context& c, const Tensor&) { return c.psum(Tensor(), "x"); }), "empty");
+    EXPECT_MESHRT_ERROR(run([](Context& c, const Tensor&) { return c.psum(Tensor(), "x"); }),
+                        "empty");
   });
   expect_usable(mesh);
 }
@@ -445,15 +498,18 @@ namespace meshrt {
 namespace {
 // Which executor this process uses (the suite runs under both; see tests/CMakeLists.txt).
 TEST(Executors, ModeIsWhatWasAskedFor) {
-  if (default_platform() != "cpu") GTEST_SKIP() << "MESHRT_CPU_EXECUTOR concerns the cpu platform only";
+  if (default_platform() != "cpu")
+    GTEST_SKIP() << "MESHRT_CPU_EXECUTOR concerns the cpu platform only";
   const char* mode = std::getenv("MESHRT_CPU_EXECUTOR");
   Mesh mesh = make_mesh({8}, {"x"});
   Array x = iota_array(mesh, {8}, P("x"));
   std::vector<int> on_fiber(8, -1);
-  shard_map([&](Context& c, const Tensor& t) {
-    on_fiber[static_cast<size_t>(c.axis_index("x"))] = core::on_fiber() ? 1 : 0;
-    return t;
-  }, mesh, {P("x")}, P("x"))(x);
+  shard_map(
+      [&](Context& c, const Tensor& t) {
+        on_fiber[static_cast<size_t>(c.axis_index("x"))] = core::on_fiber() ? 1 : 0;
+        return t;
+      },
+      mesh, {P("x")}, P("x"))(x);
   const bool want_fibers = mode != nullptr && std::string(mode) == "threads"
                                ? false
                                : 8 > static_cast<int>(std::thread::hardware_concurrency());

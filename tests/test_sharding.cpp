@@ -52,29 +52,72 @@ void check_table(const Mesh& mesh, const Shape& shape, const std::vector<TableRo
 
 TEST(ShardingTables, Mesh4x2) {
   Mesh mesh = make_mesh({4, 2}, {"x", "y"});
-  check_table(mesh, {8, 4}, {
-    {P("x"), {2, 4}, {"[0:2,:]", "[0:2,:]", "[2:4,:]", "[2:4,:]", "[4:6,:]", "[4:6,:]", "[6:8,:]", "[6:8,:]"}},
-    {P("x", "y"), {2, 2}, {"[0:2,0:2]", "[0:2,2:4]", "[2:4,0:2]", "[2:4,2:4]", "[4:6,0:2]", "[4:6,2:4]", "[6:8,0:2]", "[6:8,2:4]"}},
-    {P(Axes{"x", "y"}), {1, 4}, {"[0:1,:]", "[1:2,:]", "[2:3,:]", "[3:4,:]", "[4:5,:]", "[5:6,:]", "[6:7,:]", "[7:8,:]"}},
-    {P(Axes{"y", "x"}), {1, 4}, {"[0:1,:]", "[4:5,:]", "[1:2,:]", "[5:6,:]", "[2:3,:]", "[6:7,:]", "[3:4,:]", "[7:8,:]"}},
-    {P(None, "y"), {8, 2}, {"[:,0:2]", "[:,2:4]", "[:,0:2]", "[:,2:4]", "[:,0:2]", "[:,2:4]", "[:,0:2]", "[:,2:4]"}},
-    {P("y"), {4, 4}, {"[0:4,:]", "[4:8,:]", "[0:4,:]", "[4:8,:]", "[0:4,:]", "[4:8,:]", "[0:4,:]", "[4:8,:]"}},
-    {P("y", "x"), {4, 1}, {"[0:4,0:1]", "[4:8,0:1]", "[0:4,1:2]", "[4:8,1:2]", "[0:4,2:3]", "[4:8,2:3]", "[0:4,3:4]", "[4:8,3:4]"}},
-    {P(), {8, 4}, {"[:,:]", "[:,:]", "[:,:]", "[:,:]", "[:,:]", "[:,:]", "[:,:]", "[:,:]"}},
-  });
+  check_table(
+      mesh, {8, 4},
+      {
+          {P("x"),
+           {2, 4},
+           {"[0:2,:]", "[0:2,:]", "[2:4,:]", "[2:4,:]", "[4:6,:]", "[4:6,:]", "[6:8,:]",
+            "[6:8,:]"}},
+          {P("x", "y"),
+           {2, 2},
+           {"[0:2,0:2]", "[0:2,2:4]", "[2:4,0:2]", "[2:4,2:4]", "[4:6,0:2]", "[4:6,2:4]",
+            "[6:8,0:2]", "[6:8,2:4]"}},
+          {P(Axes{"x", "y"}),
+           {1, 4},
+           {"[0:1,:]", "[1:2,:]", "[2:3,:]", "[3:4,:]", "[4:5,:]", "[5:6,:]", "[6:7,:]",
+            "[7:8,:]"}},
+          {P(Axes{"y", "x"}),
+           {1, 4},
+           {"[0:1,:]", "[4:5,:]", "[1:2,:]", "[5:6,:]", "[2:3,:]", "[6:7,:]", "[3:4,:]",
+            "[7:8,:]"}},
+          {P(None, "y"),
+           {8, 2},
+           {"[:,0:2]", "[:,2:4]", "[:,0:2]", "[:,2:4]", "[:,0:2]", "[:,2:4]", "[:,0:2]",
+            "[:,2:4]"}},
+          {P("y"),
+           {4, 4},
+           {"[0:4,:]", "[4:8,:]", "[0:4,:]", "[4:8,:]", "[0:4,:]", "[4:8,:]", "[0:4,:]",
+            "[4:8,:]"}},
+          {P("y", "x"),
+           {4, 1},
+           {"[0:4,0:1]", "[4:8,0:1]", "[0:4,1:2]", "[4:8,1:2]", "[0:4,2:3]", "[4:8,2:3]",
+            "[0:4,3:4]", "[4:8,3:4]"}},
+          {P(), {8, 4}, {"[:,:]", "[:,:]", "[:,:]", "[:,:]", "[:,:]", "[:,:]", "[:,:]", "[:,:]"}},
+      });
 }
 
 TEST(ShardingTables, Mesh2x4) {
   Mesh mesh = make_mesh({2, 4}, {"x", "y"});
-  check_table(mesh, {8, 4}, {
-    {P("x"), {4, 4}, {"[0:4,:]", "[0:4,:]", "[0:4,:]", "[0:4,:]", "[4:8,:]", "[4:8,:]", "[4:8,:]", "[4:8,:]"}},
-    {P("x", "y"), {4, 1}, {"[0:4,0:1]", "[0:4,1:2]", "[0:4,2:3]", "[0:4,3:4]", "[4:8,0:1]", "[4:8,1:2]", "[4:8,2:3]", "[4:8,3:4]"}},
-    {P(Axes{"x", "y"}), {1, 4}, {"[0:1,:]", "[1:2,:]", "[2:3,:]", "[3:4,:]", "[4:5,:]", "[5:6,:]", "[6:7,:]", "[7:8,:]"}},
-    {P(Axes{"y", "x"}), {1, 4}, {"[0:1,:]", "[2:3,:]", "[4:5,:]", "[6:7,:]", "[1:2,:]", "[3:4,:]", "[5:6,:]", "[7:8,:]"}},
-    {P(None, "y"), {8, 1}, {"[:,0:1]", "[:,1:2]", "[:,2:3]", "[:,3:4]", "[:,0:1]", "[:,1:2]", "[:,2:3]", "[:,3:4]"}},
-    {P("y", "x"), {2, 2}, {"[0:2,0:2]", "[2:4,0:2]", "[4:6,0:2]", "[6:8,0:2]", "[0:2,2:4]", "[2:4,2:4]", "[4:6,2:4]", "[6:8,2:4]"}},
-    {P(), {8, 4}, {"[:,:]", "[:,:]", "[:,:]", "[:,:]", "[:,:]", "[:,:]", "[:,:]", "[:,:]"}},
-  });
+  check_table(
+      mesh, {8, 4},
+      {
+          {P("x"),
+           {4, 4},
+           {"[0:4,:]", "[0:4,:]", "[0:4,:]", "[0:4,:]", "[4:8,:]", "[4:8,:]", "[4:8,:]",
+            "[4:8,:]"}},
+          {P("x", "y"),
+           {4, 1},
+           {"[0:4,0:1]", "[0:4,1:2]", "[0:4,2:3]", "[0:4,3:4]", "[4:8,0:1]", "[4:8,1:2]",
+            "[4:8,2:3]", "[4:8,3:4]"}},
+          {P(Axes{"x", "y"}),
+           {1, 4},
+           {"[0:1,:]", "[1:2,:]", "[2:3,:]", "[3:4,:]", "[4:5,:]", "[5:6,:]", "[6:7,:]",
+            "[7:8,:]"}},
+          {P(Axes{"y", "x"}),
+           {1, 4},
+           {"[0:1,:]", "[2:3,:]", "[4:5,:]", "[6:7,:]", "[1:2,:]", "[3:4,:]", "[5:6,:]",
+            "[7:8,:]"}},
+          {P(None, "y"),
+           {8, 1},
+           {"[:,0:1]", "[:,1:2]", "[:,2:3]", "[:,3:4]", "[:,0:1]", "[:,1:2]", "[:,2:3]",
+            "[:,3:4]"}},
+          {P("y", "x"),
+           {2, 2},
+           {"[0:2,0:2]", "[2:4,0:2]", "[4:6,0:2]", "[6:8,0:2]", "[0:2,2:4]", "[2:4,2:4]",
+            "[4:6,2:4]", "[6:8,2:4]"}},
+          {P(), {8, 4}, {"[:,:]", "[:,:]", "[:,:]", "[:,:]", "[:,:]", "[:,:]", "[:,:]", "[:,:]"}},
+      });
 }
 
 TEST(ShardingTables, Mesh8) {
@@ -90,7 +133,8 @@ TEST(ShardingTables, Mesh8) {
   for (int k = 0; k < 8; ++k) EXPECT_EQ(cols[k].second, (Index{{0, 2}, {2 * k, 2 * k + 2}}));
   for (const Shape& s : {Shape{}, Shape{5}, Shape{3, 7}}) {
     for (auto& [d, idx] : NamedSharding(mesh, P()).devices_indices_map(s)) {
-      for (size_t i = 0; i < s.size(); ++i) EXPECT_EQ(idx[i], (std::pair<int64_t, int64_t>(0, s[i])));
+      for (size_t i = 0; i < s.size(); ++i)
+        EXPECT_EQ(idx[i], (std::pair<int64_t, int64_t>(0, s[i])));
     }
   }
 }
@@ -147,12 +191,13 @@ TEST(PartitionSpec, ReprAndCanonicalForm) {
   EXPECT_EQ(P(Axes{"x", "y"}).str(), "P(('x', 'y'),)");
   EXPECT_EQ(P(None, "y").str(), "P(None, 'y')");
   EXPECT_EQ(P("x", None).str(), "P('x', None)");
-  EXPECT_EQ(P(Axes{"x"}), P("x"));           // a 1-tuple is the name itself
-  EXPECT_EQ(P(Axes{}), P(None));             // an empty tuple is None
+  EXPECT_EQ(P(Axes{"x"}), P("x"));  // a 1-tuple is the name itself
+  EXPECT_EQ(P(Axes{}), P(None));    // an empty tuple is None
   EXPECT_EQ(P(std::string("x")), P("x"));
-  EXPECT_NE(P("x", None), P("x"));           // trailing None kept ...
+  EXPECT_NE(P("x", None), P("x"));  // trailing None kept ...
   Mesh mesh = make_mesh({4, 2}, {"x", "y"});
-  EXPECT_TRUE(NamedSharding(mesh, P("x", None)).is_equivalent_to(NamedSharding(mesh, P("x")), {8, 4}));
+  EXPECT_TRUE(
+      NamedSharding(mesh, P("x", None)).is_equivalent_to(NamedSharding(mesh, P("x")), {8, 4}));
   EXPECT_FALSE(NamedSharding(mesh, P("x")).is_equivalent_to(NamedSharding(mesh, P("y")), {8, 4}));
   EXPECT_EQ(P("x", Axes{"y", "z"}).axes(), (std::vector<std::string>{"x", "y", "z"}));
 }
@@ -162,15 +207,16 @@ TEST(Sharding, FullyReplicatedAndPlatform) {
   EXPECT_TRUE(NamedSharding(mesh, P()).is_fully_replicated());
   EXPECT_FALSE(NamedSharding(mesh, P("x")).is_fully_replicated());
   Mesh ones = make_mesh({1, 8}, {"a", "b"});
-  EXPECT_TRUE(NamedSharding(ones, P("a")).is_fully_replicated());   // size-1 axis splits nothing
+  EXPECT_TRUE(NamedSharding(ones, P("a")).is_fully_replicated());  // size-1 axis splits nothing
   EXPECT_FALSE(NamedSharding(ones, P("b")).is_fully_replicated());
   SingleDeviceSharding single(devices()[3]);
   EXPECT_TRUE(single.is_fully_replicated());
   EXPECT_EQ(single.shard_shape({5, 7}), (Shape{5, 7}));
   EXPECT_EQ(single.devices_indices_map({5, 7})[0].first.local_index(), 3);
   EXPECT_EQ(single.platform(), default_platform());
-  EXPECT_EQ(NamedSharding(mesh, P("x")).str(), "NamedSharding(mesh=Mesh('x': 4, 'y': 2), spec=P('x',))");
-  Sharding base = NamedSharding(mesh, P("y"));   // converts to the value type
+  EXPECT_EQ(NamedSharding(mesh, P("x")).str(),
+            "NamedSharding(mesh=Mesh('x': 4, 'y': 2), spec=P('x',))");
+  Sharding base = NamedSharding(mesh, P("y"));  // converts to the value type
   EXPECT_EQ(base.shard_shape({8, 4}), (Shape{4, 4}));
 }
 
@@ -193,9 +239,11 @@ TEST(ShardingErrors, IndivisibleAndTooLong) {
   EXPECT_MESHRT_ERROR(NamedSharding(mesh, P(Axes{"x", "y"})).shard_shape({12}),
                       "array axis 0 is partitioned 8 times, but the dimension size is 12",
                       "per-dimension tiling factors: (8,)");
-  EXPECT_MESHRT_ERROR(NamedSharding(mesh, P("x", None)).shard_shape({8}),
-                      "only valid for values of rank at least 2, but was applied to a value of rank 1");
-  EXPECT_MESHRT_ERROR(NamedSharding(mesh, P("x")).shard_shape({}), "For scalars the PartitionSpec should be P()");
+  EXPECT_MESHRT_ERROR(
+      NamedSharding(mesh, P("x", None)).shard_shape({8}),
+      "only valid for values of rank at least 2, but was applied to a value of rank 1");
+  EXPECT_MESHRT_ERROR(NamedSharding(mesh, P("x")).shard_shape({}),
+                      "For scalars the PartitionSpec should be P()");
   EXPECT_MESHRT_ERROR(NamedSharding(mesh, P("x")).shard_shape({-4}), "negative dimension");
 }
 
@@ -224,16 +272,21 @@ TEST(MeshErrors, BadMeshes) {
   auto devs = devices();
   EXPECT_MESHRT_ERROR(Mesh({devs[0], devs[1], devs[2]}, {2, 2}, {"x", "y"}), "[mesh]",
                       "needs 4 devices but 3 were given");
-  EXPECT_MESHRT_ERROR(Mesh({devs[0], devs[1]}, {2}, {"x", "y"}), "[mesh]", "1 axes but 2 axis names");
+  EXPECT_MESHRT_ERROR(Mesh({devs[0], devs[1]}, {2}, {"x", "y"}), "[mesh]",
+                      "1 axes but 2 axis names");
   EXPECT_MESHRT_ERROR(Mesh({devs[0], devs[1], devs[2], devs[3]}, {2, 2}, {"x", "x"}),
                       "duplicate axis name 'x'");
-  EXPECT_MESHRT_ERROR(Mesh({devs[0], devs[0]}, {2}, {"x"}), std::string("device ") + test::dev_name(0) + std::string(" appears more than once"));
+  EXPECT_MESHRT_ERROR(
+      Mesh({devs[0], devs[0]}, {2}, {"x"}),
+      std::string("device ") + test::dev_name(0) + std::string(" appears more than once"));
   EXPECT_MESHRT_ERROR(Mesh({}, {0}, {"x"}), "size 0");
-  EXPECT_MESHRT_ERROR(make_mesh({4, 4}, {"x", "y"}), "[mesh]",
-                      "Number of devices 8 must be >= the product of mesh_shape (4, 4)",
-                      default_platform() == "cpu" ? "MESHRT_CPU_DEVICES=16" : "MESHRT_CUDA_DEVICES_PER_GPU");
+  EXPECT_MESHRT_ERROR(
+      make_mesh({4, 4}, {"x", "y"}), "[mesh]",
+      "Number of devices 8 must be >= the product of mesh_shape (4, 4)",
+      default_platform() == "cpu" ? "MESHRT_CPU_DEVICES=16" : "MESHRT_CUDA_DEVICES_PER_GPU");
   EXPECT_MESHRT_ERROR(make_mesh({2, 2}, {"x"}), "[mesh]");
-  EXPECT_MESHRT_ERROR(make_mesh({8}, {"x"}).axis_size("q"), "axis 'q' is not in the mesh axes ('x',)");
+  EXPECT_MESHRT_ERROR(make_mesh({8}, {"x"}).axis_size("q"),
+                      "axis 'q' is not in the mesh axes ('x',)");
 }
 
 }  // namespace

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <gtest/gtest.h>
+#include <meshrt/meshrt.h>
 
 #include <cstdlib>
 #include <fstream>
@@ -10,22 +11,20 @@
 #include <string>
 #include <vector>
 
-#include <meshrt/meshrt.h>
-
 namespace meshrt::test {
 
 // Asserts that `stmt` throws meshrt::Error whose message contains every fragment.
-#define EXPECT_MESHRT_ERROR(stmt, ...)                                                 \
-  do {                                                                                 \
-    try {                                                                              \
-      stmt;                                                                            \
-      ADD_FAILURE() << "expected meshrt::Error from " #stmt;                           \
-    } catch (const ::meshrt::Error& e) {                                               \
+#define EXPECT_MESHRT_ERROR(stmt, ...)                                                  \
+  do {                                                                                  \
+    try {                                                                               \
+      stmt;                                                                             \
+      ADD_FAILURE() << "expected meshrt::Error from " #stmt;                            \
+    } catch (const ::meshrt::Error& e) {                                                \
       for (const std::string& frag : std::initializer_list<std::string>{__VA_ARGS__}) { \
-        EXPECT_NE(std::string(e.what()).find(frag), std::string::npos)                 \
-            << "message lacks \"" << frag << "\": " << e.what();                       \
-      }                                                                                \
-    }                                                                                  \
+        EXPECT_NE(std::string(e.what()).find(frag), std::string::npos)                  \
+            << "message lacks \"" << frag << "\": " << e.what();                        \
+      }                                                                                 \
+    }                                                                                   \
   } while (0)
 
 // Suites run on the default platform (tests/test_main.cpp pins it: cpu unless a cuda run).

@@ -29,13 +29,16 @@ std::vector<Case> load_cases() {
     size_t eol = text.find('\n', pos);
     size_t next = text.find("\n=== ", eol);
     std::string header = text.substr(pos + 4, eol - pos - 4);
-    std::string body = text.substr(eol + 1, (next == std::string::npos ? text.size() : next + 1) - eol - 1);
+    std::string body =
+        text.substr(eol + 1, (next == std::string::npos ? text.size() : next + 1) - eol - 1);
     std::map<std::string, std::string> kv;
     bool drops = false;
     for (const std::string& tok : split(header, ' ')) {
       size_t eq = tok.find('=');
-      if (eq == std::string::npos) drops |= tok == "jax_drops_labels";
-      else kv[tok.substr(0, eq)] = tok.substr(eq + 1);
+      if (eq == std::string::npos)
+        drops |= tok == "jax_drops_labels";
+      else
+        kv[tok.substr(0, eq)] = tok.substr(eq + 1);
     }
     cases.push_back({header, make_mesh(test::parse_shape(kv["mesh"]), split(kv["names"], ',')),
                      test::parse_shape(kv["shape"]), test::parse_spec(kv["spec"]), drops, body});
@@ -85,9 +88,11 @@ TEST(Visualize, WideTablesKeepLabels) {
     for (auto& [idx, ids] : cells) {
       std::string label = "CPU ";
       for (int id : ids) label += (label.size() > 4 ? "," : "") + std::to_string(id);
-      EXPECT_NE(got.find(label), std::string::npos) << c.header << " lacks " << label << "\n" << got;
+      EXPECT_NE(got.find(label), std::string::npos) << c.header << " lacks " << label << "\n"
+                                                    << got;
     }
-    for (const std::string& line : got_lines) EXPECT_LE(display_width(line), 80u) << c.header << "\n" << got;
+    for (const std::string& line : got_lines)
+      EXPECT_LE(display_width(line), 80u) << c.header << "\n" << got;
   }
   EXPECT_GT(wide, 20);
 }
@@ -107,7 +112,7 @@ TEST(Visualize, ArrayAndDocExamples) {
             "└───────┴───────┘\n");
   Array single = device_put(std::vector<float>(8), {8}, SingleDeviceSharding(devices("cpu")[5]));
   EXPECT_EQ(visualize_sharding(single),
-            "┌───────┐\n"     // as jax.debug.visualize_sharding((8,), SingleDeviceSharding(d5))
+            "┌───────┐\n"  // as jax.debug.visualize_sharding((8,), SingleDeviceSharding(d5))
             "│ CPU 5 │\n"
             "└───────┘\n");
 }

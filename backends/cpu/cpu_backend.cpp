@@ -1,9 +1,9 @@
 // The cpu platform: N simulated devices sharing host memory, one executor each.
 #include <algorithm>
 #include <bit>
-#include <iterator>
 #include <cstdlib>
 #include <cstring>
+#include <iterator>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -15,10 +15,10 @@
 #include "backends/backend.h"
 #include "backends/block_cache.h"
 #include "backends/cpu/kernels.h"
-#include "core/threads/executor.h"
-#include "core/threads/fiber_executor.h"
 #include "core/config.h"
 #include "core/error.h"
+#include "core/threads/executor.h"
+#include "core/threads/fiber_executor.h"
 
 namespace meshrt::cpu {
 namespace {
@@ -28,9 +28,12 @@ constexpr size_t kAlignment = 64;
 // MESHRT_CPU_EXECUTOR: threads | fibers | auto (fibers when devices outnumber cores).
 bool use_fibers(int devices) {
   switch (config::cpu_executor()) {
-    case config::CpuExecutor::threads: return false;
-    case config::CpuExecutor::fibers: return true;
-    case config::CpuExecutor::automatic: break;
+    case config::CpuExecutor::threads:
+      return false;
+    case config::CpuExecutor::fibers:
+      return true;
+    case config::CpuExecutor::automatic:
+      break;
   }
   return devices > static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
 }
@@ -38,7 +41,9 @@ bool use_fibers(int devices) {
 class CpuBackend final : public backend::Backend {
  public:
   explicit CpuBackend(int n) {
-    for (int d = 0; d < n; ++d) caches_.push_back(std::make_unique<backend::BlockCache>(kCacheLimit, [](void* p) { std::free(p); }));
+    for (int d = 0; d < n; ++d)
+      caches_.push_back(
+          std::make_unique<backend::BlockCache>(kCacheLimit, [](void* p) { std::free(p); }));
     configure_blas_threads(n);
     if (use_fibers(n)) {
       const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
@@ -67,7 +72,8 @@ class CpuBackend final : public backend::Backend {
     return std::make_shared<backend::Buffer>(this, device, p, bytes);
   }
   void deallocate(int device, void* data, size_t bytes) noexcept override {
-    if (!caches_[static_cast<size_t>(device)]->give(data, backend::BlockCache::size_class(bytes == 0 ? 1 : bytes))) {
+    if (!caches_[static_cast<size_t>(device)]->give(
+            data, backend::BlockCache::size_class(bytes == 0 ? 1 : bytes))) {
       std::free(data);
     }
   }
@@ -96,12 +102,12 @@ class CpuBackend final : public backend::Backend {
               const backend::Strided& a, const backend::Strided& b, void* y) override {
     cpu::select(dtype, shape, cond, a, b, y);
   }
-  void reduce(int, backend::ReduceOp op, DType dtype, int64_t outer, int64_t len, int64_t inner, const void* x,
-              void* y) override {
+  void reduce(int, backend::ReduceOp op, DType dtype, int64_t outer, int64_t len, int64_t inner,
+              const void* x, void* y) override {
     cpu::reduce(op, dtype, outer, len, inner, x, y);
   }
-  void matmul(int, DType dtype, int64_t batch, int64_t m, int64_t n, int64_t k, const void* a, const void* b,
-              void* c) override {
+  void matmul(int, DType dtype, int64_t batch, int64_t m, int64_t n, int64_t k, const void* a,
+              const void* b, void* c) override {
     cpu::matmul(dtype, batch, m, n, k, a, b, c);
   }
   void fill(int, DType dtype, int64_t n, double value, bool iota, void* y) override {

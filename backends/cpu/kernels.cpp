@@ -36,7 +36,8 @@ constexpr bool kUseTbb = true;
 #endif
 
 tbb::task_arena& arena() {
-  static tbb::task_arena* a = new tbb::task_arena(static_cast<int>(std::max(1u, std::thread::hardware_concurrency())));
+  static tbb::task_arena* a =
+      new tbb::task_arena(static_cast<int>(std::max(1u, std::thread::hardware_concurrency())));
   return *a;
 }
 
@@ -62,8 +63,8 @@ void with_type(DType t, F&& f) {
 // the last dimension, where offsets[i] is input i's element offset at out_index and input i
 // advances by its last stride along the run.
 template <size_t N, class F>
-void walk(const std::vector<int64_t>& shape, const std::array<const std::vector<int64_t>*, N>& strides, int64_t b,
-          int64_t e, F&& fn) {
+void walk(const std::vector<int64_t>& shape,
+          const std::array<const std::vector<int64_t>*, N>& strides, int64_t b, int64_t e, F&& fn) {
   const size_t rank = shape.size();
   if (rank == 0) {
     std::array<int64_t, N> off{};
@@ -99,7 +100,8 @@ using backend::scalar::min_nan;
 using backend::scalar::wrap_add;
 using backend::scalar::wrap_mul;
 using backend::scalar::wrap_sub;
-static_assert(static_cast<int>(UnaryOp::neg) == backend::scalar::kNeg && static_cast<int>(UnaryOp::relu) == backend::scalar::kRelu);
+static_assert(static_cast<int>(UnaryOp::neg) == backend::scalar::kNeg &&
+              static_cast<int>(UnaryOp::relu) == backend::scalar::kRelu);
 
 template <class I, class O, class F>
 void run1(const I* x, int64_t sx, O* y, int64_t n, F f) {
@@ -136,8 +138,13 @@ auto unary_fn(UnaryOp op) {
 
 }  // namespace
 
-void unary(UnaryOp op, DType in, DType out, const std::vector<int64_t>& shape, const Strided& x, void* y) {
-  const int64_t n = [&] { int64_t c = 1; for (int64_t d : shape) c *= d; return c; }();
+void unary(UnaryOp op, DType in, DType out, const std::vector<int64_t>& shape, const Strided& x,
+           void* y) {
+  const int64_t n = [&] {
+    int64_t c = 1;
+    for (int64_t d : shape) c *= d;
+    return c;
+  }();
   if (n == 0) return;
   with_type(in, [&](auto iv) {
     using I = decltype(iv);
@@ -147,31 +154,37 @@ void unary(UnaryOp op, DType in, DType out, const std::vector<int64_t>& shape, c
       O* yp = static_cast<O*>(y);
       const int64_t sx = shape.empty() ? 0 : x.strides.back();
       parallel_ranges(n, [&](int64_t b, int64_t e) {
-        walk<1>(shape, {&x.strides}, b, e, [&](int64_t pos, int64_t len, const std::array<int64_t, 1>& off) {
-          if (op == UnaryOp::copy) {
-            run1(xp + off[0], sx, yp + pos, len, [](I v) { return static_cast<O>(v); });
-          } else if constexpr (std::is_same_v<I, O>) {
-            run1(xp + off[0], sx, yp + pos, len, unary_fn<I>(op));
-          } else {
-            throw Error("[cpu] unary kernel needs equal input and output dtypes");
-          }
-        });
+        walk<1>(shape, {&x.strides}, b, e,
+                [&](int64_t pos, int64_t len, const std::array<int64_t, 1>& off) {
+                  if (op == UnaryOp::copy) {
+                    run1(xp + off[0], sx, yp + pos, len, [](I v) { return static_cast<O>(v); });
+                  } else if constexpr (std::is_same_v<I, O>) {
+                    run1(xp + off[0], sx, yp + pos, len, unary_fn<I>(op));
+                  } else {
+                    throw Error("[cpu] unary kernel needs equal input and output dtypes");
+                  }
+                });
       });
     });
   });
 }
 
-void binary(BinaryOp op, DType in, DType out, const std::vector<int64_t>& shape, const Strided& a, const Strided& b,
-            void* y) {
-  const int64_t n = [&] { int64_t c = 1; for (int64_t d : shape) c *= d; return c; }();
+void binary(BinaryOp op, DType in, DType out, const std::vector<int64_t>& shape, const Strided& a,
+            const Strided& b, void* y) {
+  const int64_t n = [&] {
+    int64_t c = 1;
+    for (int64_t d : shape) c *= d;
+    return c;
+  }();
   if (n == 0) return;
   with_type(in, [&](auto iv) {
     using I = decltype(iv);
     const I* ap = static_cast<const I*>(a.data);
     const I* bp = static_cast<const I*>(b.data);
-    const int64_t sa = shape.empty() ? 0 : a.strides.back(), sb = shape.empty() ? 0 : b.strides.back();
-    const bool compare = op == BinaryOp::eq || op == BinaryOp::ne || op == BinaryOp::lt || op == BinaryOp::le ||
-                         op == BinaryOp::gt || op == BinaryOp::ge;
+    const int64_t sa = shape.empty() ? 0 : a.strides.back(),
+                  sb = shape.empty() ? 0 : b.strides.back();
+    const bool compare = op == BinaryOp::eq || op == BinaryOp::ne || op == BinaryOp::lt ||
+                         op == BinaryOp::le || op == BinaryOp::gt || op == BinaryOp::ge;
     if ((compare && out != DType::bool_) || (!compare && out != in)) {
       throw Error("[cpu] binary kernel: bad output dtype");
     }
@@ -183,36 +196,53 @@ void binary(BinaryOp op, DType in, DType out, const std::vector<int64_t>& shape,
                 if (compare) {
                   bool* yp = static_cast<bool*>(y) + pos;
                   switch (op) {
-                    case BinaryOp::eq: return run2(pa, sa, pb, sb, yp, len, [](I u, I v) { return u == v; });
-                    case BinaryOp::ne: return run2(pa, sa, pb, sb, yp, len, [](I u, I v) { return u != v; });
-                    case BinaryOp::lt: return run2(pa, sa, pb, sb, yp, len, [](I u, I v) { return u < v; });
-                    case BinaryOp::le: return run2(pa, sa, pb, sb, yp, len, [](I u, I v) { return u <= v; });
-                    case BinaryOp::gt: return run2(pa, sa, pb, sb, yp, len, [](I u, I v) { return u > v; });
-                    default: return run2(pa, sa, pb, sb, yp, len, [](I u, I v) { return u >= v; });
+                    case BinaryOp::eq:
+                      return run2(pa, sa, pb, sb, yp, len, [](I u, I v) { return u == v; });
+                    case BinaryOp::ne:
+                      return run2(pa, sa, pb, sb, yp, len, [](I u, I v) { return u != v; });
+                    case BinaryOp::lt:
+                      return run2(pa, sa, pb, sb, yp, len, [](I u, I v) { return u < v; });
+                    case BinaryOp::le:
+                      return run2(pa, sa, pb, sb, yp, len, [](I u, I v) { return u <= v; });
+                    case BinaryOp::gt:
+                      return run2(pa, sa, pb, sb, yp, len, [](I u, I v) { return u > v; });
+                    default:
+                      return run2(pa, sa, pb, sb, yp, len, [](I u, I v) { return u >= v; });
                   }
                 }
                 I* yp = static_cast<I*>(y) + pos;
                 switch (op) {
-                  case BinaryOp::add: return run2(pa, sa, pb, sb, yp, len, [](I u, I v) { return wrap_add(u, v); });
-                  case BinaryOp::sub: return run2(pa, sa, pb, sb, yp, len, [](I u, I v) { return wrap_sub(u, v); });
-                  case BinaryOp::mul: return run2(pa, sa, pb, sb, yp, len, [](I u, I v) { return wrap_mul(u, v); });
+                  case BinaryOp::add:
+                    return run2(pa, sa, pb, sb, yp, len, [](I u, I v) { return wrap_add(u, v); });
+                  case BinaryOp::sub:
+                    return run2(pa, sa, pb, sb, yp, len, [](I u, I v) { return wrap_sub(u, v); });
+                  case BinaryOp::mul:
+                    return run2(pa, sa, pb, sb, yp, len, [](I u, I v) { return wrap_mul(u, v); });
                   case BinaryOp::div:
                     if constexpr (std::is_floating_point_v<I>) {
                       return run2(pa, sa, pb, sb, yp, len, [](I u, I v) { return u / v; });
                     } else {
-                      throw Error("[cpu] integer division reached the kernel; the runtime divides in floating point");
+                      throw Error(
+                          "[cpu] integer division reached the kernel; the runtime divides in "
+                          "floating point");
                     }
-                  case BinaryOp::max: return run2(pa, sa, pb, sb, yp, len, [](I u, I v) { return max_nan(u, v); });
-                  default: return run2(pa, sa, pb, sb, yp, len, [](I u, I v) { return min_nan(u, v); });
+                  case BinaryOp::max:
+                    return run2(pa, sa, pb, sb, yp, len, [](I u, I v) { return max_nan(u, v); });
+                  default:
+                    return run2(pa, sa, pb, sb, yp, len, [](I u, I v) { return min_nan(u, v); });
                 }
               });
     });
   });
 }
 
-void select(DType dtype, const std::vector<int64_t>& shape, const Strided& cond, const Strided& a, const Strided& b,
-            void* y) {
-  const int64_t n = [&] { int64_t c = 1; for (int64_t d : shape) c *= d; return c; }();
+void select(DType dtype, const std::vector<int64_t>& shape, const Strided& cond, const Strided& a,
+            const Strided& b, void* y) {
+  const int64_t n = [&] {
+    int64_t c = 1;
+    for (int64_t d : shape) c *= d;
+    return c;
+  }();
   if (n == 0) return;
   with_type(dtype, [&](auto tv) {
     using T = decltype(tv);
@@ -220,7 +250,8 @@ void select(DType dtype, const std::vector<int64_t>& shape, const Strided& cond,
     const T* ap = static_cast<const T*>(a.data);
     const T* bp = static_cast<const T*>(b.data);
     T* yp = static_cast<T*>(y);
-    const int64_t sc = shape.empty() ? 0 : cond.strides.back(), sa = shape.empty() ? 0 : a.strides.back(),
+    const int64_t sc = shape.empty() ? 0 : cond.strides.back(),
+                  sa = shape.empty() ? 0 : a.strides.back(),
                   sb = shape.empty() ? 0 : b.strides.back();
     parallel_ranges(n, [&](int64_t lo, int64_t hi) {
       walk<3>(shape, {&cond.strides, &a.strides, &b.strides}, lo, hi,
@@ -233,7 +264,8 @@ void select(DType dtype, const std::vector<int64_t>& shape, const Strided& cond,
   });
 }
 
-void reduce(ReduceOp op, DType dtype, int64_t outer, int64_t len, int64_t inner, const void* x, void* y) {
+void reduce(ReduceOp op, DType dtype, int64_t outer, int64_t len, int64_t inner, const void* x,
+            void* y) {
   with_type(dtype, [&](auto tv) {
     using T = decltype(tv);
     if constexpr (std::is_same_v<T, bool>) {
@@ -289,8 +321,10 @@ void reduce(ReduceOp op, DType dtype, int64_t outer, int64_t len, int64_t inner,
       };
       if (kUseTbb && rows * std::max<int64_t>(len, 1) > kParallelGrain && rows > 1) {
         arena().execute([&] {
-          tbb::parallel_for(tbb::blocked_range<int64_t>(0, rows, std::max<int64_t>(1, kParallelGrain / std::max<int64_t>(len, 1))),
-                            [&](const tbb::blocked_range<int64_t>& r) { body(r.begin(), r.end()); });
+          tbb::parallel_for(
+              tbb::blocked_range<int64_t>(
+                  0, rows, std::max<int64_t>(1, kParallelGrain / std::max<int64_t>(len, 1))),
+              [&](const tbb::blocked_range<int64_t>& r) { body(r.begin(), r.end()); });
         });
       } else {
         body(0, rows);
@@ -299,7 +333,8 @@ void reduce(ReduceOp op, DType dtype, int64_t outer, int64_t len, int64_t inner,
   });
 }
 
-void matmul(DType dtype, int64_t batch, int64_t m, int64_t n, int64_t k, const void* a, const void* b, void* c) {
+void matmul(DType dtype, int64_t batch, int64_t m, int64_t n, int64_t k, const void* a,
+            const void* b, void* c) {
   with_type(dtype, [&](auto tv) {
     using T = decltype(tv);
     if constexpr (std::is_same_v<T, bool>) {
@@ -318,20 +353,21 @@ void matmul(DType dtype, int64_t batch, int64_t m, int64_t n, int64_t k, const v
           continue;
         }
         if constexpr (std::is_same_v<T, float>) {
-          cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, static_cast<int>(m), static_cast<int>(n),
-                      static_cast<int>(k), 1.0f, A, static_cast<int>(k), B, static_cast<int>(n), 0.0f, C,
-                      static_cast<int>(n));
+          cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, static_cast<int>(m),
+                      static_cast<int>(n), static_cast<int>(k), 1.0f, A, static_cast<int>(k), B,
+                      static_cast<int>(n), 0.0f, C, static_cast<int>(n));
         } else if constexpr (std::is_same_v<T, double>) {
-          cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, static_cast<int>(m), static_cast<int>(n),
-                      static_cast<int>(k), 1.0, A, static_cast<int>(k), B, static_cast<int>(n), 0.0, C,
-                      static_cast<int>(n));
+          cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, static_cast<int>(m),
+                      static_cast<int>(n), static_cast<int>(k), 1.0, A, static_cast<int>(k), B,
+                      static_cast<int>(n), 0.0, C, static_cast<int>(n));
         } else {
           // Integers (no BLAS): i-k-j order, wrapping like XLA.
           std::fill(C, C + m * n, T(0));
           for (int64_t r = 0; r < m; ++r) {
             for (int64_t q = 0; q < k; ++q) {
               const T av = A[r * k + q];
-              for (int64_t j = 0; j < n; ++j) C[r * n + j] = wrap_add(C[r * n + j], wrap_mul(av, B[q * n + j]));
+              for (int64_t j = 0; j < n; ++j)
+                C[r * n + j] = wrap_add(C[r * n + j], wrap_mul(av, B[q * n + j]));
             }
           }
         }

@@ -12,14 +12,16 @@
 
 namespace meshrt::cpu {
 
-void unary(backend::UnaryOp op, DType in, DType out, const std::vector<int64_t>& shape, const backend::Strided& x,
-           void* y);
-void binary(backend::BinaryOp op, DType in, DType out, const std::vector<int64_t>& shape, const backend::Strided& a,
-            const backend::Strided& b, void* y);
-void select(DType dtype, const std::vector<int64_t>& shape, const backend::Strided& cond, const backend::Strided& a,
-            const backend::Strided& b, void* y);
-void reduce(backend::ReduceOp op, DType dtype, int64_t outer, int64_t len, int64_t inner, const void* x, void* y);
-void matmul(DType dtype, int64_t batch, int64_t m, int64_t n, int64_t k, const void* a, const void* b, void* c);
+void unary(backend::UnaryOp op, DType in, DType out, const std::vector<int64_t>& shape,
+           const backend::Strided& x, void* y);
+void binary(backend::BinaryOp op, DType in, DType out, const std::vector<int64_t>& shape,
+            const backend::Strided& a, const backend::Strided& b, void* y);
+void select(DType dtype, const std::vector<int64_t>& shape, const backend::Strided& cond,
+            const backend::Strided& a, const backend::Strided& b, void* y);
+void reduce(backend::ReduceOp op, DType dtype, int64_t outer, int64_t len, int64_t inner,
+            const void* x, void* y);
+void matmul(DType dtype, int64_t batch, int64_t m, int64_t n, int64_t k, const void* a,
+            const void* b, void* c);
 void fill(DType dtype, int64_t n, double value, bool iota, void* y);
 // Makes BLAS calls single-threaded when simulated devices already keep every core busy.
 void configure_blas_threads(int devices);

@@ -17,69 +17,74 @@
 #include <nccl.h>
 
 #include <algorithm>
-#include <chrono>
-#include <thread>
 #include <atomic>
 #include <cerrno>
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "backends/backend.h"
 #include "backends/block_cache.h"
 #include "backends/cuda/cuda_check.h"
 #include "backends/cuda/cuda_kernels.h"
-#include "core/threads/executor.h"
 #include "backends/merge_dims.h"
 #include "core/config.h"
 #include "core/error.h"
+#include "core/threads/executor.h"
 
 namespace meshrt::cuda {
 namespace {
 
 using backend::FoldOp;
 
-constexpr size_t kStagingBytes = size_t{8} << 20;  // per half of a logical device's pinned buffer
+constexpr size_t kStagingBytes = size_t{8} << 20;    // per half of a logical device's pinned buffer
 constexpr size_t kStageAtLeast = size_t{256} << 10;  // smaller host copies go straight through
 
 std::string dev_name(int d) { return "cuda:" + std::to_string(d); }
 
-
 [[noreturn]] void throw_cublas(cublasStatus_t st, const char* call, int device) {
-  throw Error(std::string("[cuda] ") + call + " failed on " + dev_name(device) + ": cuBLAS status " +
-              std::to_string(static_cast<int>(st)));
+  throw Error(std::string("[cuda] ") + call + " failed on " + dev_name(device) +
+              ": cuBLAS status " + std::to_string(static_cast<int>(st)));
 }
-#define MESHRT_CUBLAS_CHECK(call, device)                                          \
-  do {                                                                             \
-    cublasStatus_t meshrt_st_ = (call);                                            \
+#define MESHRT_CUBLAS_CHECK(call, device)                                               \
+  do {                                                                                  \
+    cublasStatus_t meshrt_st_ = (call);                                                 \
     if (meshrt_st_ != CUBLAS_STATUS_SUCCESS) throw_cublas(meshrt_st_, #call, (device)); \
   } while (0)
 
 [[noreturn]] void throw_nccl(ncclResult_t r, const char* call, int device, ncclComm_t comm) {
   std::string detail = ncclGetErrorString(r);
-  if (const char* last = comm ? ncclGetLastError(comm) : nullptr; last != nullptr && *last != '\0') {
+  if (const char* last = comm ? ncclGetLastError(comm) : nullptr;
+      last != nullptr && *last != '\0') {
     detail += std::string(": ") + last;
   }
   throw Error(std::string("[nccl] ") + call + " failed on " + dev_name(device) + ": " + detail +
               " (NCCL_DEBUG=WARN prints NCCL's own log)");
 }
-#define MESHRT_NCCL_CHECK(call, device, comm)                                   \
-  do {                                                                          \
-    ncclResult_t meshrt_r_ = (call);                                            \
+#define MESHRT_NCCL_CHECK(call, device, comm)                                     \
+  do {                                                                            \
+    ncclResult_t meshrt_r_ = (call);                                              \
     if (meshrt_r_ != ncclSuccess) throw_nccl(meshrt_r_, #call, (device), (comm)); \
   } while (0)
 
 ncclDataType_t nccl_type(DType t) {
   switch (t) {
-    case DType::f32: return ncclFloat32;
-    case DType::f64: return ncclFloat64;
-    case DType::i32: return ncclInt32;
-    case DType::i64: return ncclInt64;
-    case DType::bool_: return ncclUint8;
+    case DType::f32:
+      return ncclFloat32;
+    case DType::f64:
+      return ncclFloat64;
+    case DType::i32:
+      return ncclInt32;
+    case DType::i64:
+      return ncclInt64;
+    case DType::bool_:
+      return ncclUint8;
   }
   return ncclUint8;
 }
@@ -115,7 +120,8 @@ Flat flatten(const std::vector<int64_t>& shape, const std::vector<const backend:
   const backend::MergedDims m = backend::merge_dims(shape, strides);
   if (m.size.size() > static_cast<size_t>(kMaxRank)) {
     throw Error("[cuda] an elementwise op over " + std::to_string(m.size.size()) +
-                " non-mergeable dimensions exceeds the cuda kernels' limit of " + std::to_string(kMaxRank) +
+                " non-mergeable dimensions exceeds the cuda kernels' limit of " +
+                std::to_string(kMaxRank) +
                 "; reshape or make the operand contiguous (e.g. copy it) first");
   }
   Flat f;
@@ -131,8 +137,8 @@ Flat flatten(const std::vector<int64_t>& shape, const std::vector<const backend:
 }
 
 // One row, or rows that are contiguous on both sides, is a 1-D copy; else a 2-D one.
-cudaError_t copy_async(void* dst, size_t dpitch, const void* src, size_t spitch, size_t width, size_t height,
-                       cudaStream_t s) {
+cudaError_t copy_async(void* dst, size_t dpitch, const void* src, size_t spitch, size_t width,
+                       size_t height, cudaStream_t s) {
   if (height == 1 || (dpitch == width && spitch == width)) {
     return cudaMemcpyAsync(dst, src, width * height, cudaMemcpyDefault, s);
   }
@@ -152,8 +158,8 @@ class CudaBackend final : public backend::Backend {
     cudaError_t err = cudaGetDeviceCount(&gpus);
     if (err != cudaSuccess) {
       // No driver or no GPU: the platform is built but not usable on this machine.
-      reason_ = std::string("no usable GPU: cudaGetDeviceCount returned ") + cudaGetErrorName(err) + " (" +
-                cudaGetErrorString(err) + ")";
+      reason_ = std::string("no usable GPU: cudaGetDeviceCount returned ") + cudaGetErrorName(err) +
+                " (" + cudaGetErrorString(err) + ")";
       (void)cudaGetLastError();
       return;
     }
@@ -169,7 +175,8 @@ class CudaBackend final : public backend::Backend {
       size_t free_b = 0, total_b = 0;
       MESHRT_CUDA_CHECK(cudaSetDevice(g), g * per_gpu_);
       MESHRT_CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b), g * per_gpu_);
-      // Cache up to a quarter of the GPU's share per logical device (MESHRT_CUDA_CACHE_BYTES overrides).
+      // Cache up to a quarter of the GPU's share per logical device (MESHRT_CUDA_CACHE_BYTES
+      // overrides).
       size_t limit = total_b / 4 / static_cast<size_t>(per_gpu_);
       if (auto bytes = config::cuda_cache_bytes()) limit = *bytes;
       for (int k = 0; k < per_gpu_; ++k) {
@@ -219,11 +226,13 @@ class CudaBackend final : public backend::Backend {
         (void)cudaGetLastError();
         size_t free_b = 0, total_b = 0;
         cudaMemGetInfo(&free_b, &total_b);
-        throw Error("[cuda] out of memory allocating " + std::to_string(bytes) + " bytes on " + dev_name(device) +
-                    " (GPU " + std::to_string(l.gpu) + "): this logical device holds " +
-                    std::to_string(l.in_use.load()) + " bytes in arrays; the GPU has " + std::to_string(free_b) +
-                    " of " + std::to_string(total_b) + " bytes free (" + cudaGetErrorName(err) +
-                    "). Use smaller arrays, fewer logical devices per GPU (MESHRT_CUDA_DEVICES_PER_GPU), or "
+        throw Error("[cuda] out of memory allocating " + std::to_string(bytes) + " bytes on " +
+                    dev_name(device) + " (GPU " + std::to_string(l.gpu) +
+                    "): this logical device holds " + std::to_string(l.in_use.load()) +
+                    " bytes in arrays; the GPU has " + std::to_string(free_b) + " of " +
+                    std::to_string(total_b) + " bytes free (" + cudaGetErrorName(err) +
+                    "). Use smaller arrays, fewer logical devices per GPU "
+                    "(MESHRT_CUDA_DEVICES_PER_GPU), or "
                     "drop arrays you no longer need");
       }
     }
@@ -242,13 +251,14 @@ class CudaBackend final : public backend::Backend {
     }
   }
 
-  void copy_2d(void* dst, int dst_device, size_t dpitch, const void* src, int src_device, size_t spitch, size_t width,
-               size_t height) override {
+  void copy_2d(void* dst, int dst_device, size_t dpitch, const void* src, int src_device,
+               size_t spitch, size_t width, size_t height) override {
     if (width == 0 || height == 0) return;
     const bool from_host = src_device == backend::kHost, to_host = dst_device == backend::kHost;
     if (from_host && to_host) {
       for (size_t r = 0; r < height; ++r) {
-        std::memcpy(static_cast<char*>(dst) + r * dpitch, static_cast<const char*>(src) + r * spitch, width);
+        std::memcpy(static_cast<char*>(dst) + r * dpitch,
+                    static_cast<const char*>(src) + r * spitch, width);
       }
       return;
     }
@@ -259,7 +269,8 @@ class CudaBackend final : public backend::Backend {
     }
     // The copy runs on the compute stream of the device doing it, after the producer's work.
     const int actor = to_host ? src_device : dst_device;
-    if (!from_host && !to_host && src_device != dst_device) sync(src_device, dev(src_device).compute);
+    if (!from_host && !to_host && src_device != dst_device)
+      sync(src_device, dev(src_device).compute);
     Logical& l = dev(actor);
     set(actor);
     MESHRT_CUDA_CHECK(copy_async(dst, dpitch, src, spitch, width, height, l.compute), actor);
@@ -268,35 +279,41 @@ class CudaBackend final : public backend::Backend {
 
   // ---- op kernels, queued on the compute stream
 
-  void unary(int device, backend::UnaryOp op, DType in, DType out, const std::vector<int64_t>& shape,
-             const backend::Strided& x, void* y) override {
+  void unary(int device, backend::UnaryOp op, DType in, DType out,
+             const std::vector<int64_t>& shape, const backend::Strided& x, void* y) override {
     const Flat f = flatten(shape, {&x});
     set(device);
-    MESHRT_CUDA_CHECK(launch_unary(dev(device).compute, static_cast<int>(op), in, out, f.dims, f.ops[0], y, numel(shape)),
+    MESHRT_CUDA_CHECK(launch_unary(dev(device).compute, static_cast<int>(op), in, out, f.dims,
+                                   f.ops[0], y, numel(shape)),
                       device);
   }
-  void binary(int device, backend::BinaryOp op, DType in, DType out, const std::vector<int64_t>& shape,
-              const backend::Strided& a, const backend::Strided& b, void* y) override {
+  void binary(int device, backend::BinaryOp op, DType in, DType out,
+              const std::vector<int64_t>& shape, const backend::Strided& a,
+              const backend::Strided& b, void* y) override {
     const Flat f = flatten(shape, {&a, &b});
     set(device);
-    MESHRT_CUDA_CHECK(launch_binary(dev(device).compute, static_cast<int>(op), in, out, f.dims, f.ops[0], f.ops[1], y,
-                                    numel(shape)),
+    MESHRT_CUDA_CHECK(launch_binary(dev(device).compute, static_cast<int>(op), in, out, f.dims,
+                                    f.ops[0], f.ops[1], y, numel(shape)),
                       device);
   }
-  void select(int device, DType dtype, const std::vector<int64_t>& shape, const backend::Strided& cond,
-              const backend::Strided& a, const backend::Strided& b, void* y) override {
+  void select(int device, DType dtype, const std::vector<int64_t>& shape,
+              const backend::Strided& cond, const backend::Strided& a, const backend::Strided& b,
+              void* y) override {
     const Flat f = flatten(shape, {&cond, &a, &b});
     set(device);
-    MESHRT_CUDA_CHECK(
-        launch_select(dev(device).compute, dtype, f.dims, f.ops[0], f.ops[1], f.ops[2], y, numel(shape)), device);
+    MESHRT_CUDA_CHECK(launch_select(dev(device).compute, dtype, f.dims, f.ops[0], f.ops[1],
+                                    f.ops[2], y, numel(shape)),
+                      device);
   }
-  void reduce(int device, backend::ReduceOp op, DType dtype, int64_t outer, int64_t len, int64_t inner, const void* x,
-              void* y) override {
+  void reduce(int device, backend::ReduceOp op, DType dtype, int64_t outer, int64_t len,
+              int64_t inner, const void* x, void* y) override {
     set(device);
-    MESHRT_CUDA_CHECK(launch_reduce(dev(device).compute, static_cast<int>(op), dtype, outer, len, inner, x, y), device);
+    MESHRT_CUDA_CHECK(
+        launch_reduce(dev(device).compute, static_cast<int>(op), dtype, outer, len, inner, x, y),
+        device);
   }
-  void matmul(int device, DType dtype, int64_t batch, int64_t m, int64_t n, int64_t k, const void* a, const void* b,
-              void* c) override {
+  void matmul(int device, DType dtype, int64_t batch, int64_t m, int64_t n, int64_t k,
+              const void* a, const void* b, void* c) override {
     if (batch == 0 || m == 0 || n == 0) return;
     Logical& l = dev(device);
     set(device);
@@ -310,7 +327,8 @@ class CudaBackend final : public backend::Backend {
     }
     constexpr int64_t kIntMax = 2147483647;
     if (m > kIntMax || n > kIntMax || k > kIntMax || batch > kIntMax) {
-      throw Error("[cuda] matmul dimensions beyond 2^31-1 are not supported by cuBLAS's 32-bit interface");
+      throw Error(
+          "[cuda] matmul dimensions beyond 2^31-1 are not supported by cuBLAS's 32-bit interface");
     }
     std::lock_guard<std::mutex> lock(l.blas_mu);
     if (l.blas == nullptr) MESHRT_CUBLAS_CHECK(cublasCreate(&l.blas), device);
@@ -319,18 +337,20 @@ class CudaBackend final : public backend::Backend {
     const int M = static_cast<int>(m), N = static_cast<int>(n), K = static_cast<int>(k);
     if (dtype == DType::f32) {
       const float one = 1.0f, zero = 0.0f;
-      MESHRT_CUBLAS_CHECK(cublasSgemmStridedBatched(l.blas, CUBLAS_OP_N, CUBLAS_OP_N, N, M, K, &one,
-                                                    static_cast<const float*>(b), N, k * n, static_cast<const float*>(a),
-                                                    K, m * k, &zero, static_cast<float*>(c), N, m * n,
-                                                    static_cast<int>(batch)),
-                          device);
+      MESHRT_CUBLAS_CHECK(
+          cublasSgemmStridedBatched(l.blas, CUBLAS_OP_N, CUBLAS_OP_N, N, M, K, &one,
+                                    static_cast<const float*>(b), N, k * n,
+                                    static_cast<const float*>(a), K, m * k, &zero,
+                                    static_cast<float*>(c), N, m * n, static_cast<int>(batch)),
+          device);
     } else {
       const double one = 1.0, zero = 0.0;
-      MESHRT_CUBLAS_CHECK(cublasDgemmStridedBatched(l.blas, CUBLAS_OP_N, CUBLAS_OP_N, N, M, K, &one,
-                                                    static_cast<const double*>(b), N, k * n,
-                                                    static_cast<const double*>(a), K, m * k, &zero,
-                                                    static_cast<double*>(c), N, m * n, static_cast<int>(batch)),
-                          device);
+      MESHRT_CUBLAS_CHECK(
+          cublasDgemmStridedBatched(l.blas, CUBLAS_OP_N, CUBLAS_OP_N, N, M, K, &one,
+                                    static_cast<const double*>(b), N, k * n,
+                                    static_cast<const double*>(a), K, m * k, &zero,
+                                    static_cast<double*>(c), N, m * n, static_cast<int>(batch)),
+          device);
     }
   }
   void fill(int device, DType dtype, int64_t n, double value, bool iota, void* y) override {
@@ -338,22 +358,25 @@ class CudaBackend final : public backend::Backend {
     MESHRT_CUDA_CHECK(launch_fill(dev(device).compute, dtype, n, value, iota, y), device);
   }
 
-  void submit(int device, std::function<void()> task) override { dev(device).exec->submit(std::move(task)); }
+  void submit(int device, std::function<void()> task) override {
+    dev(device).exec->submit(std::move(task));
+  }
 
   // ---- collective primitives, on the communication stream
 
   void coll_begin(int device) override { sync(device, dev(device).compute); }
-  void coll_copy_2d(int device, void* dst, size_t dpitch, const void* src, size_t spitch, size_t width,
-                    size_t height) override {
+  void coll_copy_2d(int device, void* dst, size_t dpitch, const void* src, size_t spitch,
+                    size_t width, size_t height) override {
     set(device);
-    MESHRT_CUDA_CHECK(copy_async(dst, dpitch, src, spitch, width, height, dev(device).comm), device);
+    MESHRT_CUDA_CHECK(copy_async(dst, dpitch, src, spitch, width, height, dev(device).comm),
+                      device);
   }
   void coll_zero(int device, void* dst, size_t bytes) override {
     set(device);
     MESHRT_CUDA_CHECK(cudaMemsetAsync(dst, 0, bytes, dev(device).comm), device);
   }
-  void coll_fold(int device, FoldOp op, DType in, DType out, void* dst, const std::vector<const void*>& srcs,
-                 int64_t len) override {
+  void coll_fold(int device, FoldOp op, DType in, DType out, void* dst,
+                 const std::vector<const void*>& srcs, int64_t len) override {
     Logical& l = dev(device);
     set(device);
     if (op != FoldOp::mean) {
@@ -369,15 +392,19 @@ class CudaBackend final : public backend::Backend {
       l.hold.push_back(std::move(buf));  // until the fence: the stream still reads it
     }
     fold_chain(device, 0, in, sum, srcs, len);
-    MESHRT_CUDA_CHECK(launch_mean(l.comm, in, out, dst, sum, len, static_cast<int64_t>(srcs.size())), device);
+    MESHRT_CUDA_CHECK(
+        launch_mean(l.comm, in, out, dst, sum, len, static_cast<int64_t>(srcs.size())), device);
   }
-  void coll_fold_rows(int device, FoldOp op, DType dtype, void* dst, int64_t dpitch, const std::vector<const void*>& srcs,
-                      int64_t spitch, int64_t len, int64_t rows) override {
-    if (op == FoldOp::mean) throw Error("[collectives] coll_fold_rows takes sum, max or min; this is a meshrt bug");
+  void coll_fold_rows(int device, FoldOp op, DType dtype, void* dst, int64_t dpitch,
+                      const std::vector<const void*>& srcs, int64_t spitch, int64_t len,
+                      int64_t rows) override {
+    if (op == FoldOp::mean)
+      throw Error("[collectives] coll_fold_rows takes sum, max or min; this is a meshrt bug");
     set(device);
     fold_chain(device, static_cast<int>(op), dtype, dst, dpitch, srcs, spitch, len, rows);
   }
-  void coll_mean(int device, DType in, DType out, void* dst, const void* sum, int64_t len, int64_t divisor) override {
+  void coll_mean(int device, DType in, DType out, void* dst, const void* sum, int64_t len,
+                 int64_t divisor) override {
     set(device);
     MESHRT_CUDA_CHECK(launch_mean(dev(device).comm, in, out, dst, sum, len, divisor), device);
   }
@@ -392,12 +419,14 @@ class CudaBackend final : public backend::Backend {
       const cudaError_t st = cudaStreamQuery(l.comm);
       if (st == cudaSuccess) break;
       if (st != cudaErrorNotReady) MESHRT_CUDA_CHECK(st, device);
-      if (polls > 200) std::this_thread::sleep_for(std::chrono::microseconds(polls > 2000 ? 200 : 20));
+      if (polls > 200)
+        std::this_thread::sleep_for(std::chrono::microseconds(polls > 2000 ? 200 : 20));
       if (std::chrono::steady_clock::now() - start > fence_timeout_) {
-        throw Error("[cuda] collective work queued on " + dev_name(device) + " did not finish within " +
-                    std::to_string(fence_timeout_.count()) +
-                    " s (MESHRT_COLLECTIVE_TIMEOUT): a kernel is stuck on the GPU; the device is unusable "
-                    "until the process restarts");
+        throw Error(
+            "[cuda] collective work queued on " + dev_name(device) + " did not finish within " +
+            std::to_string(fence_timeout_.count()) +
+            " s (MESHRT_COLLECTIVE_TIMEOUT): a kernel is stuck on the GPU; the device is unusable "
+            "until the process restarts");
       }
     }
     l.hold.clear();
@@ -413,14 +442,17 @@ class CudaBackend final : public backend::Backend {
       }
     }
     set(device);
-    if (ev == nullptr) MESHRT_CUDA_CHECK(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming), device);
+    if (ev == nullptr)
+      MESHRT_CUDA_CHECK(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming), device);
     MESHRT_CUDA_CHECK(cudaEventRecord(ev, l.comm), device);
     return ev;
   }
   void coll_wait_token(int device, void* token) override {
-    if (token == nullptr) throw Error("[collectives] a peer's progress token is missing; this is a meshrt bug");
+    if (token == nullptr)
+      throw Error("[collectives] a peer's progress token is missing; this is a meshrt bug");
     set(device);
-    MESHRT_CUDA_CHECK(cudaStreamWaitEvent(dev(device).comm, static_cast<cudaEvent_t>(token), 0), device);
+    MESHRT_CUDA_CHECK(cudaStreamWaitEvent(dev(device).comm, static_cast<cudaEvent_t>(token), 0),
+                      device);
   }
   void coll_release_token(int device, void* token) noexcept override {
     Logical& l = dev(device);
@@ -434,48 +466,56 @@ class CudaBackend final : public backend::Backend {
     for (size_t i = 0; i < group.size(); ++i) {
       for (size_t j = i + 1; j < group.size(); ++j) {
         if (dev(group[i]).gpu == dev(group[j]).gpu) {
-          return dev_name(group[i]) + " and " + dev_name(group[j]) + " are logical devices on the same GPU " +
-                 std::to_string(dev(group[i]).gpu) + " (MESHRT_CUDA_DEVICES_PER_GPU=" + std::to_string(per_gpu_) +
+          return dev_name(group[i]) + " and " + dev_name(group[j]) +
+                 " are logical devices on the same GPU " + std::to_string(dev(group[i]).gpu) +
+                 " (MESHRT_CUDA_DEVICES_PER_GPU=" + std::to_string(per_gpu_) +
                  "), and NCCL refuses two ranks on one GPU";
         }
       }
     }
     return "";
   }
-  void native_all_reduce(int device, const std::vector<int>& group, FoldOp op, DType dtype, const void* in, void* out,
-                         int64_t count) override {
+  void native_all_reduce(int device, const std::vector<int>& group, FoldOp op, DType dtype,
+                         const void* in, void* out, int64_t count) override {
     ncclComm_t c = comm_for(group, device);
     const ncclRedOp_t r = op == FoldOp::max ? ncclMax : op == FoldOp::min ? ncclMin : ncclSum;
     set(device);
-    MESHRT_NCCL_CHECK(ncclAllReduce(in, out, static_cast<size_t>(count), nccl_type(dtype), r, c, dev(device).comm),
+    MESHRT_NCCL_CHECK(ncclAllReduce(in, out, static_cast<size_t>(count), nccl_type(dtype), r, c,
+                                    dev(device).comm),
                       device, c);
   }
-  void native_all_gather(int device, const std::vector<int>& group, const void* in, void* out, int64_t bytes) override {
-    ncclComm_t c = comm_for(group, device);
-    set(device);
-    MESHRT_NCCL_CHECK(ncclAllGather(in, out, static_cast<size_t>(bytes), ncclUint8, c, dev(device).comm), device, c);
-  }
-  void native_reduce_scatter(int device, const std::vector<int>& group, DType dtype, const void* in, void* out,
-                             int64_t count) override {
+  void native_all_gather(int device, const std::vector<int>& group, const void* in, void* out,
+                         int64_t bytes) override {
     ncclComm_t c = comm_for(group, device);
     set(device);
     MESHRT_NCCL_CHECK(
-        ncclReduceScatter(in, out, static_cast<size_t>(count), nccl_type(dtype), ncclSum, c, dev(device).comm), device,
+        ncclAllGather(in, out, static_cast<size_t>(bytes), ncclUint8, c, dev(device).comm), device,
         c);
   }
-  void native_send_recv(int device, const std::vector<int>& group, const std::vector<Transfer>& sends,
+  void native_reduce_scatter(int device, const std::vector<int>& group, DType dtype, const void* in,
+                             void* out, int64_t count) override {
+    ncclComm_t c = comm_for(group, device);
+    set(device);
+    MESHRT_NCCL_CHECK(ncclReduceScatter(in, out, static_cast<size_t>(count), nccl_type(dtype),
+                                        ncclSum, c, dev(device).comm),
+                      device, c);
+  }
+  void native_send_recv(int device, const std::vector<int>& group,
+                        const std::vector<Transfer>& sends,
                         const std::vector<Transfer>& recvs) override {
     ncclComm_t c = comm_for(group, device);
     set(device);
     cudaStream_t s = dev(device).comm;
     MESHRT_NCCL_CHECK(ncclGroupStart(), device, c);
     for (const Transfer& t : sends) {
-      MESHRT_NCCL_CHECK(ncclSend(t.data, static_cast<size_t>(t.bytes), ncclUint8, static_cast<int>(t.peer), c, s),
-                        device, c);
+      MESHRT_NCCL_CHECK(
+          ncclSend(t.data, static_cast<size_t>(t.bytes), ncclUint8, static_cast<int>(t.peer), c, s),
+          device, c);
     }
     for (const Transfer& t : recvs) {
-      MESHRT_NCCL_CHECK(ncclRecv(t.data, static_cast<size_t>(t.bytes), ncclUint8, static_cast<int>(t.peer), c, s),
-                        device, c);
+      MESHRT_NCCL_CHECK(
+          ncclRecv(t.data, static_cast<size_t>(t.bytes), ncclUint8, static_cast<int>(t.peer), c, s),
+          device, c);
     }
     MESHRT_NCCL_CHECK(ncclGroupEnd(), device, c);
   }
@@ -506,21 +546,22 @@ class CudaBackend final : public backend::Backend {
   }
 
   // dst = fold of srcs (left to right), in launches of at most kMaxFoldSources sources.
-  void fold_chain(int device, int op, DType t, void* dst, int64_t dpitch, const std::vector<const void*>& srcs,
-                  int64_t spitch, int64_t len, int64_t rows) {
+  void fold_chain(int device, int op, DType t, void* dst, int64_t dpitch,
+                  const std::vector<const void*>& srcs, int64_t spitch, int64_t len, int64_t rows) {
     cudaStream_t s = dev(device).comm;
     size_t at = 0;
     bool accumulate = false;
     while (at < srcs.size()) {
       const size_t take = std::min(srcs.size() - at, static_cast<size_t>(kMaxFoldSources));
-      MESHRT_CUDA_CHECK(launch_fold_rows(s, op, t, dst, dpitch, srcs.data() + at, static_cast<int>(take), spitch, len,
-                                         rows, accumulate),
+      MESHRT_CUDA_CHECK(launch_fold_rows(s, op, t, dst, dpitch, srcs.data() + at,
+                                         static_cast<int>(take), spitch, len, rows, accumulate),
                         device);
       at += take;
       accumulate = true;
     }
   }
-  void fold_chain(int device, int op, DType t, void* dst, const std::vector<const void*>& srcs, int64_t len) {
+  void fold_chain(int device, int op, DType t, void* dst, const std::vector<const void*>& srcs,
+                  int64_t len) {
     fold_chain(device, op, t, dst, len, srcs, len, len, 1);
   }
 
@@ -533,7 +574,8 @@ class CudaBackend final : public backend::Backend {
     std::lock_guard<std::mutex> lock(l.stage_mu);
     set(device);
     if (l.staging == nullptr) {
-      MESHRT_CUDA_CHECK(cudaHostAlloc(reinterpret_cast<void**>(&l.staging), 2 * kStagingBytes, cudaHostAllocPortable),
+      MESHRT_CUDA_CHECK(cudaHostAlloc(reinterpret_cast<void**>(&l.staging), 2 * kStagingBytes,
+                                      cudaHostAllocPortable),
                         device);
     }
     cudaStream_t s = l.compute;  // after the kernels that produced (or last used) the device side
@@ -545,7 +587,8 @@ class CudaBackend final : public backend::Backend {
     for (size_t off = 0; off < bytes; off += kStagingBytes, half ^= 1) {
       const size_t n = std::min(kStagingBytes, bytes - off);
       char* stage = l.staging + static_cast<size_t>(half) * kStagingBytes;
-      MESHRT_CUDA_CHECK(cudaEventSynchronize(l.staged[half]), device);  // this half's last DMA is done
+      MESHRT_CUDA_CHECK(cudaEventSynchronize(l.staged[half]),
+                        device);  // this half's last DMA is done
       if (upload) {
         std::memcpy(stage, h + off, n);
         MESHRT_CUDA_CHECK(cudaMemcpyAsync(d + off, stage, n, cudaMemcpyHostToDevice, s), device);
@@ -576,7 +619,8 @@ class CudaBackend final : public backend::Backend {
       std::vector<int> gpus;
       for (int d : group) gpus.push_back(dev(d).gpu);
       comms.resize(group.size());
-      MESHRT_NCCL_CHECK(ncclCommInitAll(comms.data(), static_cast<int>(group.size()), gpus.data()), device, nullptr);
+      MESHRT_NCCL_CHECK(ncclCommInitAll(comms.data(), static_cast<int>(group.size()), gpus.data()),
+                        device, nullptr);
     }
     const auto at = std::find(group.begin(), group.end(), device) - group.begin();
     return comms[static_cast<size_t>(at)];

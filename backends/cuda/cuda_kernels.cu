@@ -1,10 +1,9 @@
 // The cuda backend's kernels. Element semantics come from backends/scalar_ops.h, the same
 // definitions the cpu kernels use; loops are grid-stride over the output.
-#include "backends/cuda/cuda_kernels.h"
-
 #include <type_traits>
 #include <utility>
 
+#include "backends/cuda/cuda_kernels.h"
 #include "backends/scalar_ops.h"
 
 namespace meshrt::cuda {
@@ -38,7 +37,8 @@ __device__ __forceinline__ int64_t offset_of(const Dims& d, const int64_t* strid
 template <class I, class O>
 __global__ void unary_kernel(int op, Dims d, Operand x, O* y, int64_t n) {
   const I* xp = static_cast<const I*>(x.data);
-  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
+       i += int64_t{gridDim.x} * blockDim.x) {
     const I v = xp[offset_of(d, x.stride, i)];
     if (op == 0) {
       y[i] = static_cast<O>(v);
@@ -52,25 +52,38 @@ __global__ void unary_kernel(int op, Dims d, Operand x, O* y, int64_t n) {
 template <class I>
 __device__ __forceinline__ I arith(int op, I u, I v) {
   switch (op) {
-    case 0: return sc::wrap_add(u, v);
-    case 1: return sc::wrap_sub(u, v);
-    case 2: return sc::wrap_mul(u, v);
+    case 0:
+      return sc::wrap_add(u, v);
+    case 1:
+      return sc::wrap_sub(u, v);
+    case 2:
+      return sc::wrap_mul(u, v);
     case 3:
-      if constexpr (std::is_floating_point_v<I>) return u / v;
-      else return I(0);  // the runtime divides integers in floating point; never reached
-    case 4: return sc::max_nan(u, v);
-    default: return sc::min_nan(u, v);
+      if constexpr (std::is_floating_point_v<I>)
+        return u / v;
+      else
+        return I(0);  // the runtime divides integers in floating point; never reached
+    case 4:
+      return sc::max_nan(u, v);
+    default:
+      return sc::min_nan(u, v);
   }
 }
 template <class I>
 __device__ __forceinline__ bool compare(int op, I u, I v) {
   switch (op) {
-    case 6: return u == v;
-    case 7: return u != v;
-    case 8: return u < v;
-    case 9: return u <= v;
-    case 10: return u > v;
-    default: return u >= v;
+    case 6:
+      return u == v;
+    case 7:
+      return u != v;
+    case 8:
+      return u < v;
+    case 9:
+      return u <= v;
+    case 10:
+      return u > v;
+    default:
+      return u >= v;
   }
 }
 
@@ -78,10 +91,13 @@ template <class I>
 __global__ void binary_kernel(int op, Dims d, Operand a, Operand b, void* y, int64_t n) {
   const I* ap = static_cast<const I*>(a.data);
   const I* bp = static_cast<const I*>(b.data);
-  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
+       i += int64_t{gridDim.x} * blockDim.x) {
     const I u = ap[offset_of(d, a.stride, i)], v = bp[offset_of(d, b.stride, i)];
-    if (op >= 6) static_cast<bool*>(y)[i] = compare(op, u, v);
-    else static_cast<I*>(y)[i] = arith(op, u, v);
+    if (op >= 6)
+      static_cast<bool*>(y)[i] = compare(op, u, v);
+    else
+      static_cast<I*>(y)[i] = arith(op, u, v);
   }
 }
 
@@ -90,16 +106,20 @@ __global__ void select_kernel(Dims d, Operand c, Operand a, Operand b, T* y, int
   const bool* cp = static_cast<const bool*>(c.data);
   const T* ap = static_cast<const T*>(a.data);
   const T* bp = static_cast<const T*>(b.data);
-  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x) {
-    y[i] = cp[offset_of(d, c.stride, i)] ? ap[offset_of(d, a.stride, i)] : bp[offset_of(d, b.stride, i)];
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
+       i += int64_t{gridDim.x} * blockDim.x) {
+    y[i] = cp[offset_of(d, c.stride, i)] ? ap[offset_of(d, a.stride, i)]
+                                         : bp[offset_of(d, b.stride, i)];
   }
 }
 
 // One thread per output (o, i), folding over len in order (the cpu kernel's order).
 template <class T>
-__global__ void reduce_kernel(int op, int64_t outer, int64_t len, int64_t inner, const T* x, void* y) {
+__global__ void reduce_kernel(int op, int64_t outer, int64_t len, int64_t inner, const T* x,
+                              void* y) {
   const int64_t rows = outer * inner;
-  for (int64_t r = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; r < rows; r += int64_t{gridDim.x} * blockDim.x) {
+  for (int64_t r = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; r < rows;
+       r += int64_t{gridDim.x} * blockDim.x) {
     const int64_t o = r / inner, i = r % inner;
     const T* base = x + o * len * inner + i;
     if (op == 3) {  // argmax
@@ -127,13 +147,15 @@ __global__ void reduce_kernel(int op, int64_t outer, int64_t len, int64_t inner,
 template <class T>
 __global__ void fill_kernel(T* y, int64_t n, double value, bool iota) {
   const T v = static_cast<T>(value);
-  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
+       i += int64_t{gridDim.x} * blockDim.x) {
     y[i] = iota ? static_cast<T>(i) : v;
   }
 }
 
 template <class T>
-__global__ void int_matmul_kernel(int64_t batch, int64_t m, int64_t n, int64_t k, const T* a, const T* b, T* c) {
+__global__ void int_matmul_kernel(int64_t batch, int64_t m, int64_t n, int64_t k, const T* a,
+                                  const T* b, T* c) {
   const int64_t total = batch * m * n;
   for (int64_t idx = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; idx < total;
        idx += int64_t{gridDim.x} * blockDim.x) {
@@ -152,10 +174,11 @@ struct Sources {
 
 // Element (r, e) of `rows` rows of `len`: dst at r*dpitch + e, every source at r*spitch + e.
 template <class T>
-__global__ void fold_kernel(int op, T* dst, int64_t dpitch, Sources s, int count, int64_t spitch, int64_t len,
-                            int64_t rows, bool accumulate) {
+__global__ void fold_kernel(int op, T* dst, int64_t dpitch, Sources s, int count, int64_t spitch,
+                            int64_t len, int64_t rows, bool accumulate) {
   const int64_t total = len * rows;
-  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < total; i += int64_t{gridDim.x} * blockDim.x) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < total;
+       i += int64_t{gridDim.x} * blockDim.x) {
     const int64_t r = i / len, e = i % len;
     T* d = dst + r * dpitch + e;
     const int64_t at = r * spitch + e;
@@ -171,15 +194,16 @@ __global__ void fold_kernel(int op, T* dst, int64_t dpitch, Sources s, int count
 template <class I, class O>
 __global__ void mean_kernel(O* dst, const I* sum, int64_t len, int64_t divisor) {
   const O d = static_cast<O>(divisor);
-  for (int64_t e = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; e < len; e += int64_t{gridDim.x} * blockDim.x) {
+  for (int64_t e = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; e < len;
+       e += int64_t{gridDim.x} * blockDim.x) {
     dst[e] = static_cast<O>(sum[e]) / d;
   }
 }
 
 }  // namespace
 
-cudaError_t launch_unary(cudaStream_t s, int op, DType in, DType out, const Dims& d, const Operand& x, void* y,
-                         int64_t n) {
+cudaError_t launch_unary(cudaStream_t s, int op, DType in, DType out, const Dims& d,
+                         const Operand& x, void* y, int64_t n) {
   if (n == 0) return cudaSuccess;
   return with_type(in, [&](auto iv) {
     using I = decltype(iv);
@@ -191,8 +215,8 @@ cudaError_t launch_unary(cudaStream_t s, int op, DType in, DType out, const Dims
   });
 }
 
-cudaError_t launch_binary(cudaStream_t s, int op, DType in, DType, const Dims& d, const Operand& a, const Operand& b,
-                          void* y, int64_t n) {
+cudaError_t launch_binary(cudaStream_t s, int op, DType in, DType, const Dims& d, const Operand& a,
+                          const Operand& b, void* y, int64_t n) {
   if (n == 0) return cudaSuccess;
   return with_type(in, [&](auto iv) {
     using I = decltype(iv);
@@ -201,8 +225,8 @@ cudaError_t launch_binary(cudaStream_t s, int op, DType in, DType, const Dims& d
   });
 }
 
-cudaError_t launch_select(cudaStream_t s, DType t, const Dims& d, const Operand& cond, const Operand& a,
-                          const Operand& b, void* y, int64_t n) {
+cudaError_t launch_select(cudaStream_t s, DType t, const Dims& d, const Operand& cond,
+                          const Operand& a, const Operand& b, void* y, int64_t n) {
   if (n == 0) return cudaSuccess;
   return with_type(t, [&](auto tv) {
     using T = decltype(tv);
@@ -211,8 +235,8 @@ cudaError_t launch_select(cudaStream_t s, DType t, const Dims& d, const Operand&
   });
 }
 
-cudaError_t launch_reduce(cudaStream_t s, int op, DType t, int64_t outer, int64_t len, int64_t inner, const void* x,
-                          void* y) {
+cudaError_t launch_reduce(cudaStream_t s, int op, DType t, int64_t outer, int64_t len,
+                          int64_t inner, const void* x, void* y) {
   const int64_t rows = outer * inner;
   if (rows == 0) return cudaSuccess;
   return with_type(t, [&](auto tv) {
@@ -220,7 +244,8 @@ cudaError_t launch_reduce(cudaStream_t s, int op, DType t, int64_t outer, int64_
     if constexpr (std::is_same_v<T, bool>) {
       return cudaErrorInvalidValue;  // the runtime converts bool to an integer first
     } else {
-      reduce_kernel<T><<<blocks_for(rows), kThreads, 0, s>>>(op, outer, len, inner, static_cast<const T*>(x), y);
+      reduce_kernel<T><<<blocks_for(rows), kThreads, 0, s>>>(op, outer, len, inner,
+                                                             static_cast<const T*>(x), y);
       return cudaGetLastError();
     }
   });
@@ -235,8 +260,8 @@ cudaError_t launch_fill(cudaStream_t s, DType t, int64_t n, double value, bool i
   });
 }
 
-cudaError_t launch_int_matmul(cudaStream_t s, DType t, int64_t batch, int64_t m, int64_t n, int64_t k, const void* a,
-                              const void* b, void* c) {
+cudaError_t launch_int_matmul(cudaStream_t s, DType t, int64_t batch, int64_t m, int64_t n,
+                              int64_t k, const void* a, const void* b, void* c) {
   const int64_t total = batch * m * n;
   if (total == 0) return cudaSuccess;
   return with_type(t, [&](auto tv) {
@@ -244,38 +269,39 @@ cudaError_t launch_int_matmul(cudaStream_t s, DType t, int64_t batch, int64_t m,
     if constexpr (std::is_same_v<T, bool>) {
       return cudaErrorInvalidValue;
     } else {
-      int_matmul_kernel<T><<<blocks_for(total), kThreads, 0, s>>>(batch, m, n, k, static_cast<const T*>(a),
-                                                                   static_cast<const T*>(b), static_cast<T*>(c));
+      int_matmul_kernel<T><<<blocks_for(total), kThreads, 0, s>>>(
+          batch, m, n, k, static_cast<const T*>(a), static_cast<const T*>(b), static_cast<T*>(c));
       return cudaGetLastError();
     }
   });
 }
 
-cudaError_t launch_fold_rows(cudaStream_t s, int op, DType t, void* dst, int64_t dpitch, const void* const* srcs,
-                             int count, int64_t spitch, int64_t len, int64_t rows, bool accumulate) {
+cudaError_t launch_fold_rows(cudaStream_t s, int op, DType t, void* dst, int64_t dpitch,
+                             const void* const* srcs, int count, int64_t spitch, int64_t len,
+                             int64_t rows, bool accumulate) {
   if (len == 0 || rows == 0) return cudaSuccess;
   if (count < 1 || count > kMaxFoldSources) return cudaErrorInvalidValue;
   Sources src{};
   for (int j = 0; j < count; ++j) src.p[j] = srcs[j];
   return with_type(t, [&](auto tv) {
     using T = decltype(tv);
-    fold_kernel<T><<<blocks_for(len * rows), kThreads, 0, s>>>(op, static_cast<T*>(dst), dpitch, src, count, spitch,
-                                                               len, rows, accumulate);
+    fold_kernel<T><<<blocks_for(len * rows), kThreads, 0, s>>>(
+        op, static_cast<T*>(dst), dpitch, src, count, spitch, len, rows, accumulate);
     return cudaGetLastError();
   });
 }
 
-
-cudaError_t launch_mean(cudaStream_t s, DType in, DType out, void* dst, const void* sum, int64_t len, int64_t divisor) {
+cudaError_t launch_mean(cudaStream_t s, DType in, DType out, void* dst, const void* sum,
+                        int64_t len, int64_t divisor) {
   if (len == 0) return cudaSuccess;
   return with_type(in, [&](auto iv) {
     using I = decltype(iv);
     if (out == DType::f32) {
-      mean_kernel<I, float><<<blocks_for(len), kThreads, 0, s>>>(static_cast<float*>(dst), static_cast<const I*>(sum),
-                                                                  len, divisor);
+      mean_kernel<I, float><<<blocks_for(len), kThreads, 0, s>>>(
+          static_cast<float*>(dst), static_cast<const I*>(sum), len, divisor);
     } else {
-      mean_kernel<I, double><<<blocks_for(len), kThreads, 0, s>>>(static_cast<double*>(dst),
-                                                                   static_cast<const I*>(sum), len, divisor);
+      mean_kernel<I, double><<<blocks_for(len), kThreads, 0, s>>>(
+          static_cast<double*>(dst), static_cast<const I*>(sum), len, divisor);
     }
     return cudaGetLastError();
   });

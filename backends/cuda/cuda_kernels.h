@@ -22,29 +22,31 @@ struct Operand {
 };
 
 // op: backend::UnaryOp as int (0 = copy/astype, in -> out).
-cudaError_t launch_unary(cudaStream_t s, int op, DType in, DType out, const Dims& d, const Operand& x, void* y,
-                         int64_t n);
+cudaError_t launch_unary(cudaStream_t s, int op, DType in, DType out, const Dims& d,
+                         const Operand& x, void* y, int64_t n);
 // op: backend::BinaryOp as int; comparisons write bool.
-cudaError_t launch_binary(cudaStream_t s, int op, DType in, DType out, const Dims& d, const Operand& a,
-                          const Operand& b, void* y, int64_t n);
-cudaError_t launch_select(cudaStream_t s, DType t, const Dims& d, const Operand& cond, const Operand& a,
-                          const Operand& b, void* y, int64_t n);
+cudaError_t launch_binary(cudaStream_t s, int op, DType in, DType out, const Dims& d,
+                          const Operand& a, const Operand& b, void* y, int64_t n);
+cudaError_t launch_select(cudaStream_t s, DType t, const Dims& d, const Operand& cond,
+                          const Operand& a, const Operand& b, void* y, int64_t n);
 // op: backend::ReduceOp as int. x dense [outer, len, inner] -> y [outer, inner].
-cudaError_t launch_reduce(cudaStream_t s, int op, DType t, int64_t outer, int64_t len, int64_t inner, const void* x,
-                          void* y);
+cudaError_t launch_reduce(cudaStream_t s, int op, DType t, int64_t outer, int64_t len,
+                          int64_t inner, const void* x, void* y);
 cudaError_t launch_fill(cudaStream_t s, DType t, int64_t n, double value, bool iota, void* y);
 // Integer (and bool-free) matmul without cuBLAS: c[b] = a[b] @ b[b], wrapping.
-cudaError_t launch_int_matmul(cudaStream_t s, DType t, int64_t batch, int64_t m, int64_t n, int64_t k, const void* a,
-                              const void* b, void* c);
+cudaError_t launch_int_matmul(cudaStream_t s, DType t, int64_t batch, int64_t m, int64_t n,
+                              int64_t k, const void* a, const void* b, void* c);
 
 // Collective folds over `rows` rows of `len` elements: dst[r][e] = fold(srcs[0][r][e], ...,
 // srcs[count-1][r][e]) left to right (sum, max, min: op = backend::FoldOp 0..2) in dtype t; row
 // r of dst is r*dpitch elements in, of every source r*spitch. When `accumulate` is set dst itself
 // is the first operand (continuing a fold over more sources than one launch takes).
 inline constexpr int kMaxFoldSources = 256;
-cudaError_t launch_fold_rows(cudaStream_t s, int op, DType t, void* dst, int64_t dpitch, const void* const* srcs,
-                             int count, int64_t spitch, int64_t len, int64_t rows, bool accumulate);
+cudaError_t launch_fold_rows(cudaStream_t s, int op, DType t, void* dst, int64_t dpitch,
+                             const void* const* srcs, int count, int64_t spitch, int64_t len,
+                             int64_t rows, bool accumulate);
 // dst (out dtype) = sum (in dtype) / divisor, in out's precision (pmean).
-cudaError_t launch_mean(cudaStream_t s, DType in, DType out, void* dst, const void* sum, int64_t len, int64_t divisor);
+cudaError_t launch_mean(cudaStream_t s, DType in, DType out, void* dst, const void* sum,
+                        int64_t len, int64_t divisor);
 
 }  // namespace meshrt::cuda

@@ -22,13 +22,25 @@ class CudaStub final : public Backend {
   void deallocate(int, void*, size_t) noexcept override {}
   void copy_2d(void*, int, size_t, const void*, int, size_t, size_t, size_t) override { fail(); }
   void submit(int, std::function<void()>) override { fail(); }
-  void unary(int, UnaryOp, DType, DType, const std::vector<int64_t>&, const Strided&, void*) override { fail(); }
-  void binary(int, BinaryOp, DType, DType, const std::vector<int64_t>&, const Strided&, const Strided&,
-              void*) override { fail(); }
-  void select(int, DType, const std::vector<int64_t>&, const Strided&, const Strided&, const Strided&,
-              void*) override { fail(); }
-  void reduce(int, ReduceOp, DType, int64_t, int64_t, int64_t, const void*, void*) override { fail(); }
-  void matmul(int, DType, int64_t, int64_t, int64_t, int64_t, const void*, const void*, void*) override { fail(); }
+  void unary(int, UnaryOp, DType, DType, const std::vector<int64_t>&, const Strided&,
+             void*) override {
+    fail();
+  }
+  void binary(int, BinaryOp, DType, DType, const std::vector<int64_t>&, const Strided&,
+              const Strided&, void*) override {
+    fail();
+  }
+  void select(int, DType, const std::vector<int64_t>&, const Strided&, const Strided&,
+              const Strided&, void*) override {
+    fail();
+  }
+  void reduce(int, ReduceOp, DType, int64_t, int64_t, int64_t, const void*, void*) override {
+    fail();
+  }
+  void matmul(int, DType, int64_t, int64_t, int64_t, int64_t, const void*, const void*,
+              void*) override {
+    fail();
+  }
   void fill(int, DType, int64_t, double, bool, void*) override { fail(); }
 
  private:

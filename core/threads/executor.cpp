@@ -1,8 +1,8 @@
 #include "core/threads/executor.h"
 
-#include "core/threads/executor.h"
-
 #include <utility>
+
+#include "core/threads/executor.h"
 
 namespace meshrt::core {
 

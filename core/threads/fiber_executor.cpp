@@ -9,8 +9,8 @@
 #include <cstring>
 #include <string>
 
-#include "core/threads/executor.h"
 #include "core/error.h"
+#include "core/threads/executor.h"
 
 #if defined(__SANITIZE_THREAD__)
 #include <sanitizer/tsan_interface.h>
@@ -219,10 +219,11 @@ FiberPool::FiberPool(int devices, int workers) {
     auto f = std::make_unique<Fiber>();
     f->worker = workers_[static_cast<size_t>(d % workers)].get();
     const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
-    f->map = mmap(nullptr, kStackSize + page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    f->map = mmap(nullptr, kStackSize + page, PROT_READ | PROT_WRITE,
+                  MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     if (f->map == MAP_FAILED) {
-      throw Error("[cpu] cannot map a fiber stack for cpu:" + std::to_string(d) + ": " + std::strerror(errno) +
-                  "; use fewer devices or MESHRT_CPU_EXECUTOR=threads");
+      throw Error("[cpu] cannot map a fiber stack for cpu:" + std::to_string(d) + ": " +
+                  std::strerror(errno) + "; use fewer devices or MESHRT_CPU_EXECUTOR=threads");
     }
     mprotect(f->map, page, PROT_NONE);  // guard page: an overflow faults instead of corrupting
     f->stack_lo = static_cast<char*>(f->map) + page;
@@ -273,7 +274,8 @@ bool fiber_executors_in_use() { return g_fibers_in_use.load(std::memory_order_re
 
 bool on_fiber() { return t_worker != nullptr && t_worker->current != nullptr; }
 
-bool cooperative_wait(const std::atomic<uint32_t>& word, uint32_t value, std::chrono::steady_clock::time_point deadline) {
+bool cooperative_wait(const std::atomic<uint32_t>& word, uint32_t value,
+                      std::chrono::steady_clock::time_point deadline) {
   FiberPool::Worker* w = t_worker;
   if (w == nullptr || w->current == nullptr) return false;
   FiberPool::Fiber* f = w->current;

@@ -53,14 +53,17 @@ bool spin_while(const std::atomic<uint32_t>& word, uint32_t value, std::chrono::
     if (word.load(std::memory_order_acquire) != value) return true;
     if ((i & 15) == 15) {
       const auto now = std::chrono::steady_clock::now();
-      if (i == 15) deadline = now + budget;
-      else if (now >= deadline) return false;
+      if (i == 15)
+        deadline = now + budget;
+      else if (now >= deadline)
+        return false;
     }
     sched_yield();
   }
 }
 
-bool sleep_while(const std::atomic<uint32_t>& word, uint32_t value, std::chrono::nanoseconds timeout) {
+bool sleep_while(const std::atomic<uint32_t>& word, uint32_t value,
+                 std::chrono::nanoseconds timeout) {
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   // A fiber must not block its thread: the devices sharing it may be the ones awaited.
   while (cooperative_wait(word, value, deadline)) {
@@ -80,7 +83,9 @@ bool sleep_while(const std::atomic<uint32_t>& word, uint32_t value, std::chrono:
 
 bool wait_while(const std::atomic<uint32_t>& word, uint32_t value, std::chrono::nanoseconds timeout,
                 bool oversubscribed) {
-  if (spin_while(word, value, std::min<std::chrono::nanoseconds>(kSpinBudget, timeout), oversubscribed)) return true;
+  if (spin_while(word, value, std::min<std::chrono::nanoseconds>(kSpinBudget, timeout),
+                 oversubscribed))
+    return true;
   return sleep_while(word, value, timeout);
 }
 

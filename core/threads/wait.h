@@ -15,7 +15,8 @@ namespace meshrt::core {
 bool spin_while(const std::atomic<uint32_t>& word, uint32_t value, std::chrono::nanoseconds budget,
                 bool oversubscribed);
 // Sleeps (futex) while word == value, at most `timeout`. True once the word changed.
-bool sleep_while(const std::atomic<uint32_t>& word, uint32_t value, std::chrono::nanoseconds timeout);
+bool sleep_while(const std::atomic<uint32_t>& word, uint32_t value,
+                 std::chrono::nanoseconds timeout);
 // spin_while for the default budget, then sleep_while. False when `timeout` passed first.
 bool wait_while(const std::atomic<uint32_t>& word, uint32_t value, std::chrono::nanoseconds timeout,
                 bool oversubscribed);

@@ -6,9 +6,9 @@
 // hundred instructions.
 #pragma once
 
-#include <atomic>
-
 #include <sched.h>
+
+#include <atomic>
 
 namespace meshrt::core {
 

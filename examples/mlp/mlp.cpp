@@ -25,13 +25,16 @@ struct Hooks {
   std::function<Tensor(const Tensor&)> gather_b = [](const Tensor& t) { return t; };
   std::function<Tensor(const Tensor&)> mix = [](const Tensor& t) { return t; };
   std::function<Tensor(const Tensor&)> spread = [](const Tensor& t) { return t; };
-  std::function<Tensor(const Tensor&)> total = [](const Tensor& t) { return t; };  // sum over shards
+  std::function<Tensor(const Tensor&)> total = [](const Tensor& t) {
+    return t;
+  };  // sum over shards
 };
 
 // Returns {local loss contribution, dW_0, db_0, ...} (gradients of the local loss w.r.t. the
 // full-size parameters the device computed with).
-std::vector<Tensor> forward_backward(const std::vector<Tensor>& W, const std::vector<Tensor>& b, const Tensor& x,
-                                     const Tensor& y, int64_t global_batch_of_shard, const Hooks& h) {
+std::vector<Tensor> forward_backward(const std::vector<Tensor>& W, const std::vector<Tensor>& b,
+                                     const Tensor& x, const Tensor& y,
+                                     int64_t global_batch_of_shard, const Hooks& h) {
   const size_t L = W.size();
   std::vector<Tensor> hs{x}, zs;
   for (size_t l = 0; l < L; ++l) {
@@ -73,11 +76,16 @@ Grads to_grads(const std::vector<Array>& r) {
 
 const char* name(Strategy s) {
   switch (s) {
-    case Strategy::single: return "single device";
-    case Strategy::data_parallel: return "data parallel";
-    case Strategy::fsdp: return "FSDP";
-    case Strategy::tensor_parallel: return "tensor parallel";
-    case Strategy::data_tensor_2d: return "data x tensor (2-D)";
+    case Strategy::single:
+      return "single device";
+    case Strategy::data_parallel:
+      return "data parallel";
+    case Strategy::fsdp:
+      return "FSDP";
+    case Strategy::tensor_parallel:
+      return "tensor parallel";
+    case Strategy::data_tensor_2d:
+      return "data x tensor (2-D)";
   }
   return "?";
 }
@@ -86,7 +94,8 @@ Problem init(const random::Key& key0, std::vector<int64_t> sizes, int64_t batch)
   Problem p;
   p.sizes = sizes;
   p.batch = batch;
-  // key, *keys = split(key, len(layer_sizes)); params = map(init_layer, keys, sizes[:-1], sizes[1:])
+  // key, *keys = split(key, len(layer_sizes)); params = map(init_layer, keys, sizes[:-1],
+  // sizes[1:])
   std::vector<random::Key> keys = random::split(key0, static_cast<int>(sizes.size()));
   for (size_t l = 0; l + 1 < sizes.size(); ++l) {
     auto k12 = random::split(keys[l + 1]);
@@ -116,8 +125,9 @@ Grads loss_and_grad(const Problem& p, Strategy s, const Mesh& mesh) {
       W.push_back(tensor(p.W[l], {p.sizes[l], p.sizes[l + 1]}, d));
       b.push_back(tensor(p.b[l], {p.sizes[l + 1]}, d));
     }
-    std::vector<Tensor> r = forward_backward(W, b, tensor(p.x, {p.batch, p.sizes.front()}, d),
-                                             tensor(p.y, {p.batch, p.sizes.back()}, d), p.batch, Hooks{});
+    std::vector<Tensor> r =
+        forward_backward(W, b, tensor(p.x, {p.batch, p.sizes.front()}, d),
+                         tensor(p.y, {p.batch, p.sizes.back()}, d), p.batch, Hooks{});
     Grads g;
     g.loss = r[0].to_vector<float>()[0];
     for (size_t l = 0; l < L; ++l) {
@@ -178,7 +188,8 @@ Grads loss_and_grad(const Problem& p, Strategy s, const Mesh& mesh) {
         h.gather_b = [&](const Tensor& t) { return ctx.all_gather(t, a0, 0, true); };
         r = forward_backward(W, b, xs[0], xs[1], local_batch, h);
         r[0] = ctx.pmean(r[0], a0);
-        for (size_t i = 1; i < r.size(); ++i) r[i] = ctx.psum_scatter(r[i], a0, 0, true) * (1.0 / static_cast<double>(n0));
+        for (size_t i = 1; i < r.size(); ++i)
+          r[i] = ctx.psum_scatter(r[i], a0, 0, true) * (1.0 / static_cast<double>(n0));
         break;
       }
       default: {  // tensor parallel, alone or with data parallelism over a0
@@ -209,10 +220,12 @@ double max_rel_diff(const Grads& a, const Grads& b) {
   double worst = std::fabs(a.loss - b.loss) / (1 + std::fabs(b.loss));
   for (size_t l = 0; l < a.dW.size(); ++l) {
     for (size_t i = 0; i < a.dW[l].size(); ++i) {
-      worst = std::max(worst, std::fabs(double(a.dW[l][i]) - b.dW[l][i]) / (1 + std::fabs(double(b.dW[l][i]))));
+      worst = std::max(
+          worst, std::fabs(double(a.dW[l][i]) - b.dW[l][i]) / (1 + std::fabs(double(b.dW[l][i]))));
     }
     for (size_t i = 0; i < a.db[l].size(); ++i) {
-      worst = std::max(worst, std::fabs(double(a.db[l][i]) - b.db[l][i]) / (1 + std::fabs(double(b.db[l][i]))));
+      worst = std::max(
+          worst, std::fabs(double(a.db[l][i]) - b.db[l][i]) / (1 + std::fabs(double(b.db[l][i]))));
     }
   }
   return worst;

@@ -4,8 +4,8 @@
 #include <atomic>
 #include <cstdint>
 
-#include "runtime/device.h"
 #include "core/dtype.h"
+#include "runtime/device.h"
 
 namespace meshrt::detail {
 

@@ -17,12 +17,13 @@ struct Launch {
   Launch(Mesh m, std::chrono::milliseconds timeout, bool oversubscribed);
   // The device groups for a tuple of mesh axes (names and their positions in the mesh), built
   // once per launch.
-  const coll::GroupLayout& layout(const std::vector<std::string>& names, const std::vector<int>& axes);
+  const coll::GroupLayout& layout(const std::vector<std::string>& names,
+                                  const std::vector<int>& axes);
 
   Mesh mesh;
   coll::Session session;
   bool host_addressable;
-  std::string env_algo;        // MESHRT_COLLECTIVE_ALGO, read once per launch
+  std::string env_algo;            // MESHRT_COLLECTIVE_ALGO, read once per launch
   bool env_deterministic = false;  // MESHRT_DETERMINISTIC=1
 
  private:

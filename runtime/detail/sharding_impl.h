@@ -12,6 +12,7 @@ namespace meshrt::detail {
 Shape checked_shard_shape(const Sharding& s, const Shape& global_shape, std::string_view component);
 
 // The sharding's device list and, per device, its index; computed once per call.
-std::vector<Index> indices(const Sharding& s, const Shape& global_shape, std::string_view component);
+std::vector<Index> indices(const Sharding& s, const Shape& global_shape,
+                           std::string_view component);
 
 }  // namespace meshrt::detail
