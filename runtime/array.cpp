@@ -2,6 +2,7 @@
 #include "runtime/array.h"
 
 #include <algorithm>
+#include <atomic>
 #include <map>
 #include <optional>
 #include <set>
@@ -69,7 +70,27 @@ Array::Array(Shape shape, DType dtype, Sharding sharding, std::vector<Tensor> bl
   }
 }
 
+Array::Array(Shape shape, DType dtype, Sharding sharding, std::vector<Tensor> blocks,
+             std::vector<std::string> pending_sum_axes)
+    : Array(std::move(shape), dtype, std::move(sharding), std::move(blocks)) {
+  pending_sum_axes_ = std::move(pending_sum_axes);
+}
+
+namespace detail {
+namespace {
+std::atomic<PendingSumResolver> g_resolver{nullptr};
+}
+void set_pending_sum_resolver(PendingSumResolver resolver) { g_resolver.store(resolver); }
+Array resolve_pending_sums(const Array& x) {
+  if (x.pending_sum_axes().empty()) return x;
+  PendingSumResolver r = g_resolver.load();
+  if (r == nullptr) throw Error("[array] an Array with pending sums but no resolver installed");
+  return r(x);
+}
+}  // namespace detail
+
 std::vector<Shard> Array::addressable_shards() const {
+  if (!pending_sum_axes_.empty()) return detail::resolve_pending_sums(*this).addressable_shards();
   std::vector<Index> idx = detail::indices(sharding_, shape_, "array");
   std::vector<Shard> out;
   for (size_t i = 0; i < blocks_.size(); ++i) {
@@ -80,6 +101,10 @@ std::vector<Shard> Array::addressable_shards() const {
 
 void Array::copy_to_host(void* dst, DType expected) const {
   if (blocks_.empty()) throw Error("[array] to_vector on an empty (default-constructed) Array");
+  if (!pending_sum_axes_.empty()) {
+    detail::resolve_pending_sums(*this).copy_to_host(dst, expected);
+    return;
+  }
   if (expected != dtype_) {
     throw Error(cat("[array] to_vector<", dtype_cpp_name(expected), "> called on a ",
                     dtype_name(dtype_), " array; use to_vector<", dtype_cpp_name(dtype_),
@@ -117,6 +142,7 @@ Array device_put(const void* data, int64_t count, DType dtype, Shape shape, cons
 Array device_put(const Array& x, const Sharding& to) {
   if (x.blocks().empty())
     throw Error("[device_put] resharding an empty (default-constructed) Array");
+  if (!x.pending_sum_axes().empty()) return device_put(detail::resolve_pending_sums(x), to);
   const Shape& shape = x.shape();
   std::vector<Index> dst_idx = detail::indices(to, shape, "device_put");
   std::vector<Index> src_idx = detail::indices(x.sharding(), shape, "device_put");

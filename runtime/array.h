@@ -32,8 +32,14 @@ class Array {
   int64_t size() const { return shape_size(shape_); }
   // One Shard per device, in the sharding's device order (mesh.devices.flat).
   std::vector<Shard> addressable_shards() const;
-  // The block held by each device, in the sharding's device order.
+  // The block held by each device, in the sharding's device order. For an Array with pending
+  // sums these are the per-device addends (see pending_sum_axes()).
   const std::vector<Tensor>& blocks() const { return blocks_; }
+  // Mesh axes over which the blocks are addends of a sum not yet taken (a global-view op's
+  // Partial placement, e.g. sum(x, 0) of x sharded on that axis). Empty for Arrays made by
+  // device_put or shard_map. sharding() is the sharding the value has once summed; reading the
+  // value (to_vector, addressable_shards, device_put, shard_map) sums first, with one psum.
+  const std::vector<std::string>& pending_sum_axes() const { return pending_sum_axes_; }
 
   // Gathers the global value to the host; T must match dtype() exactly. Replicated blocks are
   // read from the first device holding them (mesh order).
@@ -45,13 +51,25 @@ class Array {
 
   // Internal: assembles an Array from per-device blocks (checked against the sharding).
   Array(Shape shape, DType dtype, Sharding sharding, std::vector<Tensor> blocks);
+  // Internal: the same with pending sums over `pending_sum_axes` (mesh axes of the sharding).
+  Array(Shape shape, DType dtype, Sharding sharding, std::vector<Tensor> blocks,
+        std::vector<std::string> pending_sum_axes);
 
  private:
   Shape shape_;
   DType dtype_ = DType::f32;
   Sharding sharding_ = SingleDeviceSharding(Device());
   std::vector<Tensor> blocks_;
+  std::vector<std::string> pending_sum_axes_;
 };
+
+namespace detail {
+// Sums an Array's pending addends (installed by the global-view layer, which makes them).
+using PendingSumResolver = Array (*)(const Array&);
+void set_pending_sum_resolver(PendingSumResolver resolver);
+// `x` itself when it has no pending sums, else the summed Array.
+Array resolve_pending_sums(const Array& x);
+}  // namespace detail
 
 // Places host data (row-major, prod(shape) elements) on the devices of `to`.
 Array device_put(const void* data, int64_t count, DType dtype, Shape shape, const Sharding& to);

@@ -12,6 +12,9 @@
 
 #include "core/dtype.h"
 #include "core/error.h"
+#include "global/array_ops.h"
+#include "global/collective_log.h"
+#include "global/sharding_mode.h"
 #include "runtime/array.h"
 #include "runtime/collective_matmul.h"
 #include "runtime/context.h"

@@ -1,0 +1,650 @@
+// The Array overloads: shapes and checks at the global level, the placement rule from
+// rules.cpp, then one launch that runs the Tensor op on every device's blocks.
+#include "global/array_ops.h"
+
+#include <algorithm>
+#include <functional>
+
+#include "core/error.h"
+#include "core/strings.h"
+#include "global/layout.h"
+#include "global/reshard.h"
+#include "global/rules.h"
+
+namespace meshrt {
+
+using detail::cat;
+using global::Layout;
+using global::Operand;
+using global::OpMesh;
+using global::Plan;
+
+namespace {
+
+using Fn = std::function<Tensor(const std::vector<Tensor>&)>;
+
+std::string shape_tuple(const Shape& s) {
+  std::string out = "(";
+  for (size_t i = 0; i < s.size(); ++i) out += cat(i ? ", " : "", s[i]);
+  return out + (s.size() == 1 ? ",)" : ")");
+}
+
+int norm_axis(std::string_view op, int axis, size_t rank) {
+  const int r = static_cast<int>(rank);
+  if (axis < -r || axis >= r) {
+    throw Error(cat("[", op, "] axis ", axis, " is out of bounds for array of dimension ", rank));
+  }
+  return axis < 0 ? axis + r : axis;
+}
+
+Shape broadcast_shape(std::string_view op, const std::vector<const Array*>& xs) {
+  size_t rank = 0;
+  for (const Array* x : xs) rank = std::max(rank, x->shape().size());
+  Shape out(rank, 1);
+  for (const Array* x : xs) {
+    const Shape& s = x->shape();
+    for (size_t k = 0; k < s.size(); ++k) {
+      int64_t& o = out[k + rank - s.size()];
+      if (s[k] == o || s[k] == 1) continue;
+      if (o != 1) {
+        std::string shapes;
+        for (const Array* y : xs) shapes += (shapes.empty() ? "" : ", ") + shape_tuple(y->shape());
+        throw Error(cat("[", op, "] Incompatible shapes for broadcasting: shapes=[", shapes, "]"));
+      }
+      o = s[k];
+    }
+  }
+  return out;
+}
+
+std::vector<const Array*> ptrs(const std::vector<Array>& xs) {
+  std::vector<const Array*> p;
+  for (const Array& x : xs) p.push_back(&x);
+  return p;
+}
+
+// The one path every op takes: mesh, placement, one launch per device, the final layouts
+// (re-slicing where the op computed on gathered dims), back to a single device where needed.
+std::vector<Array> apply(std::string_view op, const std::vector<Array>& xs, const Plan& plan,
+                         const std::vector<Layout>& computed, const std::vector<Shape>& out_shapes,
+                         const global::Body& body) {
+  const OpMesh m = global::op_mesh(op, ptrs(xs));
+  std::vector<Array> placed;
+  for (size_t i = 0; i < xs.size(); ++i) {
+    placed.push_back(global::place(global::on_mesh(xs[i], m), m.mesh, plan.need[i], op));
+  }
+  std::vector<Array> res =
+      global::run_blocks(m.mesh, placed, plan.need, computed, out_shapes, body);
+  for (size_t i = 0; i < res.size(); ++i) {
+    if (i < plan.out.size() && plan.out[i].dims != computed[i].dims) {
+      res[i] = global::reshard(res[i], m.mesh, plan.out[i], op, /*implicit=*/false);
+    }
+    res[i] = global::finish(res[i], m);
+  }
+  return res;
+}
+
+std::vector<Operand> operands(const std::vector<Array>& xs) {
+  std::vector<Operand> out;
+  for (const Array& x : xs) out.push_back({&x.shape(), global::layout_of(x)});
+  return out;
+}
+
+Array elementwise(std::string_view op, const std::vector<Array>& xs, bool linear, Fn f) {
+  const Shape out = broadcast_shape(op, ptrs(xs));
+  const OpMesh m = global::op_mesh(op, ptrs(xs));
+  Plan p = global::elementwise_rule(m.mesh, operands(xs), out, linear);
+  return apply(op, xs, p, p.out, {out},
+               [f](Context&, const std::vector<Tensor>& b) { return std::vector<Tensor>{f(b)}; })
+      .front();
+}
+
+Array unary(std::string_view op, const Array& x, Tensor (*f)(const Tensor&)) {
+  return elementwise(op, {x}, false, [f](const std::vector<Tensor>& b) { return f(b[0]); });
+}
+
+// A scalar as a 0-d tensor of the dtype JAX gives it next to `t` (weak typing).
+Tensor scalar_like(const Tensor& t, Scalar s) {
+  DType dt = t.dtype();
+  if (!s.integral && (dt == DType::i32 || dt == DType::i64 || dt == DType::bool_)) dt = DType::f64;
+  if (dt == DType::bool_) dt = DType::i32;
+  return full({}, s.value, dt, t.device());
+}
+
+Array compare_scalar(std::string_view op, const Array& a, Scalar s,
+                     Tensor (*f)(const Tensor&, const Tensor&)) {
+  return elementwise(op, {a}, false, [f, s](const std::vector<Tensor>& b) {
+    return f(b[0], scalar_like(b[0], s));
+  });
+}
+
+// Ops computed on the operand with dims `whole` gathered; results re-sliced where they divide.
+std::vector<Array> gathered(std::string_view op, const Array& x, const std::vector<bool>& whole,
+                            const std::vector<Shape>& out_shapes, global::Body body) {
+  const OpMesh m = global::op_mesh(op, {&x});
+  Plan p;
+  std::vector<Layout> computed;
+  for (const Shape& s : out_shapes) {
+    Plan one = global::gather_dims_rule(m.mesh, {&x.shape(), global::layout_of(x)}, whole, s);
+    p.need = one.need;
+    p.out.push_back(one.out.front());
+    computed.push_back(one.need.front());
+  }
+  return apply(op, {x}, p, computed, out_shapes, std::move(body));
+}
+
+Array reduce(std::string_view op, const Array& x, global::Reduction kind, std::optional<int> axis,
+             bool keepdims) {
+  std::optional<int> ax;
+  if (axis) ax = norm_axis(op, *axis, x.shape().size());
+  const OpMesh m = global::op_mesh(op, {&x});
+  Plan p = global::reduce_rule(m.mesh, {&x.shape(), global::layout_of(x)}, kind, ax, keepdims);
+  Shape out;
+  for (size_t d = 0; d < x.shape().size(); ++d) {
+    const bool reduced = !ax || static_cast<int>(d) == *ax;
+    if (!reduced)
+      out.push_back(x.shape()[d]);
+    else if (keepdims)
+      out.push_back(1);
+  }
+  const int64_t count = ax ? x.shape()[static_cast<size_t>(*ax)] : x.size();
+  const global::AxisList over = p.reduce_axes;
+  return apply(op, {x}, p, p.out, {out},
+               [kind, ax, keepdims, count, over](Context& ctx, const std::vector<Tensor>& b) {
+                 const Tensor& t = b[0];
+                 Tensor r;
+                 switch (kind) {
+                   case global::Reduction::sum:
+                     r = sum(t, ax, keepdims);
+                     break;
+                   case global::Reduction::mean:
+                     r = divide(sum(astype(t, float_dtype_for(t.dtype())), ax, keepdims),
+                                Scalar(static_cast<double>(count)));
+                     break;
+                   case global::Reduction::max:
+                     r = max(t, ax, keepdims);
+                     if (!over.empty()) r = ctx.pmax(r, AxisNames(over));
+                     break;
+                   case global::Reduction::min:
+                     r = min(t, ax, keepdims);
+                     if (!over.empty()) r = ctx.pmin(r, AxisNames(over));
+                     break;
+                   case global::Reduction::argmax:
+                     r = argmax(t, ax, keepdims);
+                     break;
+                 }
+                 return std::vector<Tensor>{r};
+               })
+      .front();
+}
+
+Layout layout_for(std::string_view op, const Sharding& s, const Mesh& mesh, const Shape& shape,
+                  std::string* note) {
+  const Mesh* sm = s.mesh_or_null();
+  if (sm == nullptr || !(*sm == mesh)) {
+    throw Error(cat("[", op, "] the sharding ", s.str(), " is not on the operand's mesh ",
+                    mesh.str(), "; use device_put to move an Array to another mesh or platform"));
+  }
+  Layout l = global::replicated(shape.size());
+  const PartitionSpec& spec = s.spec_or_empty();
+  if (spec.size() > shape.size()) {
+    throw Error(cat("[", op, "] ", spec.str(), " has ", spec.size(),
+                    " entries but the array has rank ", shape.size(),
+                    "; give at most one entry per dimension"));
+  }
+  for (size_t d = 0; d < shape.size(); ++d) l.dims[d] = spec[d];
+  if (global::trim_to_divisible(l, shape, mesh) && note != nullptr) {
+    *note = cat(spec.str(), " does not divide ", shape_tuple(shape), "; kept ",
+                global::spec_of(l).str(), " as jax.jit does");
+  }
+  return l;
+}
+
+Array constrain(std::string_view op, const Array& x, const Sharding& s) {
+  const Mesh* sm = s.mesh_or_null();
+  const Mesh* xm = x.sharding().mesh_or_null();
+  if (sm == nullptr || xm == nullptr || !(*sm == *xm)) return device_put(x, s);
+  std::string note;
+  Layout l = layout_for(op, s, *xm, x.shape(), &note);
+  return global::reshard(x, *xm, l, op, /*implicit=*/false, note);
+}
+
+Array matmul_like(std::string_view op, const Array& a, const Array& b, const OpOptions& options,
+                  Tensor (*f)(const Tensor&, const Tensor&)) {
+  const Shape& sa = a.shape();
+  const Shape& sb = b.shape();
+  if (sa.empty() || sb.empty()) {
+    throw Error(cat("[", op, "] operands must be at least 1-D, got shapes ", shape_tuple(sa),
+                    " and ", shape_tuple(sb)));
+  }
+  const int64_t ka = sa.back(), kb = sb.size() == 1 ? sb[0] : sb[sb.size() - 2];
+  if (ka != kb) {
+    throw Error(cat("[", op,
+                    "] dot_general requires contracting dimensions to have the same shape, got (",
+                    ka, ",) and (", kb, ",)."));
+  }
+  // Result shape: broadcast batch dims, then m (unless a is 1-D), then n (unless b is 1-D).
+  Shape ba(sa.begin(), sa.end() - std::min<size_t>(sa.size(), 2));
+  Shape bb(sb.begin(), sb.end() - std::min<size_t>(sb.size(), 2));
+  const size_t nb = std::max(ba.size(), bb.size());
+  Shape out(nb, 1);
+  for (size_t k = 0; k < ba.size(); ++k) out[k + nb - ba.size()] = ba[k];
+  for (size_t k = 0; k < bb.size(); ++k) {
+    int64_t& o = out[k + nb - bb.size()];
+    if (bb[k] != 1 && o != 1 && bb[k] != o) {
+      throw Error(cat("[", op, "] batch dimensions ", shape_tuple(sa), " and ", shape_tuple(sb),
+                      " do not broadcast"));
+    }
+    if (bb[k] != 1) o = bb[k];
+  }
+  if (sa.size() >= 2) out.push_back(sa[sa.size() - 2]);
+  if (sb.size() >= 2) out.push_back(sb.back());
+  const OpMesh m = global::op_mesh(op, {&a, &b});
+  Plan p =
+      global::matmul_rule(m.mesh, {&sa, global::layout_of(a)}, {&sb, global::layout_of(b)}, out);
+  Array r = apply(op, {a, b}, p, p.out, {out}, [f](Context&, const std::vector<Tensor>& t) {
+              return std::vector<Tensor>{f(t[0], t[1])};
+            }).front();
+  if (options.out_sharding) r = constrain(op, r, *options.out_sharding);
+  return r;
+}
+
+Shape local_shape(const Mesh& mesh, const Layout& l, const Shape& global_shape) {
+  Shape s = global_shape;
+  for (size_t d = 0; d < s.size(); ++d) s[d] /= global::axes_size(mesh, l.dims[d]);
+  return s;
+}
+
+Array reshaped(std::string_view op, const Array& x, const Shape& out) {
+  if (shape_size(out) != x.size()) {
+    throw Error(cat("[", op, "] cannot reshape array of shape ", shape_tuple(x.shape()), " (size ",
+                    x.size(), ") into shape ", shape_tuple(out), " (size ", shape_size(out), ")"));
+  }
+  const OpMesh m = global::op_mesh(op, {&x});
+  Plan p = global::reshape_rule(m.mesh, {&x.shape(), global::layout_of(x)}, out);
+  const Shape local = local_shape(m.mesh, p.out.front(), out);
+  return apply(op, {x}, p, p.out, {out},
+               [local](Context&, const std::vector<Tensor>& b) {
+                 return std::vector<Tensor>{reshape(b[0], local)};
+               })
+      .front();
+}
+
+Array join(std::string_view op, const std::vector<Array>& xs, int axis, bool stack_) {
+  if (xs.empty()) throw Error(cat("[", op, "] needs at least one array"));
+  const Shape& s0 = xs.front().shape();
+  const int ax = norm_axis(op, axis, s0.size() + (stack_ ? 1 : 0));
+  Shape out = s0;
+  for (size_t i = 1; i < xs.size(); ++i) {
+    const Shape& s = xs[i].shape();
+    bool ok = s.size() == s0.size();
+    for (size_t d = 0; ok && d < s.size(); ++d)
+      ok = s[d] == s0[d] || (!stack_ && static_cast<int>(d) == ax);
+    if (!ok) {
+      throw Error(cat("[", op, "] all input arrays must have the same shape",
+                      stack_ ? "" : " except along axis", "; got ", shape_tuple(s0), " and ",
+                      shape_tuple(s)));
+    }
+    if (!stack_) out[static_cast<size_t>(ax)] += s[static_cast<size_t>(ax)];
+  }
+  if (stack_) out.insert(out.begin() + ax, static_cast<int64_t>(xs.size()));
+  const OpMesh m = global::op_mesh(op, ptrs(xs));
+  Plan p = global::join_rule(m.mesh, operands(xs), ax, stack_, out);
+  Layout computed{p.need.front().dims, {}};
+  if (stack_) computed.dims.insert(computed.dims.begin() + ax, global::AxisList{});
+  for (auto& d : computed.dims) (void)d;
+  // Dims other than the joined one take the plan's choice; the joined one is computed whole.
+  for (size_t d = 0; d < computed.dims.size(); ++d) {
+    if (static_cast<int>(d) != ax) computed.dims[d] = p.out.front().dims[d];
+  }
+  return apply(op, xs, p, {computed}, {out},
+               [ax, stack_](Context&, const std::vector<Tensor>& b) {
+                 return std::vector<Tensor>{stack_ ? stack(b, ax) : concatenate(b, ax)};
+               })
+      .front();
+}
+
+Array creation(std::string_view op, const Shape& shape, DType dtype, const Sharding& s,
+               const std::function<Tensor(Device, const Shape&, const Index&)>& make) {
+  const Shape block = s.shard_shape(shape);
+  std::vector<Tensor> blocks;
+  for (auto& [dev, idx] : s.devices_indices_map(shape)) blocks.push_back(make(dev, block, idx));
+  (void)op;
+  (void)dtype;
+  return Array(shape, blocks.front().dtype(), s, std::move(blocks));
+}
+
+// Reading an Array with pending sums sums them (psum), logged as the op "read".
+Array resolve_for_read(const Array& x) {
+  const Mesh* m = x.sharding().mesh_or_null();
+  Layout l = global::layout_of(x);
+  l.partial.clear();
+  return global::reshard(x, *m, l, "read", /*implicit=*/false);
+}
+const bool kResolverInstalled = [] {
+  detail::set_pending_sum_resolver(&resolve_for_read);
+  return true;
+}();
+
+}  // namespace
+
+// ---- creation
+Array zeros(Shape shape, DType dtype, const Sharding& s) {
+  return full(std::move(shape), 0.0, dtype, s);
+}
+Array ones(Shape shape, DType dtype, const Sharding& s) {
+  return full(std::move(shape), 1.0, dtype, s);
+}
+Array full(Shape shape, double value, DType dtype, const Sharding& s) {
+  return creation("full", shape, dtype, s, [&](Device d, const Shape& block, const Index&) {
+    return full(block, value, dtype, d);
+  });
+}
+Array arange(int64_t n, DType dtype, const Sharding& s) {
+  return creation("arange", {n}, dtype, s, [&](Device d, const Shape& block, const Index& idx) {
+    Tensor t = arange(block[0], dtype, d);
+    if (idx[0].first == 0) return t;
+    const Scalar off = (dtype == DType::f32 || dtype == DType::f64)
+                           ? Scalar(static_cast<double>(idx[0].first))
+                           : Scalar(idx[0].first);
+    return add(t, off);
+  });
+}
+Array astype(const Array& x, DType dtype) {
+  return elementwise("astype", {x}, false,
+                     [dtype](const std::vector<Tensor>& b) { return astype(b[0], dtype); });
+}
+
+Array with_sharding_constraint(const Array& x, const Sharding& s) {
+  if (x.blocks().empty()) {
+    throw Error("[with_sharding_constraint] an empty (default-constructed or moved-from) Array");
+  }
+  return constrain("with_sharding_constraint", x, s);
+}
+
+// ---- elementwise
+#define MESHRT_BINARY(name, linear)                                                    \
+  Array name(const Array& a, const Array& b) {                                         \
+    return elementwise(#name, {a, b}, linear,                                          \
+                       [](const std::vector<Tensor>& t) { return name(t[0], t[1]); }); \
+  }
+MESHRT_BINARY(add, true)
+MESHRT_BINARY(subtract, true)
+MESHRT_BINARY(multiply, false)
+MESHRT_BINARY(divide, false)
+MESHRT_BINARY(maximum, false)
+MESHRT_BINARY(minimum, false)
+MESHRT_BINARY(equal, false)
+MESHRT_BINARY(not_equal, false)
+MESHRT_BINARY(less, false)
+MESHRT_BINARY(less_equal, false)
+MESHRT_BINARY(greater, false)
+MESHRT_BINARY(greater_equal, false)
+#undef MESHRT_BINARY
+
+Array where(const Array& c, const Array& a, const Array& b) {
+  return elementwise("where", {c, a, b}, false,
+                     [](const std::vector<Tensor>& t) { return where(t[0], t[1], t[2]); });
+}
+
+Array neg(const Array& x) {
+  return elementwise("neg", {x}, true, [](const std::vector<Tensor>& t) { return neg(t[0]); });
+}
+Array exp(const Array& x) { return unary("exp", x, &exp); }
+Array log(const Array& x) { return unary("log", x, &log); }
+Array sin(const Array& x) { return unary("sin", x, &sin); }
+Array cos(const Array& x) { return unary("cos", x, &cos); }
+Array tanh(const Array& x) { return unary("tanh", x, &tanh); }
+Array sqrt(const Array& x) { return unary("sqrt", x, &sqrt); }
+Array relu(const Array& x) { return unary("relu", x, &relu); }
+
+#define MESHRT_SCALAR(name, linear, expr)                                                       \
+  Array name(const Array& a, Scalar s) {                                                        \
+    return elementwise(#name, {a}, linear, [s](const std::vector<Tensor>& t) { return expr; }); \
+  }
+MESHRT_SCALAR(add, false, add(t[0], s))
+MESHRT_SCALAR(subtract, false, subtract(t[0], s))
+MESHRT_SCALAR(multiply, true, multiply(t[0], s))
+MESHRT_SCALAR(divide, true, divide(t[0], s))
+MESHRT_SCALAR(maximum, false, maximum(t[0], s))
+MESHRT_SCALAR(minimum, false, minimum(t[0], s))
+#undef MESHRT_SCALAR
+Array subtract(Scalar s, const Array& b) {
+  return elementwise("subtract", {b}, false,
+                     [s](const std::vector<Tensor>& t) { return subtract(s, t[0]); });
+}
+Array divide(Scalar s, const Array& b) {
+  return elementwise("divide", {b}, false,
+                     [s](const std::vector<Tensor>& t) { return divide(s, t[0]); });
+}
+Array equal(const Array& a, Scalar s) { return compare_scalar("equal", a, s, &equal); }
+Array not_equal(const Array& a, Scalar s) { return compare_scalar("not_equal", a, s, &not_equal); }
+Array less(const Array& a, Scalar s) { return compare_scalar("less", a, s, &less); }
+Array less_equal(const Array& a, Scalar s) {
+  return compare_scalar("less_equal", a, s, &less_equal);
+}
+Array greater(const Array& a, Scalar s) { return compare_scalar("greater", a, s, &greater); }
+Array greater_equal(const Array& a, Scalar s) {
+  return compare_scalar("greater_equal", a, s, &greater_equal);
+}
+
+// ---- reductions
+Array sum(const Array& x, std::optional<int> axis, bool keepdims) {
+  return reduce("sum", x, global::Reduction::sum, axis, keepdims);
+}
+Array mean(const Array& x, std::optional<int> axis, bool keepdims) {
+  return reduce("mean", x, global::Reduction::mean, axis, keepdims);
+}
+Array max(const Array& x, std::optional<int> axis, bool keepdims) {
+  return reduce("max", x, global::Reduction::max, axis, keepdims);
+}
+Array min(const Array& x, std::optional<int> axis, bool keepdims) {
+  return reduce("min", x, global::Reduction::min, axis, keepdims);
+}
+Array argmax(const Array& x, std::optional<int> axis, bool keepdims) {
+  return reduce("argmax", x, global::Reduction::argmax, axis, keepdims);
+}
+
+Array softmax(const Array& x, int axis) {
+  const int ax = norm_axis("softmax", axis, x.shape().size());
+  std::vector<bool> whole(x.shape().size(), false);
+  whole[static_cast<size_t>(ax)] = true;
+  return gathered("softmax", x, whole, {x.shape()},
+                  [ax](Context&, const std::vector<Tensor>& b) {
+                    return std::vector<Tensor>{softmax(b[0], ax)};
+                  })
+      .front();
+}
+Array log_softmax(const Array& x, int axis) {
+  const int ax = norm_axis("log_softmax", axis, x.shape().size());
+  std::vector<bool> whole(x.shape().size(), false);
+  whole[static_cast<size_t>(ax)] = true;
+  return gathered("log_softmax", x, whole, {x.shape()},
+                  [ax](Context&, const std::vector<Tensor>& b) {
+                    return std::vector<Tensor>{log_softmax(b[0], ax)};
+                  })
+      .front();
+}
+
+// ---- linear algebra
+Array matmul(const Array& a, const Array& b, const OpOptions& o) {
+  return matmul_like("matmul", a, b, o, &matmul);
+}
+Array dot(const Array& a, const Array& b, const OpOptions& o) {
+  return matmul_like("dot", a, b, o, &dot);
+}
+
+Array transpose(const Array& x, std::vector<int> perm) {
+  const size_t n = x.shape().size();
+  if (perm.empty()) {
+    for (size_t d = 0; d < n; ++d) perm.push_back(static_cast<int>(n - 1 - d));
+  }
+  std::vector<bool> seen(n, false);
+  bool ok = perm.size() == n;
+  for (int& p : perm) {
+    if (!ok) break;
+    if (p < 0) p += static_cast<int>(n);
+    ok = p >= 0 && p < static_cast<int>(n) && !seen[static_cast<size_t>(p)];
+    if (ok) seen[static_cast<size_t>(p)] = true;
+  }
+  if (!ok)
+    throw Error(cat("[transpose] axes don't match array: a permutation of ", n, " axes is needed"));
+  Shape out;
+  for (int p : perm) out.push_back(x.shape()[static_cast<size_t>(p)]);
+  Plan p = global::transpose_rule({&x.shape(), global::layout_of(x)}, perm);
+  return apply("transpose", {x}, p, p.out, {out},
+               [perm](Context&, const std::vector<Tensor>& b) {
+                 return std::vector<Tensor>{transpose(b[0], perm)};
+               })
+      .front();
+}
+
+// ---- shape
+Array reshape(const Array& x, Shape shape) {
+  int64_t known = 1, infer = -1;
+  for (size_t d = 0; d < shape.size(); ++d) {
+    if (shape[d] == -1 && infer < 0)
+      infer = static_cast<int64_t>(d);
+    else
+      known *= shape[d];
+  }
+  if (infer >= 0 && known > 0 && x.size() % known == 0)
+    shape[static_cast<size_t>(infer)] = x.size() / known;
+  return reshaped("reshape", x, shape);
+}
+
+Array squeeze(const Array& x, std::vector<int> axes) {
+  const Shape& s = x.shape();
+  std::vector<bool> drop(s.size(), false);
+  if (axes.empty()) {
+    for (size_t d = 0; d < s.size(); ++d) drop[d] = s[d] == 1;
+  }
+  for (int a : axes) {
+    const int d = norm_axis("squeeze", a, s.size());
+    if (s[static_cast<size_t>(d)] != 1) {
+      throw Error(
+          cat("[squeeze] cannot select an axis to squeeze out which has size not equal to one, got "
+              "shape=",
+              shape_tuple(s), " and dimensions=(", a, ",)"));
+    }
+    drop[static_cast<size_t>(d)] = true;
+  }
+  Shape out;
+  for (size_t d = 0; d < s.size(); ++d) {
+    if (!drop[d]) out.push_back(s[d]);
+  }
+  return reshaped("squeeze", x, out);
+}
+
+Array expand_dims(const Array& x, int axis) {
+  const int ax = norm_axis("expand_dims", axis, x.shape().size() + 1);
+  Shape out = x.shape();
+  out.insert(out.begin() + ax, 1);
+  return reshaped("expand_dims", x, out);
+}
+
+Array slice(const Array& x, const Shape& start, const Shape& limit, const Shape& strides) {
+  const Shape& s = x.shape();
+  if (start.size() != s.size() || limit.size() != s.size() ||
+      (!strides.empty() && strides.size() != s.size())) {
+    throw Error(
+        cat("[slice] start, limit and strides need one entry per dimension of ", shape_tuple(s)));
+  }
+  Shape out;
+  std::vector<bool> whole(s.size());
+  for (size_t d = 0; d < s.size(); ++d) {
+    const int64_t st = strides.empty() ? 1 : strides[d];
+    if (start[d] < 0 || limit[d] > s[d] || start[d] > limit[d] || st < 1) {
+      throw Error(cat("[slice] start ", shape_tuple(start), ", limit ", shape_tuple(limit),
+                      " do not fit shape ", shape_tuple(s)));
+    }
+    out.push_back((limit[d] - start[d] + st - 1) / st);
+    whole[d] = start[d] != 0 || limit[d] != s[d] || st != 1;
+  }
+  return gathered("slice", x, whole, {out},
+                  [start, limit, strides](Context&, const std::vector<Tensor>& b) {
+                    return std::vector<Tensor>{slice(b[0], start, limit, strides)};
+                  })
+      .front();
+}
+
+Array slice_in_dim(const Array& x, int64_t start, int64_t limit, int64_t stride, int axis) {
+  const int ax = norm_axis("slice_in_dim", axis, x.shape().size());
+  Shape st(x.shape().size(), 0), li = x.shape(), sd(x.shape().size(), 1);
+  st[static_cast<size_t>(ax)] = start < 0 ? start + x.shape()[static_cast<size_t>(ax)] : start;
+  li[static_cast<size_t>(ax)] = limit < 0 ? limit + x.shape()[static_cast<size_t>(ax)] : limit;
+  sd[static_cast<size_t>(ax)] = stride;
+  return slice(x, st, li, sd);
+}
+
+Array dynamic_slice_in_dim(const Array& x, int64_t start, int64_t size, int axis) {
+  const int ax = norm_axis("dynamic_slice_in_dim", axis, x.shape().size());
+  const int64_t n = x.shape()[static_cast<size_t>(ax)];
+  if (size < 0 || size > n) {
+    throw Error(cat("[dynamic_slice_in_dim] slice size ", size, " does not fit dimension ", ax,
+                    " of size ", n));
+  }
+  std::vector<bool> whole(x.shape().size(), false);
+  whole[static_cast<size_t>(ax)] = true;
+  Shape out = x.shape();
+  out[static_cast<size_t>(ax)] = size;
+  return gathered("dynamic_slice_in_dim", x, whole, {out},
+                  [=](Context&, const std::vector<Tensor>& b) {
+                    return std::vector<Tensor>{dynamic_slice_in_dim(b[0], start, size, ax)};
+                  })
+      .front();
+}
+
+Array row(const Array& x, int64_t i) {
+  if (x.shape().empty()) throw Error("[row] indexing a 0-d array");
+  const int64_t n = x.shape()[0];
+  if (i < -n || i >= n)
+    throw Error(cat("[row] index ", i, " is out of bounds for axis 0 with size ", n));
+  if (i < 0) i += n;
+  Array r = slice_in_dim(x, i, i + 1, 1, 0);
+  Shape out(x.shape().begin() + 1, x.shape().end());
+  return reshaped("row", r, out);
+}
+
+Array pad(const Array& x, const std::vector<std::pair<int64_t, int64_t>>& widths, double value) {
+  const Shape& s = x.shape();
+  if (widths.size() != s.size()) {
+    throw Error(
+        cat("[pad] widths need one (before, after) pair per dimension of ", shape_tuple(s)));
+  }
+  Shape out = s;
+  std::vector<bool> whole(s.size());
+  for (size_t d = 0; d < s.size(); ++d) {
+    if (widths[d].first < 0 || widths[d].second < 0) throw Error("[pad] widths must be >= 0");
+    out[d] += widths[d].first + widths[d].second;
+    whole[d] = widths[d].first != 0 || widths[d].second != 0;
+  }
+  return gathered("pad", x, whole, {out},
+                  [widths, value](Context&, const std::vector<Tensor>& b) {
+                    return std::vector<Tensor>{pad(b[0], widths, value)};
+                  })
+      .front();
+}
+
+Array concatenate(const std::vector<Array>& xs, int axis) {
+  return join("concatenate", xs, axis, false);
+}
+Array stack(const std::vector<Array>& xs, int axis) { return join("stack", xs, axis, true); }
+
+std::vector<Array> split(const Array& x, int64_t sections, int axis) {
+  const int ax = norm_axis("split", axis, x.shape().size());
+  const int64_t n = x.shape()[static_cast<size_t>(ax)];
+  if (sections < 1 || n % sections != 0) {
+    throw Error(
+        cat("[split] array split does not result in an equal division: ", n, " into ", sections));
+  }
+  std::vector<bool> whole(x.shape().size(), false);
+  whole[static_cast<size_t>(ax)] = true;
+  Shape piece = x.shape();
+  piece[static_cast<size_t>(ax)] = n / sections;
+  return gathered(
+      "split", x, whole, std::vector<Shape>(static_cast<size_t>(sections), piece),
+      [sections, ax](Context&, const std::vector<Tensor>& b) { return split(b[0], sections, ax); });
+}
+
+}  // namespace meshrt

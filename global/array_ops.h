@@ -1,0 +1,151 @@
+// meshrt/array_ops.h: every Tensor op on global Arrays (JAX's "automatic parallelism").
+//
+//   Array y = 2.0 * sin(x) + 1.0;     // runs on every device holding a block of x; stays sharded
+//   Array s0 = sum(x, 0);              // x sharded on dim 0: a pending sum, replicated once read
+//   Array c = with_sharding_constraint(sum(x, 0), NamedSharding(mesh, P("x")));  // psum_scatter
+//
+// Names, broadcasting, dtype promotion and values are those of the Tensor ops (tensor_ops.h).
+// Each op computes per device on the blocks it holds; the result's sharding is the one jax.jit
+// gives for that single op on Auto mesh axes (global/rules.cpp has the rules, as one table).
+// Where operands' shardings conflict, meshrt reshards the cheaper operands to the sharding of
+// the one with the most elements instead of replicating everything as jax.jit does (values are
+// JAX's). Every collective an op inserts is recorded in the CollectiveLog; in
+// ShardingMode::explicit_ an implicit reshard is an Error instead.
+//
+// Sums stay pending while only linear ops follow (+, -, negation, scalar * and /, transpose,
+// reshape, further sums): with_sharding_constraint to a sharded spec then costs one
+// psum_scatter, and reading the value one psum. All operands of an op live on one mesh.
+#pragma once
+
+#include <optional>
+#include <utility>
+#include <vector>
+
+#include "global/collective_log.h"
+#include "global/sharding_mode.h"
+#include "runtime/array.h"
+#include "runtime/tensor_ops.h"
+
+namespace meshrt {
+
+// Options of ops that can be told their result's sharding (JAX's out_sharding=).
+struct OpOptions {
+  std::optional<Sharding> out_sharding;
+};
+
+// ---- creation on a sharding (each device fills its own block)
+Array zeros(Shape shape, DType dtype, const Sharding& sharding);
+Array ones(Shape shape, DType dtype, const Sharding& sharding);
+Array full(Shape shape, double value, DType dtype, const Sharding& sharding);
+Array arange(int64_t n, DType dtype, const Sharding& sharding);
+Array astype(const Array& x, DType dtype);
+
+// ---- resharding
+// jax.lax.with_sharding_constraint: the value resharded to `sharding` (pending sums summed with
+// psum_scatter where the spec shards them). A spec that does not divide the shape is not an
+// error: as jax.jit does, the axes that do not divide are dropped (the CollectiveLog says so).
+Array with_sharding_constraint(const Array& x, const Sharding& sharding);
+
+// ---- elementwise (broadcasting)
+Array add(const Array& a, const Array& b);
+Array subtract(const Array& a, const Array& b);
+Array multiply(const Array& a, const Array& b);
+Array divide(const Array& a, const Array& b);
+Array maximum(const Array& a, const Array& b);
+Array minimum(const Array& a, const Array& b);
+Array equal(const Array& a, const Array& b);
+Array not_equal(const Array& a, const Array& b);
+Array less(const Array& a, const Array& b);
+Array less_equal(const Array& a, const Array& b);
+Array greater(const Array& a, const Array& b);
+Array greater_equal(const Array& a, const Array& b);
+Array where(const Array& cond, const Array& a, const Array& b);
+
+Array neg(const Array& x);
+Array exp(const Array& x);
+Array log(const Array& x);
+Array sin(const Array& x);
+Array cos(const Array& x);
+Array tanh(const Array& x);
+Array sqrt(const Array& x);
+Array relu(const Array& x);
+
+Array add(const Array& a, Scalar b);
+Array subtract(const Array& a, Scalar b);
+Array subtract(Scalar a, const Array& b);
+Array multiply(const Array& a, Scalar b);
+Array divide(const Array& a, Scalar b);
+Array divide(Scalar a, const Array& b);
+Array maximum(const Array& a, Scalar b);
+Array minimum(const Array& a, Scalar b);
+Array equal(const Array& a, Scalar b);
+Array not_equal(const Array& a, Scalar b);
+Array less(const Array& a, Scalar b);
+Array less_equal(const Array& a, Scalar b);
+Array greater(const Array& a, Scalar b);
+Array greater_equal(const Array& a, Scalar b);
+
+inline Array operator+(const Array& a, const Array& b) { return add(a, b); }
+inline Array operator-(const Array& a, const Array& b) { return subtract(a, b); }
+inline Array operator*(const Array& a, const Array& b) { return multiply(a, b); }
+inline Array operator/(const Array& a, const Array& b) { return divide(a, b); }
+inline Array operator-(const Array& x) { return neg(x); }
+inline Array operator+(const Array& a, Scalar b) { return add(a, b); }
+inline Array operator+(Scalar a, const Array& b) { return add(b, a); }
+inline Array operator-(const Array& a, Scalar b) { return subtract(a, b); }
+inline Array operator-(Scalar a, const Array& b) { return subtract(a, b); }
+inline Array operator*(const Array& a, Scalar b) { return multiply(a, b); }
+inline Array operator*(Scalar a, const Array& b) { return multiply(b, a); }
+inline Array operator/(const Array& a, Scalar b) { return divide(a, b); }
+inline Array operator/(Scalar a, const Array& b) { return divide(a, b); }
+inline Array operator==(const Array& a, const Array& b) { return equal(a, b); }
+inline Array operator!=(const Array& a, const Array& b) { return not_equal(a, b); }
+inline Array operator<(const Array& a, const Array& b) { return less(a, b); }
+inline Array operator<=(const Array& a, const Array& b) { return less_equal(a, b); }
+inline Array operator>(const Array& a, const Array& b) { return greater(a, b); }
+inline Array operator>=(const Array& a, const Array& b) { return greater_equal(a, b); }
+inline Array operator==(const Array& a, Scalar b) { return equal(a, b); }
+inline Array operator!=(const Array& a, Scalar b) { return not_equal(a, b); }
+inline Array operator<(const Array& a, Scalar b) { return less(a, b); }
+inline Array operator<=(const Array& a, Scalar b) { return less_equal(a, b); }
+inline Array operator>(const Array& a, Scalar b) { return greater(a, b); }
+inline Array operator>=(const Array& a, Scalar b) { return greater_equal(a, b); }
+inline Array& operator+=(Array& a, const Array& b) { return a = add(a, b); }
+inline Array& operator-=(Array& a, const Array& b) { return a = subtract(a, b); }
+inline Array& operator*=(Array& a, const Array& b) { return a = multiply(a, b); }
+inline Array& operator/=(Array& a, const Array& b) { return a = divide(a, b); }
+inline Array& operator+=(Array& a, Scalar b) { return a = add(a, b); }
+inline Array& operator-=(Array& a, Scalar b) { return a = subtract(a, b); }
+inline Array& operator*=(Array& a, Scalar b) { return a = multiply(a, b); }
+inline Array& operator/=(Array& a, Scalar b) { return a = divide(a, b); }
+
+// ---- reductions: axis = std::nullopt reduces everything; negative axes count from the end
+Array sum(const Array& x, std::optional<int> axis = std::nullopt, bool keepdims = false);
+Array mean(const Array& x, std::optional<int> axis = std::nullopt, bool keepdims = false);
+Array max(const Array& x, std::optional<int> axis = std::nullopt, bool keepdims = false);
+Array min(const Array& x, std::optional<int> axis = std::nullopt, bool keepdims = false);
+Array argmax(const Array& x, std::optional<int> axis = std::nullopt, bool keepdims = false);
+Array softmax(const Array& x, int axis = -1);
+Array log_softmax(const Array& x, int axis = -1);
+
+// ---- linear algebra
+Array matmul(const Array& a, const Array& b, const OpOptions& options = {});
+Array dot(const Array& a, const Array& b, const OpOptions& options = {});
+Array transpose(const Array& x, std::vector<int> perm = {});
+
+// ---- shape
+Array reshape(const Array& x, Shape shape);
+Array slice(const Array& x, const Shape& start, const Shape& limit, const Shape& strides = {});
+Array slice_in_dim(const Array& x, int64_t start, int64_t limit, int64_t stride = 1, int axis = 0);
+Array dynamic_slice_in_dim(const Array& x, int64_t start, int64_t size, int axis = 0);
+Array concatenate(const std::vector<Array>& xs, int axis = 0);
+std::vector<Array> split(const Array& x, int64_t sections, int axis = 0);
+Array stack(const std::vector<Array>& xs, int axis = 0);
+Array squeeze(const Array& x, std::vector<int> axes = {});
+Array expand_dims(const Array& x, int axis);
+Array pad(const Array& x, const std::vector<std::pair<int64_t, int64_t>>& widths,
+          double value = 0.0);
+// x[i]: row i of the leading dimension (negative counts from the end), as jnp indexing.
+Array row(const Array& x, int64_t i);
+
+}  // namespace meshrt

@@ -1,0 +1,62 @@
+// meshrt/collective_log.h: every collective the global view inserts, made visible.
+//
+//   CollectiveLog log;
+//   {
+//     auto on = log.record();              // entries are collected while `on` lives
+//     Array s = with_sharding_constraint(sum(x, 0), NamedSharding(mesh, P("x")));
+//   }
+//   std::cout << log.str();                // one line per collective: op, collective, from -> to
+//
+// MESHRT_LOG_COLLECTIVES=1 prints the same lines to stderr as they happen. Recording is
+// process-wide (ops run from any thread are logged into every active recording).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+namespace meshrt {
+
+class CollectiveLog {
+ public:
+  struct Entry {
+    std::string op;          // the op that caused it, e.g. "sum", "with_sharding_constraint"
+    std::string collective;  // "psum", "psum_scatter", "all_gather", "all_to_all"
+    std::string algorithm;   // how it moved ("direct", or "copy" for reshards by block copies)
+    std::string from, to;    // shardings as text ("P('x',) sum over ('x',)" for pending sums)
+    int64_t bytes_per_device = 0;  // bytes each device receives
+    double seconds = 0;
+    std::string note;  // why, where it is not obvious (e.g. a spec that does not divide)
+  };
+
+  // While the returned object lives, inserted collectives are appended to this log.
+  class Recording {
+   public:
+    Recording(Recording&&) noexcept;
+    Recording& operator=(Recording&&) = delete;
+    ~Recording();
+
+   private:
+    friend class CollectiveLog;
+    explicit Recording(CollectiveLog* log);
+    CollectiveLog* log_;
+  };
+  [[nodiscard]] Recording record();
+
+  std::vector<Entry> entries() const;
+  size_t size() const;
+  void clear();
+  // A table: op, collective, algorithm, from -> to, bytes per device, microseconds.
+  std::string str() const;
+
+  // Internal: called by the global view for each collective it inserts.
+  static void add(Entry entry);
+
+ private:
+  mutable std::mutex mu_;
+  std::vector<Entry> entries_;  // guarded by mu_
+};
+
+}  // namespace meshrt

@@ -1,0 +1,209 @@
+#include "global/reshard.h"
+
+#include <algorithm>
+#include <chrono>
+
+#include "core/error.h"
+#include "core/strings.h"
+#include "global/collective_log.h"
+#include "global/sharding_mode.h"
+
+namespace meshrt::global {
+
+using detail::cat;
+
+namespace {
+
+Array raw_addends(const Array& x) { return Array(x.shape(), x.dtype(), x.sharding(), x.blocks()); }
+
+std::string sharding_text(const Sharding& s) {
+  if (s.mesh_or_null() == nullptr) return s.str();
+  return s.mesh_or_null()->str() + " " + s.spec_or_empty().str();
+}
+
+int64_t block_bytes(const Array& x) {
+  return x.blocks().empty() ? 0 : static_cast<int64_t>(x.blocks().front().nbytes());
+}
+
+double since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+// Sums the pending addends of `x`: psum_scatter for partial axes `to` appends to a dimension
+// right after that dimension's current axes, psum over the rest.
+Array resolve(const Array& x, const Mesh& mesh, const Layout& to, std::string_view op,
+              const std::string& note) {
+  Layout have = layout_of(x);
+  Layout next = have;
+  next.partial.clear();
+  std::vector<std::pair<std::string, int>> scatters;  // (axis, dim) in order
+  for (size_t d = 0; d < to.dims.size(); ++d) {
+    if (!is_prefix(have.dims[d], to.dims[d])) continue;
+    for (size_t k = have.dims[d].size(); k < to.dims[d].size(); ++k) {
+      const std::string& a = to.dims[d][k];
+      auto it = std::find(have.partial.begin(), have.partial.end(), a);
+      if (it == have.partial.end()) break;
+      scatters.emplace_back(a, static_cast<int>(d));
+      next.dims[d].push_back(a);
+    }
+  }
+  AxisList rest;
+  for (const std::string& a : have.partial) {
+    bool scattered =
+        std::any_of(scatters.begin(), scatters.end(), [&](auto& s) { return s.first == a; });
+    if (!scattered) rest.push_back(a);
+  }
+  const int64_t in_bytes = block_bytes(x);
+  const auto t0 = std::chrono::steady_clock::now();
+  Layout in = have;
+  in.partial.clear();
+  Shape shape = x.shape();
+  std::vector<Array> out =
+      run_blocks(mesh, {raw_addends(x)}, {in}, {next}, {shape},
+                 [&scatters, &rest](Context& ctx, const std::vector<Tensor>& b) {
+                   Tensor t = b[0];
+                   for (auto& [axis, dim] : scatters)
+                     t = ctx.psum_scatter(t, axis, dim, /*tiled=*/true);
+                   if (!rest.empty()) t = ctx.psum(t, AxisNames(rest));
+                   return std::vector<Tensor>{t};
+                 });
+  const double secs = since(t0);
+  // Ring traffic per device: psum_scatter receives (n-1)/n of its input, psum twice that.
+  int64_t bytes = in_bytes;
+  for (auto& [axis, dim] : scatters) {
+    const int64_t n = mesh.axis_size(axis);
+    CollectiveLog::add({std::string(op), "psum_scatter", "direct", layout_str(have),
+                        layout_str(next), bytes * (n - 1) / n, secs, note});
+    bytes /= n;
+  }
+  if (!rest.empty()) {
+    const int64_t n = axes_size(mesh, rest);
+    CollectiveLog::add({std::string(op), "psum", "direct", layout_str(have), layout_str(next),
+                        2 * bytes * (n - 1) / n, secs, note});
+  }
+  return out.front();
+}
+
+}  // namespace
+
+OpMesh op_mesh(std::string_view op, const std::vector<const Array*>& xs) {
+  const Array* first = nullptr;
+  for (const Array* x : xs) {
+    if (x->blocks().empty()) {
+      throw Error(
+          cat("[", op, "] an operand is an empty (default-constructed or moved-from) Array"));
+    }
+    if (first == nullptr) {
+      first = x;
+      continue;
+    }
+    const Sharding& a = first->sharding();
+    const Sharding& b = x->sharding();
+    const bool same =
+        (a.mesh_or_null() && b.mesh_or_null() && *a.mesh_or_null() == *b.mesh_or_null()) ||
+        (!a.mesh_or_null() && !b.mesh_or_null() && a.device_list() == b.device_list());
+    if (!same) {
+      throw Error(cat("[", op, "] operands live on different ",
+                      a.platform() != b.platform() ? "platforms" : "meshes", ": ", sharding_text(a),
+                      " and ", sharding_text(b),
+                      "; device_put one of them onto the other's sharding "
+                      "(device_put(y, x.sharding()))"));
+    }
+  }
+  const Sharding& s = first->sharding();
+  if (const Mesh* m = s.mesh_or_null()) return OpMesh{*m, false};
+  return OpMesh{Mesh({s.device_list().front()}, {1}, {"_device"}), true};
+}
+
+Array on_mesh(const Array& x, const OpMesh& m) {
+  if (!m.single) return x;
+  return Array(x.shape(), x.dtype(), NamedSharding(m.mesh, P()), x.blocks(), x.pending_sum_axes());
+}
+
+Array finish(const Array& y, const OpMesh& m) {
+  if (!m.single) return y;
+  return Array(y.shape(), y.dtype(), SingleDeviceSharding(m.mesh.devices().front()), y.blocks());
+}
+
+Array reshard(const Array& x, const Mesh& mesh, const Layout& to, std::string_view op,
+              bool implicit, const std::string& note) {
+  Array cur = x;
+  Layout have = layout_of(cur);
+  if (!have.partial.empty()) {
+    cur = resolve(cur, mesh, to, op, note);
+    have = layout_of(cur);
+  }
+  if (have.dims == to.dims) return cur;
+  if (implicit && sharding_mode() == ShardingMode::explicit_) {
+    throw Error(cat("[", op, "] explicit sharding mode: the operand sharded as ",
+                    spec_of(have).str(), " would have to be resharded to ", spec_of(to).str(),
+                    " on ", mesh.str(),
+                    "; reshard it yourself (with_sharding_constraint(x, NamedSharding(mesh, ",
+                    spec_of(to).str(),
+                    ")) or device_put), or pass out_sharding= to choose the "
+                    "result's sharding"));
+  }
+  // What changes, per mesh axis: where it was and where it goes.
+  auto where = [](const Layout& l, const std::string& a) {
+    for (size_t d = 0; d < l.dims.size(); ++d) {
+      if (std::find(l.dims[d].begin(), l.dims[d].end(), a) != l.dims[d].end())
+        return static_cast<int>(d);
+    }
+    return -1;
+  };
+  int64_t gathered = 1, moved = 1;
+  for (const std::string& a : mesh.axis_names()) {
+    const int from = where(have, a), dest = where(to, a);
+    if (from >= 0 && dest < 0) gathered *= mesh.axis_size(a);
+    if (from >= 0 && dest >= 0 && from != dest) moved *= mesh.axis_size(a);
+  }
+  const auto t0 = std::chrono::steady_clock::now();
+  Array out = device_put(cur, NamedSharding(mesh, spec_of(to)));
+  const double secs = since(t0);
+  const int64_t out_bytes = block_bytes(out);
+  if (moved > 1) {
+    CollectiveLog::add({std::string(op), "all_to_all", "copy", layout_str(have), layout_str(to),
+                        out_bytes * (moved - 1) / moved, secs, note});
+  }
+  if (gathered > 1) {
+    CollectiveLog::add({std::string(op), "all_gather", "copy", layout_str(have), layout_str(to),
+                        out_bytes * (gathered - 1) / gathered, secs, note});
+  }
+  return out;
+}
+
+Array place(const Array& x, const Mesh& mesh, const Layout& need, std::string_view op) {
+  const Layout have = layout_of(x);
+  if (!need.partial.empty()) {
+    if (have.partial != need.partial || have.dims != need.dims) {
+      throw Error(cat("[", op, "] internal: a rule kept a pending sum it cannot place"));
+    }
+    return raw_addends(x);
+  }
+  return reshard(x, mesh, need, op, /*implicit=*/true);
+}
+
+std::vector<Array> run_blocks(const Mesh& mesh, const std::vector<Array>& placed,
+                              const std::vector<Layout>& in, const std::vector<Layout>& out,
+                              const std::vector<Shape>& out_shapes, const Body& body) {
+  std::vector<PartitionSpec> in_specs, out_specs;
+  for (const Layout& l : in) in_specs.push_back(spec_of(l));
+  for (const Layout& l : out) out_specs.push_back(spec_of(l));
+  std::vector<Array> args;
+  for (const Array& a : placed) args.push_back(raw_addends(a));
+  std::vector<Array> got = meshrt::detail::run_shard_map(body, mesh, in_specs, out_specs, args,
+                                                         {.check_replication = false});
+  std::vector<Array> res;
+  for (size_t i = 0; i < got.size(); ++i) {
+    if (got[i].shape() != out_shapes[i]) {
+      throw Error(cat("[global] internal: a rule promised shape ", shape_str(out_shapes[i]),
+                      " but the blocks assemble to ", shape_str(got[i].shape())));
+    }
+    res.push_back(out[i].partial.empty() ? got[i]
+                                         : Array(got[i].shape(), got[i].dtype(), got[i].sharding(),
+                                                 got[i].blocks(), out[i].partial));
+  }
+  return res;
+}
+
+}  // namespace meshrt::global

@@ -1,0 +1,362 @@
+// The placement rules of the global-view ops: which layout each operand must have when the
+// per-device op runs, and which layout the result gets. They reproduce what jax.jit (GSPMD /
+// Shardy, Auto axes) gives for one op, except where operands conflict (see merge_candidates).
+//
+//   op family                                  rule
+//   ---------------------------------------    ----------------------------------------------
+//   + - * / maximum minimum comparisons        elementwise_rule   (broadcasting; linear ops
+//   where, unary math, astype, scalar forms                        keep pending sums)
+//   sum mean (pending sum), max min, argmax    reduce_rule
+//   softmax log_softmax, slice*, pad, split,   gather_dims_rule   (the touched dims gathered,
+//   x[i], dynamic_slice_in_dim                                     results re-sliced where the
+//                                                                  operand's axes divide them)
+//   matmul dot                                 matmul_rule        (contracting axes -> pending sum)
+//   transpose                                  transpose_rule
+//   reshape squeeze expand_dims                reshape_rule       (blocks stay contiguous)
+//   concatenate stack                          join_rule
+#include "global/rules.h"
+
+#include <algorithm>
+
+#include "core/error.h"
+#include "core/strings.h"
+
+namespace meshrt::global {
+namespace {
+
+struct Candidate {
+  AxisList axes;
+  int64_t elements;  // of the operand it comes from
+  int operand;
+};
+
+// R1: axis lists for one dimension merge when one is a prefix of the other (the longer wins;
+// unsharded is the empty prefix). Conflicting lists: jax.jit replicates the dimension and
+// all-gathers every operand; meshrt keeps the list of the operand with the most elements (the
+// cheapest to keep in place; ties: the first operand) and reshards the others.
+Candidate merge_candidates(const std::vector<Candidate>& cands) {
+  Candidate chosen{{}, -1, -1};
+  for (const Candidate& c : cands) {
+    if (chosen.operand < 0) {
+      chosen = c;
+    } else if (is_prefix(chosen.axes, c.axes)) {
+      if (c.axes.size() > chosen.axes.size()) chosen = Candidate{c.axes, c.elements, c.operand};
+    } else if (!is_prefix(c.axes, chosen.axes) && c.elements > chosen.elements) {
+      chosen = c;
+    }
+  }
+  return chosen;
+}
+
+// R2: an axis may shard one dimension only; it stays on the dimension whose source operand has
+// more elements (ties: the lower operand index, then the earlier dimension).
+void one_dim_per_axis(std::vector<AxisList>& dims, const std::vector<Candidate>& src) {
+  for (size_t r = 0; r < dims.size(); ++r) {
+    for (size_t q = r + 1; q < dims.size(); ++q) {
+      for (size_t k = 0; k < dims[q].size(); ++k) {
+        auto hit = std::find(dims[r].begin(), dims[r].end(), dims[q][k]);
+        if (hit == dims[r].end()) continue;
+        const bool keep_r =
+            src[r].elements > src[q].elements ||
+            (src[r].elements == src[q].elements && src[r].operand <= src[q].operand);
+        if (keep_r) {
+          dims[q].resize(k);
+        } else {
+          dims[r].erase(hit, dims[r].end());
+        }
+        break;
+      }
+    }
+  }
+}
+
+Layout without_partial(Layout l) {
+  l.partial.clear();
+  return l;
+}
+
+AxisList axes_of_dims(const Layout& l, const std::vector<bool>& which) {
+  AxisList out;
+  for (size_t d = 0; d < l.dims.size(); ++d) {
+    if (which[d]) out.insert(out.end(), l.dims[d].begin(), l.dims[d].end());
+  }
+  return out;
+}
+
+}  // namespace
+
+Plan elementwise_rule(const Mesh& mesh, const std::vector<Operand>& xs, const Shape& out_shape,
+                      bool linear) {
+  const size_t R = out_shape.size();
+  std::vector<AxisList> dims(R);
+  std::vector<Candidate> src(R, Candidate{{}, 0, 0});
+  for (size_t r = 0; r < R; ++r) {
+    std::vector<Candidate> cands;
+    for (size_t i = 0; i < xs.size(); ++i) {
+      const Shape& s = *xs[i].shape;
+      const int64_t k = static_cast<int64_t>(r) - static_cast<int64_t>(R - s.size());
+      if (k < 0 || s[k] != out_shape[r] || out_shape[r] == 1) continue;
+      cands.push_back({xs[i].layout.dims[k], shape_size(s), static_cast<int>(i)});
+    }
+    if (cands.empty()) continue;
+    src[r] = merge_candidates(cands);
+    dims[r] = src[r].axes;
+  }
+  one_dim_per_axis(dims, src);
+  Layout out{dims, {}};
+  trim_to_divisible(out, out_shape, mesh);
+
+  Plan p;
+  bool same_partial = linear && !xs.empty() && !xs.front().layout.partial.empty();
+  for (size_t i = 0; i < xs.size(); ++i) {
+    const Shape& s = *xs[i].shape;
+    Layout need = replicated(s.size());
+    for (size_t k = 0; k < s.size(); ++k) {
+      const size_t r = k + (R - s.size());
+      if (s[k] == out_shape[r] && s[k] != 1) need.dims[k] = out.dims[r];
+    }
+    same_partial = same_partial && xs[i].layout.partial == xs.front().layout.partial &&
+                   xs[i].layout.dims == need.dims;
+    p.need.push_back(need);
+  }
+  if (same_partial) {
+    for (Layout& n : p.need) n.partial = xs.front().layout.partial;
+    out.partial = xs.front().layout.partial;
+  }
+  p.out.push_back(out);
+  return p;
+}
+
+Plan reduce_rule(const Mesh& mesh, const Operand& x, Reduction kind, std::optional<int> axis,
+                 bool keepdims) {
+  (void)mesh;
+  const size_t n = x.shape->size();
+  std::vector<bool> reduced(n, !axis.has_value());
+  if (axis) reduced[static_cast<size_t>(*axis)] = true;
+  Plan p;
+  Layout need = x.layout;
+  const bool linear = kind == Reduction::sum || kind == Reduction::mean;
+  if (!linear) need.partial.clear();
+  if (kind == Reduction::argmax) {
+    for (size_t d = 0; d < n; ++d) {
+      if (reduced[d]) need.dims[d].clear();
+    }
+  }
+  Layout out;
+  for (size_t d = 0; d < n; ++d) {
+    if (!reduced[d]) {
+      out.dims.push_back(need.dims[d]);
+    } else if (keepdims) {
+      out.dims.emplace_back();
+    }
+  }
+  const AxisList over = axes_of_dims(need, reduced);
+  if (linear) {
+    out.partial = need.partial;
+    out.partial.insert(out.partial.end(), over.begin(), over.end());
+  } else if (kind != Reduction::argmax) {
+    p.reduce_axes = over;
+  }
+  p.need.push_back(need);
+  p.out.push_back(out);
+  return p;
+}
+
+Plan gather_dims_rule(const Mesh& mesh, const Operand& x, const std::vector<bool>& whole,
+                      const Shape& out_shape) {
+  Plan p;
+  Layout need = without_partial(x.layout);
+  for (size_t d = 0; d < whole.size(); ++d) {
+    if (whole[d]) need.dims[d].clear();
+  }
+  Layout out = without_partial(x.layout);
+  trim_to_divisible(out, out_shape, mesh);
+  p.need.push_back(need);
+  p.out.push_back(out);
+  return p;
+}
+
+Plan matmul_rule(const Mesh& mesh, const Operand& a, const Operand& b, const Shape& out_shape) {
+  // Promote 1-D operands: a (k) -> (1, k), b (k) -> (k, 1).
+  Layout la = without_partial(a.layout), lb = without_partial(b.layout);
+  Shape sa = *a.shape, sb = *b.shape;
+  const bool a1 = sa.size() == 1, b1 = sb.size() == 1;
+  if (a1) {
+    sa.insert(sa.begin(), 1);
+    la.dims.insert(la.dims.begin(), AxisList{});
+  }
+  if (b1) {
+    sb.push_back(1);
+    lb.dims.emplace_back();
+  }
+  const size_t ra = sa.size(), rb = sb.size();
+  const size_t nb = std::max(ra, rb) - 2;  // batch dims of the result
+  const int64_t ea = shape_size(sa), eb = shape_size(sb);
+  // Result dims: batch..., m, n (before removing promoted ones).
+  Shape full(nb + 2);
+  for (size_t r = 0; r < nb; ++r) {
+    const int64_t ka = static_cast<int64_t>(r) - static_cast<int64_t>(nb - (ra - 2));
+    const int64_t kb = static_cast<int64_t>(r) - static_cast<int64_t>(nb - (rb - 2));
+    full[r] = std::max(ka >= 0 ? sa[ka] : 1, kb >= 0 ? sb[kb] : 1);
+  }
+  full[nb] = sa[ra - 2];
+  full[nb + 1] = sb[rb - 1];
+  std::vector<AxisList> dims(nb + 2);
+  std::vector<Candidate> src(nb + 2, Candidate{{}, 0, 0});
+  for (size_t r = 0; r < nb; ++r) {
+    std::vector<Candidate> cands;
+    const int64_t ka = static_cast<int64_t>(r) - static_cast<int64_t>(nb - (ra - 2));
+    const int64_t kb = static_cast<int64_t>(r) - static_cast<int64_t>(nb - (rb - 2));
+    if (ka >= 0 && sa[ka] == full[r] && full[r] != 1) cands.push_back({la.dims[ka], ea, 0});
+    if (kb >= 0 && sb[kb] == full[r] && full[r] != 1) cands.push_back({lb.dims[kb], eb, 1});
+    if (!cands.empty()) src[r] = merge_candidates(cands);
+    dims[r] = src[r].axes;
+  }
+  dims[nb] = la.dims[ra - 2];
+  src[nb] = {dims[nb], ea, 0};
+  dims[nb + 1] = lb.dims[rb - 1];
+  src[nb + 1] = {dims[nb + 1], eb, 1};
+  one_dim_per_axis(dims, src);
+  // Contracting dim: merged like R1; incompatible lists keep their common prefix; an axis a
+  // result dim uses cannot also be contracted (that side is gathered instead).
+  const AxisList& ka = la.dims[ra - 1];
+  const AxisList& kb = lb.dims[rb - 2];
+  AxisList kc;
+  if (is_prefix(ka, kb)) {
+    kc = kb;
+  } else if (is_prefix(kb, ka)) {
+    kc = ka;
+  } else {
+    for (size_t i = 0; i < std::min(ka.size(), kb.size()) && ka[i] == kb[i]; ++i)
+      kc.push_back(ka[i]);
+  }
+  for (size_t i = 0; i < kc.size(); ++i) {
+    bool used = false;
+    for (const AxisList& d : dims) used = used || std::find(d.begin(), d.end(), kc[i]) != d.end();
+    if (used) {
+      kc.resize(i);
+      break;
+    }
+  }
+  Layout out_full{dims, {}};
+  trim_to_divisible(out_full, full, mesh);
+
+  Plan p;
+  Layout na = replicated(ra), nbl = replicated(rb);
+  for (size_t k = 0; k + 2 < ra; ++k) {
+    const size_t r = k + (nb - (ra - 2));
+    if (sa[k] == full[r] && sa[k] != 1) na.dims[k] = out_full.dims[r];
+  }
+  for (size_t k = 0; k + 2 < rb; ++k) {
+    const size_t r = k + (nb - (rb - 2));
+    if (sb[k] == full[r] && sb[k] != 1) nbl.dims[k] = out_full.dims[r];
+  }
+  na.dims[ra - 2] = out_full.dims[nb];
+  na.dims[ra - 1] = kc;
+  nbl.dims[rb - 2] = kc;
+  nbl.dims[rb - 1] = out_full.dims[nb + 1];
+  if (a1) na.dims.erase(na.dims.begin());
+  if (b1) nbl.dims.pop_back();
+  Layout out = out_full;
+  if (b1) out.dims.pop_back();
+  if (a1) out.dims.erase(out.dims.begin() + static_cast<int64_t>(nb));
+  out.partial = kc;
+  (void)out_shape;
+  p.need = {na, nbl};
+  p.out.push_back(out);
+  return p;
+}
+
+Plan transpose_rule(const Operand& x, const std::vector<int>& perm) {
+  Plan p;
+  p.need.push_back(x.layout);
+  Layout out;
+  for (int d : perm) out.dims.push_back(x.layout.dims[static_cast<size_t>(d)]);
+  out.partial = x.layout.partial;
+  p.out.push_back(out);
+  return p;
+}
+
+Plan reshape_rule(const Mesh& mesh, const Operand& x, const Shape& out_shape) {
+  const Shape& in = *x.shape;
+  Layout need = x.layout;  // pending sums stay: reshape is linear
+  Layout out = replicated(out_shape.size());
+  out.partial = x.layout.partial;
+  std::vector<size_t> I, O;  // dims of size != 1
+  for (size_t d = 0; d < in.size(); ++d) {
+    if (in[d] != 1)
+      I.push_back(d);
+    else
+      need.dims[d].clear();
+  }
+  for (size_t d = 0; d < out_shape.size(); ++d) {
+    if (out_shape[d] != 1) O.push_back(d);
+  }
+  size_t i = 0, j = 0;
+  while (i < I.size() && j < O.size()) {
+    // One group: the fewest leading dims on each side with equal products.
+    const size_t i0 = i, j0 = j;
+    int64_t pi = in[I[i]], pj = out_shape[O[j]];
+    while (pi != pj) {
+      if (pi < pj)
+        pi *= in[I[++i]];
+      else
+        pj *= out_shape[O[++j]];
+    }
+    // The group's major input dim keeps its axes when they divide the major output dim (each
+    // device's block stays one contiguous range); its minor input dims are gathered.
+    const AxisList& major = need.dims[I[i0]];
+    if (!major.empty() && out_shape[O[j0]] % axes_size(mesh, major) == 0) {
+      out.dims[O[j0]] = major;
+    } else {
+      need.dims[I[i0]].clear();
+    }
+    for (size_t k = i0 + 1; k <= i; ++k) need.dims[I[k]].clear();
+    ++i;
+    ++j;
+  }
+  if (need.dims != x.layout.dims) {
+    need.partial.clear();
+    out.partial.clear();
+  }
+  Plan p;
+  p.need.push_back(need);
+  p.out.push_back(out);
+  return p;
+}
+
+Plan join_rule(const Mesh& mesh, const std::vector<Operand>& xs, int axis, bool stack,
+               const Shape& out_shape) {
+  const size_t n = xs.front().shape->size();
+  Plan p;
+  Layout out = replicated(out_shape.size());
+  std::vector<Candidate> src(n, Candidate{{}, 0, 0});
+  std::vector<AxisList> dims(n);
+  for (size_t d = 0; d < n; ++d) {
+    std::vector<Candidate> cands;
+    for (size_t i = 0; i < xs.size(); ++i) {
+      if ((*xs[i].shape)[d] == 1 && (stack || static_cast<int>(d) != axis)) continue;
+      cands.push_back({xs[i].layout.dims[d], shape_size(*xs[i].shape), static_cast<int>(i)});
+    }
+    if (!cands.empty()) src[d] = merge_candidates(cands);
+    dims[d] = src[d].axes;
+  }
+  one_dim_per_axis(dims, src);
+  for (size_t i = 0; i < xs.size(); ++i) {
+    Layout need{dims, {}};
+    if (!stack) need.dims[static_cast<size_t>(axis)].clear();
+    for (size_t d = 0; d < n; ++d) {
+      if ((*xs[i].shape)[d] == 1 && (stack || static_cast<int>(d) != axis)) need.dims[d].clear();
+    }
+    p.need.push_back(need);
+  }
+  if (stack) {
+    dims.insert(dims.begin() + axis, AxisList{});
+  }
+  out.dims = dims;
+  trim_to_divisible(out, out_shape, mesh);
+  p.out.push_back(out);
+  return p;
+}
+
+}  // namespace meshrt::global

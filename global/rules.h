@@ -1,0 +1,48 @@
+// global/rules.h: placement rules of the global-view ops, one per op family (not installed).
+// Each rule maps the operands' layouts (and shapes) to the layouts the operands must have when
+// the per-device op runs (`need`) and the layouts of the results (`out`). rules.cpp holds them
+// all, with the table of which op uses which rule at its top.
+#pragma once
+
+#include <optional>
+#include <vector>
+
+#include "global/layout.h"
+
+namespace meshrt::global {
+
+struct Plan {
+  std::vector<Layout> need;  // per operand
+  std::vector<Layout> out;   // per result
+  // Axes of a max/min reduction to combine with pmax/pmin after the local reduction.
+  AxisList reduce_axes;
+};
+
+struct Operand {
+  const Shape* shape;
+  Layout layout;
+};
+
+// Elementwise with NumPy broadcasting. `linear`: the op keeps pending sums when every operand
+// has the same ones (+, -, negation, multiplication or division by a scalar).
+Plan elementwise_rule(const Mesh& mesh, const std::vector<Operand>& xs, const Shape& out_shape,
+                      bool linear);
+// Reductions over `axis` (nullopt: all). sum/mean leave a pending sum over the reduced dims'
+// axes; max/min combine with pmax/pmin; argmax gathers the reduced dims first.
+enum class Reduction { sum, mean, max, min, argmax };
+Plan reduce_rule(const Mesh& mesh, const Operand& x, Reduction kind, std::optional<int> axis,
+                 bool keepdims);
+// The operand's dimensions `whole` gathered (unsharded), the rest kept: softmax along an axis,
+// slices of sharded dims, pad, the concat/split dimension. The result gets the operand's
+// layout on the kept dims, and on the others what divides the result's size (JAX's rule).
+Plan gather_dims_rule(const Mesh& mesh, const Operand& x, const std::vector<bool>& whole,
+                      const Shape& out_shape);
+// matmul/dot: (..., m, k) @ (..., k, n), 1-D operands promoted as jnp.matmul does.
+Plan matmul_rule(const Mesh& mesh, const Operand& a, const Operand& b, const Shape& out_shape);
+Plan transpose_rule(const Operand& x, const std::vector<int>& perm);
+Plan reshape_rule(const Mesh& mesh, const Operand& x, const Shape& out_shape);
+// concatenate / stack along `axis` (stack: a new unsharded dimension at `axis`).
+Plan join_rule(const Mesh& mesh, const std::vector<Operand>& xs, int axis, bool stack,
+               const Shape& out_shape);
+
+}  // namespace meshrt::global
