@@ -562,8 +562,15 @@ Array slice(const Array& x, const Shape& start, const Shape& limit, const Shape&
     whole[d] = start[d] != 0 || limit[d] != s[d] || st != 1;
   }
   return gathered("slice", x, whole, {out},
-                  [start, limit, strides](Context&, const std::vector<Tensor>& b) {
-                    return std::vector<Tensor>{slice(b[0], start, limit, strides)};
+                  [start, limit, strides, whole](Context&, const std::vector<Tensor>& b) {
+                    // Dims the slice leaves whole may still be sharded: each device keeps all
+                    // of its block there.
+                    Shape st = start, li = limit;
+                    Shape sd = strides.empty() ? Shape(start.size(), 1) : strides;
+                    for (size_t d = 0; d < st.size(); ++d) {
+                      if (!whole[d]) st[d] = 0, li[d] = b[0].shape()[d], sd[d] = 1;
+                    }
+                    return std::vector<Tensor>{slice(b[0], st, li, sd)};
                   })
       .front();
 }

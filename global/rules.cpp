@@ -303,15 +303,35 @@ Plan reshape_rule(const Mesh& mesh, const Operand& x, const Shape& out_shape) {
       else
         pj *= out_shape[O[++j]];
     }
-    // The group's major input dim keeps its axes when they divide the major output dim (each
-    // device's block stays one contiguous range); its minor input dims are gathered.
-    const AxisList& major = need.dims[I[i0]];
-    if (!major.empty() && out_shape[O[j0]] % axes_size(mesh, major) == 0) {
-      out.dims[O[j0]] = major;
-    } else {
-      need.dims[I[i0]].clear();
+    // The group's axes, major first, kept while each input dim before is split whole (so every
+    // device's block stays one contiguous range), then dealt out to the output dims in order:
+    // an output dim takes axes while their product divides it, and the next output dim starts
+    // only when the previous one is split whole. Axes left over are gathered.
+    AxisList collected;
+    std::vector<size_t> from;  // input dim of each collected axis
+    for (size_t k = i0; k <= i; ++k) {
+      for (const std::string& a : need.dims[I[k]]) {
+        collected.push_back(a);
+        from.push_back(k);
+      }
+      if (axes_size(mesh, need.dims[I[k]]) != in[I[k]]) break;
     }
-    for (size_t k = i0 + 1; k <= i; ++k) need.dims[I[k]].clear();
+    size_t jj = j0, taken = 0;
+    int64_t cur = 1;
+    while (taken < collected.size()) {
+      const int64_t sz = mesh.axis_size(collected[taken]);
+      if (out_shape[O[jj]] % (cur * sz) == 0) {
+        out.dims[O[jj]].push_back(collected[taken++]);
+        cur *= sz;
+      } else if (cur == out_shape[O[jj]] && jj < j) {
+        ++jj;
+        cur = 1;
+      } else {
+        break;
+      }
+    }
+    for (size_t k = i0; k <= i; ++k) need.dims[I[k]].clear();
+    for (size_t t = 0; t < taken; ++t) need.dims[I[from[t]]].push_back(collected[t]);
     ++i;
     ++j;
   }
