@@ -10,6 +10,7 @@
 #include "global/layout.h"
 #include "global/reshard.h"
 #include "global/rules.h"
+#include "runtime/detail/sharding_impl.h"
 
 namespace meshrt {
 
@@ -245,7 +246,11 @@ Array matmul_like(std::string_view op, const Array& a, const Array& b, const OpO
   Array r = apply(op, {a, b}, p, p.out, {out}, [f](Context&, const std::vector<Tensor>& t) {
               return std::vector<Tensor>{f(t[0], t[1])};
             }).front();
-  if (options.out_sharding) r = constrain(op, r, *options.out_sharding);
+  if (options.out_sharding) {
+    // Unlike with_sharding_constraint, out_sharding= must divide the result (as device_put).
+    (void)meshrt::detail::checked_shard_shape(*options.out_sharding, r.shape(), op);
+    r = constrain(op, r, *options.out_sharding);
+  }
   return r;
 }
 
@@ -311,7 +316,8 @@ Array creation(std::string_view op, const Shape& shape, DType dtype, const Shard
   for (auto& [dev, idx] : s.devices_indices_map(shape)) blocks.push_back(make(dev, block, idx));
   (void)op;
   (void)dtype;
-  return Array(shape, blocks.front().dtype(), s, std::move(blocks));
+  const DType dt = blocks.front().dtype();
+  return Array(shape, dt, s, std::move(blocks));
 }
 
 // Reading an Array with pending sums sums them (psum), logged as the op "read".

@@ -386,3 +386,207 @@ TEST(GlobalViewJax, EveryGeneratedCaseMatchesJax) {
   for (auto& [op, n] : deviations) std::cout << " " << op << "=" << n;
   std::cout << "\n";
 }
+
+namespace {
+
+Array iota_f32(const Shape& shape, const Sharding& s) {
+  std::vector<float> h(static_cast<size_t>(shape_size(shape)));
+  for (size_t i = 0; i < h.size(); ++i) h[i] = static_cast<float>(i);
+  return device_put(h, shape, s);
+}
+
+std::vector<std::string> collectives_of(const CollectiveLog& log) {
+  std::vector<std::string> out;
+  for (const auto& e : log.entries()) out.push_back(e.collective);
+  return out;
+}
+
+}  // namespace
+
+// The seed walkthrough on 3 devices: arange(24).reshape(3, 8) on P("x").
+TEST(GlobalViewSeed, ThreeDevices) {
+  Mesh mesh = make_mesh({3}, {"x"});
+  Array x = iota_f32({3, 8}, NamedSharding(mesh, P("x")));
+  CollectiveLog log;
+  auto on = log.record();
+  Array y = 2.0 * sin(x) + 1.0;
+  EXPECT_TRUE(y.sharding().is_equivalent_to(x.sharding(), x.shape()));
+  EXPECT_EQ(log.size(), 0u);  // elementwise: no communication
+  auto yv = y.to_vector<float>();
+  for (size_t i = 0; i < yv.size(); ++i)
+    EXPECT_FLOAT_EQ(yv[i], 2.0f * std::sin(static_cast<float>(i)) + 1.0f);
+
+  Array s0 = sum(x, 0);
+  EXPECT_EQ(trimmed(s0.sharding().spec_or_empty()).size(), 0u);  // replicated
+  EXPECT_EQ(s0.pending_sum_axes(), std::vector<std::string>{"x"});
+  EXPECT_EQ(log.size(), 0u);  // pending until read
+  auto s0v = s0.to_vector<float>();
+  for (int j = 0; j < 8; ++j)
+    EXPECT_EQ(s0v[static_cast<size_t>(j)], static_cast<float>(j + (8 + j) + (16 + j)));
+  EXPECT_EQ(collectives_of(log), std::vector<std::string>{"psum"});
+
+  log.clear();
+  Array s1 = sum(x, 1);
+  EXPECT_EQ(s1.sharding().spec_or_empty(), P("x"));
+  EXPECT_EQ(log.size(), 0u);
+
+  // 8 does not divide over 3 devices: replicated, one psum, the log says why.
+  Array c = with_sharding_constraint(sum(x, 0), NamedSharding(mesh, P("x")));
+  EXPECT_TRUE(c.sharding().is_fully_replicated());
+  ASSERT_EQ(collectives_of(log), std::vector<std::string>{"psum"});
+  EXPECT_NE(log.entries()[0].note.find("does not divide"), std::string::npos) << log.str();
+
+  log.clear();
+  Array x12 = iota_f32({3, 12}, NamedSharding(mesh, P("x")));
+  Array c12 = with_sharding_constraint(sum(x12, 0), NamedSharding(mesh, P("x")));
+  EXPECT_EQ(c12.sharding().spec_or_empty(), P("x"));
+  EXPECT_EQ(collectives_of(log), std::vector<std::string>{"psum_scatter"});
+  auto cv = c12.to_vector<float>();
+  for (int j = 0; j < 12; ++j)
+    EXPECT_EQ(cv[static_cast<size_t>(j)], static_cast<float>(3 * j + 36));
+}
+
+// with_sharding_constraint(sum(x, 0), P("x")) moves exactly one psum_scatter's bytes, and a chain
+// of linear ops after a sum still reduces once.
+TEST(GlobalViewPendingSums, ConstraintCostsOnePsumScatter) {
+  Mesh mesh = make_mesh({8}, {"x"});
+  Array x = iota_f32({64, 32}, NamedSharding(mesh, P("x")));
+  CollectiveLog log;
+  auto on = log.record();
+  Array c = with_sharding_constraint(sum(x, 0), NamedSharding(mesh, P("x")));
+  ASSERT_EQ(log.size(), 1u);
+  const auto e = log.entries()[0];
+  EXPECT_EQ(e.collective, "psum_scatter");
+  EXPECT_EQ(e.op, "with_sharding_constraint");
+  // One psum_scatter of a 32-float block over 8 devices: each device receives 7/8 of it.
+  EXPECT_EQ(e.bytes_per_device, 32 * 4 * 7 / 8);
+  auto v = c.to_vector<float>();
+  for (int j = 0; j < 32; ++j) {
+    double want = 0;
+    for (int i = 0; i < 64; ++i) want += i * 32 + j;
+    EXPECT_EQ(v[static_cast<size_t>(j)], static_cast<float>(want));
+  }
+  log.clear();
+  Array t = (sum(x, 0) * 2.0 - sum(x, 0)) / 4.0;  // linear: stays pending
+  EXPECT_EQ(t.pending_sum_axes(), std::vector<std::string>{"x"});
+  EXPECT_EQ(log.size(), 0u);
+  auto tv = t.to_vector<float>();
+  EXPECT_EQ(collectives_of(log), std::vector<std::string>{"psum"});
+  EXPECT_FLOAT_EQ(tv[0], v[0] / 4.0f);
+  log.clear();
+  Array r = relu(sum(x, 0));  // nonlinear: summed first
+  EXPECT_TRUE(r.pending_sum_axes().empty());
+  EXPECT_EQ(collectives_of(log), std::vector<std::string>{"psum"});
+}
+
+TEST(GlobalViewPendingSums, MatmulOverAShardedContractionIsPending) {
+  Mesh mesh = make_mesh({4, 2}, {"x", "y"});
+  Array a = iota_f32({8, 16}, NamedSharding(mesh, P(None, "x")));
+  Array b = iota_f32({16, 4}, NamedSharding(mesh, P("x", None)));
+  CollectiveLog log;
+  auto on = log.record();
+  Array c = matmul(a, b);
+  EXPECT_EQ(c.pending_sum_axes(), std::vector<std::string>{"x"});
+  Array d = with_sharding_constraint(c, NamedSharding(mesh, P("x")));
+  EXPECT_EQ(collectives_of(log), std::vector<std::string>{"psum_scatter"});
+  auto v = d.to_vector<float>();
+  for (int i = 0; i < 8; ++i) {
+    for (int j = 0; j < 4; ++j) {
+      double want = 0;
+      for (int k = 0; k < 16; ++k) want += double(i * 16 + k) * double(k * 4 + j);
+      EXPECT_EQ(v[static_cast<size_t>(i * 4 + j)], static_cast<float>(want));
+    }
+  }
+}
+
+TEST(GlobalViewReshard, PlannerPicksTheCollective) {
+  Mesh mesh = make_mesh({4, 2}, {"x", "y"});
+  Array x = iota_f32({8, 8}, NamedSharding(mesh, P("x", "y")));
+  CollectiveLog log;
+  auto on = log.record();
+  Array r = with_sharding_constraint(x, NamedSharding(mesh, P()));
+  EXPECT_EQ(collectives_of(log), std::vector<std::string>{"all_gather"});
+  log.clear();
+  Array s = with_sharding_constraint(r, NamedSharding(mesh, P("x", "y")));  // a local slice
+  EXPECT_EQ(log.size(), 0u);
+  Array m = with_sharding_constraint(x, NamedSharding(mesh, P("y", "x")));  // axes change dims
+  EXPECT_EQ(collectives_of(log), std::vector<std::string>{"all_to_all"});
+  EXPECT_EQ(m.to_vector<float>(), x.to_vector<float>());
+  EXPECT_EQ(s.to_vector<float>(), x.to_vector<float>());
+}
+
+TEST(GlobalViewExplicitMode, ImplicitReshardIsAnError) {
+  Mesh mesh = make_mesh({8}, {"x"});
+  Array a = iota_f32({8, 8}, NamedSharding(mesh, P("x")));
+  Array b = iota_f32({8, 8}, NamedSharding(mesh, P(None, "x")));
+  set_sharding_mode(ShardingMode::explicit_);
+  EXPECT_MESHRT_ERROR(add(a, b), "[add] explicit sharding mode", "P(None, 'x')", "P('x',)",
+                      "with_sharding_constraint");
+  // Asked-for reshards and ops that need none still work.
+  Array b2 = with_sharding_constraint(b, NamedSharding(mesh, P("x")));
+  Array c = add(a, b2);
+  EXPECT_EQ(c.sharding().spec_or_empty(), P("x"));
+  set_sharding_mode(ShardingMode::auto_);
+  CollectiveLog log;
+  auto on = log.record();
+  Array d = add(a, b);  // auto: b is resharded to a's sharding (equal sizes: the first wins)
+  EXPECT_EQ(d.sharding().spec_or_empty(), P("x"));
+  EXPECT_EQ(collectives_of(log), std::vector<std::string>{"all_to_all"});
+}
+
+TEST(GlobalViewErrors, NameTheOpAndTheFix) {
+  Mesh m8 = make_mesh({8}, {"x"});
+  Mesh m4 = make_mesh({4}, {"x"});
+  Array a = iota_f32({8, 4}, NamedSharding(m8, P("x")));
+  Array b = iota_f32({8, 4}, NamedSharding(m4, P("x")));
+  EXPECT_MESHRT_ERROR(add(a, b), "[add] operands live on different meshes", "Mesh('x': 8)",
+                      "Mesh('x': 4)", "device_put");
+  Array c = iota_f32({3}, NamedSharding(m8, P()));
+  EXPECT_MESHRT_ERROR(multiply(a, c),
+                      "[multiply] Incompatible shapes for broadcasting: shapes=[(8, 4), (3,)]");
+  EXPECT_MESHRT_ERROR(sum(a, 2), "[sum] axis 2 is out of bounds for array of dimension 2");
+  EXPECT_MESHRT_ERROR(matmul(a, a), "[matmul] dot_general requires contracting dimensions");
+  Array w = iota_f32({4, 6}, NamedSharding(m8, P()));
+  EXPECT_MESHRT_ERROR(matmul(a, w, {.out_sharding = NamedSharding(m8, P(None, "x"))}), "[matmul]",
+                      "partitioned 8 times, but the dimension size is 6");
+  Array moved = std::move(a);
+  EXPECT_MESHRT_ERROR(neg(a), "[neg]", "moved-from");  // NOLINT(bugprone-use-after-move)
+  EXPECT_MESHRT_ERROR(reshape(moved, {5, 7}), "[reshape] cannot reshape array of shape (8, 4)");
+  const std::vector<std::string> ps = platforms();
+  if (std::find(ps.begin(), ps.end(), "cuda") == ps.end()) return;
+  Mesh g = make_mesh({1}, {"x"}, "cuda");
+  Array on_gpu = iota_f32({8, 4}, NamedSharding(g, P()));
+  EXPECT_MESHRT_ERROR(add(moved, on_gpu), "[add] operands live on different platforms");
+}
+
+TEST(GlobalViewLog, EnvironmentPrintsEachCollective) {
+  Mesh mesh = make_mesh({8}, {"x"});
+  Array x = iota_f32({8, 8}, NamedSharding(mesh, P("x")));
+  setenv("MESHRT_LOG_COLLECTIVES", "1", 1);
+  testing::internal::CaptureStderr();
+  (void)sum(x, 0).to_vector<float>();
+  const std::string err = testing::internal::GetCapturedStderr();
+  unsetenv("MESHRT_LOG_COLLECTIVES");
+  EXPECT_NE(err.find("read: psum"), std::string::npos) << err;
+}
+
+TEST(GlobalViewSingleDevice, OpsRunOnThatDevice) {
+  Array x = iota_f32({4, 4}, SingleDeviceSharding(devices()[3]));
+  Array y = matmul(x, x) + 1.0;
+  EXPECT_EQ(y.sharding().device_list(), std::vector<Device>{devices()[3]});
+  EXPECT_EQ(y.sharding().mesh_or_null(), nullptr);
+  auto v = y.to_vector<float>();
+  EXPECT_EQ(v[0], 0 * 0 + 1 * 4 + 2 * 8 + 3 * 12 + 1.0f);
+}
+
+TEST(GlobalViewCreation, OnASharding) {
+  Mesh mesh = make_mesh({4, 2}, {"x", "y"});
+  Array z = zeros({8, 4}, DType::f32, NamedSharding(mesh, P("x", "y")));
+  EXPECT_EQ(z.to_vector<float>(), std::vector<float>(32, 0.f));
+  Array r = arange(16, DType::i32, NamedSharding(mesh, P(Axes{"x", "y"})));
+  std::vector<int32_t> want(16);
+  for (int i = 0; i < 16; ++i) want[static_cast<size_t>(i)] = i;
+  EXPECT_EQ(r.to_vector<int32_t>(), want);
+  EXPECT_MESHRT_ERROR(full({6}, 1.0, DType::f32, NamedSharding(mesh, P("x"))),
+                      "partitioned 4 times");
+}
