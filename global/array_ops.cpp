@@ -334,6 +334,8 @@ const bool kResolverInstalled = [] {
 
 }  // namespace
 
+Array Array::operator[](int64_t i) const { return row(*this, i); }
+
 // ---- creation
 Array zeros(Shape shape, DType dtype, const Sharding& s) {
   return full(std::move(shape), 0.0, dtype, s);

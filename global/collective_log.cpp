@@ -13,14 +13,18 @@ std::mutex g_mu;
 std::vector<CollectiveLog*> g_active;  // guarded by g_mu
 
 std::string line(const CollectiveLog::Entry& e) {
-  char buf[64];
-  std::snprintf(buf, sizeof buf, "%12lld B %10.1f us", static_cast<long long>(e.bytes_per_device),
-                e.seconds * 1e6);
-  std::string s =
-      e.op + ": " + e.collective + " (" + e.algorithm + ") " + e.from + " -> " + e.to + "  " + buf;
-  if (!e.note.empty()) s += "  [" + e.note + "]";
+  char buf[512];
+  std::snprintf(buf, sizeof buf, "%-26s %-13s %-7s %-44s %12lld %10.1f", e.op.c_str(),
+                e.collective.c_str(), e.algorithm.c_str(), (e.from + " -> " + e.to).c_str(),
+                static_cast<long long>(e.bytes_per_device), e.seconds * 1e6);
+  std::string s = buf;
+  if (!e.note.empty()) s += "  " + e.note;
   return s;
 }
+
+const char* kHeader =
+    "op                         collective    algo    from -> to                                  "
+    "bytes/device    time us";
 
 }  // namespace
 
@@ -53,6 +57,7 @@ void CollectiveLog::clear() {
 
 std::string CollectiveLog::str() const {
   std::ostringstream os;
+  os << kHeader << "\n";
   for (const Entry& e : entries()) os << line(e) << "\n";
   return os.str();
 }

@@ -89,6 +89,23 @@ Array resolve_pending_sums(const Array& x) {
 }
 }  // namespace detail
 
+Device Array::device() const {
+  if (blocks_.empty()) throw Error("[array] device() of an empty (default-constructed) Array");
+  const auto& devs = sharding_.device_list();
+  if (devs.size() != 1) {
+    throw Error(cat("[array] device() of an Array spread over ", devs.size(), " devices (",
+                    sharding_.str(),
+                    "); use sharding().device_list(), or device_put it onto one "
+                    "device first"));
+  }
+  return devs.front();
+}
+
+Array device_put(const Tensor& x, const Sharding& to) {
+  if (!x.valid()) throw Error("[device_put] an empty (default-constructed) Tensor");
+  return device_put(Array(x.shape(), x.dtype(), SingleDeviceSharding(x.device()), {x}), to);
+}
+
 std::vector<Shard> Array::addressable_shards() const {
   if (!pending_sum_axes_.empty()) return detail::resolve_pending_sums(*this).addressable_shards();
   std::vector<Index> idx = detail::indices(sharding_, shape_, "array");

@@ -29,6 +29,17 @@ class Array {
   const Shape& shape() const { return shape_; }
   DType dtype() const { return dtype_; }
   const Sharding& sharding() const { return sharding_; }
+  // The one device holding the whole array (a SingleDeviceSharding, or a mesh of one device);
+  // an Error for an Array spread over several devices.
+  Device device() const;
+  // True when every device holds the whole value.
+  bool is_fully_replicated() const { return sharding_.is_fully_replicated(); }
+  // Results are complete when an op returns: returns at once (kept for code written against
+  // asynchronous dispatch).
+  const Array& block_until_ready() const { return *this; }
+  // Row i of the leading dimension (negative counts from the end), as x[i] in jnp; defined with
+  // the global-view ops (global/array_ops.cpp).
+  Array operator[](int64_t i) const;
   int64_t size() const { return shape_size(shape_); }
   // One Shard per device, in the sharding's device order (mesh.devices.flat).
   std::vector<Shard> addressable_shards() const;
@@ -93,5 +104,7 @@ Array device_put(const std::vector<T>& data, Shape shape, const Sharding& to) {
 // the missing ranges move, each from the device that holds it (its own copy first). This is
 // the only way to move data between platforms.
 Array device_put(const Array& x, const Sharding& to);
+// Places one device's Tensor onto `to` (its values are the global value).
+Array device_put(const Tensor& x, const Sharding& to);
 
 }  // namespace meshrt

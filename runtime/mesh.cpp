@@ -112,6 +112,23 @@ bool operator==(const Mesh& a, const Mesh& b) {
          a.impl_->names == b.impl_->names;
 }
 
+std::vector<Device> create_device_mesh(const Shape& shape, const std::vector<Device>& devs) {
+  std::vector<Device> all = devs.empty() ? std::vector<Device>(devices()) : devs;
+  int64_t need = 1;
+  for (int64_t s : shape) need *= std::max<int64_t>(s, 1);
+  if (need > static_cast<int64_t>(all.size())) {
+    throw Error(cat("[mesh] create_device_mesh: ", all.size(), " devices given but mesh shape ",
+                    shape_str(shape), " needs ", need, "; pass more devices or a smaller shape"));
+  }
+  all.resize(static_cast<size_t>(need));
+  return all;
+}
+
+Mesh make_mesh(Shape shape, std::vector<std::string> axis_names, const std::vector<Device>& devs) {
+  std::vector<Device> picked = create_device_mesh(shape, devs);
+  return Mesh(std::move(picked), std::move(shape), std::move(axis_names));
+}
+
 Mesh make_mesh(Shape shape, std::vector<std::string> axis_names, std::string_view platform) {
   std::vector<Device> all = devices(platform);
   int64_t need = 1;

@@ -49,5 +49,12 @@ class Mesh {
 // row-major, like jax.make_mesh on CPU and GPU. Too few devices is an Error that says how to
 // get more.
 Mesh make_mesh(Shape shape, std::vector<std::string> axis_names, std::string_view platform = "");
+// A mesh over the first prod(shape) of `devices`, row-major (jax.make_mesh(..., devices=...)).
+Mesh make_mesh(Shape shape, std::vector<std::string> axis_names,
+               const std::vector<Device>& devices);
+// jax.experimental.mesh_utils.create_device_mesh: the first prod(shape) of `devices` (empty:
+// the default platform's devices) in the row-major order of a mesh of `shape`, as a flat list
+// for Mesh(devices, shape, names). Too few devices is an Error.
+std::vector<Device> create_device_mesh(const Shape& shape, const std::vector<Device>& devices = {});
 
 }  // namespace meshrt

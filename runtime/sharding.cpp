@@ -119,6 +119,21 @@ std::vector<std::pair<Device, Index>> Sharding::devices_indices_map(
   return out;
 }
 
+bool operator==(const Sharding& a, const Sharding& b) {
+  const Mesh* ma = a.mesh_or_null();
+  const Mesh* mb = b.mesh_or_null();
+  if (ma == nullptr || mb == nullptr) {
+    return ma == mb && a.device_list() == b.device_list();
+  }
+  if (!(*ma == *mb)) return false;
+  auto trimmed = [](const PartitionSpec& p) {
+    std::vector<PartitionSpec::Entry> e = p.entries();
+    while (!e.empty() && e.back().empty()) e.pop_back();
+    return e;
+  };
+  return trimmed(a.spec_or_empty()) == trimmed(b.spec_or_empty());
+}
+
 bool Sharding::is_fully_replicated() const {
   if (!impl_->mesh) return true;
   for (const std::string& a : impl_->spec.axes()) {

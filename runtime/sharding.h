@@ -52,6 +52,11 @@ class Sharding {
   std::shared_ptr<const Impl> impl_;
 };
 
+// Same devices in the same mesh shape and names, and specs equal up to trailing None (JAX's
+// is_equivalent_to, for any array the specs fit); a SingleDeviceSharding equals another on the
+// same device.
+bool operator==(const Sharding& a, const Sharding& b);
+
 // Blocks placed by a PartitionSpec over a Mesh. The constructor checks the spec against the
 // mesh (unknown axes, an axis used twice); shapes are checked when they are given.
 class NamedSharding : public Sharding {

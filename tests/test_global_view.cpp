@@ -590,3 +590,38 @@ TEST(GlobalViewCreation, OnASharding) {
   EXPECT_MESHRT_ERROR(full({6}, 1.0, DType::f32, NamedSharding(mesh, P("x"))),
                       "partitioned 4 times");
 }
+
+// The names JAX users reach for (friction found writing the seed programs).
+TEST(GlobalViewConveniences, CallShapesUsersWrite) {
+  Mesh mesh = make_mesh({4, 2}, {"x", "y"});
+  Array x = iota_f32({8, 4}, NamedSharding(mesh, P("x")));
+  EXPECT_MESHRT_ERROR(x.device(), "[array] device() of an Array spread over 8 devices");
+  Array one = device_put(x, SingleDeviceSharding(devices()[2]));
+  EXPECT_EQ(one.device(), devices()[2]);
+  EXPECT_FALSE(x.is_fully_replicated());
+  EXPECT_TRUE(with_sharding_constraint(x, NamedSharding(mesh, P())).is_fully_replicated());
+  Array r = x[3];
+  EXPECT_EQ(r.shape(), Shape{4});
+  EXPECT_EQ(r.to_vector<float>(), (std::vector<float>{12, 13, 14, 15}));
+  EXPECT_EQ(x[-1].to_vector<float>(), (std::vector<float>{28, 29, 30, 31}));
+  Array acc = x;
+  acc += x;
+  acc *= 0.5;
+  acc -= 1.0;
+  EXPECT_EQ(acc.to_vector<float>()[5], 4.0f);
+  EXPECT_EQ((x > 3.0).to_vector<bool>()[4], true);
+  EXPECT_EQ((x > 3.0).to_vector<bool>()[3], false);
+  Tensor t = ones({8, 4}, DType::f32, devices()[5]);
+  Array from_t = device_put(t, NamedSharding(mesh, P("x", "y")));
+  EXPECT_EQ(from_t.to_vector<float>(), std::vector<float>(32, 1.0f));
+  EXPECT_TRUE(NamedSharding(mesh, P("x")) == NamedSharding(mesh, P("x", None)));
+  EXPECT_FALSE(NamedSharding(mesh, P("x")) == NamedSharding(mesh, P("y")));
+  EXPECT_TRUE(x.sharding() == NamedSharding(mesh, P("x")));
+  std::vector<Device> ds(devices().begin(), devices().end());
+  std::reverse(ds.begin(), ds.end());
+  EXPECT_EQ(create_device_mesh({2, 2}, ds), (std::vector<Device>{ds[0], ds[1], ds[2], ds[3]}));
+  Mesh rev = make_mesh({2, 2}, {"a", "b"}, ds);
+  EXPECT_EQ(rev.devices().front(), devices()[7]);
+  EXPECT_MESHRT_ERROR(create_device_mesh({4, 4}, ds), "[mesh] create_device_mesh", "needs 16");
+  EXPECT_EQ(&x.block_until_ready(), &x);
+}
