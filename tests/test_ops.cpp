@@ -692,7 +692,7 @@ TEST_P(Ops, ConcatenateSplitStackPad) {
             (Shape{2, 3}));
   EXPECT_MESHRT_ERROR(concatenate({ta, ones({3, 3}, DType::i32, dev_)}, 1), "[ops] concatenate",
                       "(2, 3) and (3, 3)");
-  EXPECT_MESHRT_ERROR(concatenate({}), "at least one");
+  EXPECT_MESHRT_ERROR(concatenate(std::vector<Tensor>{}), "at least one");
   EXPECT_MESHRT_ERROR(split(ta, 2, 1), "[ops] split", "equal division");
   EXPECT_MESHRT_ERROR(stack({ta, tb}), "[ops] stack", "same shape");
   EXPECT_MESHRT_ERROR(pad(ta, {{1, 1}}), "[ops] pad", "one per dimension");
