@@ -72,7 +72,6 @@ const std::vector<Variable>& variables() {
       {"MESHRT_SHARDING", "auto, explicit", "auto",
        "explicit: an implicit reshard in a global-view op is an error"},
       {"MESHRT_LOG_COLLECTIVES", "0, 1", "0", "1: print every collective the global view inserts"},
-      {"MESHRT_PRNG_STREAM", "current, legacy", "current", "default stream of random::key"},
   };
   return table;
 }
@@ -137,6 +136,5 @@ bool explicit_sharding() {
 
 bool log_collectives() { return flag("MESHRT_LOG_COLLECTIVES", "collective_log"); }
 
-std::string prng_stream() { return choice("MESHRT_PRNG_STREAM", "random", {"current", "legacy"}); }
 
 }  // namespace meshrt::config

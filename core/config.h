@@ -48,7 +48,5 @@ std::optional<size_t> cuda_cache_bytes();
 bool explicit_sharding();
 // MESHRT_LOG_COLLECTIVES: 0 (default) or 1.
 bool log_collectives();
-// MESHRT_PRNG_STREAM: "current" (default) or "legacy".
-std::string prng_stream();
 
 }  // namespace meshrt::config

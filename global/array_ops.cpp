@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <functional>
+#include <type_traits>
 
 #include "core/error.h"
 #include "core/strings.h"
@@ -66,16 +67,32 @@ std::vector<const Array*> ptrs(const std::vector<Array>& xs) {
 
 // The one path every op takes: mesh, placement, one launch per device, the final layouts
 // (re-slicing where the op computed on gathered dims), back to a single device where needed.
+// What runs on each device's blocks: a plain function when the op needs no collective (run
+// from the caller's thread), else a body with a Context (run as a shard_map).
+struct Kernel {
+  template <class F>
+  Kernel(F f) {  // NOLINT(google-explicit-constructor): every op passes a lambda
+    if constexpr (std::is_invocable_v<F&, const std::vector<Tensor>&>) {
+      local = std::move(f);
+    } else {
+      body = std::move(f);
+    }
+  }
+  global::LocalFn local;
+  global::Body body;
+};
+
 std::vector<Array> apply(std::string_view op, const std::vector<Array>& xs, const Plan& plan,
                          const std::vector<Layout>& computed, const std::vector<Shape>& out_shapes,
-                         const global::Body& body) {
+                         const Kernel& kernel) {
   const OpMesh m = global::op_mesh(op, ptrs(xs));
   std::vector<Array> placed;
   for (size_t i = 0; i < xs.size(); ++i) {
     placed.push_back(global::place(global::on_mesh(xs[i], m), m.mesh, plan.need[i], op));
   }
   std::vector<Array> res =
-      global::run_blocks(m.mesh, placed, plan.need, computed, out_shapes, body);
+      kernel.local ? global::run_local(m.mesh, placed, computed, out_shapes, kernel.local)
+                   : global::run_blocks(m.mesh, placed, plan.need, computed, out_shapes, kernel.body);
   for (size_t i = 0; i < res.size(); ++i) {
     if (i < plan.out.size() && plan.out[i].dims != computed[i].dims) {
       res[i] = global::reshard(res[i], m.mesh, plan.out[i], op, /*implicit=*/false);
@@ -96,7 +113,7 @@ Array elementwise(std::string_view op, const std::vector<Array>& xs, bool linear
   const OpMesh m = global::op_mesh(op, ptrs(xs));
   Plan p = global::elementwise_rule(m.mesh, operands(xs), out, linear);
   return apply(op, xs, p, p.out, {out},
-               [f](Context&, const std::vector<Tensor>& b) { return std::vector<Tensor>{f(b)}; })
+               global::LocalFn([f](const std::vector<Tensor>& b) { return std::vector<Tensor>{f(b)}; }))
       .front();
 }
 
@@ -121,7 +138,7 @@ Array compare_scalar(std::string_view op, const Array& a, Scalar s,
 
 // Ops computed on the operand with dims `whole` gathered; results re-sliced where they divide.
 std::vector<Array> gathered(std::string_view op, const Array& x, const std::vector<bool>& whole,
-                            const std::vector<Shape>& out_shapes, global::Body body) {
+                            const std::vector<Shape>& out_shapes, Kernel body) {
   const OpMesh m = global::op_mesh(op, {&x});
   Plan p;
   std::vector<Layout> computed;
@@ -150,30 +167,29 @@ Array reduce(std::string_view op, const Array& x, global::Reduction kind, std::o
   }
   const int64_t count = ax ? x.shape()[static_cast<size_t>(*ax)] : x.size();
   const global::AxisList over = p.reduce_axes;
+  auto local = [kind, ax, keepdims, count](const Tensor& t) {
+    switch (kind) {
+      case global::Reduction::sum: return sum(t, ax, keepdims);
+      case global::Reduction::mean:
+        return divide(sum(astype(t, float_dtype_for(t.dtype())), ax, keepdims),
+                      Scalar(static_cast<double>(count)));
+      case global::Reduction::max: return max(t, ax, keepdims);
+      case global::Reduction::min: return min(t, ax, keepdims);
+      case global::Reduction::argmax: break;
+    }
+    return argmax(t, ax, keepdims);
+  };
+  if (over.empty()) {
+    return apply(op, {x}, p, p.out, {out}, [local](const std::vector<Tensor>& b) {
+             return std::vector<Tensor>{local(b[0])};
+           }).front();
+  }
+  // max/min over sharded dims: the local reduction, then pmax/pmin across the devices.
   return apply(op, {x}, p, p.out, {out},
-               [kind, ax, keepdims, count, over](Context& ctx, const std::vector<Tensor>& b) {
-                 const Tensor& t = b[0];
-                 Tensor r;
-                 switch (kind) {
-                   case global::Reduction::sum:
-                     r = sum(t, ax, keepdims);
-                     break;
-                   case global::Reduction::mean:
-                     r = divide(sum(astype(t, float_dtype_for(t.dtype())), ax, keepdims),
-                                Scalar(static_cast<double>(count)));
-                     break;
-                   case global::Reduction::max:
-                     r = max(t, ax, keepdims);
-                     if (!over.empty()) r = ctx.pmax(r, AxisNames(over));
-                     break;
-                   case global::Reduction::min:
-                     r = min(t, ax, keepdims);
-                     if (!over.empty()) r = ctx.pmin(r, AxisNames(over));
-                     break;
-                   case global::Reduction::argmax:
-                     r = argmax(t, ax, keepdims);
-                     break;
-                 }
+               [kind, local, over](Context& ctx, const std::vector<Tensor>& b) {
+                 Tensor r = local(b[0]);
+                 r = kind == global::Reduction::max ? ctx.pmax(r, AxisNames(over))
+                                                    : ctx.pmin(r, AxisNames(over));
                  return std::vector<Tensor>{r};
                })
       .front();
@@ -243,7 +259,7 @@ Array matmul_like(std::string_view op, const Array& a, const Array& b, const OpO
   const OpMesh m = global::op_mesh(op, {&a, &b});
   Plan p =
       global::matmul_rule(m.mesh, {&sa, global::layout_of(a)}, {&sb, global::layout_of(b)}, out);
-  Array r = apply(op, {a, b}, p, p.out, {out}, [f](Context&, const std::vector<Tensor>& t) {
+  Array r = apply(op, {a, b}, p, p.out, {out}, [f](const std::vector<Tensor>& t) {
               return std::vector<Tensor>{f(t[0], t[1])};
             }).front();
   if (options.out_sharding) {
@@ -269,7 +285,7 @@ Array reshaped(std::string_view op, const Array& x, const Shape& out) {
   Plan p = global::reshape_rule(m.mesh, {&x.shape(), global::layout_of(x)}, out);
   const Shape local = local_shape(m.mesh, p.out.front(), out);
   return apply(op, {x}, p, p.out, {out},
-               [local](Context&, const std::vector<Tensor>& b) {
+               [local](const std::vector<Tensor>& b) {
                  return std::vector<Tensor>{reshape(b[0], local)};
                })
       .front();
@@ -303,7 +319,7 @@ Array join(std::string_view op, const std::vector<Array>& xs, int axis, bool sta
     if (static_cast<int>(d) != ax) computed.dims[d] = p.out.front().dims[d];
   }
   return apply(op, xs, p, {computed}, {out},
-               [ax, stack_](Context&, const std::vector<Tensor>& b) {
+               [ax, stack_](const std::vector<Tensor>& b) {
                  return std::vector<Tensor>{stack_ ? stack(b, ax) : concatenate(b, ax)};
                })
       .front();
@@ -458,7 +474,7 @@ Array softmax(const Array& x, int axis) {
   std::vector<bool> whole(x.shape().size(), false);
   whole[static_cast<size_t>(ax)] = true;
   return gathered("softmax", x, whole, {x.shape()},
-                  [ax](Context&, const std::vector<Tensor>& b) {
+                  [ax](const std::vector<Tensor>& b) {
                     return std::vector<Tensor>{softmax(b[0], ax)};
                   })
       .front();
@@ -468,7 +484,7 @@ Array log_softmax(const Array& x, int axis) {
   std::vector<bool> whole(x.shape().size(), false);
   whole[static_cast<size_t>(ax)] = true;
   return gathered("log_softmax", x, whole, {x.shape()},
-                  [ax](Context&, const std::vector<Tensor>& b) {
+                  [ax](const std::vector<Tensor>& b) {
                     return std::vector<Tensor>{log_softmax(b[0], ax)};
                   })
       .front();
@@ -501,7 +517,7 @@ Array transpose(const Array& x, std::vector<int> perm) {
   for (int p : perm) out.push_back(x.shape()[static_cast<size_t>(p)]);
   Plan p = global::transpose_rule({&x.shape(), global::layout_of(x)}, perm);
   return apply("transpose", {x}, p, p.out, {out},
-               [perm](Context&, const std::vector<Tensor>& b) {
+               [perm](const std::vector<Tensor>& b) {
                  return std::vector<Tensor>{transpose(b[0], perm)};
                })
       .front();
@@ -570,7 +586,7 @@ Array slice(const Array& x, const Shape& start, const Shape& limit, const Shape&
     whole[d] = start[d] != 0 || limit[d] != s[d] || st != 1;
   }
   return gathered("slice", x, whole, {out},
-                  [start, limit, strides, whole](Context&, const std::vector<Tensor>& b) {
+                  [start, limit, strides, whole](const std::vector<Tensor>& b) {
                     // Dims the slice leaves whole may still be sharded: each device keeps all
                     // of its block there.
                     Shape st = start, li = limit;
@@ -604,7 +620,7 @@ Array dynamic_slice_in_dim(const Array& x, int64_t start, int64_t size, int axis
   Shape out = x.shape();
   out[static_cast<size_t>(ax)] = size;
   return gathered("dynamic_slice_in_dim", x, whole, {out},
-                  [=](Context&, const std::vector<Tensor>& b) {
+                  [=](const std::vector<Tensor>& b) {
                     return std::vector<Tensor>{dynamic_slice_in_dim(b[0], start, size, ax)};
                   })
       .front();
@@ -635,7 +651,7 @@ Array pad(const Array& x, const std::vector<std::pair<int64_t, int64_t>>& widths
     whole[d] = widths[d].first != 0 || widths[d].second != 0;
   }
   return gathered("pad", x, whole, {out},
-                  [widths, value](Context&, const std::vector<Tensor>& b) {
+                  [widths, value](const std::vector<Tensor>& b) {
                     return std::vector<Tensor>{pad(b[0], widths, value)};
                   })
       .front();
@@ -659,7 +675,7 @@ std::vector<Array> split(const Array& x, int64_t sections, int axis) {
   piece[static_cast<size_t>(ax)] = n / sections;
   return gathered(
       "split", x, whole, std::vector<Shape>(static_cast<size_t>(sections), piece),
-      [sections, ax](Context&, const std::vector<Tensor>& b) { return split(b[0], sections, ax); });
+      [sections, ax](const std::vector<Tensor>& b) { return split(b[0], sections, ax); });
 }
 
 }  // namespace meshrt

@@ -206,4 +206,24 @@ std::vector<Array> run_blocks(const Mesh& mesh, const std::vector<Array>& placed
   return res;
 }
 
+std::vector<Array> run_local(const Mesh& mesh, const std::vector<Array>& placed,
+                             const std::vector<Layout>& out, const std::vector<Shape>& out_shapes,
+                             const LocalFn& fn) {
+  const size_t n = static_cast<size_t>(mesh.size());
+  std::vector<std::vector<Tensor>> blocks(out.size(), std::vector<Tensor>(n));
+  std::vector<Tensor> args(placed.size());
+  for (size_t pos = 0; pos < n; ++pos) {
+    for (size_t j = 0; j < placed.size(); ++j) args[j] = placed[j].blocks()[pos];
+    std::vector<Tensor> r = fn(args);
+    for (size_t o = 0; o < r.size(); ++o) blocks[o][pos] = std::move(r[o]);
+  }
+  std::vector<Array> res;
+  for (size_t o = 0; o < out.size(); ++o) {
+    const DType dt = blocks[o].front().dtype();
+    res.emplace_back(out_shapes[o], dt, NamedSharding(mesh, spec_of(out[o])), std::move(blocks[o]),
+                     out[o].partial);
+  }
+  return res;
+}
+
 }  // namespace meshrt::global

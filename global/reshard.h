@@ -49,4 +49,12 @@ std::vector<Array> run_blocks(const Mesh& mesh, const std::vector<Array>& placed
                               const std::vector<Layout>& in, const std::vector<Layout>& out,
                               const std::vector<Shape>& out_shapes, const Body& body);
 
+// The same for ops that need no collective: each device's blocks are computed by calling
+// `fn` from the caller's thread (the Tensor ops run on the blocks' devices, as outside
+// shard_map), so one launch costs a few microseconds per device instead of waking executors.
+using LocalFn = std::function<std::vector<Tensor>(const std::vector<Tensor>&)>;
+std::vector<Array> run_local(const Mesh& mesh, const std::vector<Array>& placed,
+                             const std::vector<Layout>& out, const std::vector<Shape>& out_shapes,
+                             const LocalFn& fn);
+
 }  // namespace meshrt::global
