@@ -1,11 +1,13 @@
 // The platform registry: which backends exist, how many cpu devices, the default platform.
 #include "runtime/device.h"
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <cstdlib>
 #include <memory>
 #include <mutex>
+#include <thread>
 
 #include "core/config.h"
 #include "core/error.h"
@@ -139,6 +141,11 @@ backend::Backend& backend_of(const Device& d) {
   if (d.id() < 0)
     throw Error("[devices] use of a default-constructed Device; take one from devices()");
   return backend_of(d.kind());
+}
+bool oversubscribed(int64_t devices) {
+  // Read once: glibc answers hardware_concurrency from /sys on every call.
+  static const int64_t cores = std::max(1u, std::thread::hardware_concurrency());
+  return devices > cores;
 }
 }  // namespace detail
 
