@@ -45,8 +45,6 @@ const coll::GroupLayout& Launch::layout(const std::vector<std::string>& names,
   return *slot;
 }
 
-std::chrono::milliseconds collective_timeout() { return config::collective_timeout(); }
-
 }  // namespace detail
 
 namespace {
