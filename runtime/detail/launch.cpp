@@ -13,7 +13,6 @@
 #include "core/error.h"
 #include "core/strings.h"
 #include "core/threads/executor.h"
-#include "runtime/context.h"
 #include "runtime/detail/copy.h"
 #include "runtime/detail/platform.h"
 
@@ -288,7 +287,8 @@ std::vector<std::vector<Tensor>> run_bodies(const Mesh& mesh, const ErasedBody& 
         std::vector<Tensor> blocks;
         blocks.reserve(inputs.size());
         for (const Array& a : inputs) blocks.push_back(a.blocks()[pos]);
-        Context ctx(launch, static_cast<int64_t>(pos));
+        BodyState state{launch, static_cast<int64_t>(pos), {}};
+        Context ctx = state.context();
         outcome.outputs[pos] = body(ctx, blocks);
       } catch (...) {
         threw = true;

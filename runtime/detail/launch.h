@@ -21,6 +21,7 @@
 #include "collectives/groups.h"
 #include "collectives/rendezvous.h"
 #include "runtime/array.h"
+#include "runtime/context.h"
 #include "runtime/mesh.h"
 #include "runtime/partition_spec.h"
 #include "runtime/shard_map.h"
@@ -46,6 +47,17 @@ struct Launch {
  private:
   std::mutex mu_;
   std::map<std::vector<int>, std::unique_ptr<coll::GroupLayout>> layouts_;  // guarded by mu_
+};
+
+// One device's part of a run, behind its Context: the launch, the device's mesh position, and
+// the group layouts its body has used (found again without the launch's lock). Made by
+// run_bodies on the device's executor; lives as long as the body. Touched by that body only.
+struct BodyState {
+  std::shared_ptr<Launch> launch;
+  int64_t pos = 0;
+  std::vector<const coll::GroupLayout*> layouts;
+
+  Context context() { return Context(*this); }
 };
 
 // Throws JAX's errors that need only the specs: shard_map called inside a body, an in_specs
