@@ -1,4 +1,5 @@
-// shard_map semantics (JAX §2), its error catalogue (§5), and "no hangs": every misuse of
+// shard_map as JAX defines it (blocks per in_specs, assembly per out_specs, the replication
+// check), JAX's shard_map errors worded as JAX words them, and "no hangs": every misuse of
 // collectives becomes an Error within a second (checked by a watchdog that kills the process).
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -399,7 +400,7 @@ TEST(NoHangs, NestedShardMapIsAnError) {
   expect_usable(mesh);
 }
 
-// ---------------------------------------------------------------- JAX's error catalogue (§5)
+// ------------------------------------- JAX's shard_map errors (raised when the result is called)
 
 TEST(ShardMapErrors, Specs) {
   Mesh mesh = make_mesh({4}, {"i"});
