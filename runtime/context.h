@@ -1,4 +1,4 @@
-// meshrt/context.h: what a shard_map body sees on its device: its place in the mesh and the
+// runtime/context.h: what a shard_map body sees on its device: its place in the mesh and the
 // collectives (JAX's psum, pmean, pmax, pmin, all_gather, psum_scatter, ppermute, all_to_all).
 //
 // Output shapes, for a group of N devices and an input block of shape s:
@@ -105,24 +105,32 @@ class PendingTensor {
 // user code). Results of reductions are bit-identical on every device of a group.
 class Context {
  public:
+  // The device this body runs on, and the mesh of the shard_map.
   Device device() const;
   const Mesh& mesh() const;
   // Mixed radix over axes (first name major): the device's index in its group.
   int64_t axis_index(const AxisNames& axes) const;
+  // The number of devices in the group (the product of the axes' sizes).
   int64_t axis_size(const AxisNames& axes) const;
 
+  // Elementwise sum over the group; every member gets the result.
   Tensor psum(const Tensor& x, const AxisNames& axes, const CollectiveOptions& options = {});
   // psum / group size; integer inputs give floats (int32 -> float32, int64 -> float64).
   Tensor pmean(const Tensor& x, const AxisNames& axes, const CollectiveOptions& options = {});
+  // Elementwise maximum / minimum over the group.
   Tensor pmax(const Tensor& x, const AxisNames& axes, const CollectiveOptions& options = {});
   Tensor pmin(const Tensor& x, const AxisNames& axes, const CollectiveOptions& options = {});
+  // Every member's block, in group order, stacked at `axis` (tiled: concatenated along it).
   Tensor all_gather(const Tensor& x, const AxisNames& axes, int axis = 0, bool tiled = false,
                     const CollectiveOptions& options = {});
+  // The sum over the group, split along `scatter_dimension`: member i keeps part i.
   Tensor psum_scatter(const Tensor& x, const AxisNames& axes, int scatter_dimension = 0,
                       bool tiled = false, const CollectiveOptions& options = {});
   // (src, dst) pairs of group indices; destinations no pair names receive zeros.
   Tensor ppermute(const Tensor& x, const AxisNames& axes,
                   const std::vector<std::pair<int64_t, int64_t>>& perm);
+  // Part j of `split_axis` goes to member j; received parts are placed in group order along
+  // `concat_axis`.
   Tensor all_to_all(const Tensor& x, const AxisNames& axes, int split_axis, int concat_axis,
                     bool tiled = false, const CollectiveOptions& options = {});
 

@@ -1,4 +1,4 @@
-// meshrt/device.h: platforms and devices.
+// runtime/device.h: platforms and devices.
 //
 // The cpu platform simulates N devices in this process, each with its own executor (a worker
 // thread), like XLA's forced host device count. The cuda platform lists GPUs (and, later,

@@ -1,4 +1,4 @@
-// meshrt/shard_map.h: run a per-device body over a mesh, with JAX's collectives.
+// runtime/shard_map.h: run a per-device body over a mesh, with JAX's collectives.
 //
 //   auto f = shard_map(
 //       [](Context& ctx, const Tensor& x) { return ctx.psum(x, "data"); },
