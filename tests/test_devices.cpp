@@ -113,8 +113,8 @@ TEST_F(Devices, PlatformsAndUnknownPlatform) {
   });
 }
 
-// devices() hands out the runtime's own vector: the same storage on every call, so iterators
-// from two calls delimit one range (API.md: runtime-owned, the same storage on every call).
+// devices() hands out the runtime's own vector, the same storage on every call (a contract of
+// the public API), so iterators from two calls delimit one range.
 TEST_F(Devices, DevicesIsOneStableVector) {
   in_child("4", [] {
     const std::vector<Device>& first = devices("cpu");
