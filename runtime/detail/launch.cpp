@@ -20,6 +20,7 @@ namespace meshrt::detail {
 
 namespace {
 
+// Serialises run_bodies (see there).
 std::mutex& launch_mutex() {
   static std::mutex* mu = new std::mutex;  // leaked: may be held while static destructors run
   return *mu;
@@ -201,13 +202,14 @@ void check_replication(const Mesh& mesh, const PartitionSpec& spec,
   }
 }
 
+// What the devices' tasks report back to run_bodies.
 struct Outcome {
   std::mutex mu;
   std::condition_variable cv;
-  int64_t remaining = 0;                   // guarded by mu
-  std::vector<std::exception_ptr> errors;  // guarded by mu
-  std::vector<int64_t> order;              // guarded by mu: positions in the order they failed
-  std::vector<std::vector<Tensor>> outputs;
+  int64_t remaining = 0;                     // guarded by mu
+  std::vector<std::exception_ptr> errors;    // guarded by mu
+  std::vector<int64_t> order;                // guarded by mu: positions in the order they failed
+  std::vector<std::vector<Tensor>> outputs;  // slot `pos` written by device pos's task only
 };
 
 [[noreturn]] void rethrow_named(std::exception_ptr ep, const Device& d) {
