@@ -1,4 +1,4 @@
-// meshrt/dtype.h: element types and shapes.
+// core/dtype.h: element types and shapes.
 #pragma once
 
 #include <cstddef>

@@ -1,4 +1,4 @@
-// meshrt/array.h: a global array spread over devices, and device_put.
+// runtime/array.h: a global array spread over devices, and device_put.
 #pragma once
 
 #include <cstdint>
@@ -21,8 +21,9 @@ struct Shard {
   Tensor data;
 };
 
-// A global array: a shape, a dtype, a sharding, and one block per device of the sharding
-// (replicated blocks are separate copies, as in JAX). Immutable; cheap to copy.
+// Array: a global array: a shape, a dtype, a sharding, and one block per device of the sharding
+// (replicated blocks are separate copies, as in JAX). Immutable and cheap to copy (copies share
+// the blocks); thread-safe to read from several threads.
 class Array {
  public:
   Array() = default;
@@ -44,7 +45,8 @@ class Array {
   // One Shard per device, in the sharding's device order (mesh.devices.flat).
   std::vector<Shard> addressable_shards() const;
   // The block held by each device, in the sharding's device order. For an Array with pending
-  // sums these are the per-device addends (see pending_sum_axes()).
+  // sums these are the per-device addends (see pending_sum_axes()). The reference lives as long
+  // as this Array; copy the Tensors to keep blocks beyond it.
   const std::vector<Tensor>& blocks() const { return blocks_; }
   // Mesh axes over which the blocks are addends of a sum not yet taken (a global-view op's
   // Partial placement, e.g. sum(x, 0) of x sharded on that axis). Empty for Arrays made by
@@ -58,6 +60,7 @@ class Array {
   std::vector<T> to_vector() const {
     return detail::read_to_host<T>(size(), [this](void* dst, DType t) { copy_to_host(dst, t); });
   }
+  // The global value into host memory at `dst` (size() elements); `expected` must be dtype().
   void copy_to_host(void* dst, DType expected) const;
 
   // Internal: assembles an Array from per-device blocks (checked against the sharding).

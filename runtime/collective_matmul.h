@@ -1,4 +1,4 @@
-// meshrt/collective_matmul.h: collective matmul, the seed program of JAX's shard_map tutorial.
+// runtime/collective_matmul.h: collective matmul, the seed program of JAX's shard_map tutorial.
 //
 // For a mesh axis of size N:
 //   all-gather matmul       lhs sharded on rows (P(axis, None)), rhs sharded on rows:

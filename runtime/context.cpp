@@ -45,7 +45,13 @@ const coll::GroupLayout& Launch::layout(const std::vector<std::string>& names,
   return *slot;
 }
 
-std::chrono::milliseconds collective_timeout() { return config::collective_timeout(); }
+// An asynchronous collective between its start and wait(): the launch keeps the rendezvous
+// session alive for it.
+struct PendingState {
+  std::shared_ptr<Launch> launch;
+  coll::Pending pending;
+  Tensor out;
+};
 
 }  // namespace detail
 
@@ -64,34 +70,33 @@ int64_t normalize_axis(int64_t axis, int64_t rank, const char* op) {
 
 }  // namespace
 
-Context::Context(std::shared_ptr<detail::Launch> launch, int64_t position)
-    : launch_(std::move(launch)), pos_(position) {}
+Device Context::device() const {
+  return state_->launch->mesh.devices()[static_cast<size_t>(state_->pos)];
+}
+const Mesh& Context::mesh() const { return state_->launch->mesh; }
 
-Device Context::device() const { return launch_->mesh.devices()[static_cast<size_t>(pos_)]; }
-const Mesh& Context::mesh() const { return launch_->mesh; }
+namespace {
 
 // The device's group layout for the axes, with the operand checked.
-struct Context::Prepared {
+struct Prepared {
   const coll::GroupLayout* layout;
   int64_t group_size;
 };
 
-Context::Prepared Context::prepare(const Tensor& x, const AxisNames& axes, const char* op) const {
+Prepared prepare(detail::BodyState& state, const Tensor& x, const AxisNames& axes, const char* op) {
+  const Device device = state.launch->mesh.devices()[static_cast<size_t>(state.pos)];
   if (!x.valid())
     throw Error(cat("[", op, "] the operand is an empty (default-constructed) Tensor"));
-  if (x.device() != device()) {
+  if (x.device() != device) {
     throw Error(cat("[", op, "] the operand lives on ", x.device().str(), " but this body runs on ",
-                    device().str(), "; collectives take tensors of the body's own device"));
+                    device.str(), "; collectives take tensors of the body's own device"));
   }
   // Layouts this device used before are found by name, without the launch's lock.
   const std::vector<std::string>& names = axes.names();
-  for (const auto& [key, layout] : layouts_) {
-    if (static_cast<const coll::GroupLayout*>(layout)->axis_names == names) {
-      const auto* l = static_cast<const coll::GroupLayout*>(layout);
-      return {l, l->group_size};
-    }
+  for (const coll::GroupLayout* l : state.layouts) {
+    if (l->axis_names == names) return {l, l->group_size};
   }
-  const Mesh& mesh = launch_->mesh;
+  const Mesh& mesh = state.launch->mesh;
   std::vector<int> positions;
   for (size_t i = 0; i < names.size(); ++i) {
     int at = mesh.axis_position(names[i]);
@@ -106,14 +111,16 @@ Context::Prepared Context::prepare(const Tensor& x, const AxisNames& axes, const
     }
     positions.push_back(at);
   }
-  const coll::GroupLayout* l = &launch_->layout(names, positions);
-  layouts_.emplace_back(positions, l);
+  const coll::GroupLayout* l = &state.launch->layout(names, positions);
+  state.layouts.push_back(l);
   return {l, l->group_size};
 }
 
+}  // namespace
+
 int64_t Context::axis_index(const AxisNames& axes) const {
-  const Mesh& mesh = launch_->mesh;
-  std::vector<int64_t> c = mesh.coords(pos_);
+  const Mesh& mesh = state_->launch->mesh;
+  std::vector<int64_t> c = mesh.coords(state_->pos);
   int64_t idx = 0;
   for (const std::string& a : axes.names()) {
     int at = mesh.axis_position(a);
@@ -129,11 +136,11 @@ int64_t Context::axis_index(const AxisNames& axes) const {
 int64_t Context::axis_size(const AxisNames& axes) const {
   int64_t n = 1;
   for (const std::string& a : axes.names()) {
-    if (launch_->mesh.axis_position(a) < 0) {
+    if (state_->launch->mesh.axis_position(a) < 0) {
       throw Error(cat("[axis_size] Found an unbound axis name: ", a, ". The mesh axes are ",
-                      axes_tuple(launch_->mesh.axis_names())));
+                      axes_tuple(state_->launch->mesh.axis_names())));
     }
-    n *= launch_->mesh.axis_size(a);
+    n *= state_->launch->mesh.axis_size(a);
   }
   return n;
 }
@@ -227,10 +234,11 @@ coll::Call base_call(coll::Kind kind, const Tensor& x, const coll::GroupLayout& 
                   "] bool operands are not reduced; convert first, e.g. "                        \
                   "astype(x, DType::i32)");                                                      \
     }                                                                                            \
-    Prepared p = prepare(x, axes, #method);                                                      \
-    coll::Call c = base_call(coll::Kind::kind, x, *p.layout, options, *launch_, pos_);           \
+    Prepared p = prepare(*state_, x, axes, #method);                                             \
+    coll::Call c =                                                                               \
+        base_call(coll::Kind::kind, x, *p.layout, options, *state_->launch, state_->pos);        \
     DType od = coll::Kind::kind == coll::Kind::pmean ? coll::pmean_dtype(x.dtype()) : x.dtype(); \
-    auto [pending, out] = begin(*launch_, pos_, *p.layout, c, x, x.shape(), od);                 \
+    auto [pending, out] = begin(*state_->launch, state_->pos, *p.layout, c, x, x.shape(), od);   \
     coll::finish(pending);                                                                       \
     return out;                                                                                  \
   }
@@ -308,11 +316,13 @@ Tensor Context::all_gather(const Tensor& x, const AxisNames& axes, int axis, boo
 
 PendingTensor Context::all_gather_start(const Tensor& x, const AxisNames& axes, int axis,
                                         bool tiled, const CollectiveOptions& options) {
-  Prepared p = prepare(x, axes, "all_gather");
-  GatherPlan g = plan_all_gather(pos_, x, *p.layout, axis, tiled, p.group_size, options, *launch_);
-  auto [pending, out] = begin(*launch_, pos_, *p.layout, g.call, x, g.out_shape, x.dtype());
-  return PendingTensor(launch_, std::make_unique<coll::Pending>(std::move(pending)),
-                       std::move(out));
+  Prepared p = prepare(*state_, x, axes, "all_gather");
+  GatherPlan g = plan_all_gather(state_->pos, x, *p.layout, axis, tiled, p.group_size, options,
+                                 *state_->launch);
+  auto [pending, out] =
+      begin(*state_->launch, state_->pos, *p.layout, g.call, x, g.out_shape, x.dtype());
+  return PendingTensor(std::make_unique<detail::PendingState>(
+      detail::PendingState{state_->launch, std::move(pending), std::move(out)}));
 }
 
 Tensor Context::ppermute(const Tensor& x, const AxisNames& axes,
@@ -322,16 +332,17 @@ Tensor Context::ppermute(const Tensor& x, const AxisNames& axes,
 
 PendingTensor Context::ppermute_start(const Tensor& x, const AxisNames& axes,
                                       const std::vector<std::pair<int64_t, int64_t>>& perm) {
-  Prepared p = prepare(x, axes, "ppermute");
-  GatherPlan g = plan_ppermute(pos_, x, *p.layout, *launch_, perm, p.group_size);
-  auto [pending, out] = begin(*launch_, pos_, *p.layout, g.call, x, g.out_shape, x.dtype());
-  return PendingTensor(launch_, std::make_unique<coll::Pending>(std::move(pending)),
-                       std::move(out));
+  Prepared p = prepare(*state_, x, axes, "ppermute");
+  GatherPlan g = plan_ppermute(state_->pos, x, *p.layout, *state_->launch, perm, p.group_size);
+  auto [pending, out] =
+      begin(*state_->launch, state_->pos, *p.layout, g.call, x, g.out_shape, x.dtype());
+  return PendingTensor(std::make_unique<detail::PendingState>(
+      detail::PendingState{state_->launch, std::move(pending), std::move(out)}));
 }
 
 Tensor Context::psum_scatter(const Tensor& x, const AxisNames& axes, int scatter_dimension,
                              bool tiled, const CollectiveOptions& options) {
-  Prepared p = prepare(x, axes, "psum_scatter");
+  Prepared p = prepare(*state_, x, axes, "psum_scatter");
   const int64_t n = p.group_size;
   const auto rank = static_cast<int64_t>(x.shape().size());
   const int64_t sd = normalize_axis(scatter_dimension, rank, "psum_scatter");
@@ -350,17 +361,18 @@ Tensor Context::psum_scatter(const Tensor& x, const AxisNames& axes, int scatter
     }
     out_shape.erase(out_shape.begin() + sd);
   }
-  coll::Call c = base_call(coll::Kind::psum_scatter, x, *p.layout, options, *launch_, pos_);
+  coll::Call c =
+      base_call(coll::Kind::psum_scatter, x, *p.layout, options, *state_->launch, state_->pos);
   c.axis = sd;
   c.tiled = tiled;
-  auto [pending, out] = begin(*launch_, pos_, *p.layout, c, x, out_shape, x.dtype());
+  auto [pending, out] = begin(*state_->launch, state_->pos, *p.layout, c, x, out_shape, x.dtype());
   coll::finish(pending);
   return out;
 }
 
 Tensor Context::all_to_all(const Tensor& x, const AxisNames& axes, int split_axis, int concat_axis,
                            bool tiled, const CollectiveOptions& options) {
-  Prepared p = prepare(x, axes, "all_to_all");
+  Prepared p = prepare(*state_, x, axes, "all_to_all");
   const int64_t n = p.group_size;
   const auto rank = static_cast<int64_t>(x.shape().size());
   const int64_t split = normalize_axis(split_axis, rank, "all_to_all");
@@ -385,31 +397,31 @@ Tensor Context::all_to_all(const Tensor& x, const AxisNames& axes, int split_axi
     out_shape.erase(out_shape.begin() + split);
     out_shape.insert(out_shape.begin() + concat, n);
   }
-  coll::Call c = base_call(coll::Kind::all_to_all, x, *p.layout, options, *launch_, pos_);
+  coll::Call c =
+      base_call(coll::Kind::all_to_all, x, *p.layout, options, *state_->launch, state_->pos);
   c.axis = split;
   c.axis2 = concat;
   c.tiled = tiled;
-  auto [pending, out] = begin(*launch_, pos_, *p.layout, c, x, out_shape, x.dtype());
+  auto [pending, out] = begin(*state_->launch, state_->pos, *p.layout, c, x, out_shape, x.dtype());
   coll::finish(pending);
   return out;
 }
 
 PendingTensor::PendingTensor() = default;
-PendingTensor::PendingTensor(std::shared_ptr<detail::Launch> launch,
-                             std::unique_ptr<coll::Pending> pending, Tensor out)
-    : launch_(std::move(launch)), pending_(std::move(pending)), out_(std::move(out)) {}
+PendingTensor::PendingTensor(std::unique_ptr<detail::PendingState> state)
+    : state_(std::move(state)) {}
 PendingTensor::PendingTensor(PendingTensor&&) noexcept = default;
 PendingTensor& PendingTensor::operator=(PendingTensor&&) noexcept = default;
 PendingTensor::~PendingTensor() = default;
-bool PendingTensor::valid() const { return pending_ && pending_->valid(); }
+bool PendingTensor::valid() const { return state_ && state_->pending.valid(); }
 
 Tensor PendingTensor::wait() {
   if (!valid())
     throw Error("[collectives] wait() on a PendingTensor that was already waited for or is empty");
-  coll::finish(*pending_);
-  pending_.reset();
-  launch_.reset();
-  return std::move(out_);
+  coll::finish(state_->pending);
+  Tensor out = std::move(state_->out);
+  state_.reset();
+  return out;
 }
 
 }  // namespace meshrt

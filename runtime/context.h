@@ -1,4 +1,4 @@
-// meshrt/context.h: what a shard_map body sees on its device: its place in the mesh and the
+// runtime/context.h: what a shard_map body sees on its device: its place in the mesh and the
 // collectives (JAX's psum, pmean, pmax, pmin, all_gather, psum_scatter, ppermute, all_to_all).
 //
 // Output shapes, for a group of N devices and an input block of shape s:
@@ -26,11 +26,9 @@
 namespace meshrt {
 
 namespace detail {
-struct Launch;
-}
-namespace coll {
-class Pending;
-}
+struct BodyState;
+struct PendingState;
+}  // namespace detail
 
 // One mesh axis name or several ("x", {"x", "y"}); several are mixed radix, first name major.
 class AxisNames {
@@ -62,46 +60,77 @@ struct CollectiveOptions {
   bool deterministic = false;
 };
 
-// The result of an asynchronous collective: wait() blocks until it is complete (once).
+// PendingTensor: the result of an asynchronous collective (Context::ppermute_start,
+// all_gather_start). The device has joined the collective when the handle is made; wait() blocks
+// until its output is complete and returns it.
+//
+// Lifetime: wait() once, inside the body that started the collective, on its thread; after that
+// (or when moved from, or default-constructed) valid() is false and wait() is an Error. Wait for
+// every collective you start: destroying (or assigning over) a valid PendingTensor abandons this
+// device's part and its result. Peers of a direct collective still complete; peers of a ring one
+// (it relays through every member) fail with an Error once this body returns; under native
+// (NCCL) the peers' library calls are already queued on their GPUs and cannot be recalled, so
+// never abandon one there. Movable, not copyable, not thread-safe.
+//
+//   PendingTensor next = ctx.ppermute_start(block, "x", perm);
+//   Tensor partial = matmul(block, w);  // overlaps the transfer
+//   block = next.wait();
 class PendingTensor {
  public:
+  // An empty handle: valid() is false.
   PendingTensor();
   PendingTensor(PendingTensor&&) noexcept;
   PendingTensor& operator=(PendingTensor&&) noexcept;
   ~PendingTensor();
+  // Blocks until the collective's output on this device is complete, then returns it. Throws
+  // Error when the collective fails (a mismatched or abandoned call) or the handle is not valid.
   Tensor wait();
+  // True from the start until wait() (or a move) takes the result.
   bool valid() const;
 
  private:
-  friend class Context;
-  PendingTensor(std::shared_ptr<detail::Launch> launch, std::unique_ptr<coll::Pending> pending,
-                Tensor out);
-  std::shared_ptr<detail::Launch> launch_;
-  std::unique_ptr<coll::Pending> pending_;
-  Tensor out_;
+  friend class Context;  // the only maker
+  explicit PendingTensor(std::unique_ptr<detail::PendingState> state);
+  std::unique_ptr<detail::PendingState> state_;
 };
 
-// What a body sees on its device. Valid only inside that body, on its thread.
+// Context: what a body sees on its device: the device, the mesh, its place in the mesh, and the
+// collectives. shard_map makes one per device body and passes it by reference; user code cannot
+// construct one. Valid only inside that body, and only on its thread (not thread-safe).
+//
+// A collective is a meeting of every device of the group its axes define: each of them must make
+// the same collective calls, with the same arguments, in the same order. A mismatch, a device
+// that returns or throws while peers wait for it, or a wait-for cycle is an Error on every
+// participant, raised at once (MESHRT_COLLECTIVE_TIMEOUT, default 300 s, catches bodies stuck in
+// user code). Results of reductions are bit-identical on every device of a group.
 class Context {
  public:
+  // The device this body runs on, and the mesh of the shard_map.
   Device device() const;
   const Mesh& mesh() const;
   // Mixed radix over axes (first name major): the device's index in its group.
   int64_t axis_index(const AxisNames& axes) const;
+  // The number of devices in the group (the product of the axes' sizes).
   int64_t axis_size(const AxisNames& axes) const;
 
+  // Elementwise sum over the group; every member gets the result.
   Tensor psum(const Tensor& x, const AxisNames& axes, const CollectiveOptions& options = {});
   // psum / group size; integer inputs give floats (int32 -> float32, int64 -> float64).
   Tensor pmean(const Tensor& x, const AxisNames& axes, const CollectiveOptions& options = {});
+  // Elementwise maximum / minimum over the group.
   Tensor pmax(const Tensor& x, const AxisNames& axes, const CollectiveOptions& options = {});
   Tensor pmin(const Tensor& x, const AxisNames& axes, const CollectiveOptions& options = {});
+  // Every member's block, in group order, stacked at `axis` (tiled: concatenated along it).
   Tensor all_gather(const Tensor& x, const AxisNames& axes, int axis = 0, bool tiled = false,
                     const CollectiveOptions& options = {});
+  // The sum over the group, split along `scatter_dimension`: member i keeps part i.
   Tensor psum_scatter(const Tensor& x, const AxisNames& axes, int scatter_dimension = 0,
                       bool tiled = false, const CollectiveOptions& options = {});
   // (src, dst) pairs of group indices; destinations no pair names receive zeros.
   Tensor ppermute(const Tensor& x, const AxisNames& axes,
                   const std::vector<std::pair<int64_t, int64_t>>& perm);
+  // Part j of `split_axis` goes to member j; received parts are placed in group order along
+  // `concat_axis`.
   Tensor all_to_all(const Tensor& x, const AxisNames& axes, int split_axis, int concat_axis,
                     bool tiled = false, const CollectiveOptions& options = {});
 
@@ -112,16 +141,10 @@ class Context {
   PendingTensor all_gather_start(const Tensor& x, const AxisNames& axes, int axis = 0,
                                  bool tiled = false, const CollectiveOptions& options = {});
 
-  // Internal: made by shard_map for each device.
-  Context(std::shared_ptr<detail::Launch> launch, int64_t position);
-
  private:
-  struct Prepared;
-  Prepared prepare(const Tensor& x, const AxisNames& axes, const char* op) const;
-  std::shared_ptr<detail::Launch> launch_;
-  int64_t pos_;
-  // Group layouts this device used, by axis positions: found without the launch's lock.
-  mutable std::vector<std::pair<std::vector<int>, const void*>> layouts_;
+  friend struct detail::BodyState;  // shard_map makes one Context per device body
+  explicit Context(detail::BodyState& state) : state_(&state) {}
+  detail::BodyState* state_;
 };
 
 }  // namespace meshrt

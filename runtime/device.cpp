@@ -1,11 +1,13 @@
 // The platform registry: which backends exist, how many cpu devices, the default platform.
 #include "runtime/device.h"
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <cstdlib>
 #include <memory>
 #include <mutex>
+#include <thread>
 
 #include "core/config.h"
 #include "core/error.h"
@@ -23,15 +25,25 @@ struct Registry {
   std::mutex mu;
   int requested_cpu = 0;                        // guarded by mu; 0 = not set
   std::unique_ptr<backend::Backend> cpu_owner;  // guarded by mu
+  std::vector<Device> cpu_devices;              // written with cpu_owner, before cpu is published
   std::atomic<backend::Backend*> cpu{nullptr};  // published once cpu_owner is built
   std::once_flag cuda_once;
   std::unique_ptr<backend::Backend> cuda;  // written once under cuda_once
+  std::vector<Device> cuda_devices;        // written once under cuda_once
 };
 
 // Leaked on purpose: executors may still run while static destructors do.
 Registry& registry() {
   static Registry* r = new Registry;
   return *r;
+}
+
+// A platform's device list, built once with its backend: devices() hands out this storage.
+std::vector<Device> devices_of(Device::Kind kind, const backend::Backend& b) {
+  std::vector<Device> out;
+  out.reserve(static_cast<size_t>(b.device_count()));
+  for (int i = 0; i < b.device_count(); ++i) out.emplace_back(kind, i);
+  return out;
 }
 
 backend::Backend& cpu_backend() {
@@ -41,6 +53,7 @@ backend::Backend& cpu_backend() {
   if (!r.cpu_owner) {
     int n = r.requested_cpu > 0 ? r.requested_cpu : config::cpu_devices();
     r.cpu_owner = backend::make_cpu_backend(n);
+    r.cpu_devices = devices_of(Device::Kind::cpu, *r.cpu_owner);
     r.cpu.store(r.cpu_owner.get(), std::memory_order_release);
   }
   return *r.cpu_owner;
@@ -48,16 +61,11 @@ backend::Backend& cpu_backend() {
 
 backend::Backend& cuda_backend() {
   Registry& r = registry();
-  std::call_once(r.cuda_once, [&] { r.cuda = backend::make_cuda_backend(); });
+  std::call_once(r.cuda_once, [&] {
+    r.cuda = backend::make_cuda_backend();
+    r.cuda_devices = devices_of(Device::Kind::cuda, *r.cuda);
+  });
   return *r.cuda;
-}
-
-std::vector<Device> devices_of(Device::Kind kind) {
-  backend::Backend& b = detail::backend_of(kind);
-  std::vector<Device> out;
-  out.reserve(static_cast<size_t>(b.device_count()));
-  for (int i = 0; i < b.device_count(); ++i) out.emplace_back(kind, i);
-  return out;
 }
 
 }  // namespace
@@ -106,16 +114,19 @@ std::string default_platform() {
   return cuda_backend().device_count() > 0 ? "cuda" : "cpu";
 }
 
-std::vector<Device> devices(std::string_view platform) {
+const std::vector<Device>& devices(std::string_view platform) {
   std::string p = platform.empty() ? default_platform() : std::string(platform);
-  if (p == "cpu") return devices_of(Device::Kind::cpu);
+  if (p == "cpu") {
+    cpu_backend();
+    return registry().cpu_devices;
+  }
   if (p == "cuda") {
     backend::Backend& b = cuda_backend();
     if (b.device_count() == 0) {
       throw Error(cat("[devices] the cuda platform has no usable devices: ", b.unavailable_reason(),
                       "; use devices(\"cpu\") (platforms() lists what is usable)"));
     }
-    return devices_of(Device::Kind::cuda);
+    return registry().cuda_devices;
   }
   throw Error(cat("[devices] unknown platform '", p,
                   "'; meshrt platforms are \"cpu\" and "
@@ -130,6 +141,11 @@ backend::Backend& backend_of(const Device& d) {
   if (d.id() < 0)
     throw Error("[devices] use of a default-constructed Device; take one from devices()");
   return backend_of(d.kind());
+}
+bool oversubscribed(int64_t devices) {
+  // Read once: glibc answers hardware_concurrency from /sys on every call.
+  static const int64_t cores = std::max(1u, std::thread::hardware_concurrency());
+  return devices > cores;
 }
 }  // namespace detail
 

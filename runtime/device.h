@@ -1,4 +1,4 @@
-// meshrt/device.h: platforms and devices.
+// runtime/device.h: platforms and devices.
 //
 // The cpu platform simulates N devices in this process, each with its own executor (a worker
 // thread), like XLA's forced host device count. The cuda platform lists GPUs (and, later,
@@ -51,8 +51,10 @@ void set_cpu_device_count(int n);
 std::vector<std::string> platforms();
 
 // The devices of a platform in id order. "" means the default platform: MESHRT_PLATFORM if
-// set, else cuda when usable, else cpu.
-std::vector<Device> devices(std::string_view platform = "");
+// set, else cuda when usable, else cpu. The vector is owned by the runtime and built once per
+// platform: every call returns the same storage, valid until the process exits, never modified
+// (iterators from two calls delimit one range). Thread-safe.
+const std::vector<Device>& devices(std::string_view platform = "");
 
 // The default platform's name (see devices()).
 std::string default_platform();

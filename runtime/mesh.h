@@ -1,4 +1,4 @@
-// meshrt/mesh.h: a named, row-major grid of devices.
+// runtime/mesh.h: a named, row-major grid of devices.
 #pragma once
 
 #include <cstdint>
@@ -28,7 +28,7 @@ class Mesh {
   // Position of a named axis in axis_names(), or -1.
   int axis_position(std::string_view axis) const;
   int64_t size() const;
-  // Row-major order (mesh.devices.flat in JAX).
+  // Row-major order (mesh.devices.flat in JAX); valid while any copy of this Mesh lives.
   const std::vector<Device>& devices() const;
   std::string_view platform() const;
   // Coordinates of the device at flat position `flat`.

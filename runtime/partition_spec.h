@@ -1,4 +1,4 @@
-// meshrt/partition_spec.h: how array dimensions map onto mesh axes.
+// runtime/partition_spec.h: how array dimensions map onto mesh axes.
 #pragma once
 
 #include <initializer_list>

@@ -1,4 +1,5 @@
-// threefry2x32 and JAX's use of it (jax/_src/prng.py, random.py; see reference/jax-prng.md).
+// threefry2x32 and JAX's use of it (jax/_src/prng.py, random.py): key derivation, split and
+// fold_in, and the bits-to-float conversions of uniform and normal, so values equal JAX's.
 #include "runtime/random.h"
 
 #include <bit>

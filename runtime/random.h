@@ -1,4 +1,4 @@
-// meshrt/random.h: JAX's threefry2x32 PRNG, bit for bit, in both of JAX's bit streams.
+// runtime/random.h: JAX's threefry2x32 PRNG, bit for bit, in both of JAX's bit streams.
 //
 //   random::Key k = random::key(0);                          // jax.random.key(0)
 //   auto [k1, k2] = std::pair{random::split(k)[0], random::split(k)[1]};

@@ -1,4 +1,4 @@
-// meshrt/shard_map.h: run a per-device body over a mesh, with JAX's collectives.
+// runtime/shard_map.h: run a per-device body over a mesh, with JAX's collectives.
 //
 //   auto f = shard_map(
 //       [](Context& ctx, const Tensor& x) { return ctx.psum(x, "data"); },
@@ -6,9 +6,11 @@
 //   Array total = f(x);
 //
 // The body runs once per mesh device, concurrently, on that device's executor. Inputs are
-// resharded to in_specs (same platform) and each device sees its block; outputs are assembled
-// per out_specs (JAX §2.3). An out_spec that leaves out a mesh axis promises the output is equal
-// along it: checked at run time (ShardMapOptions::check_replication).
+// resharded to in_specs (same platform) and each device sees its block. Outputs are assembled
+// per out_specs: each dimension of the global result is the block's times the sizes of the mesh
+// axes its spec entry names, and each device's block lands where NamedSharding(mesh, out_spec)
+// places that device. An out_spec that leaves out a mesh axis promises the output is equal along
+// it (one copy is kept): checked at run time (ShardMapOptions::check_replication).
 //
 // Collectives follow JAX exactly (groups, in-group order, shapes, zeros for ppermute). Misuse is
 // an Error, never a hang: mismatched calls, a device leaving while peers wait, or a wait-for

@@ -1,4 +1,4 @@
-// meshrt/sharding.h: NamedSharding and SingleDeviceSharding, with JAX's shard rule.
+// runtime/sharding.h: NamedSharding and SingleDeviceSharding, with JAX's shard rule.
 //
 // For a dimension d whose spec entry names axes (a1, ..., ak), the dimension is split in
 // T = M[a1]*...*M[ak] equal blocks and a device at mesh coordinates c holds block
@@ -35,7 +35,8 @@ class Sharding {
   // True when no mesh axis of size > 1 is used.
   bool is_fully_replicated() const;
   std::string_view platform() const;
-  // The devices holding blocks, in mesh.devices.flat order.
+  // The devices holding blocks, in mesh.devices.flat order; valid while any copy of this
+  // Sharding lives.
   const std::vector<Device>& device_list() const;
   // Same devices holding the same ranges of an array of `global_shape`.
   bool is_equivalent_to(const Sharding& other, const Shape& global_shape) const;

@@ -1,4 +1,4 @@
-// meshrt/tensor.h: one device's dense, row-major block of data.
+// runtime/tensor.h: one device's dense, row-major block of data.
 #pragma once
 
 #include <cstdint>
@@ -17,9 +17,13 @@ namespace backend {
 class Buffer;
 }
 
-// A dense row-major block on one device. Tensors are immutable values: copying a Tensor
-// shares its memory, which is freed when the last Tensor (or Array) referring to it goes.
-// cpu memory is 64-byte aligned. Thread-safe to read from several threads.
+// Tensor: a dense row-major block on one device. Tensors are immutable values: copying a Tensor
+// shares its memory (a block), which is freed when the last Tensor (or Array) referring to it
+// goes; reshape, squeeze and expand_dims return views sharing their operand's block. cpu memory
+// is 64-byte aligned. Thread-safe: any number of threads may read and copy one Tensor.
+//
+//   Tensor t = tensor(std::vector<float>{1, 2, 3, 4}, {2, 2}, devices()[0]);
+//   std::vector<float> host = (t * 2.0).to_vector<float>();
 class Tensor {
  public:
   Tensor() = default;
@@ -40,13 +44,18 @@ class Tensor {
     return detail::read_to_host<T>(size(), [this](void* dst, DType t) { copy_to_host(dst, t); });
   }
 
-  // Internal: the memory behind the tensor.
+  // Internal: a view of `buffer` starting `byte_offset` bytes in (ops and collectives make
+  // tensors this way).
   Tensor(std::shared_ptr<backend::Buffer> buffer, size_t byte_offset, Shape shape, DType dtype,
          Device device);
+  // The block this tensor views, shared with every copy and view of it.
   const std::shared_ptr<backend::Buffer>& buffer() const { return buffer_; }
   size_t byte_offset() const { return byte_offset_; }
-  // Device address of element 0 (a host pointer on cpu).
+  // Device address of element 0 (a host pointer on cpu; nullptr when not valid()). Valid while
+  // any Tensor or Array shares the block, not merely while this Tensor lives: keep a Tensor for as
+  // long as the pointer is used. For reading: only an op writes, into a tensor it just made.
   void* data() const;
+  // Copies the elements to host memory at `dst` (size() elements); `expected` must be dtype().
   void copy_to_host(void* dst, DType expected) const;
 
  private:
@@ -57,7 +66,8 @@ class Tensor {
   Device device_;
 };
 
-// Allocates an uninitialised tensor (internal building block of ops and collectives).
+// Allocates an uninitialised tensor (internal building block of ops and collectives); its
+// elements are unspecified until written through data().
 Tensor empty(Shape shape, DType dtype, Device device);
 
 // Copies host data into a new tensor on `device`; data.size() must equal prod(shape).

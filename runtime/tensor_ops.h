@@ -1,4 +1,5 @@
-// meshrt/ops.h: device-local operations on Tensors (inside shard_map bodies or on the host).
+// runtime/tensor_ops.h: device-local operations on Tensors (inside shard_map bodies or on the
+// host).
 //
 // Semantics follow NumPy/JAX with 64-bit types enabled (jax_enable_x64): NumPy broadcasting,
 // JAX's dtype promotion (int32 + float32 -> float32, int64 + float32 -> float32, ...), true
@@ -6,7 +7,9 @@
 // int64, argmax returns int64. A double scalar is "weak": it takes a float tensor's dtype and
 // turns integer tensors into float64; an integer scalar takes an integer tensor's dtype.
 // Operands must live on one device; mixing devices or platforms is an Error naming both.
-// Every op dispatches through the tensor's backend, so a platform only adds kernels.
+// Every op dispatches through the tensor's backend, so a platform only adds kernels. Ops return
+// new Tensors (never modify operands) and are thread-safe: bodies on different devices call them
+// at once.
 //
 //   Tensor h = relu(matmul(x, w) + b);           // b broadcasts over rows
 //   Tensor loss = mean((h - y) * (h - y));

@@ -1,4 +1,4 @@
-// meshrt/visualize.h: jax.debug.visualize_array_sharding as text.
+// runtime/visualize.h: jax.debug.visualize_array_sharding as text.
 #pragma once
 
 #include <string>

@@ -1,5 +1,6 @@
-// tests/host_ref.h: an independent host model of JAX's collective semantics (§3 of the
-// reference), written from the rules, sharing no code with meshrt's implementation.
+// tests/host_ref.h: an independent host model of JAX's collective semantics (groups, order within
+// a group, output shapes and values), written from the rules, sharing no code with meshrt's
+// implementation.
 #pragma once
 
 #include <cstdint>

@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <functional>
+#include <iterator>
 #include <unordered_set>
 
 #include "tests/test_util.h"
@@ -109,6 +110,22 @@ TEST_F(Devices, PlatformsAndUnknownPlatform) {
       ok &= default_platform() == "cpu" && devices().size() == 4;
     }
     return ok;
+  });
+}
+
+// devices() hands out the runtime's own vector, the same storage on every call (a contract of
+// the public API), so iterators from two calls delimit one range.
+TEST_F(Devices, DevicesIsOneStableVector) {
+  in_child("4", [] {
+    const std::vector<Device>& first = devices("cpu");
+    auto begin = devices("cpu").begin();
+    auto end = devices("cpu").end();
+    bool ok = &first == &devices("cpu") && first.size() == 4;
+    ok &= &devices() == &devices(default_platform());  // "" names the same storage
+    ok &= begin == first.begin() && end == first.end() && std::distance(begin, end) == 4;
+    int i = 0;
+    for (auto it = begin; it != end; ++it) ok &= it->id() == i++;
+    return ok && i == 4;
   });
 }
 

@@ -1,4 +1,5 @@
-// shard_map semantics (JAX §2), its error catalogue (§5), and "no hangs": every misuse of
+// shard_map as JAX defines it (blocks per in_specs, assembly per out_specs, the replication
+// check), JAX's shard_map errors worded as JAX words them, and "no hangs": every misuse of
 // collectives becomes an Error within a second (checked by a watchdog that kills the process).
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -9,6 +10,7 @@
 #include <future>
 #include <numeric>
 #include <thread>
+#include <type_traits>
 
 #include "backends/backend.h"
 #include "core/threads/fiber_executor.h"
@@ -18,6 +20,12 @@ namespace meshrt {
 namespace {
 
 using namespace std::chrono_literals;
+
+// Only shard_map makes a Context, and only a collective a valid PendingTensor.
+static_assert(!std::is_default_constructible_v<Context>);
+static_assert(!std::is_constructible_v<Context, detail::BodyState&>);
+static_assert(!std::is_constructible_v<PendingTensor, std::unique_ptr<detail::PendingState>>);
+static_assert(!std::is_copy_constructible_v<PendingTensor>);
 
 // Runs f on another thread; if it has not finished within `limit`, the process dies loudly
 // (a hang must fail the test, not the CI job's clock).
@@ -353,6 +361,29 @@ TEST(NoHangs, AsyncRingCollectivesWaitedInDifferentOrders) {
   expect_usable(mesh);
 }
 
+// A PendingTensor destroyed without wait() abandons its device's part: peers of a direct
+// all_gather still complete; peers of a ring one, which relays through every member, fail with
+// an Error once the abandoning body returns (context.h documents this).
+TEST(NoHangs, AbandonedPendingTensor) {
+  if (default_platform() != "cpu") GTEST_SKIP() << "checked on the cpu platform";
+  Mesh mesh = make_mesh({4}, {"x"});
+  Array x = iota_array(mesh, {4 << 10}, P("x"));
+  auto body = [](CollectiveAlgo algo) {
+    return [algo](Context& c, const Tensor& t) {
+      PendingTensor all = c.all_gather_start(t, "x", 0, true, {algo});
+      if (c.axis_index("x") == 0) return t;  // drops `all` unwaited
+      return dynamic_slice_in_dim(all.wait(), c.axis_index("x") * t.size(), t.size());
+    };
+  };
+  within(3000ms, [&] {
+    Array y = shard_map(body(CollectiveAlgo::direct), mesh, {P("x")}, P("x"))(x);
+    EXPECT_EQ(y.to_vector<float>(), x.to_vector<float>());
+    EXPECT_MESHRT_ERROR(shard_map(body(CollectiveAlgo::ring), mesh, {P("x")}, P("x"))(x),
+                        "[all_gather]", "for cpu:0 to send its part");
+  });
+  expect_usable(mesh);
+}
+
 TEST(NoHangs, NestedShardMapIsAnError) {
   Mesh mesh = make_mesh({2}, {"x"});
   Array x = iota_array(mesh, {2}, P("x"));
@@ -369,7 +400,7 @@ TEST(NoHangs, NestedShardMapIsAnError) {
   expect_usable(mesh);
 }
 
-// ---------------------------------------------------------------- JAX's error catalogue (§5)
+// ------------------------------------- JAX's shard_map errors (raised when the result is called)
 
 TEST(ShardMapErrors, Specs) {
   Mesh mesh = make_mesh({4}, {"i"});

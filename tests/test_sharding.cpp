@@ -1,5 +1,6 @@
-// Meshes, PartitionSpecs and NamedSharding against JAX's rules: the hand-derived tables of the
-// reference (§1.4) and 700+ cases generated with JAX itself (tests/data/gen_sharding.py).
+// Meshes, PartitionSpecs and NamedSharding against JAX's rules: hand-derived tables of every
+// device's block on (4, 2), (2, 4) and (8,) meshes (devices in jax.make_mesh's order), and 700+
+// cases generated with JAX itself (tests/data/gen_sharding.py).
 #include <gtest/gtest.h>
 
 #include <map>
