@@ -8,10 +8,15 @@
 // left's chunk me - d*(1+t). Chunks are processed in pieces, each with its own progress unit, so
 // a member works on piece p while its neighbour still sends piece p+1 (pipelining).
 // Bidirectional: the data is split in two halves travelling in opposite directions.
+//
+// The collectives' ring forms (ring_collective) run it over the members' buffers: work buffers
+// hold flat chunk-major data, and local copies before and after arrange it from and into the
+// collective's layout.
 #pragma once
 
 #include <cstdint>
 
+#include "collectives/rendezvous.h"
 #include "collectives/transport.h"
 
 namespace meshrt::coll {
@@ -26,5 +31,12 @@ enum class RingPhase { reduce_scatter, all_gather, all_reduce };
 // GPUs: MiBs, so few enough steps are queued).
 uint32_t run_ring(Transport& t, RingPhase phase, Kind op, DType dtype, int64_t me, int64_t n,
                   int64_t count, bool bidirectional, uint32_t unit0, int64_t piece_bytes);
+
+// Member `me`'s part of `inst` under ring or bidi_ring, once the rendezvous is complete (device
+// `pos` of `session`): reductions, all_gather and psum_scatter over the ring (deterministic
+// reductions all-gather the inputs over it, then fold them in group-index order, as direct
+// does); all_to_all by direct's pulls in the pairwise schedule; ppermute in one step.
+void ring_collective(Session& session, int64_t pos, Instance& inst, int64_t me,
+                     const Shape& out_shape);
 
 }  // namespace meshrt::coll
