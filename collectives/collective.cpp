@@ -2,6 +2,8 @@
 // memory through a Plane (collectives/plane.h) so the same code serves host and GPU memory.
 #include "collectives/collective.h"
 
+#include <mutex>
+
 #include "collectives/direct.h"
 #include "collectives/native.h"
 #include "collectives/pieces.h"
@@ -9,6 +11,38 @@
 #include "collectives/ring.h"
 
 namespace meshrt::coll {
+
+namespace {
+
+// Instances whose blocks a stream may still write into: kept for the life of the process rather
+// than recycled under it.
+void keep_forever(std::shared_ptr<Instance> inst) {
+  static std::mutex mu;
+  static auto* kept = new std::vector<std::shared_ptr<Instance>>();  // never destroyed
+  std::lock_guard<std::mutex> lock(mu);
+  kept->push_back(std::move(inst));
+}
+
+// A member leaving finish() with an error may have queued work on its stream that still writes
+// into blocks the instance keeps alive (outputs, work buffers), and those are recycled once the
+// last member lets the instance go: its stream is fenced first, as on success. Where it cannot be
+// (a library call some member never launched), the blocks are never recycled. The first error
+// is the one reported.
+void settle_after_error(const std::shared_ptr<Instance>& instance, int64_t me) noexcept {
+  Instance& inst = *instance;
+  const Plane pl = plane_of(inst, me);
+  if (pl.host()) return;  // host memory: nothing is left queued
+  if (inst.call().algo != Algo::native || !native_launch_unjoined(inst, me)) {
+    try {
+      pl.fence();
+      return;
+    } catch (...) {
+    }
+  }
+  keep_forever(instance);
+}
+
+}  // namespace
 
 int64_t work_bytes(const Call& c, int64_t n) {
   if (c.algo == Algo::direct) return 0;
@@ -50,19 +84,24 @@ Pending start(Session& session, int64_t pos, const GroupLayout& layout, const Ca
 void finish(Pending& p) {
   Instance& inst = *p.inst_;
   const int64_t me = p.index_;
-  p.session_->wait_ready(p.pos_, inst);
-  switch (inst.call().algo) {
-    case Algo::ring:
-    case Algo::bidi_ring:
-      ring_collective(*p.session_, p.pos_, inst, me, p.out_shape_);
-      break;
-    case Algo::native:
-      native_collective(*p.session_, p.pos_, inst, me, p.out_shape_);
-      break;
-    case Algo::automatic:  // never in a Call: choose_algo settles it
-    case Algo::direct:
-      direct_collective(inst, me, p.out_shape_);
-      break;
+  try {
+    p.session_->wait_ready(p.pos_, inst);
+    switch (inst.call().algo) {
+      case Algo::ring:
+      case Algo::bidi_ring:
+        ring_collective(*p.session_, p.pos_, inst, me, p.out_shape_);
+        break;
+      case Algo::native:
+        native_collective(*p.session_, p.pos_, inst, me, p.out_shape_);
+        break;
+      case Algo::automatic:  // never in a Call: choose_algo settles it
+      case Algo::direct:
+        direct_collective(inst, me, p.out_shape_);
+        break;
+    }
+  } catch (...) {
+    settle_after_error(p.inst_, me);
+    throw;
   }
   plane_of(inst, me).fence();  // the output is complete, and peers' inputs are no longer read
   p.inst_.reset();

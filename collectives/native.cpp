@@ -166,4 +166,12 @@ void native_collective(Session& session, int64_t pos, Instance& inst, int64_t me
   }
 }
 
+bool native_launch_unjoined(Instance& inst, int64_t me) {
+  if (inst.progress(me).load(std::memory_order_acquire) < kLaunched) return false;
+  for (int64_t j = 0; j < inst.size(); ++j) {
+    if (inst.progress(j).load(std::memory_order_acquire) < kLaunched) return true;
+  }
+  return false;
+}
+
 }  // namespace meshrt::coll

@@ -16,4 +16,8 @@ namespace meshrt::coll {
 void native_collective(Session& session, int64_t pos, Instance& inst, int64_t me,
                        const Shape& out_shape);
 
+// Whether member `me` launched its library call while some member never did: its stream then
+// holds work that waits for that member forever, so fencing it cannot finish.
+bool native_launch_unjoined(Instance& inst, int64_t me);
+
 }  // namespace meshrt::coll
