@@ -1,4 +1,5 @@
-// collectives/ring.h: ring and bidirectional-ring algorithms, written against Transport only.
+// collectives/ring.h: the ring and bidirectional-ring algorithms. run_ring is written against
+// Transport only, so one ring serves every backend.
 //
 // Every member's work buffer holds the N chunks of a flat array, chunk k = elements
 // [k*C, (k+1)*C) (the last may be shorter for all-reduce). A ring with direction d = +1 or -1
@@ -9,8 +10,8 @@
 // a member works on piece p while its neighbour still sends piece p+1 (pipelining).
 // Bidirectional: the data is split in two halves travelling in opposite directions.
 //
-// The collectives' ring forms (ring_collective) run it over the members' buffers: work buffers
-// hold flat chunk-major data, and local copies before and after arrange it from and into the
+// ring_collective runs it over the members' buffers in a rendezvous instance: work buffers hold
+// flat chunk-major data, and local copies before and after arrange it from and into the
 // collective's layout.
 #pragma once
 
