@@ -4,7 +4,8 @@
 //                [-d float32] [-n 20] [-w 5] [-c 1] [--platform cpu] [--json FILE] [--plot
 //                FILE.png]
 //
-// Columns and busbw factors are nccl-tests' (peers.md §A): all_reduce 2(n-1)/n; all_gather,
+// Columns and busbw factors are nccl-tests': busbw = algbw * factor, which makes it comparable
+// with a link's peak bandwidth whatever the device count: all_reduce 2(n-1)/n; all_gather,
 // reduce_scatter, all_to_all (n-1)/n; ppermute (a ring shift, like sendrecv) 1. size is the
 // per-device buffer nccl-tests reports (all_gather: the gathered output; reduce_scatter and
 // all_to_all: the input). meshrt's collectives are out-of-place (JAX semantics): the in-place
@@ -39,7 +40,7 @@ struct Options {
   int64_t step_bytes = 0;
   int devices = 8;
   std::string platform = "cpu";
-  std::vector<std::string> algos{"direct"};
+  std::vector<CollectiveAlgo> algos{CollectiveAlgo::direct};
   DType dtype = DType::f32;
   int iters = 20, warmup = 5, check = 1;
   std::optional<bench::LinkModel> model;
@@ -62,6 +63,8 @@ struct Options {
   std::exit(2);
 }
 
+std::string name_of(CollectiveAlgo a) { return std::string(collective_algo_name(a)); }
+
 int64_t parse_size(const std::string& s) {
   char* end = nullptr;
   double v = std::strtod(s.c_str(), &end);
@@ -75,6 +78,36 @@ int64_t parse_size(const std::string& s) {
   else if (!u.empty())
     usage("bad size '" + s + "'");
   return static_cast<int64_t>(v);
+}
+
+DType parse_dtype(const std::string& d) {
+  if (d == "float32" || d == "float") return DType::f32;
+  if (d == "float64" || d == "double") return DType::f64;
+  if (d == "int32") return DType::i32;
+  if (d == "int64") return DType::i64;
+  usage("unknown dtype '" + d + "'");
+}
+
+// A comma-separated list of algorithm names; "all" stands for direct, ring and bidi_ring.
+std::vector<CollectiveAlgo> parse_algos(const std::string& list) {
+  std::vector<CollectiveAlgo> algos;
+  for (size_t at = 0; at <= list.size();) {
+    size_t end = list.find(',', at);
+    if (end == std::string::npos) end = list.size();
+    const std::string one = list.substr(at, end - at);
+    if (one == "all") {
+      algos.insert(algos.end(),
+                   {CollectiveAlgo::direct, CollectiveAlgo::ring, CollectiveAlgo::bidi_ring});
+    } else {
+      try {
+        algos.push_back(parse_collective_algo(one));
+      } catch (const Error& e) {
+        usage(e.what());
+      }
+    }
+    at = end + 1;
+  }
+  return algos;
 }
 
 Options parse(int argc, char** argv) {
@@ -115,52 +148,18 @@ Options parse(int argc, char** argv) {
       o.plot = next();
     else if (a == "--link-model")
       o.model = bench::LinkModel::parse(next());
-    else if (a == "-d") {
-      std::string d = next();
-      if (d == "float32" || d == "float")
-        o.dtype = DType::f32;
-      else if (d == "float64" || d == "double")
-        o.dtype = DType::f64;
-      else if (d == "int32")
-        o.dtype = DType::i32;
-      else if (d == "int64")
-        o.dtype = DType::i64;
-      else
-        usage("unknown dtype '" + d + "'");
-    } else if (a == "--algo") {
-      std::string v = next();
-      o.algos.clear();
-      for (size_t at = 0; at <= v.size();) {  // a comma-separated list
-        size_t end = v.find(',', at);
-        if (end == std::string::npos) end = v.size();
-        const std::string one = v.substr(at, end - at);
-        if (one == "all") {
-          for (const char* a : {"direct", "ring", "bidi_ring"}) o.algos.emplace_back(a);
-        } else if (one == "direct" || one == "ring" || one == "bidi_ring" || one == "native" ||
-                   one == "auto") {
-          o.algos.push_back(one);
-        } else {
-          usage("unknown algorithm '" + one + "'");
-        }
-        at = end + 1;
-      }
-    } else {
+    else if (a == "-d")
+      o.dtype = parse_dtype(next());
+    else if (a == "--algo")
+      o.algos = parse_algos(next());
+    else
       usage("unknown option '" + a + "'");
-    }
   }
   if (o.min_bytes < 1 || o.max_bytes < o.min_bytes || o.devices < 1 || o.iters < 1 ||
       o.factor <= 1) {
     usage("need 1 <= -b <= -e, -g >= 1, -n >= 1, -f > 1");
   }
   return o;
-}
-
-CollectiveAlgo algo_of(const std::string& a) {
-  if (a == "ring") return CollectiveAlgo::ring;
-  if (a == "bidi_ring") return CollectiveAlgo::bidi_ring;
-  if (a == "native") return CollectiveAlgo::native;
-  if (a == "auto") return CollectiveAlgo::automatic;
-  return CollectiveAlgo::direct;
 }
 
 bench::Op kind_of(const std::string& op) {
@@ -171,10 +170,20 @@ bench::Op kind_of(const std::string& op) {
   return bench::Op::all_reduce;
 }
 
+// The link model knows the one-shot and the ring schedules; native and auto are modelled as
+// direct.
+CollectiveAlgo modelled(CollectiveAlgo a) {
+  return a == CollectiveAlgo::ring || a == CollectiveAlgo::bidi_ring ? a : CollectiveAlgo::direct;
+}
+
 double bus_factor(const std::string& op, int64_t n) {
   if (op == "all_reduce") return 2.0 * (n - 1) / n;
   if (op == "ppermute") return 1.0;
   return static_cast<double>(n - 1) / n;
+}
+
+const char* redop_of(const std::string& op) {
+  return op == "all_reduce" || op == "reduce_scatter" ? "sum" : "none";
 }
 
 // Elements each device contributes for a reported size.
@@ -182,8 +191,21 @@ int64_t input_elems(const std::string& op, int64_t size_elems, int64_t n) {
   return op == "all_gather" ? size_elems / n : size_elems;
 }
 
+// The sizes measured, from -b to -e by -f or -i, rounded down to whole elements divisible by the
+// device count, as nccl-tests does.
+std::vector<int64_t> sizes_of(const Options& o) {
+  const int64_t n = o.devices, elem = static_cast<int64_t>(dtype_size(o.dtype));
+  std::vector<int64_t> sizes;
+  for (int64_t s = o.min_bytes; s <= o.max_bytes;) {
+    int64_t e = std::max<int64_t>(n, (s / elem) / n * n);
+    if (sizes.empty() || sizes.back() != e * elem) sizes.push_back(e * elem);
+    s = o.step_bytes > 0 ? s + o.step_bytes : static_cast<int64_t>(std::ceil(s * o.factor));
+  }
+  return sizes;
+}
+
 struct Result {
-  std::string algo;
+  CollectiveAlgo algo;
   int64_t size, count;
   double time_us, algbw, busbw;
   int64_t wrong;
@@ -222,36 +244,262 @@ std::string fmt(double v) {
   return b;
 }
 
+void print_header(const Options& o, const Mesh& mesh) {
+  std::printf("# meshrt-bench (nccl-tests format)\n# Collective test starting: %s_perf\n",
+              o.op.c_str());
+  std::printf(
+      "# nThread 1 nGpus %d minBytes %lld maxBytes %lld step: %g(factor) warmup iters: %d iters: "
+      "%d "
+      "agg iters: 1 validation: %d graph: 0\n#\n# Using devices\n",
+      o.devices, static_cast<long long>(o.min_bytes), static_cast<long long>(o.max_bytes), o.factor,
+      o.warmup, o.iters, o.check);
+  for (const Device& d : mesh.devices()) {
+    std::printf("#  Rank %2d Group  0 on %s device %2d [%s, %u hardware threads]\n",
+                d.local_index(), d.platform().data(), d.local_index(), d.str().c_str(),
+                std::thread::hardware_concurrency());
+  }
+  if (o.model) std::printf("# Link model: %s\n", o.model->str().c_str());
+}
+
+void print_table_header(const Options& o, CollectiveAlgo algo) {
+  std::printf("#\n# Algorithm: %s\n#\n", name_of(algo).c_str());
+  std::printf("# %10s %12s %8s %6s %6s %9s %7s %7s %6s %9s %7s %7s %6s%s\n", "", "", "", "", "",
+              "out-of-place", "", "", "", "in-place", "", "", "", o.model ? "      modelled" : "");
+  std::printf("# %10s %12s %8s %6s %6s %9s %7s %7s %6s %9s %7s %7s %6s%s\n", "size", "count",
+              "type", "redop", "root", "time", "algbw", "busbw", "#wrong", "time", "algbw", "busbw",
+              "#wrong", o.model ? "      time   busbw" : "");
+  std::printf("# %10s %12s %8s %6s %6s %9s %7s %7s %6s %9s %7s %7s %6s%s\n", "(B)", "(elements)",
+              "", "", "", "(us)", "(GB/s)", "(GB/s)", "", "(us)", "(GB/s)", "(GB/s)", "",
+              o.model ? "      (us)  (GB/s)" : "");
+}
+
+void print_row(const Options& o, const Result& r) {
+  std::printf("  %10lld %12lld %8s %6s %6d %9s %7s %7s %6lld %9s %7s %7s %6s",
+              static_cast<long long>(r.size), static_cast<long long>(r.count),
+              dtype_name(o.dtype).data(), redop_of(o.op), -1, fmt(r.time_us).c_str(),
+              fmt(r.algbw).c_str(), fmt(r.busbw).c_str(), static_cast<long long>(r.wrong), "N/A",
+              "N/A", "N/A", "N/A");
+  if (o.model) std::printf(" %9s %7s", fmt(r.model_us).c_str(), fmt(r.model_busbw).c_str());
+  std::printf("\n");
+  std::fflush(stdout);
+}
+
+// The input: `per` elements on each device, device d holding values d + (e % 7), exact sums in
+// every dtype. `host` receives the same values, device-major.
+Array make_input(const Options& o, const Mesh& mesh, int64_t per, std::vector<double>& host) {
+  const int64_t n = o.devices;
+  host.assign(static_cast<size_t>(per * n), 0);
+  for (int64_t d = 0; d < n; ++d) {
+    for (int64_t e = 0; e < per; ++e)
+      host[static_cast<size_t>(d * per + e)] = static_cast<double>(d + e % 7);
+  }
+  const NamedSharding sharding(mesh, P("x"));
+  switch (o.dtype) {
+    case DType::f32:
+      return device_put(std::vector<float>(host.begin(), host.end()), {per * n}, sharding);
+    case DType::f64:
+      return device_put(host, {per * n}, sharding);
+    case DType::i32:
+      return device_put(std::vector<int32_t>(host.begin(), host.end()), {per * n}, sharding);
+    default:
+      return device_put(std::vector<int64_t>(host.begin(), host.end()), {per * n}, sharding);
+  }
+}
+
+// Elements of device d's result that differ from the host reference.
+int64_t count_wrong(const Options& o, const std::vector<double>& host, int64_t per, int64_t d,
+                    const Tensor& result) {
+  const int64_t n = o.devices;
+  const std::vector<double> got = astype(result, DType::f64).to_vector<double>();
+  int64_t wrong = 0;
+  for (size_t e = 0; e < got.size(); ++e) {
+    double want;
+    const auto ei = static_cast<int64_t>(e);
+    if (o.op == "all_reduce") {
+      want = static_cast<double>(n * (n - 1) / 2 + n * (ei % 7));
+    } else if (o.op == "all_gather") {
+      want = host[e];
+    } else if (o.op == "reduce_scatter") {
+      want = static_cast<double>(n * (n - 1) / 2 + n * ((d * (per / n) + ei) % 7));
+    } else if (o.op == "all_to_all") {
+      const int64_t c = per / n, j = ei / c;  // chunk j came from device j
+      want = host[static_cast<size_t>(j * per + d * c + ei % c)];
+    } else {
+      const int64_t src = (d + n - 1) % n;
+      want = host[static_cast<size_t>(src * per + ei)];
+    }
+    wrong += got[e] != want;
+  }
+  return wrong;
+}
+
+// One size under one algorithm: the average time over devices (nccl-tests -a 1), bandwidths, the
+// elements every device got wrong, and the link model's figures.
+Result measure(const Options& o, const Mesh& mesh, CollectiveAlgo algo, int64_t size) {
+  const int64_t n = o.devices, elem = static_cast<int64_t>(dtype_size(o.dtype));
+  const int64_t per = input_elems(o.op, size / elem, n);
+  std::vector<double> host;
+  Array x = make_input(o, mesh, per, host);
+  const CollectiveOptions co{algo};
+  std::vector<std::pair<int64_t, int64_t>> shift;
+  for (int64_t i = 0; i < n; ++i) shift.emplace_back(i, (i + 1) % n);
+  auto op = [&](Context& c, const Tensor& t) -> Tensor {
+    if (o.op == "all_reduce") return c.psum(t, "x", co);
+    if (o.op == "all_gather") return c.all_gather(t, "x", 0, true, co);
+    if (o.op == "reduce_scatter") return c.psum_scatter(t, "x", 0, true, co);
+    if (o.op == "all_to_all") return c.all_to_all(t, "x", 0, 0, true, co);
+    return c.ppermute(t, "x", shift);
+  };
+  std::vector<double> per_device(static_cast<size_t>(n));
+  std::vector<Tensor> checked(static_cast<size_t>(n));
+  shard_map(
+      [&](Context& c, const Tensor& t) {
+        Tensor one = ones({1}, DType::f32, c.device());
+        for (int w = 0; w < o.warmup; ++w) op(c, t);
+        c.psum(one, "x");
+        auto t0 = Clock::now();
+        for (int it = 0; it < o.iters; ++it) op(c, t);
+        c.psum(one, "x");
+        per_device[static_cast<size_t>(c.axis_index("x"))] =
+            std::chrono::duration<double>(Clock::now() - t0).count() / o.iters;
+        if (o.check > 0) checked[static_cast<size_t>(c.axis_index("x"))] = op(c, t);
+        return t;
+      },
+      mesh, {P("x")}, P("x"))(x);
+  double t = 0;
+  for (double v : per_device) t += v;
+  t /= static_cast<double>(n);
+  int64_t wrong = 0;
+  if (o.check > 0) {
+    for (int64_t d = 0; d < n; ++d)
+      wrong += count_wrong(o, host, per, d, checked[static_cast<size_t>(d)]);
+  }
+  Result res{algo, size, size / elem, t * 1e6, size / t / 1e9, size / t / 1e9 * bus_factor(o.op, n),
+             wrong};
+  if (o.model) {
+    const double mt =
+        o.model->collective_time(kind_of(o.op), modelled(algo), n, static_cast<double>(size));
+    res.model_us = mt * 1e6;
+    res.model_busbw = mt > 0 ? size / mt / 1e9 * bus_factor(o.op, n) : 0;
+  }
+  return res;
+}
+
+// Every size under one algorithm, a row each; `done` counts the measurements for the progress
+// line.
+void sweep_sizes(const Options& o, const Mesh& mesh, CollectiveAlgo algo,
+                 const std::vector<int64_t>& sizes, size_t& done, std::vector<Result>& results) {
+  print_table_header(o, algo);
+  for (int64_t size : sizes) {
+    std::fprintf(stderr, "\r[meshrt-bench] %s %s %lld B (%zu/%zu)   ", o.op.c_str(),
+                 name_of(algo).c_str(), static_cast<long long>(size), ++done,
+                 sizes.size() * o.algos.size());
+    results.push_back(measure(o, mesh, algo, size));
+    print_row(o, results.back());
+  }
+}
+
+// nccl-tests' footer, then per algorithm: busbw at the largest size against the copy baseline,
+// and the time at the smallest (the small-message latency). Returns the wrong elements in all.
+int64_t print_footer(const Options& o, const std::vector<Result>& results, double copy_bw) {
+  int64_t total_wrong = 0;
+  double avg = 0;
+  for (const Result& r : results) {
+    total_wrong += r.wrong;
+    avg += r.busbw;
+  }
+  std::printf("# Out of bounds values : %lld %s\n", static_cast<long long>(total_wrong),
+              total_wrong ? "FAILED" : "OK");
+  std::printf("# Avg bus bandwidth    : %s\n#\n",
+              fmt(avg / static_cast<double>(results.size())).c_str());
+  for (CollectiveAlgo a : o.algos) {
+    const Result* small = nullptr;
+    const Result* large = nullptr;
+    for (const Result& r : results) {
+      if (r.algo != a) continue;
+      if (!small || r.size < small->size) small = &r;
+      if (!large || r.size > large->size) large = &r;
+    }
+    if (!small) continue;
+    std::printf("# %-9s latency at %lld B: %s us;  busbw at %lld B: %s GB/s", name_of(a).c_str(),
+                static_cast<long long>(small->size), fmt(small->time_us).c_str(),
+                static_cast<long long>(large->size), fmt(large->busbw).c_str());
+    if (copy_bw > 0) std::printf(" = %.2fx the copy bandwidth", large->busbw * 1e9 / copy_bw);
+    std::printf("\n");
+  }
+  std::printf("#\n# Collective test concluded: %s_perf\n", o.op.c_str());
+  return total_wrong;
+}
+
+void write_json(const Options& o, const std::vector<Result>& results, double copy_bw) {
+  std::ofstream js(o.json);
+  js << "[\n";
+  for (size_t i = 0; i < results.size(); ++i) {
+    const Result& r = results[i];
+    js << "  {\"collective\": \"" << o.op << "\", \"algo\": \"" << name_of(r.algo)
+       << "\", \"devices\": " << o.devices << ", \"size\": " << r.size << ", \"count\": " << r.count
+       << ", \"type\": \"" << dtype_name(o.dtype) << "\", \"redop\": \"" << redop_of(o.op)
+       << "\", \"root\": -1, \"out_of_place\": {\"time\": " << r.time_us
+       << ", \"alg_bw\": " << r.algbw << ", \"bus_bw\": " << r.busbw << ", \"nwrong\": " << r.wrong
+       << "}";
+    if (o.model)
+      js << ", \"model\": {\"time\": " << r.model_us << ", \"bus_bw\": " << r.model_busbw << "}";
+    js << ", \"copy_bw\": " << copy_bw / 1e9;
+    js << "}" << (i + 1 < results.size() ? "," : "") << "\n";
+  }
+  js << "]\n";
+}
+
+// busbw against size, one line per algorithm (and its model), through gnuplot. False when
+// gnuplot is missing or fails (the data file stays).
+bool write_plot(const Options& o, const std::vector<Result>& results) {
+  const std::string dat = o.plot + ".dat", gp = o.plot + ".gp";
+  std::ofstream d(dat);
+  for (CollectiveAlgo a : o.algos) {
+    d << "# " << name_of(a) << "\n";
+    for (const Result& r : results) {
+      if (r.algo == a)
+        d << r.size << " " << r.busbw << " " << (o.model ? r.model_busbw : 0) << "\n";
+    }
+    d << "\n\n";
+  }
+  d.close();
+  std::ofstream g(gp);
+  g << "set terminal pngcairo size 900,560 noenhanced\nset output '" << o.plot
+    << "'\nset logscale x 2\n"
+    << "set logscale y 10\nset format x '%.0b%B'\nset key left top\n"
+    << "set xlabel 'size (bytes per device)'\nset ylabel 'busbw (GB/s, log scale)'\nset grid\n"
+    << "set title 'meshrt-bench " << o.op << ", " << o.devices << " " << o.platform << " devices"
+    << (o.model ? ", modelled: " + o.model->str() : std::string()) << "'\nplot ";
+  for (size_t i = 0; i < o.algos.size(); ++i) {
+    g << (i ? ", " : "") << "'" << dat << "' index " << i
+      << " using 1:2 with linespoints lw 2 title '" << name_of(o.algos[i]) << " (measured)'";
+    if (o.model) {
+      g << ", '" << dat << "' index " << i << " using 1:3 with lines dt 2 lw 2 title '"
+        << name_of(o.algos[i]) << " (modelled)'";
+    }
+  }
+  g << "\n";
+  g.close();
+  if (std::system(("gnuplot " + gp + " 2>/dev/null").c_str()) != 0) {
+    std::fprintf(
+        stderr,
+        "[meshrt-bench] --plot needs gnuplot (apt-get install gnuplot-nox); data left in %s\n",
+        dat.c_str());
+    return false;
+  }
+  return true;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
-  Options o = parse(argc, argv);
+  const Options o = parse(argc, argv);
   try {
     if (o.platform == "cpu") set_cpu_device_count(std::max(o.devices, 1));
-    Mesh mesh = make_mesh({o.devices}, {"x"}, o.platform);
-    const int64_t n = o.devices, elem = static_cast<int64_t>(dtype_size(o.dtype));
-    const char* redop = (o.op == "all_reduce" || o.op == "reduce_scatter") ? "sum" : "none";
-    std::printf("# meshrt-bench (nccl-tests format)\n# Collective test starting: %s_perf\n",
-                o.op.c_str());
-    std::printf(
-        "# nThread 1 nGpus %d minBytes %lld maxBytes %lld step: %g(factor) warmup iters: %d iters: "
-        "%d "
-        "agg iters: 1 validation: %d graph: 0\n#\n# Using devices\n",
-        o.devices, static_cast<long long>(o.min_bytes), static_cast<long long>(o.max_bytes),
-        o.factor, o.warmup, o.iters, o.check);
-    for (const Device& d : mesh.devices()) {
-      std::printf("#  Rank %2d Group  0 on %s device %2d [%s, %u hardware threads]\n",
-                  d.local_index(), d.platform().data(), d.local_index(), d.str().c_str(),
-                  std::thread::hardware_concurrency());
-    }
-    if (o.model) std::printf("# Link model: %s\n", o.model->str().c_str());
-    std::vector<int64_t> sizes;
-    for (int64_t s = o.min_bytes; s <= o.max_bytes;) {
-      // Sizes round down to whole elements divisible by the device count, as nccl-tests does.
-      int64_t e = std::max<int64_t>(n, (s / elem) / n * n);
-      if (sizes.empty() || sizes.back() != e * elem) sizes.push_back(e * elem);
-      s = o.step_bytes > 0 ? s + o.step_bytes : static_cast<int64_t>(std::ceil(s * o.factor));
-    }
+    const Mesh mesh = make_mesh({o.devices}, {"x"}, o.platform);
+    print_header(o, mesh);
+    const std::vector<int64_t> sizes = sizes_of(o);
     const double copy_bw = copy_bandwidth(mesh, sizes.back(), 7);
     if (copy_bw > 0) {
       std::printf("# Baseline: device-to-device copy %s -> %s of %lld B: %s GB/s (median of 7)\n",
@@ -260,210 +508,11 @@ int main(int argc, char** argv) {
     }
     std::vector<Result> results;
     size_t done = 0;
-    for (const std::string& algo : o.algos) {
-      std::printf("#\n# Algorithm: %s\n#\n", algo.c_str());
-      std::printf("# %10s %12s %8s %6s %6s %9s %7s %7s %6s %9s %7s %7s %6s%s\n", "", "", "", "", "",
-                  "out-of-place", "", "", "", "in-place", "", "", "",
-                  o.model ? "      modelled" : "");
-      std::printf("# %10s %12s %8s %6s %6s %9s %7s %7s %6s %9s %7s %7s %6s%s\n", "size", "count",
-                  "type", "redop", "root", "time", "algbw", "busbw", "#wrong", "time", "algbw",
-                  "busbw", "#wrong", o.model ? "      time   busbw" : "");
-      std::printf("# %10s %12s %8s %6s %6s %9s %7s %7s %6s %9s %7s %7s %6s%s\n", "(B)",
-                  "(elements)", "", "", "", "(us)", "(GB/s)", "(GB/s)", "", "(us)", "(GB/s)",
-                  "(GB/s)", "", o.model ? "      (us)  (GB/s)" : "");
-      for (int64_t size : sizes) {
-        std::fprintf(stderr, "\r[meshrt-bench] %s %s %lld B (%zu/%zu)   ", o.op.c_str(),
-                     algo.c_str(), static_cast<long long>(size), ++done,
-                     sizes.size() * o.algos.size());
-        const int64_t per = input_elems(o.op, size / elem, n);
-        // Device d holds values d + (e % 7): exact sums in every dtype.
-        std::vector<double> host(static_cast<size_t>(per * n));
-        for (int64_t d = 0; d < n; ++d) {
-          for (int64_t e = 0; e < per; ++e)
-            host[static_cast<size_t>(d * per + e)] = static_cast<double>(d + e % 7);
-        }
-        Array x;
-        switch (o.dtype) {
-          case DType::f32:
-            x = device_put(std::vector<float>(host.begin(), host.end()), {per * n},
-                           NamedSharding(mesh, P("x")));
-            break;
-          case DType::f64:
-            x = device_put(host, {per * n}, NamedSharding(mesh, P("x")));
-            break;
-          case DType::i32:
-            x = device_put(std::vector<int32_t>(host.begin(), host.end()), {per * n},
-                           NamedSharding(mesh, P("x")));
-            break;
-          default:
-            x = device_put(std::vector<int64_t>(host.begin(), host.end()), {per * n},
-                           NamedSharding(mesh, P("x")));
-            break;
-        }
-        CollectiveOptions co{algo_of(algo)};
-        std::vector<std::pair<int64_t, int64_t>> shift;
-        for (int64_t i = 0; i < n; ++i) shift.emplace_back(i, (i + 1) % n);
-        auto op = [&](Context& c, const Tensor& t) -> Tensor {
-          if (o.op == "all_reduce") return c.psum(t, "x", co);
-          if (o.op == "all_gather") return c.all_gather(t, "x", 0, true, co);
-          if (o.op == "reduce_scatter") return c.psum_scatter(t, "x", 0, true, co);
-          if (o.op == "all_to_all") return c.all_to_all(t, "x", 0, 0, true, co);
-          return c.ppermute(t, "x", shift);
-        };
-        std::vector<double> per_device(static_cast<size_t>(n));
-        std::vector<Tensor> checked(static_cast<size_t>(n));
-        shard_map(
-            [&](Context& c, const Tensor& t) {
-              Tensor one = ones({1}, DType::f32, c.device());
-              for (int w = 0; w < o.warmup; ++w) op(c, t);
-              c.psum(one, "x");
-              auto t0 = Clock::now();
-              for (int it = 0; it < o.iters; ++it) op(c, t);
-              c.psum(one, "x");
-              per_device[static_cast<size_t>(c.axis_index("x"))] =
-                  std::chrono::duration<double>(Clock::now() - t0).count() / o.iters;
-              if (o.check > 0) checked[static_cast<size_t>(c.axis_index("x"))] = op(c, t);
-              return t;
-            },
-            mesh, {P("x")}, P("x"))(x);
-        double t = 0;
-        for (double v : per_device) t += v;
-        t /= static_cast<double>(n);  // nccl-tests -a 1: the average over ranks
-        // #wrong: compare every device's result with the host reference.
-        int64_t wrong = 0;
-        if (o.check > 0) {
-          for (int64_t d = 0; d < n; ++d) {
-            Tensor r = astype(checked[static_cast<size_t>(d)], DType::f64);
-            std::vector<double> got = r.to_vector<double>();
-            for (size_t e = 0; e < got.size(); ++e) {
-              double want;
-              const auto ei = static_cast<int64_t>(e);
-              if (o.op == "all_reduce")
-                want = static_cast<double>(n * (n - 1) / 2 + n * (ei % 7));
-              else if (o.op == "all_gather")
-                want = host[e];
-              else if (o.op == "reduce_scatter")
-                want = static_cast<double>(n * (n - 1) / 2 + n * ((d * (per / n) + ei) % 7));
-              else if (o.op == "all_to_all") {
-                const int64_t c = per / n, j = ei / c;  // chunk j came from device j
-                want = host[static_cast<size_t>(j * per + d * c + ei % c)];
-              } else {
-                const int64_t src = (d + n - 1) % n;
-                want = host[static_cast<size_t>(src * per + ei)];
-              }
-              wrong += got[e] != want;
-            }
-          }
-        }
-        Result res{algo,    size,           size / elem,
-                   t * 1e6, size / t / 1e9, size / t / 1e9 * bus_factor(o.op, n),
-                   wrong};
-        if (o.model) {
-          const CollectiveAlgo a = algo == "ring"        ? CollectiveAlgo::ring
-                                   : algo == "bidi_ring" ? CollectiveAlgo::bidi_ring
-                                                         : CollectiveAlgo::direct;
-          const double mt =
-              o.model->collective_time(kind_of(o.op), a, n, static_cast<double>(size));
-          res.model_us = mt * 1e6;
-          res.model_busbw = mt > 0 ? size / mt / 1e9 * bus_factor(o.op, n) : 0;
-        }
-        std::printf("  %10lld %12lld %8s %6s %6d %9s %7s %7s %6lld %9s %7s %7s %6s",
-                    static_cast<long long>(size), static_cast<long long>(size / elem),
-                    dtype_name(o.dtype).data(), redop, -1, fmt(res.time_us).c_str(),
-                    fmt(res.algbw).c_str(), fmt(res.busbw).c_str(), static_cast<long long>(wrong),
-                    "N/A", "N/A", "N/A", "N/A");
-        if (o.model)
-          std::printf(" %9s %7s", fmt(res.model_us).c_str(), fmt(res.model_busbw).c_str());
-        std::printf("\n");
-        std::fflush(stdout);
-        results.push_back(res);
-      }
-    }
+    for (CollectiveAlgo algo : o.algos) sweep_sizes(o, mesh, algo, sizes, done, results);
     std::fprintf(stderr, "\r%60s\r", "");
-    int64_t total_wrong = 0;
-    double avg = 0;
-    for (const Result& r : results) {
-      total_wrong += r.wrong;
-      avg += r.busbw;
-    }
-    std::printf("# Out of bounds values : %lld %s\n", static_cast<long long>(total_wrong),
-                total_wrong ? "FAILED" : "OK");
-    std::printf("# Avg bus bandwidth    : %s\n#\n",
-                fmt(avg / static_cast<double>(results.size())).c_str());
-    // Per algorithm: busbw at the largest size against the copy baseline, and the time at the
-    // smallest (the small-message latency).
-    for (const std::string& a : o.algos) {
-      const Result* small = nullptr;
-      const Result* large = nullptr;
-      for (const Result& r : results) {
-        if (r.algo != a) continue;
-        if (!small || r.size < small->size) small = &r;
-        if (!large || r.size > large->size) large = &r;
-      }
-      if (!small) continue;
-      std::printf("# %-9s latency at %lld B: %s us;  busbw at %lld B: %s GB/s", a.c_str(),
-                  static_cast<long long>(small->size), fmt(small->time_us).c_str(),
-                  static_cast<long long>(large->size), fmt(large->busbw).c_str());
-      if (copy_bw > 0) std::printf(" = %.2fx the copy bandwidth", large->busbw * 1e9 / copy_bw);
-      std::printf("\n");
-    }
-    std::printf("#\n# Collective test concluded: %s_perf\n", o.op.c_str());
-    if (!o.json.empty()) {
-      std::ofstream js(o.json);
-      js << "[\n";
-      for (size_t i = 0; i < results.size(); ++i) {
-        const Result& r = results[i];
-        js << "  {\"collective\": \"" << o.op << "\", \"algo\": \"" << r.algo
-           << "\", \"devices\": " << n << ", \"size\": " << r.size << ", \"count\": " << r.count
-           << ", \"type\": \"" << dtype_name(o.dtype) << "\", \"redop\": \"" << redop
-           << "\", \"root\": -1, \"out_of_place\": {\"time\": " << r.time_us
-           << ", \"alg_bw\": " << r.algbw << ", \"bus_bw\": " << r.busbw
-           << ", \"nwrong\": " << r.wrong << "}";
-        if (o.model)
-          js << ", \"model\": {\"time\": " << r.model_us << ", \"bus_bw\": " << r.model_busbw
-             << "}";
-        js << ", \"copy_bw\": " << copy_bw / 1e9;
-        js << "}" << (i + 1 < results.size() ? "," : "") << "\n";
-      }
-      js << "]\n";
-    }
-    if (!o.plot.empty()) {
-      const std::string dat = o.plot + ".dat", gp = o.plot + ".gp";
-      std::ofstream d(dat);
-      for (const std::string& a : o.algos) {
-        d << "# " << a << "\n";
-        for (const Result& r : results) {
-          if (r.algo == a)
-            d << r.size << " " << r.busbw << " " << (o.model ? r.model_busbw : 0) << "\n";
-        }
-        d << "\n\n";
-      }
-      d.close();
-      std::ofstream g(gp);
-      g << "set terminal pngcairo size 900,560 noenhanced\nset output '" << o.plot
-        << "'\nset logscale x 2\n"
-        << "set logscale y 10\nset format x '%.0b%B'\nset key left top\n"
-        << "set xlabel 'size (bytes per device)'\nset ylabel 'busbw (GB/s, log scale)'\nset grid\n"
-        << "set title 'meshrt-bench " << o.op << ", " << n << " " << o.platform << " devices"
-        << (o.model ? ", modelled: " + o.model->str() : std::string()) << "'\nplot ";
-      for (size_t i = 0; i < o.algos.size(); ++i) {
-        g << (i ? ", " : "") << "'" << dat << "' index " << i
-          << " using 1:2 with linespoints lw 2 title '" << o.algos[i] << " (measured)'";
-        if (o.model) {
-          g << ", '" << dat << "' index " << i << " using 1:3 with lines dt 2 lw 2 title '"
-            << o.algos[i] << " (modelled)'";
-        }
-      }
-      g << "\n";
-      g.close();
-      if (std::system(("gnuplot " + gp + " 2>/dev/null").c_str()) != 0) {
-        std::fprintf(
-            stderr,
-            "[meshrt-bench] --plot needs gnuplot (apt-get install gnuplot-nox); data left in %s\n",
-            dat.c_str());
-        return 1;
-      }
-    }
+    const int64_t total_wrong = print_footer(o, results, copy_bw);
+    if (!o.json.empty()) write_json(o, results, copy_bw);
+    if (!o.plot.empty() && !write_plot(o, results)) return 1;
     return total_wrong ? 1 : 0;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "\n%s\n", e.what());

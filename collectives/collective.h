@@ -4,13 +4,8 @@
 // the peers and moves the data. Blocking collectives are finish(start(...)); the asynchronous
 // forms (ppermute_start, all_gather_start) let a body compute in between.
 //
-// Data movement today is the direct one-shot algorithm on host-addressable memory (peers.md §B):
-//   psum/pmean/pmax/pmin  small: the last arriver reduces once and writes every output;
-//                         large: device i reduces slice i from every input, tile by tile, and
-//                         pushes each tile to every output while it is hot; a second barrier ends
-//                         it;
-//   all_gather, psum_scatter, all_to_all, ppermute: each device pulls what it needs from the
-//                         inputs, which the rendezvous keeps alive, so one barrier suffices.
+// finish() runs the call's algorithm (Call::algo): direct (collectives/direct.h), ring or
+// bidi_ring (collectives/ring.h), native (collectives/native.h).
 #pragma once
 
 #include <cstdint>
@@ -48,8 +43,5 @@ void finish(Pending& pending);
 // Bytes of work buffer a participant must provide in Slot::work for `call` over a group of n
 // (0: the output serves, or the algorithm needs none).
 int64_t work_bytes(const Call& call, int64_t n);
-
-// Inputs up to this many bytes are reduced once, by the last device to arrive.
-inline constexpr int64_t kSmallReduceBytes = 32 * 1024;
 
 }  // namespace meshrt::coll

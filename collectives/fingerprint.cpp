@@ -26,20 +26,6 @@ std::string_view kind_name(Kind k) {
   return "?";
 }
 
-std::string_view algo_name(Algo a) {
-  switch (a) {
-    case Algo::direct:
-      return "direct";
-    case Algo::ring:
-      return "ring";
-    case Algo::bidi_ring:
-      return "bidi_ring";
-    case Algo::native:
-      return "native";
-  }
-  return "?";
-}
-
 std::string Call::str() const {
   std::ostringstream os;
   os << kind_name(kind) << "(" << dtype_name(dtype) << "[";

@@ -1,25 +1,20 @@
-// collectives/call.h: what one device asked a collective to do: its fingerprint.
+// collectives/fingerprint.h: what one device asked a collective to do: its fingerprint.
 #pragma once
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
+#include "collectives/algo.h"
 #include "core/dtype.h"
 
 namespace meshrt::coll {
 
 enum class Kind { psum, pmean, pmax, pmin, all_gather, psum_scatter, ppermute, all_to_all };
 
-// How the data moves. direct: one-shot over shared memory (XLA's CPU collectives); ring and
-// bidi_ring: written against Transport (collectives/ring.h); all_to_all uses a pairwise-exchange
-// schedule under ring and bidi_ring; ppermute is one step under every algorithm.
-// native: the platform's collective library (NCCL on cuda), behind the same rendezvous.
-enum class Algo { direct, ring, bidi_ring, native };
-
 std::string_view kind_name(Kind k);
-std::string_view algo_name(Algo a);
 
 // Every participant of one rendezvous must present an equal Call.
 struct Call {
@@ -33,7 +28,7 @@ struct Call {
   int64_t axis2 = 0;  // all_to_all concat_axis
   bool tiled = false;
   std::vector<std::pair<int64_t, int64_t>> perm;  // ppermute (src, dst), normalised
-  Algo algo = Algo::direct;
+  Algo algo = Algo::direct;                       // resolved: never automatic (collectives/algo.h)
   // Reductions fold in group-index order whatever the algorithm (same bits as direct).
   bool deterministic = false;
 

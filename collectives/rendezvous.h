@@ -1,4 +1,4 @@
-// collectives/session.h: the rendezvous of one shard_map launch.
+// collectives/rendezvous.h: the rendezvous of one shard_map launch.
 //
 // Every collective call of a device arrives at an Instance keyed by (axes, group, sequence number
 // of that device's calls on that group). The session knows what every device is doing (running

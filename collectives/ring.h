@@ -1,4 +1,5 @@
-// collectives/ring.h: ring and bidirectional-ring algorithms, written against Transport only.
+// collectives/ring.h: the ring and bidirectional-ring algorithms. run_ring is written against
+// Transport only, so one ring serves every backend.
 //
 // Every member's work buffer holds the N chunks of a flat array, chunk k = elements
 // [k*C, (k+1)*C) (the last may be shorter for all-reduce). A ring with direction d = +1 or -1
@@ -8,10 +9,15 @@
 // left's chunk me - d*(1+t). Chunks are processed in pieces, each with its own progress unit, so
 // a member works on piece p while its neighbour still sends piece p+1 (pipelining).
 // Bidirectional: the data is split in two halves travelling in opposite directions.
+//
+// ring_collective runs it over the members' buffers in a rendezvous instance: work buffers hold
+// flat chunk-major data, and local copies before and after arrange it from and into the
+// collective's layout.
 #pragma once
 
 #include <cstdint>
 
+#include "collectives/rendezvous.h"
 #include "collectives/transport.h"
 
 namespace meshrt::coll {
@@ -26,5 +32,12 @@ enum class RingPhase { reduce_scatter, all_gather, all_reduce };
 // GPUs: MiBs, so few enough steps are queued).
 uint32_t run_ring(Transport& t, RingPhase phase, Kind op, DType dtype, int64_t me, int64_t n,
                   int64_t count, bool bidirectional, uint32_t unit0, int64_t piece_bytes);
+
+// Member `me`'s part of `inst` under ring or bidi_ring, once the rendezvous is complete (device
+// `pos` of `session`): reductions, all_gather and psum_scatter over the ring (deterministic
+// reductions all-gather the inputs over it, then fold them in group-index order, as direct
+// does); all_to_all by direct's pulls in the pairwise schedule; ppermute in one step.
+void ring_collective(Session& session, int64_t pos, Instance& inst, int64_t me,
+                     const Shape& out_shape);
 
 }  // namespace meshrt::coll

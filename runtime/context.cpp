@@ -2,9 +2,12 @@
 // call to the collectives layer.
 #include <algorithm>
 #include <cstdlib>
+#include <functional>
+#include <optional>
 #include <set>
 
 #include "backends/backend.h"
+#include "collectives/algo.h"
 #include "collectives/collective.h"
 #include "collectives/reduce.h"
 #include "core/config.h"
@@ -59,6 +62,17 @@ namespace {
 
 std::string axes_tuple(const std::vector<std::string>& names) { return detail::names_tuple(names); }
 
+static_assert(
+    static_cast<int>(coll::Algo::automatic) == static_cast<int>(CollectiveAlgo::automatic) &&
+        static_cast<int>(coll::Algo::direct) == static_cast<int>(CollectiveAlgo::direct) &&
+        static_cast<int>(coll::Algo::ring) == static_cast<int>(CollectiveAlgo::ring) &&
+        static_cast<int>(coll::Algo::bidi_ring) == static_cast<int>(CollectiveAlgo::bidi_ring) &&
+        static_cast<int>(coll::Algo::native) == static_cast<int>(CollectiveAlgo::native),
+    "CollectiveAlgo and coll::Algo list the algorithms in the same order");
+
+coll::Algo to_coll(CollectiveAlgo a) { return static_cast<coll::Algo>(a); }
+CollectiveAlgo from_coll(coll::Algo a) { return static_cast<CollectiveAlgo>(a); }
+
 // JAX normalises an axis against a rank (negative counts from the end).
 int64_t normalize_axis(int64_t axis, int64_t rank, const char* op) {
   if (axis < -rank || axis >= rank) {
@@ -69,6 +83,15 @@ int64_t normalize_axis(int64_t axis, int64_t rank, const char* op) {
 }
 
 }  // namespace
+
+CollectiveAlgo parse_collective_algo(std::string_view name) {
+  if (const std::optional<coll::Algo> a = coll::parse_algo(name)) return from_coll(*a);
+  throw Error(cat("[collective_algo] '", name, "' is not one of ", coll::algo_names()));
+}
+
+std::string_view collective_algo_name(CollectiveAlgo algo) {
+  return coll::algo_name(to_coll(algo));
+}
 
 Device Context::device() const {
   return state_->launch->mesh.devices()[static_cast<size_t>(state_->pos)];
@@ -170,45 +193,15 @@ std::pair<coll::Pending, Tensor> begin(detail::Launch& launch, int64_t pos,
   return {std::move(p), std::move(out)};
 }
 
-// Per-call option, else MESHRT_COLLECTIVE_ALGO, else the platform's choice: cpu uses direct
-// (native is direct there); cuda uses native (NCCL) when the group's members are on distinct
-// GPUs and direct when logical devices share one. An explicit native NCCL cannot serve is an error.
-coll::Algo resolve_algo(coll::Kind kind, const CollectiveOptions& o, const detail::Launch& launch,
-                        const coll::GroupLayout& layout, int64_t pos) {
-  CollectiveAlgo a = o.algo;
-  if (a == CollectiveAlgo::automatic) {
-    const std::string& e = launch.env_algo;  // validated when the launch began
-    if (e == "direct")
-      a = CollectiveAlgo::direct;
-    else if (e == "ring")
-      a = CollectiveAlgo::ring;
-    else if (e == "bidi_ring")
-      a = CollectiveAlgo::bidi_ring;
-    else if (e == "native")
-      a = CollectiveAlgo::native;
-  }
-  switch (a) {
-    case CollectiveAlgo::direct:
-      return coll::Algo::direct;
-    case CollectiveAlgo::ring:
-      return coll::Algo::ring;
-    case CollectiveAlgo::bidi_ring:
-      return coll::Algo::bidi_ring;
-    default:
-      break;
-  }
-  if (launch.host_addressable) return coll::Algo::direct;  // cpu: native is the one-shot algorithm
+// Why the platform's collective library cannot serve the group of device `pos` ("" if it can).
+std::string why_not_native(const detail::Launch& launch, const coll::GroupLayout& layout,
+                           int64_t pos) {
   const auto& members =
       layout.members[static_cast<size_t>(layout.group_of[static_cast<size_t>(pos)])];
   std::vector<int> group;
   for (int64_t m : members)
     group.push_back(launch.mesh.devices()[static_cast<size_t>(m)].local_index());
-  const std::string why =
-      detail::backend_of(launch.mesh.devices().front()).native_unavailable(group);
-  if (why.empty()) return coll::Algo::native;
-  if (a == CollectiveAlgo::automatic) return coll::Algo::direct;
-  throw Error(cat("[", coll::kind_name(kind), "] algo native cannot serve this group: ", why,
-                  "; use CollectiveAlgo::direct, ring or bidi_ring (automatic picks direct here)"));
+  return detail::backend_of(launch.mesh.devices().front()).native_unavailable(group);
 }
 
 // The call's fingerprint: op, operand, axes, and how its data moves.
@@ -219,8 +212,14 @@ coll::Call base_call(coll::Kind kind, const Tensor& x, const coll::GroupLayout& 
   c.dtype = x.dtype();
   c.shape = x.shape();
   c.axes = &layout.axis_names;
-  c.algo = resolve_algo(kind, options, launch, layout, pos);
-  c.deterministic = options.deterministic || launch.env_deterministic;
+  // MESHRT_COLLECTIVE_ALGO was validated when the launch began.
+  const coll::AlgoRequest env{*coll::parse_algo(launch.env_algo), launch.env_deterministic};
+  const auto why = [&] { return why_not_native(launch, layout, pos); };
+  const coll::AlgoChoice how =
+      coll::choose_algo(coll::kind_name(kind), {to_coll(options.algo), options.deterministic}, env,
+                        launch.host_addressable, std::cref(why));  // a reference: no allocation
+  c.algo = how.algo;
+  c.deterministic = how.deterministic;
   return c;
 }
 

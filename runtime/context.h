@@ -17,6 +17,7 @@
 #include <initializer_list>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -51,6 +52,13 @@ class AxisNames {
 // an error naming the devices where two members share a GPU; direct on cpu). Every algorithm gives
 // the same results up to floating-point summation order, bit-identical on every device of a group.
 enum class CollectiveAlgo { automatic, direct, ring, bidi_ring, native };
+
+// The algorithm named `name`: "auto", "direct", "ring", "bidi_ring" or "native" (the values of
+// MESHRT_COLLECTIVE_ALGO). Throws meshrt::Error listing the names for any other string.
+CollectiveAlgo parse_collective_algo(std::string_view name);
+// The name parse_collective_algo reads: "auto" for CollectiveAlgo::automatic, else the
+// enumerator's name.
+std::string_view collective_algo_name(CollectiveAlgo algo);
 
 struct CollectiveOptions {
   CollectiveAlgo algo = CollectiveAlgo::automatic;

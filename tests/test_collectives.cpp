@@ -7,6 +7,7 @@
 #include <limits>
 #include <random>
 
+#include "core/config.h"
 #include "tests/collective_harness.h"
 
 namespace meshrt {
@@ -397,6 +398,52 @@ TEST(Algorithms, DeterministicModeGivesTheSameBitsForEveryAlgorithm) {
     if (mesh.size() > 2)
       EXPECT_NE(bits(run(CollectiveAlgo::ring, false))[0], direct[0]) << mesh.str();
   }
+}
+
+// MESHRT_COLLECTIVE_ALGO is validated by core/config against its own list; the names it accepts
+// and the ones parse_collective_algo reads are the same.
+TEST(Algorithms, ConfigAndParseAcceptTheSameNames) {
+  const char* before = std::getenv("MESHRT_COLLECTIVE_ALGO");
+  const std::string saved = before != nullptr ? before : "";
+  auto config_accepts = [](const std::string& name) {
+    setenv("MESHRT_COLLECTIVE_ALGO", name.c_str(), 1);
+    try {
+      return config::collective_algo() == name;
+    } catch (const Error&) {
+      return false;
+    }
+  };
+  std::vector<std::string> documented;  // config's table: "auto, direct, ..."
+  for (const config::Variable& v : config::variables()) {
+    if (v.name != "MESHRT_COLLECTIVE_ALGO") continue;
+    for (size_t at = 0; at <= v.values.size();) {
+      const size_t end = std::min(v.values.find(", ", at), v.values.size());
+      documented.emplace_back(v.values.substr(at, end - at));
+      at = end + 2;
+    }
+  }
+  ASSERT_EQ(documented.size(), 5u);
+  for (const std::string& name : documented) {
+    EXPECT_TRUE(config_accepts(name)) << name;
+    EXPECT_EQ(collective_algo_name(parse_collective_algo(name)), name);
+  }
+  for (CollectiveAlgo a : {CollectiveAlgo::automatic, CollectiveAlgo::direct, CollectiveAlgo::ring,
+                           CollectiveAlgo::bidi_ring, CollectiveAlgo::native}) {
+    const std::string name(collective_algo_name(a));
+    EXPECT_EQ(parse_collective_algo(name), a) << name;
+    EXPECT_TRUE(config_accepts(name)) << name;
+    EXPECT_NE(std::find(documented.begin(), documented.end(), name), documented.end()) << name;
+  }
+  for (const std::string bad : {"automatic", "Ring", "bidi-ring", "nccl", " direct"}) {
+    EXPECT_FALSE(config_accepts(bad)) << bad;
+    EXPECT_MESHRT_ERROR(parse_collective_algo(bad), "[collective_algo] '" + bad +
+                                                        "' is not one of auto, direct, ring, "
+                                                        "bidi_ring, native");
+  }
+  if (before != nullptr)
+    setenv("MESHRT_COLLECTIVE_ALGO", saved.c_str(), 1);
+  else
+    unsetenv("MESHRT_COLLECTIVE_ALGO");
 }
 
 }  // namespace

@@ -1,0 +1,120 @@
+#include "collectives/direct.h"
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+
+#include "collectives/pieces.h"
+#include "core/threads/wait.h"
+
+namespace meshrt::coll {
+
+namespace {
+
+// Large reductions: member `me` owns slice `me`, reduces it tile by tile and pushes each tile to
+// every output while it is in cache; then waits until every slice has been pushed.
+void reduce_large(Instance& inst, int64_t me) {
+  const Call& c = inst.call();
+  const Plane pl = plane_of(inst, me);
+  const int64_t n = count(c.shape), N = inst.size();
+  const DType od = out_dtype(c);
+  const size_t ie = dtype_size(c.dtype), oe = dtype_size(od);
+  const int64_t slice = (n + N - 1) / N;
+  const int64_t lo = std::min(n, me * slice), hi = std::min(n, lo + slice);
+  // Host: tiles of elements that fit in L2 with their N inputs. Device: one kernel for the slice.
+  const int64_t kTile = pl.host() ? 16 * 1024 : std::max<int64_t>(1, hi - lo);
+  std::vector<const void*> srcs(static_cast<size_t>(N));
+  char* mine = out_ptr(inst, me);
+  for (int64_t base = lo; base < hi; base += kTile) {
+    const int64_t m = std::min(kTile, hi - base);
+    for (int64_t j = 0; j < N; ++j)
+      srcs[static_cast<size_t>(j)] = in_ptr(inst, j) + base * static_cast<int64_t>(ie);
+    char* dst = mine + base * static_cast<int64_t>(oe);
+    pl.fold(c.kind, c.dtype, od, dst, srcs, m);
+    for (int64_t j = 0; j < N; ++j) {
+      if (j != me)
+        pl.copy(out_ptr(inst, j) + base * static_cast<int64_t>(oe), dst,
+                static_cast<size_t>(m) * oe);
+    }
+  }
+  pl.fence();
+  std::atomic<uint32_t>& done = inst.phase_counter();
+  if (done.fetch_add(1, std::memory_order_acq_rel) + 1 == static_cast<uint32_t>(N)) {
+    core::wake_all(done);
+    return;
+  }
+  for (uint32_t v; (v = done.load(std::memory_order_acquire)) != static_cast<uint32_t>(N);) {
+    core::wait_while(done, v, std::chrono::seconds(1), inst.oversubscribed());
+  }
+}
+
+}  // namespace
+
+bool direct_done_at_arrival(const Call& call) {
+  return call.algo == Algo::direct && is_reduction(call.kind) &&
+         input_bytes(call) <= kSmallReduceBytes;
+}
+
+void direct_reduce_small(const Instance& inst, const Plane& pl) {
+  const Call& c = inst.call();
+  const int64_t n = count(c.shape);
+  std::vector<const void*> srcs(static_cast<size_t>(inst.size()));
+  for (int64_t j = 0; j < inst.size(); ++j) srcs[static_cast<size_t>(j)] = inst.slot(j).in;
+  const DType od = out_dtype(c);
+  char* first = out_ptr(inst, 0);
+  pl.fold(c.kind, c.dtype, od, first, srcs, n);
+  const size_t bytes = static_cast<size_t>(n) * dtype_size(od);
+  for (int64_t j = 1; j < inst.size(); ++j) pl.copy(out_ptr(inst, j), first, bytes);
+  pl.fence();
+}
+
+void direct_collective(Instance& inst, int64_t me, const Shape& out_shape) {
+  const Call& c = inst.call();
+  switch (c.kind) {
+    case Kind::psum:
+    case Kind::pmean:
+    case Kind::pmax:
+    case Kind::pmin:
+      if (!direct_done_at_arrival(c)) reduce_large(inst, me);
+      break;
+    case Kind::all_gather:
+      place_gathered(inst, me, out_shape, Inputs(inst));
+      break;
+    case Kind::psum_scatter:
+      fold_own_block(inst, me, out_shape, Inputs(inst));
+      break;
+    case Kind::ppermute:
+      direct_ppermute(inst, me);
+      break;
+    case Kind::all_to_all:
+      direct_all_to_all(inst, me, out_shape, /*pairwise=*/false);
+      break;
+  }
+}
+
+void direct_ppermute(const Instance& inst, int64_t me) {
+  const Call& c = inst.call();
+  const Plane pl = plane_of(inst, me);
+  const auto bytes = static_cast<size_t>(input_bytes(c));
+  for (auto [s, d] : c.perm) {
+    if (d == me) {
+      pl.copy(out_ptr(inst, me), in_ptr(inst, s), bytes);
+      return;
+    }
+  }
+  pl.zero(out_ptr(inst, me), bytes);  // nothing arrives here: zeros, as in JAX
+}
+
+void direct_all_to_all(const Instance& inst, int64_t me, const Shape& out_shape, bool pairwise) {
+  const Call& c = inst.call();
+  const int64_t N = inst.size();
+  const A2APieces pieces(c, out_shape, N);
+  const core::View src = pieces.src(me);
+  for (int64_t step = 0; step < N; ++step) {
+    const int64_t j = pairwise ? ((me - step) % N + N) % N : step;
+    copy_view(plane_of(inst, me), out_ptr(inst, me), pieces.dst(j), in_ptr(inst, j), src,
+              pieces.extent, dtype_size(c.dtype));
+  }
+}
+
+}  // namespace meshrt::coll

@@ -1,0 +1,36 @@
+// collectives/direct.h: the direct one-shot algorithm, over memory every member can address
+// (XLA's CPU collectives). Each member reads its peers' inputs, which the rendezvous keeps alive:
+//   psum/pmean/pmax/pmin  small: the last member to arrive reduces once and writes every output;
+//                         large: member i reduces slice i from every input, tile by tile, and
+//                         pushes each tile to every output while it is hot; a second barrier
+//                         ends it;
+//   all_gather, psum_scatter, all_to_all, ppermute: each member pulls what it needs, so the
+//                         rendezvous is the only barrier.
+#pragma once
+
+#include <cstdint>
+
+#include "collectives/plane.h"
+#include "collectives/rendezvous.h"
+
+namespace meshrt::coll {
+
+// Inputs up to this many bytes are reduced once, by the last member to arrive.
+inline constexpr int64_t kSmallReduceBytes = 32 * 1024;
+
+// Whether the member completing the rendezvous of `call` does all of its work
+// (direct_reduce_small) before publishing it.
+bool direct_done_at_arrival(const Call& call);
+// The small reduction, by the last member to arrive, through its plane `pl`.
+void direct_reduce_small(const Instance& inst, const Plane& pl);
+
+// Member `me`'s part of `inst` under direct, once the rendezvous is complete.
+void direct_collective(Instance& inst, int64_t me, const Shape& out_shape);
+
+// ppermute in one step (under every algorithm but native): the member's source, else zeros.
+void direct_ppermute(const Instance& inst, int64_t me);
+// all_to_all by pulls; `pairwise`: step s pulls from member me - s (the schedule the ring family
+// uses, each step an exchange between peers at distance s), else in member order.
+void direct_all_to_all(const Instance& inst, int64_t me, const Shape& out_shape, bool pairwise);
+
+}  // namespace meshrt::coll
