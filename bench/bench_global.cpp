@@ -7,9 +7,9 @@
 // Run: MESHRT_CPU_DEVICES=8 build/bench/bench_global --benchmark_repetitions=5
 //      --benchmark_report_aggregates_only=true   (compare the medians)
 #include <benchmark/benchmark.h>
+#include <meshrt/meshrt.h>
 
 #include <cstdlib>
-#include <meshrt/meshrt.h>
 #include <vector>
 
 using namespace meshrt;
@@ -64,7 +64,10 @@ void SumConstraint(benchmark::State& st) {
 BENCHMARK(TinyOpGlobal)->Name("TinyOp/global")->UseRealTime();
 BENCHMARK(TinyOpShardMap)->Name("TinyOp/shard_map")->UseRealTime();
 BENCHMARK(SinLargeGlobal)->Name("SinLarge/global")->UseRealTime()->Unit(benchmark::kMillisecond);
-BENCHMARK(SinLargeShardMap)->Name("SinLarge/shard_map")->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(SinLargeShardMap)
+    ->Name("SinLarge/shard_map")
+    ->UseRealTime()
+    ->Unit(benchmark::kMillisecond);
 BENCHMARK(SumConstraint)->UseRealTime();
 
 int main(int argc, char** argv) {

@@ -136,5 +136,4 @@ bool explicit_sharding() {
 
 bool log_collectives() { return flag("MESHRT_LOG_COLLECTIVES", "collective_log"); }
 
-
 }  // namespace meshrt::config

@@ -91,8 +91,9 @@ std::vector<Array> apply(std::string_view op, const std::vector<Array>& xs, cons
     placed.push_back(global::place(global::on_mesh(xs[i], m), m.mesh, plan.need[i], op));
   }
   std::vector<Array> res =
-      kernel.local ? global::run_local(m.mesh, placed, computed, out_shapes, kernel.local)
-                   : global::run_blocks(m.mesh, placed, plan.need, computed, out_shapes, kernel.body);
+      kernel.local
+          ? global::run_local(m.mesh, placed, computed, out_shapes, kernel.local)
+          : global::run_blocks(m.mesh, placed, plan.need, computed, out_shapes, kernel.body);
   for (size_t i = 0; i < res.size(); ++i) {
     if (i < plan.out.size() && plan.out[i].dims != computed[i].dims) {
       res[i] = global::reshard(res[i], m.mesh, plan.out[i], op, /*implicit=*/false);
@@ -112,8 +113,9 @@ Array elementwise(std::string_view op, const std::vector<Array>& xs, bool linear
   const Shape out = broadcast_shape(op, ptrs(xs));
   const OpMesh m = global::op_mesh(op, ptrs(xs));
   Plan p = global::elementwise_rule(m.mesh, operands(xs), out, linear);
-  return apply(op, xs, p, p.out, {out},
-               global::LocalFn([f](const std::vector<Tensor>& b) { return std::vector<Tensor>{f(b)}; }))
+  return apply(op, xs, p, p.out, {out}, global::LocalFn([f](const std::vector<Tensor>& b) {
+                 return std::vector<Tensor>{f(b)};
+               }))
       .front();
 }
 
@@ -169,20 +171,24 @@ Array reduce(std::string_view op, const Array& x, global::Reduction kind, std::o
   const global::AxisList over = p.reduce_axes;
   auto local = [kind, ax, keepdims, count](const Tensor& t) {
     switch (kind) {
-      case global::Reduction::sum: return sum(t, ax, keepdims);
+      case global::Reduction::sum:
+        return sum(t, ax, keepdims);
       case global::Reduction::mean:
         return divide(sum(astype(t, float_dtype_for(t.dtype())), ax, keepdims),
                       Scalar(static_cast<double>(count)));
-      case global::Reduction::max: return max(t, ax, keepdims);
-      case global::Reduction::min: return min(t, ax, keepdims);
-      case global::Reduction::argmax: break;
+      case global::Reduction::max:
+        return max(t, ax, keepdims);
+      case global::Reduction::min:
+        return min(t, ax, keepdims);
+      case global::Reduction::argmax:
+        break;
     }
     return argmax(t, ax, keepdims);
   };
   if (over.empty()) {
-    return apply(op, {x}, p, p.out, {out}, [local](const std::vector<Tensor>& b) {
-             return std::vector<Tensor>{local(b[0])};
-           }).front();
+    return apply(op, {x}, p, p.out, {out},
+                 [local](const std::vector<Tensor>& b) { return std::vector<Tensor>{local(b[0])}; })
+        .front();
   }
   // max/min over sharded dims: the local reduction, then pmax/pmin across the devices.
   return apply(op, {x}, p, p.out, {out},
@@ -473,10 +479,9 @@ Array softmax(const Array& x, int axis) {
   const int ax = norm_axis("softmax", axis, x.shape().size());
   std::vector<bool> whole(x.shape().size(), false);
   whole[static_cast<size_t>(ax)] = true;
-  return gathered("softmax", x, whole, {x.shape()},
-                  [ax](const std::vector<Tensor>& b) {
-                    return std::vector<Tensor>{softmax(b[0], ax)};
-                  })
+  return gathered(
+             "softmax", x, whole, {x.shape()},
+             [ax](const std::vector<Tensor>& b) { return std::vector<Tensor>{softmax(b[0], ax)}; })
       .front();
 }
 Array log_softmax(const Array& x, int axis) {
