@@ -18,4 +18,28 @@ class Error : public std::runtime_error {
   explicit Error(const std::string& what);
 };
 
+namespace detail {
+[[noreturn]] void dcheck_failed(const char* condition, const char* file, int line);
+}  // namespace detail
+
 }  // namespace meshrt
+
+// Argument checks, always on: throws meshrt::Error(message) when `condition` is false. The
+// message starts with the component in brackets and says what to do.
+#define MESHRT_CHECK(condition, message)              \
+  do {                                                \
+    if (!(condition)) throw ::meshrt::Error(message); \
+  } while (0)
+
+// Internal invariants: checked in debug builds (aborting with the condition and its place),
+// compiled out under NDEBUG.
+#ifdef NDEBUG
+#define MESHRT_DCHECK(condition) \
+  do {                           \
+  } while (0)
+#else
+#define MESHRT_DCHECK(condition)                                                       \
+  do {                                                                                 \
+    if (!(condition)) ::meshrt::detail::dcheck_failed(#condition, __FILE__, __LINE__); \
+  } while (0)
+#endif

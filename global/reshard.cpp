@@ -175,9 +175,8 @@ Array reshard(const Array& x, const Mesh& mesh, const Layout& to, std::string_vi
 Array place(const Array& x, const Mesh& mesh, const Layout& need, std::string_view op) {
   const Layout have = layout_of(x);
   if (!need.partial.empty()) {
-    if (have.partial != need.partial || have.dims != need.dims) {
-      throw Error(cat("[", op, "] internal: a rule kept a pending sum it cannot place"));
-    }
+    // Rules keep a pending sum only where the operand already has exactly that layout.
+    MESHRT_DCHECK(have.partial == need.partial && have.dims == need.dims);
     return raw_addends(x);
   }
   return reshard(x, mesh, need, op, /*implicit=*/true);
@@ -215,6 +214,7 @@ std::vector<Array> run_local(const Mesh& mesh, const std::vector<Array>& placed,
   for (size_t pos = 0; pos < n; ++pos) {
     for (size_t j = 0; j < placed.size(); ++j) args[j] = placed[j].blocks()[pos];
     std::vector<Tensor> r = fn(args);
+    MESHRT_DCHECK(r.size() == out.size());
     for (size_t o = 0; o < r.size(); ++o) blocks[o][pos] = std::move(r[o]);
   }
   std::vector<Array> res;
