@@ -2,9 +2,9 @@
 // tests/data/gen_global_view.py with JAX 0.10.2: jax.jit of one op on committed inputs, Auto
 // mesh axes) must give JAX's values, dtype and shape, and JAX's result sharding — except where
 // the operands' shardings conflict: there meshrt deliberately keeps the largest operand's
-// sharding instead of replicating (API.md); those cases must still give JAX's values, and the
-// test lists them. Also: the seed walkthrough's shardings and CollectiveLog, pending sums, the
-// reshard planner's collectives and their bytes, explicit mode and the error messages.
+// sharding instead of replicating (the cheaper reshard); those cases must still give JAX's values,
+// and the test lists them. Also: the seed walkthrough's shardings and CollectiveLog, pending sums,
+// the reshard planner's collectives and their bytes, explicit mode and the error messages.
 #include <gtest/gtest.h>
 #include <meshrt/meshrt.h>
 
