@@ -5,6 +5,7 @@
 
 #include <cstring>
 
+#include "backends/native_comm.h"
 #include "collectives/plane.h"
 #include "collectives/reduce.h"
 #include "collectives/ring.h"
@@ -401,7 +402,7 @@ void native_collective(Session& session, int64_t pos, Instance& inst, int64_t me
                        const Shape& out_shape) {
   const Call& c = inst.call();
   const Plane pl = plane_of(inst, me);
-  backend::Backend& be = *pl.backend();
+  backend::NativeComm& nc = pl.native_comm();
   const std::vector<int> group = group_devices(inst);
   const int dev = pl.device();
   const int64_t N = inst.size(), n = count(c.shape);
@@ -416,38 +417,38 @@ void native_collective(Session& session, int64_t pos, Instance& inst, int64_t me
     case Kind::pmax:
     case Kind::pmin:
       if (c.deterministic) {  // every input, then the in-order fold: direct's bits
-        be.native_all_gather(dev, group, in, work, n * elem);
+        nc.all_gather(dev, group, in, work, n * elem);
         await_launches(session, pos, inst, me);
         std::vector<const void*> srcs;
         for (int64_t j = 0; j < N; ++j) srcs.push_back(gathered(j));
         pl.fold(c.kind, c.dtype, out_dtype(c), out, srcs, n);
       } else if (c.kind == Kind::pmean) {
-        be.native_all_reduce(dev, group, backend::FoldOp::sum, c.dtype, in, work, n);
+        nc.all_reduce(dev, group, backend::FoldOp::sum, c.dtype, in, work, n);
         await_launches(session, pos, inst, me);
         pl.mean_from_sum(c.dtype, out_dtype(c), out, work, n, N);
       } else {
-        be.native_all_reduce(dev, group, fold_op(c.kind), c.dtype, in, out, n);
+        nc.all_reduce(dev, group, fold_op(c.kind), c.dtype, in, out, n);
         await_launches(session, pos, inst, me);
       }
       break;
     case Kind::all_gather:
-      be.native_all_gather(dev, group, in, work, n * elem);  // work is the output for axis 0
+      nc.all_gather(dev, group, in, work, n * elem);  // work is the output for axis 0
       await_launches(session, pos, inst, me);
       if (work != out) all_gather_from(inst, me, out_shape, gathered);
       break;
     case Kind::psum_scatter:
       if (c.deterministic) {
-        be.native_all_gather(dev, group, in, work, n * elem);
+        nc.all_gather(dev, group, in, work, n * elem);
         await_launches(session, pos, inst, me);
         psum_scatter_from(inst, me, out_shape, gathered);
       } else {
         const int64_t C = stage_scatter_chunks(inst, me, work);
-        be.native_reduce_scatter(dev, group, c.dtype, work, out, C);
+        nc.reduce_scatter(dev, group, c.dtype, work, out, C);
         await_launches(session, pos, inst, me);
       }
       break;
     case Kind::ppermute: {
-      std::vector<backend::Backend::Transfer> sends, recvs;
+      std::vector<backend::NativeComm::Transfer> sends, recvs;
       bool receives = false;
       for (auto [s, d] : c.perm) {
         if (s == me && d == me) {
@@ -461,7 +462,7 @@ void native_collective(Session& session, int64_t pos, Instance& inst, int64_t me
         }
       }
       if (!receives) pl.zero(out, static_cast<size_t>(n * elem));
-      be.native_send_recv(dev, group, sends, recvs);
+      nc.send_recv(dev, group, sends, recvs);
       await_launches(session, pos, inst, me);
       break;
     }
@@ -472,14 +473,14 @@ void native_collective(Session& session, int64_t pos, Instance& inst, int64_t me
       const core::View dense{0, core::dense_strides(pieces.extent)};
       char* send = work;
       char* recv = work + N * P * elem;
-      std::vector<backend::Backend::Transfer> sends, recvs;
+      std::vector<backend::NativeComm::Transfer> sends, recvs;
       for (int64_t j = 0; j < N; ++j) {
         copy_view(pl, send + j * P * elem, dense, in, pieces.src(j), pieces.extent,
                   static_cast<size_t>(elem));
         sends.push_back({j, send + j * P * elem, P * elem});
         recvs.push_back({j, recv + j * P * elem, P * elem});
       }
-      be.native_send_recv(dev, group, sends, recvs);
+      nc.send_recv(dev, group, sends, recvs);
       await_launches(session, pos, inst, me);
       for (int64_t j = 0; j < N; ++j) {
         copy_view(pl, out, pieces.dst(j), recv + j * P * elem, dense, pieces.extent,
@@ -525,7 +526,8 @@ Pending start(Session& session, int64_t pos, const GroupLayout& layout, const Ca
   p.inst_ = std::move(a.instance);
   if (a.completed) {
     const int64_t bytes = count(call.shape) * static_cast<int64_t>(dtype_size(call.dtype));
-    if (call.algo == Algo::direct && is_reduction(call.kind) && bytes <= kSmallReduceBytes)
+    if (call.algo == Algo::direct && is_reduction(call.kind) && bytes <= kSmallReduceBytes &&
+        pl.direct_ok(*p.inst_))  // else finish() says why direct cannot serve the group
       reduce_small(*p.inst_, pl);
     session.publish(*p.inst_);
   }
@@ -544,6 +546,7 @@ void finish(Pending& p) {
     p.inst_.reset();
     return;
   }
+  plane_of(inst, me).require_direct(inst);  // GPUs without peer access: an error, not a fault
   switch (c.kind) {
     case Kind::psum:
     case Kind::pmean:
