@@ -73,6 +73,8 @@ const std::vector<Variable>& variables() {
        "explicit: an implicit reshard in a global-view op is an error"},
       {"MESHRT_LOG_COLLECTIVES", "0, 1", "0", "1: print every collective the global view inserts"},
       {"MESHRT_PRNG_STREAM", "current, legacy", "current", "default stream of random::key"},
+      {"MESHRT_REQUIRE_CUDA", "0, 1", "0",
+       "tests: 1 makes a cuda run on a machine where cuda is not usable a failure, not a skip"},
   };
   return table;
 }
@@ -138,5 +140,7 @@ bool explicit_sharding() {
 bool log_collectives() { return flag("MESHRT_LOG_COLLECTIVES", "collective_log"); }
 
 std::string prng_stream() { return choice("MESHRT_PRNG_STREAM", "random", {"current", "legacy"}); }
+
+bool require_cuda() { return flag("MESHRT_REQUIRE_CUDA", "tests"); }
 
 }  // namespace meshrt::config

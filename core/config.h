@@ -50,5 +50,8 @@ bool explicit_sharding();
 bool log_collectives();
 // MESHRT_PRNG_STREAM: "current" (default) or "legacy".
 std::string prng_stream();
+// MESHRT_REQUIRE_CUDA: 0 (default) or 1; 1 makes the test suites' cuda runs fail instead of
+// skipping when the cuda platform is not usable (GPU CI).
+bool require_cuda();
 
 }  // namespace meshrt::config
