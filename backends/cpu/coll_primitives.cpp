@@ -1,7 +1,6 @@
 #include "backends/cpu/coll_primitives.h"
 
 #include <algorithm>
-#include <cstring>
 #include <type_traits>
 
 #include "backends/scalar_ops.h"
@@ -80,18 +79,6 @@ void fold_into(FoldOp op, DType out, void* dst, const std::vector<const void*>& 
 }
 
 }  // namespace
-
-void copy_rows(void* dst, size_t dpitch, const void* src, size_t spitch, size_t width,
-               size_t height) {
-  if (width == 0 || height == 0) return;
-  if (height == 1 || (dpitch == width && spitch == width)) {
-    std::memcpy(dst, src, width * height);
-    return;
-  }
-  auto* d = static_cast<char*>(dst);
-  const auto* s = static_cast<const char*>(src);
-  for (size_t r = 0; r < height; ++r) std::memcpy(d + r * dpitch, s + r * spitch, width);
-}
 
 void fold(FoldOp op, DType in, DType out, void* dst, const std::vector<const void*>& srcs,
           int64_t len) {

@@ -10,15 +10,26 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <vector>
 
 #include "backends/backend.h"
 
 namespace meshrt::cpu {
 
-// `height` rows of `width` bytes; row r at dst + r*dpitch and src + r*spitch.
-void copy_rows(void* dst, size_t dpitch, const void* src, size_t spitch, size_t width,
-               size_t height);
+// `height` rows of `width` bytes; row r at dst + r*dpitch and src + r*spitch. Inline: a small
+// collective's copies are a memcpy each.
+inline void copy_rows(void* dst, size_t dpitch, const void* src, size_t spitch, size_t width,
+                      size_t height) {
+  if (width == 0 || height == 0) return;
+  if (height == 1 || (dpitch == width && spitch == width)) {
+    std::memcpy(dst, src, width * height);
+    return;
+  }
+  auto* d = static_cast<char*>(dst);
+  const auto* s = static_cast<const char*>(src);
+  for (size_t r = 0; r < height; ++r) std::memcpy(d + r * dpitch, s + r * spitch, width);
+}
 // dst[e] = fold(op, srcs[0][e] .. srcs[n-1][e]) for e < len; mean then divides by n in `out`
 // (int32 -> float32, int64 -> float64, as pmean); otherwise out == in. dst may alias a source.
 void fold(backend::FoldOp op, DType in, DType out, void* dst, const std::vector<const void*>& srcs,
