@@ -51,23 +51,15 @@ class BlockCache {
   // sizes in use now).
   bool give(void* p, size_t cls) {
     if (cls > limit_ / 4) return false;
-    std::vector<void*> victims;
     {
       std::lock_guard<std::mutex> lock(mu_);
-      while (cached_ + cls > limit_ && !free_.empty()) {
-        auto big = std::prev(free_.end());
-        if (big->second.empty()) {
-          free_.erase(big);
-          continue;
-        }
-        victims.push_back(big->second.back());
-        big->second.pop_back();
-        cached_ -= big->first;
+      if (cached_ + cls <= limit_) {  // the common case: room without releasing anything
+        free_[cls].push_back(p);
+        cached_ += cls;
+        return true;
       }
-      free_[cls].push_back(p);
-      cached_ += cls;
     }
-    for (void* v : victims) release_(v);
+    give_evicting(p, cls);
     return true;
   }
   // Releases every cached block (e.g. before retrying an allocation that ran out of memory).
@@ -91,6 +83,26 @@ class BlockCache {
   }
 
  private:
+  void give_evicting(void* p, size_t cls) {
+    std::vector<void*> victims;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      while (cached_ + cls > limit_ && !free_.empty()) {
+        auto big = std::prev(free_.end());
+        if (big->second.empty()) {
+          free_.erase(big);
+          continue;
+        }
+        victims.push_back(big->second.back());
+        big->second.pop_back();
+        cached_ -= big->first;
+      }
+      free_[cls].push_back(p);
+      cached_ += cls;
+    }
+    for (void* v : victims) release_(v);
+  }
+
   const size_t limit_;
   const std::function<void(void*)> release_;
   std::mutex mu_;
