@@ -2,6 +2,7 @@
 
 #include <string>
 
+#include "backends/native_comm.h"
 #include "core/error.h"
 
 namespace meshrt::backend {
@@ -43,24 +44,11 @@ void* Backend::coll_signal(int) { unsupported(*this, "collective data movement")
 void Backend::coll_wait_token(int, void*) { unsupported(*this, "collective data movement"); }
 void Backend::coll_release_token(int, void*) noexcept {}
 
-std::string Backend::native_unavailable(const std::vector<int>&) {
+std::string Backend::native_unavailable(const std::vector<int>& group) {
+  if (NativeComm* nc = native_comm()) return nc->unavailable(group);
   return std::string("the ") + std::string(platform()) +
          " platform has no native collective library";
 }
-void Backend::native_all_reduce(int, const std::vector<int>&, FoldOp, DType, const void*, void*,
-                                int64_t) {
-  unsupported(*this, "native collectives");
-}
-void Backend::native_all_gather(int, const std::vector<int>&, const void*, void*, int64_t) {
-  unsupported(*this, "native collectives");
-}
-void Backend::native_reduce_scatter(int, const std::vector<int>&, DType, const void*, void*,
-                                    int64_t) {
-  unsupported(*this, "native collectives");
-}
-void Backend::native_send_recv(int, const std::vector<int>&, const std::vector<Transfer>&,
-                               const std::vector<Transfer>&) {
-  unsupported(*this, "native collectives");
-}
+std::string Backend::direct_unavailable(const std::vector<int>&) { return ""; }
 
 }  // namespace meshrt::backend

@@ -19,6 +19,7 @@
 namespace meshrt::backend {
 
 class Backend;
+class NativeComm;  // backends/native_comm.h
 
 // ---- kernel vocabulary (device-local ops)
 
@@ -67,8 +68,11 @@ class Backend {
   virtual int device_count() const = 0;
   // Why device_count() is 0, for error messages ("" when devices exist).
   virtual std::string unavailable_reason() const = 0;
-  // True when device memory is directly readable by host code (cpu).
-  virtual bool host_addressable() const = 0;
+  // True when device memory is ordinary host memory (cpu): host code reads and writes it
+  // directly, and the collective primitives below take effect before they return, so callers
+  // may skip coll_begin, coll_fence and progress tokens (collectives/plane.h does: no call at
+  // all on the cpu latency path). Fixed for the backend's life.
+  bool host_addressable() const { return host_memory_; }
 
   // Allocates `bytes` on `device` (at least 64-byte aligned). Errors are meshrt::Errors.
   virtual std::shared_ptr<Buffer> allocate(int device, size_t bytes) = 0;
@@ -104,11 +108,12 @@ class Backend {
   // not throw (callers wrap it and carry exceptions back themselves).
   virtual void submit(int device, std::function<void()> task) = 0;
 
-  // ---- collective data movement, used where host_addressable() is false (on cpu the
-  // collectives touch memory themselves). `device` is the member doing the work; pointers may
-  // belong to any device of this backend (peers' buffers). Work is queued in order on the
-  // device's communication stream; coll_fence waits until it is done and visible to peers and
-  // the host. The defaults throw: a platform without them cannot run collectives.
+  // ---- collective primitives: the data movement every collective algorithm is written against
+  // (collectives/plane.h). `device` is the member doing the work; pointers may belong to any
+  // device of this backend (peers' buffers). A device platform queues the work in order on the
+  // device's communication stream, and coll_fence waits until it is done and visible to peers
+  // and the host; on a host_addressable() platform each call completes before it returns. The
+  // defaults throw: a platform without them cannot run collectives.
   // Before a device joins a collective: its earlier work (which produced the inputs, and any use
   // of the memory the outputs reuse) is complete.
   virtual void coll_begin(int device);
@@ -136,27 +141,22 @@ class Backend {
   virtual void coll_wait_token(int device, void* token);
   virtual void coll_release_token(int device, void* token) noexcept;
 
-  // ---- the platform's native collective library (NCCL on cuda). `group` lists the members'
-  // device indices in group order; every member calls the same function after the rendezvous.
-  // Why native cannot serve `group` ("" when it can).
-  virtual std::string native_unavailable(const std::vector<int>& group);
-  virtual void native_all_reduce(int device, const std::vector<int>& group, FoldOp op, DType dtype,
-                                 const void* in, void* out, int64_t count);
-  // out = the members' `bytes` each, concatenated in group order.
-  virtual void native_all_gather(int device, const std::vector<int>& group, const void* in,
-                                 void* out, int64_t bytes);
-  // out = sum over members of their input's chunk `my group index` (`count` elements per chunk).
-  virtual void native_reduce_scatter(int device, const std::vector<int>& group, DType dtype,
-                                     const void* in, void* out, int64_t count);
-  struct Transfer {
-    int64_t peer;  // group index
-    void* data;
-    int64_t bytes;
-  };
-  // Posts all sends and receives as one group (no ordering deadlock), then returns.
-  virtual void native_send_recv(int device, const std::vector<int>& group,
-                                const std::vector<Transfer>& sends,
-                                const std::vector<Transfer>& recvs);
+  // ---- the platform's vendor collective library (NCCL on cuda), or null where there is none.
+  // Owned by the backend and valid as long as it is.
+  virtual NativeComm* native_comm() { return nullptr; }
+  // Why native_comm() cannot serve `group` (members' device indices in group order; "" when it
+  // can): names the missing library when there is none.
+  std::string native_unavailable(const std::vector<int>& group);
+  // Why the direct and ring algorithms, whose members copy from and fold over peers' buffers,
+  // cannot serve `group` ("" when they can; cuda: GPUs without peer access to each other).
+  virtual std::string direct_unavailable(const std::vector<int>& group);
+
+ protected:
+  // `host_memory`: see host_addressable().
+  explicit Backend(bool host_memory) : host_memory_(host_memory) {}
+
+ private:
+  const bool host_memory_;
 };
 
 // The cpu backend with `device_count` simulated devices. MESHRT_CPU_EXECUTOR picks how they run:

@@ -22,7 +22,9 @@ namespace meshrt::backend {
 class BlockCache {
  public:
   static constexpr size_t kAlignment = 64;
-  // `release` returns a block to the system (free, cudaFree).
+  // `release` returns a block to the system (free, cudaFree). It runs outside the cache's lock,
+  // on the thread that gives or trims: it may block (cudaFree waits for the GPU) without
+  // stalling the device's allocations, and may call back into the cache.
   BlockCache(size_t limit, std::function<void(void*)> release)
       : limit_(limit), release_(std::move(release)) {}
   BlockCache(const BlockCache&) = delete;
@@ -49,30 +51,30 @@ class BlockCache {
   // sizes in use now).
   bool give(void* p, size_t cls) {
     if (cls > limit_ / 4) return false;
-    std::lock_guard<std::mutex> lock(mu_);
-    while (cached_ + cls > limit_ && !free_.empty()) {
-      auto big = std::prev(free_.end());
-      if (big->second.empty()) {
-        free_.erase(big);
-        continue;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (cached_ + cls <= limit_) {  // the common case: room without releasing anything
+        free_[cls].push_back(p);
+        cached_ += cls;
+        return true;
       }
-      release_(big->second.back());
-      big->second.pop_back();
-      cached_ -= big->first;
     }
-    free_[cls].push_back(p);
-    cached_ += cls;
+    give_evicting(p, cls);
     return true;
   }
   // Releases every cached block (e.g. before retrying an allocation that ran out of memory).
   size_t trim() {
-    std::lock_guard<std::mutex> lock(mu_);
-    size_t released = cached_;
-    for (auto& [cls, blocks] : free_) {
+    std::map<size_t, std::vector<void*>> all;
+    size_t released = 0;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      all.swap(free_);
+      released = cached_;
+      cached_ = 0;
+    }
+    for (auto& [cls, blocks] : all) {
       for (void* p : blocks) release_(p);
     }
-    free_.clear();
-    cached_ = 0;
     return released;
   }
   size_t cached_bytes() {
@@ -81,6 +83,26 @@ class BlockCache {
   }
 
  private:
+  void give_evicting(void* p, size_t cls) {
+    std::vector<void*> victims;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      while (cached_ + cls > limit_ && !free_.empty()) {
+        auto big = std::prev(free_.end());
+        if (big->second.empty()) {
+          free_.erase(big);
+          continue;
+        }
+        victims.push_back(big->second.back());
+        big->second.pop_back();
+        cached_ -= big->first;
+      }
+      free_[cls].push_back(p);
+      cached_ += cls;
+    }
+    for (void* v : victims) release_(v);
+  }
+
   const size_t limit_;
   const std::function<void(void*)> release_;
   std::mutex mu_;

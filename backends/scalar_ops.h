@@ -70,6 +70,25 @@ MESHRT_HD T wrap_mul(T a, T b) {
     return a * b;
   }
 }
+// astype's element conversion, as XLA's: floats to integers truncate toward zero, NaN gives 0
+// and values beyond the integer range saturate at its ends (a plain cast is undefined there,
+// and x86 gives INT_MIN); everything else is the C++ conversion (to bool: x != 0).
+template <class O, class I>
+MESHRT_HD O convert(I v) {
+  if constexpr (std::is_floating_point_v<I> && std::is_integral_v<O> && !std::is_same_v<O, bool>) {
+    constexpr O kMax = static_cast<O>(~std::make_unsigned_t<O>{0} >> 1);
+    constexpr O kMin = static_cast<O>(-kMax - 1);
+    if (v != v) return O(0);
+    // -2^k is exact in every float type; (I)kMax rounds up to 2^k where I has fewer bits, and
+    // anything at or above it saturates (for double -> int32 it is exact and saturates too).
+    if (v <= static_cast<I>(kMin)) return kMin;
+    if (v >= static_cast<I>(kMax)) return kMax;
+    return static_cast<O>(v);
+  } else {
+    return static_cast<O>(v);
+  }
+}
+
 // max/min propagate NaN, as XLA's.
 template <class T>
 MESHRT_HD T max_nan(T a, T b) {

@@ -75,7 +75,8 @@ Pending start(Session& session, int64_t pos, const GroupLayout& layout, const Ca
   Session::Arrival a = session.arrive(pos, layout, call, std::move(slot));
   p.inst_ = std::move(a.instance);
   if (a.completed) {
-    if (direct_done_at_arrival(call)) direct_reduce_small(*p.inst_, pl);
+    // A group the platform cannot serve with direct is refused in finish(), with the reason.
+    if (direct_done_at_arrival(call) && pl.direct_ok(*p.inst_)) direct_reduce_small(*p.inst_, pl);
     session.publish(*p.inst_);
   }
   return p;
@@ -86,6 +87,8 @@ void finish(Pending& p) {
   const int64_t me = p.index_;
   try {
     p.session_->wait_ready(p.pos_, inst);
+    // GPUs without peer access cannot run direct or ring: an error, not a fault.
+    if (inst.call().algo != Algo::native) plane_of(inst, me).require_direct(inst);
     switch (inst.call().algo) {
       case Algo::ring:
       case Algo::bidi_ring:

@@ -2,6 +2,7 @@
 
 #include <vector>
 
+#include "backends/native_comm.h"
 #include "collectives/pieces.h"
 
 namespace meshrt::coll {
@@ -20,7 +21,7 @@ struct Member {
         me(m),
         call(i.call()),
         pl(plane_of(i, m)),
-        be(*pl.backend()),
+        nc(pl.native_comm()),
         dev(pl.device()),
         n(count(call.shape)),
         elem(static_cast<int64_t>(dtype_size(call.dtype))),
@@ -47,7 +48,7 @@ struct Member {
   int64_t me;
   const Call& call;
   Plane pl;
-  backend::Backend& be;
+  backend::NativeComm& nc;
   int dev;
   std::vector<int> group;  // the members' devices, in group order
   int64_t n, elem;         // input elements, element bytes
@@ -58,7 +59,7 @@ struct Member {
 
 // Every member's input into the work buffer, block j = member j's (the deterministic forms).
 void gather_inputs(const Member& m) {
-  m.be.native_all_gather(m.dev, m.group, m.in, m.work, m.n * m.elem);
+  m.nc.all_gather(m.dev, m.group, m.in, m.work, m.n * m.elem);
   m.await_launches();
 }
 
@@ -70,11 +71,11 @@ void reduce(const Member& m) {
     gather_inputs(m);
     fold_inputs(m.inst, m.me, Inputs(m.inst, m.work));
   } else if (c.kind == Kind::pmean) {
-    m.be.native_all_reduce(m.dev, m.group, backend::FoldOp::sum, c.dtype, m.in, m.work, m.n);
+    m.nc.all_reduce(m.dev, m.group, backend::FoldOp::sum, c.dtype, m.in, m.work, m.n);
     m.await_launches();
     m.pl.mean_from_sum(c.dtype, out_dtype(c), m.out, m.work, m.n, m.inst.size());
   } else {
-    m.be.native_all_reduce(m.dev, m.group, fold_op(c.kind), c.dtype, m.in, m.out, m.n);
+    m.nc.all_reduce(m.dev, m.group, fold_op(c.kind), c.dtype, m.in, m.out, m.n);
     m.await_launches();
   }
 }
@@ -93,14 +94,14 @@ void psum_scatter(const Member& m, const Shape& out_shape) {
     return;
   }
   const int64_t C = stage_scatter_chunks(m.inst, m.me, m.work);
-  m.be.native_reduce_scatter(m.dev, m.group, m.call.dtype, m.work, m.out, C);
+  m.nc.reduce_scatter(m.dev, m.group, m.call.dtype, m.work, m.out, C);
   m.await_launches();
 }
 
 // Sends to every pair's destination, receives from its source; a member no pair names gets zeros.
 void ppermute(const Member& m) {
   const int64_t bytes = m.n * m.elem;
-  std::vector<backend::Backend::Transfer> sends, recvs;
+  std::vector<backend::NativeComm::Transfer> sends, recvs;
   bool receives = false;
   for (auto [s, d] : m.call.perm) {
     if (s == m.me && d == m.me) {
@@ -114,7 +115,7 @@ void ppermute(const Member& m) {
     }
   }
   if (!receives) m.pl.zero(m.out, static_cast<size_t>(bytes));
-  m.be.native_send_recv(m.dev, m.group, sends, recvs);
+  m.nc.send_recv(m.dev, m.group, sends, recvs);
   m.await_launches();
 }
 
@@ -127,13 +128,13 @@ void all_to_all(const Member& m, const Shape& out_shape) {
   const auto elem = static_cast<size_t>(m.elem);
   char* send = m.work;
   char* recv = m.work + N * P;
-  std::vector<backend::Backend::Transfer> sends, recvs;
+  std::vector<backend::NativeComm::Transfer> sends, recvs;
   for (int64_t j = 0; j < N; ++j) {
     copy_view(m.pl, send + j * P, dense, m.in, pieces.src(j), pieces.extent, elem);
     sends.push_back({j, send + j * P, P});
     recvs.push_back({j, recv + j * P, P});
   }
-  m.be.native_send_recv(m.dev, m.group, sends, recvs);
+  m.nc.send_recv(m.dev, m.group, sends, recvs);
   m.await_launches();
   for (int64_t j = 0; j < N; ++j)
     copy_view(m.pl, m.out, pieces.dst(j), recv + j * P, dense, pieces.extent, elem);

@@ -1,104 +1,6 @@
 #include "collectives/reduce.h"
 
-#include <algorithm>
-#include <type_traits>
-
-#include "backends/scalar_ops.h"
-#include "core/error.h"
-
 namespace meshrt::coll {
-
-namespace {
-
-// Element semantics shared with the cuda fold kernels: integer sums wrap (two's complement)
-// like XLA's; pmax/pmin compare as XLA's CPU all-reduce does.
-using backend::scalar::fold_max;
-using backend::scalar::fold_min;
-using backend::scalar::wrap_add;
-
-// dst = f(...f(f(s0, s1), s2)..., s_{n-1}); the first two inputs combine straight into dst.
-template <class T, class F>
-void fold_with(T* __restrict dst, const std::vector<const void*>& srcs, int64_t len, F f) {
-  const T* s0 = static_cast<const T*>(srcs[0]);
-  if (srcs.size() == 1) {
-    std::copy(s0, s0 + len, dst);
-    return;
-  }
-  const T* s1 = static_cast<const T*>(srcs[1]);
-#pragma omp simd
-  for (int64_t e = 0; e < len; ++e) dst[e] = f(s0[e], s1[e]);
-  for (size_t j = 2; j < srcs.size(); ++j) {
-    const T* s = static_cast<const T*>(srcs[j]);
-#pragma omp simd
-    for (int64_t e = 0; e < len; ++e) dst[e] = f(dst[e], s[e]);
-  }
-}
-
-template <class T>
-void fold(Kind op, T* dst, const std::vector<const void*>& srcs, int64_t len) {
-  switch (op) {
-    case Kind::pmax:
-      return fold_with<T>(dst, srcs, len, [](T a, T b) { return fold_max(a, b); });
-    case Kind::pmin:
-      return fold_with<T>(dst, srcs, len, [](T a, T b) { return fold_min(a, b); });
-    default:
-      return fold_with<T>(dst, srcs, len, [](T a, T b) { return wrap_add(a, b); });
-  }
-}
-
-template <class T>
-void fold_dispatch_out(Kind op, DType out, void* dst, const std::vector<const void*>& srcs,
-                       int64_t len) {
-  const auto n = static_cast<double>(srcs.size());
-  if (op != Kind::pmean) {
-    fold<T>(op, static_cast<T*>(dst), srcs, len);
-    return;
-  }
-  if constexpr (std::is_floating_point_v<T>) {
-    T* d = static_cast<T*>(dst);
-    fold<T>(Kind::psum, d, srcs, len);
-    const T tn = static_cast<T>(n);
-#pragma omp simd
-    for (int64_t e = 0; e < len; ++e) d[e] = d[e] / tn;
-  } else {
-    // Integer pmean: wrap-around integer sum (as psum), then true division in the float type.
-    constexpr int64_t kTile = 1024;
-    T tmp[kTile];
-    for (int64_t base = 0; base < len; base += kTile) {
-      const int64_t m = std::min(kTile, len - base);
-      std::vector<const void*> part(srcs.size());
-      for (size_t j = 0; j < srcs.size(); ++j) part[j] = static_cast<const T*>(srcs[j]) + base;
-      fold<T>(Kind::psum, tmp, part, m);
-      if (out == DType::f32) {
-        float* d = static_cast<float*>(dst) + base;
-        for (int64_t e = 0; e < m; ++e) d[e] = static_cast<float>(tmp[e]) / static_cast<float>(n);
-      } else {
-        double* d = static_cast<double*>(dst) + base;
-        for (int64_t e = 0; e < m; ++e) d[e] = static_cast<double>(tmp[e]) / n;
-      }
-    }
-  }
-}
-
-}  // namespace
-
-void mean_from_sum(DType in, DType out, void* dst, const void* sum, int64_t len, int64_t divisor) {
-  auto go = [&](auto tv) {
-    using T = decltype(tv);
-    const T* s = static_cast<const T*>(sum);
-    if (out == DType::f32) {
-      float* d = static_cast<float*>(dst);
-      for (int64_t e = 0; e < len; ++e)
-        d[e] = static_cast<float>(s[e]) / static_cast<float>(divisor);
-    } else {
-      double* d = static_cast<double*>(dst);
-      for (int64_t e = 0; e < len; ++e)
-        d[e] = static_cast<double>(s[e]) / static_cast<double>(divisor);
-    }
-  };
-  if (in == DType::bool_) throw Error("[collectives] pmean of an unsupported dtype");
-  backend::scalar::visit_dtype(in, go);
-}
 
 DType pmean_dtype(DType in) {
   switch (in) {
@@ -109,24 +11,6 @@ DType pmean_dtype(DType in) {
     default:
       return in;
   }
-}
-
-void reduce_run(Kind op, DType in, DType out, void* dst, const std::vector<const void*>& srcs,
-                int64_t len) {
-  if (len <= 0) return;
-  switch (in) {
-    case DType::f32:
-      return fold_dispatch_out<float>(op, out, dst, srcs, len);
-    case DType::f64:
-      return fold_dispatch_out<double>(op, out, dst, srcs, len);
-    case DType::i32:
-      return fold_dispatch_out<int32_t>(op, out, dst, srcs, len);
-    case DType::i64:
-      return fold_dispatch_out<int64_t>(op, out, dst, srcs, len);
-    case DType::bool_:
-      break;  // rejected by the runtime before a rendezvous
-  }
-  throw Error("[collectives] reduction of an unknown dtype");
 }
 
 }  // namespace meshrt::coll

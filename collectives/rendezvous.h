@@ -28,8 +28,8 @@ namespace meshrt::coll {
 
 // One participant's buffers. The shared_ptrs keep them alive as long as any peer may read them.
 struct Slot {
-  // The member's memory: null backend = host memory (cpu); else the backend's device `device`,
-  // moved through its collective primitives (collectives/plane.h).
+  // The member's memory: the backend's device `device` (never null in a collective), moved
+  // through its collective primitives (collectives/plane.h).
   backend::Backend* backend = nullptr;
   int device = -1;
   const void* in = nullptr;

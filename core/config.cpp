@@ -72,6 +72,8 @@ const std::vector<Variable>& variables() {
       {"MESHRT_SHARDING", "auto, explicit", "auto",
        "explicit: an implicit reshard in a global-view op is an error"},
       {"MESHRT_LOG_COLLECTIVES", "0, 1", "0", "1: print every collective the global view inserts"},
+      {"MESHRT_REQUIRE_CUDA", "0, 1", "0",
+       "tests: 1 makes a cuda run on a machine where cuda is not usable a failure, not a skip"},
   };
   return table;
 }
@@ -135,5 +137,7 @@ bool explicit_sharding() {
 }
 
 bool log_collectives() { return flag("MESHRT_LOG_COLLECTIVES", "collective_log"); }
+
+bool require_cuda() { return flag("MESHRT_REQUIRE_CUDA", "tests"); }
 
 }  // namespace meshrt::config

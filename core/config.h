@@ -48,5 +48,8 @@ std::optional<size_t> cuda_cache_bytes();
 bool explicit_sharding();
 // MESHRT_LOG_COLLECTIVES: 0 (default) or 1.
 bool log_collectives();
+// MESHRT_REQUIRE_CUDA: 0 (default) or 1; 1 makes the test suites' cuda runs fail instead of
+// skipping when the cuda platform is not usable (GPU CI).
+bool require_cuda();
 
 }  // namespace meshrt::config

@@ -176,7 +176,7 @@ std::pair<coll::Pending, Tensor> begin(detail::Launch& launch, int64_t pos,
                                        const Tensor& x, Shape out_shape, DType out_dtype) {
   Tensor out = empty(out_shape, out_dtype, x.device());
   coll::Slot slot;
-  slot.backend = launch.host_addressable ? nullptr : &detail::backend_of(x.device());
+  slot.backend = &out.buffer()->backend();
   slot.device = x.device().local_index();
   slot.in = x.data();
   slot.out = out.data();

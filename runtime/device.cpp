@@ -24,6 +24,7 @@ constexpr int kMaxCpuDevices = config::kMaxCpuDevices;
 struct Registry {
   std::mutex mu;
   int requested_cpu = 0;                        // guarded by mu; 0 = not set
+  bool cpu_chosen = false;                      // guarded by mu: set_cpu_device_count was called
   std::unique_ptr<backend::Backend> cpu_owner;  // guarded by mu
   std::vector<Device> cpu_devices;              // written with cpu_owner, before cpu is published
   std::atomic<backend::Backend*> cpu{nullptr};  // published once cpu_owner is built
@@ -91,7 +92,10 @@ void set_cpu_device_count(int n) {
   std::lock_guard<std::mutex> lock(r.mu);
   if (r.cpu_owner) {
     int have = r.cpu_owner->device_count();
-    if (have == n) return;
+    if (have == n) {
+      r.cpu_chosen = true;
+      return;
+    }
     throw Error(cat("[devices] set_cpu_device_count(", n,
                     ") called after the cpu platform was "
                     "initialised with ",
@@ -101,6 +105,7 @@ void set_cpu_device_count(int n) {
                     n));
   }
   r.requested_cpu = n;
+  r.cpu_chosen = true;
 }
 
 std::vector<std::string> platforms() {
@@ -111,6 +116,11 @@ std::vector<std::string> platforms() {
 
 std::string default_platform() {
   if (std::string p = config::platform(); !p.empty()) return p;
+  {  // an explicit set_cpu_device_count(n) means the program runs on cpu
+    Registry& r = registry();
+    std::lock_guard<std::mutex> lock(r.mu);
+    if (r.cpu_chosen) return "cpu";
+  }
   return cuda_backend().device_count() > 0 ? "cuda" : "cpu";
 }
 

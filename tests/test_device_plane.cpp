@@ -20,6 +20,8 @@
 #include <thread>
 
 #include "backends/backend.h"
+#include "backends/cpu/coll_primitives.h"
+#include "backends/native_comm.h"
 #include "collectives/collective.h"
 #include "collectives/groups.h"
 #include "collectives/reduce.h"
@@ -34,12 +36,13 @@ using coll::Kind;
 
 class LazyStreams final : public backend::Backend {
  public:
-  explicit LazyStreams(int n) : streams_(static_cast<size_t>(n)) {}
+  using Transfer = backend::NativeComm::Transfer;
+  explicit LazyStreams(int n)
+      : Backend(/*host_memory=*/false), streams_(static_cast<size_t>(n)), native_(*this) {}
 
   std::string_view platform() const override { return "lazy-streams"; }
   int device_count() const override { return static_cast<int>(streams_.size()); }
   std::string unavailable_reason() const override { return ""; }
-  bool host_addressable() const override { return false; }
   std::shared_ptr<backend::Buffer> allocate(int, size_t) override { throw Error("not used"); }
   void deallocate(int, void*, size_t) noexcept override {}
   void copy_2d(void*, int, size_t, const void*, int, size_t, size_t, size_t) override {
@@ -83,15 +86,11 @@ class LazyStreams final : public backend::Backend {
   }
   void coll_fold(int device, backend::FoldOp op, DType in, DType out, void* dst,
                  const std::vector<const void*>& srcs, int64_t len) override {
-    const Kind k = op == backend::FoldOp::max    ? Kind::pmax
-                   : op == backend::FoldOp::min  ? Kind::pmin
-                   : op == backend::FoldOp::mean ? Kind::pmean
-                                                 : Kind::psum;
-    enqueue(device, [=] { coll::reduce_run(k, in, out, dst, srcs, len); });
+    enqueue(device, [=] { cpu::fold(op, in, out, dst, srcs, len); });
   }
   void coll_mean(int device, DType in, DType out, void* dst, const void* sum, int64_t len,
                  int64_t divisor) override {
-    enqueue(device, [=] { coll::mean_from_sum(in, out, dst, sum, len, divisor); });
+    enqueue(device, [=] { cpu::mean_from_sum(in, out, dst, sum, len, divisor); });
   }
   void coll_fence(int device) override {
     // Late, as a busy GPU would be: widens the window in which a protocol that skipped a fence
@@ -123,61 +122,17 @@ class LazyStreams final : public backend::Backend {
     --live_tokens_;
   }
 
-  // ---- a stand-in for NCCL: a member's launch is ordered after its queued work (flushed then);
-  // its output is written by an op on its own stream once every member has launched, from the
-  // members' inputs in group order (direct's fold order, so results compare bit for bit).
-  std::string native_unavailable(const std::vector<int>&) override { return ""; }
-  void native_all_reduce(int device, const std::vector<int>& group, backend::FoldOp op, DType dtype,
-                         const void* in, void* out, int64_t count) override {
-    const Kind k = op == backend::FoldOp::max   ? Kind::pmax
-                   : op == backend::FoldOp::min ? Kind::pmin
-                                                : Kind::psum;
-    launch(device, group, {in, out, {}, {}}, [=](const Round& r, size_t) {
-      std::vector<const void*> srcs;
-      for (const Entry& e : r.entries) srcs.push_back(e.in);
-      coll::reduce_run(k, dtype, dtype, out, srcs, count);
-    });
+  backend::NativeComm* native_comm() override { return &native_; }
+  // Groups whose members must not use direct or ring (as GPUs without peer access).
+  std::string direct_unavailable(const std::vector<int>& group) override {
+    return group == no_direct_ ? "no peer access between dev:0 and dev:1 (stand-in)" : "";
   }
-  void native_all_gather(int device, const std::vector<int>& group, const void* in, void* out,
-                         int64_t bytes) override {
-    launch(device, group, {in, out, {}, {}}, [=](const Round& r, size_t) {
-      for (size_t j = 0; j < r.entries.size(); ++j) {
-        std::memcpy(static_cast<char*>(out) + static_cast<int64_t>(j) * bytes, r.entries[j].in,
-                    static_cast<size_t>(bytes));
-      }
-    });
-  }
-  void native_reduce_scatter(int device, const std::vector<int>& group, DType dtype, const void* in,
-                             void* out, int64_t count) override {
-    launch(device, group, {in, out, {}, {}}, [=](const Round& r, size_t me) {
-      std::vector<const void*> srcs;
-      for (const Entry& e : r.entries) {
-        srcs.push_back(static_cast<const char*>(e.in) +
-                       static_cast<int64_t>(me) * count * static_cast<int64_t>(dtype_size(dtype)));
-      }
-      coll::reduce_run(Kind::psum, dtype, dtype, out, srcs, count);
-    });
-  }
-  void native_send_recv(int device, const std::vector<int>& group,
-                        const std::vector<Transfer>& sends,
-                        const std::vector<Transfer>& recvs) override {
-    launch(device, group, {nullptr, nullptr, sends, recvs}, [=](const Round& r, size_t me) {
-      for (const Transfer& rv : recvs) {
-        bool found = false;
-        for (const Transfer& sd : r.entries[static_cast<size_t>(rv.peer)].sends) {
-          if (sd.peer != static_cast<int64_t>(me)) continue;
-          EXPECT_EQ(sd.bytes, rv.bytes);
-          std::memcpy(rv.data, sd.data, static_cast<size_t>(rv.bytes));
-          found = true;
-        }
-        EXPECT_TRUE(found) << "a receive with no matching send";
-      }
-    });
-  }
+  void refuse_direct(std::vector<int> group) { no_direct_ = std::move(group); }
 
   int begins(int d) { return stream(d).begins; }
   int fences(int d) { return stream(d).fences; }
   int live_tokens() const { return live_tokens_; }
+  int64_t queued() const { return queued_; }
   int missing_tokens() const { return missing_tokens_; }
   size_t pending(int d) {
     std::lock_guard<std::mutex> lock(stream(d).mu);
@@ -229,6 +184,7 @@ class LazyStreams final : public backend::Backend {
   };
   Stream& stream(int d) { return streams_[static_cast<size_t>(d)]; }
   void enqueue(int d, std::function<void()> f) {
+    ++queued_;
     Stream& s = stream(d);
     std::lock_guard<std::mutex> lock(s.mu);
     s.queue.emplace_back(s.next++, std::move(f));
@@ -245,6 +201,66 @@ class LazyStreams final : public backend::Backend {
   }
   std::vector<Stream> streams_;
   std::atomic<int> live_tokens_{0}, missing_tokens_{0};
+  std::atomic<int64_t> queued_{0};
+
+  // ---- a stand-in for NCCL: a member's launch is ordered after its queued work (flushed then);
+  // its output is written by an op on its own stream once every member has launched, from the
+  // members' inputs in group order (direct's fold order, so results compare bit for bit).
+  class Native final : public backend::NativeComm {
+   public:
+    explicit Native(LazyStreams& s) : s_(s) {}
+    std::string_view name() const override { return "stand-in"; }
+    std::string unavailable(const std::vector<int>&) override { return ""; }
+    void all_reduce(int device, const std::vector<int>& group, backend::FoldOp op, DType dtype,
+                    const void* in, void* out, int64_t count) override {
+      s_.launch(device, group, {in, out, {}, {}}, [=](const Round& r, size_t) {
+        std::vector<const void*> srcs;
+        for (const Entry& e : r.entries) srcs.push_back(e.in);
+        cpu::fold(op, dtype, dtype, out, srcs, count);
+      });
+    }
+    void all_gather(int device, const std::vector<int>& group, const void* in, void* out,
+                    int64_t bytes) override {
+      s_.launch(device, group, {in, out, {}, {}}, [=](const Round& r, size_t) {
+        for (size_t j = 0; j < r.entries.size(); ++j) {
+          std::memcpy(static_cast<char*>(out) + static_cast<int64_t>(j) * bytes, r.entries[j].in,
+                      static_cast<size_t>(bytes));
+        }
+      });
+    }
+    void reduce_scatter(int device, const std::vector<int>& group, DType dtype, const void* in,
+                        void* out, int64_t count) override {
+      s_.launch(device, group, {in, out, {}, {}}, [=](const Round& r, size_t me) {
+        std::vector<const void*> srcs;
+        for (const Entry& e : r.entries) {
+          srcs.push_back(static_cast<const char*>(e.in) +
+                         static_cast<int64_t>(me) * count *
+                             static_cast<int64_t>(dtype_size(dtype)));
+        }
+        cpu::fold(backend::FoldOp::sum, dtype, dtype, out, srcs, count);
+      });
+    }
+    void send_recv(int device, const std::vector<int>& group, const std::vector<Transfer>& sends,
+                   const std::vector<Transfer>& recvs) override {
+      s_.launch(device, group, {nullptr, nullptr, sends, recvs}, [=](const Round& r, size_t me) {
+        for (const Transfer& rv : recvs) {
+          bool found = false;
+          for (const Transfer& sd : r.entries[static_cast<size_t>(rv.peer)].sends) {
+            if (sd.peer != static_cast<int64_t>(me)) continue;
+            EXPECT_EQ(sd.bytes, rv.bytes);
+            std::memcpy(rv.data, sd.data, static_cast<size_t>(rv.bytes));
+            found = true;
+          }
+          EXPECT_TRUE(found) << "a receive with no matching send";
+        }
+      });
+    }
+
+   private:
+    LazyStreams& s_;
+  };
+  Native native_;
+  std::vector<int> no_direct_;
 };
 
 struct Case {
@@ -284,6 +300,198 @@ Shape out_shape_of(const Case& c, int64_t n) {
       break;
   }
   return s;
+}
+
+// The cpu backend's host-memory primitives: the reference every lazy-stream run must match.
+backend::Backend* host_memory() {
+  static backend::Backend* cpu = backend::make_cpu_backend(4).release();  // leaked: executors
+  return cpu;
+}
+
+struct Outcome {
+  std::vector<std::vector<char>> out;  // per member, read the moment its collective returned
+  std::vector<std::string> errors;     // per member, "" when it succeeded
+};
+
+// Runs one collective over `n` members (one thread each) through `be` (host memory, or the lazy
+// streams).
+Outcome run_members(const Case& c, Algo algo, bool det, int64_t n, backend::Backend* be) {
+  const coll::GroupLayout layout = [&] {
+    coll::GroupLayout l = coll::make_group_layout({n}, {0});
+    l.axis_names = {"x"};
+    return l;
+  }();
+  std::vector<std::string> names;
+  for (int64_t i = 0; i < n; ++i) names.push_back("dev:" + std::to_string(i));
+  coll::Session session(names, std::chrono::seconds(20), false);
+  coll::Call call;
+  call.kind = c.kind;
+  call.dtype = c.dtype;
+  call.shape = c.shape;
+  call.axes = &layout.axis_names;
+  call.axis = c.axis;
+  call.axis2 = c.axis2;
+  call.tiled = c.tiled;
+  call.algo = algo;
+  call.deterministic = det;
+  if (c.kind == Kind::ppermute) {
+    for (int64_t i = 0; i + 1 < n; ++i)
+      call.perm.emplace_back(i, (i + 2) % n);  // one member receives nothing
+  }
+  const DType od = c.kind == Kind::pmean ? coll::pmean_dtype(c.dtype) : c.dtype;
+  const Shape out_shape = out_shape_of(c, n);
+  int64_t in_elems = 1, out_elems = 1;
+  for (int64_t d : c.shape) in_elems *= d;
+  for (int64_t d : out_shape) out_elems *= d;
+  std::vector<std::vector<char>> in(static_cast<size_t>(n)), out(static_cast<size_t>(n)),
+      work(static_cast<size_t>(n));
+  std::mt19937 rng(7);
+  for (auto& b : in) {
+    b.resize(static_cast<size_t>(in_elems) * dtype_size(c.dtype));
+    for (size_t e = 0; e < b.size() / dtype_size(c.dtype); ++e) {
+      const double v = static_cast<double>(static_cast<int>(rng() % 2001) - 1000) /
+                       (c.dtype == DType::f32 ? 7.0 : 1.0);
+      if (c.dtype == DType::f32) {
+        const float f = static_cast<float>(v);
+        std::memcpy(b.data() + e * 4, &f, 4);
+      } else {
+        const int32_t i = static_cast<int32_t>(v);
+        std::memcpy(b.data() + e * 4, &i, 4);
+      }
+    }
+  }
+  for (auto& b : out) b.assign(static_cast<size_t>(out_elems) * dtype_size(od), '\x5a');  // garbage
+  const int64_t wb = coll::work_bytes(call, n);
+  for (auto& b : work) b.assign(static_cast<size_t>(std::max<int64_t>(wb, 1)), '\x5a');
+  std::vector<std::vector<char>> result(static_cast<size_t>(n));
+  std::vector<std::string> errors(static_cast<size_t>(n));
+  std::vector<std::thread> threads;
+  for (int64_t pos = 0; pos < n; ++pos) {
+    threads.emplace_back([&, pos] {
+      try {
+        coll::Slot slot;
+        slot.backend = be;
+        slot.device = static_cast<int>(pos);
+        slot.in = in[static_cast<size_t>(pos)].data();
+        slot.out = out[static_cast<size_t>(pos)].data();
+        if (wb > 0) slot.work = work[static_cast<size_t>(pos)].data();
+        coll::Pending p = coll::start(session, pos, layout, call, std::move(slot), out_shape);
+        coll::finish(p);
+        result[static_cast<size_t>(pos)] =
+            out[static_cast<size_t>(pos)];  // read at once, as the next kernel would
+        session.device_finished(pos, false);
+      } catch (const std::exception& e) {
+        errors[static_cast<size_t>(pos)] = e.what();
+        session.device_finished(pos, true);
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  return {std::move(result), std::move(errors)};
+}
+
+std::vector<std::vector<char>> run(const Case& c, Algo algo, bool det, int64_t n,
+                                   backend::Backend* be) {
+  Outcome o = run_members(c, algo, det, n, be);
+  for (const std::string& e : o.errors) EXPECT_EQ(e, "");
+  return std::move(o.out);
+}
+
+TEST(DevicePlane, EveryAlgorithmMatchesHostMemoryBitForBit) {
+  const int64_t n = 4;
+  // Small (one-shot by the last arriver) and large (sliced, two-phase) reductions, layouts that
+  // need staging, a member receiving nothing.
+  const std::vector<Case> cases = {
+      {Kind::psum, DType::f32, {37}},
+      {Kind::psum, DType::f32, {96, 128}},  // 48 KiB: the large path
+      {Kind::pmean, DType::f32, {64, 130}},
+      {Kind::pmean, DType::i32, {5, 9}},
+      {Kind::pmean, DType::i32, {64, 140}},
+      {Kind::pmax, DType::f32, {100, 90}},
+      {Kind::pmin, DType::i32, {13}},
+      {Kind::all_gather, DType::f32, {6, 5}, 0, 0, true},
+      {Kind::all_gather, DType::f32, {6, 5}, 1, 0, true},
+      {Kind::all_gather, DType::i32, {6, 5}, 1, 0, false},
+      {Kind::psum_scatter, DType::f32, {8, 6}, 0, 0, true},
+      {Kind::psum_scatter, DType::f32, {6, 8}, 1, 0, true},
+      {Kind::psum_scatter, DType::i32, {3, 4, 5}, 1, 0, false},
+      {Kind::ppermute, DType::f32, {7, 3}},
+      {Kind::all_to_all, DType::f32, {8, 6}, 0, 1, true},
+      {Kind::all_to_all, DType::i32, {3, 4, 2}, 1, 0, false},
+  };
+  LazyStreams fake(static_cast<int>(n));
+  int collectives = 0;
+  for (const Case& c : cases) {
+    for (Algo algo : {Algo::direct, Algo::ring, Algo::bidi_ring}) {
+      for (bool det : {false, true}) {
+        const auto host = run(c, algo, det, n, host_memory());
+        const auto dev = run(c, algo, det, n, &fake);
+        ++collectives;
+        for (int64_t i = 0; i < n; ++i) {
+          EXPECT_EQ(dev[static_cast<size_t>(i)], host[static_cast<size_t>(i)])
+              << coll::kind_name(c.kind) << " " << coll::algo_name(algo)
+              << (det ? " deterministic" : "") << " member " << i;
+          EXPECT_EQ(fake.pending(static_cast<int>(i)), 0u)
+              << "work left queued after the collective returned";
+        }
+      }
+    }
+  }
+  for (int i = 0; i < n; ++i) {
+    EXPECT_EQ(fake.begins(i), collectives)
+        << "a member joined without waiting for its earlier work";
+    EXPECT_GE(fake.fences(i), collectives) << "a member left without fencing its stream";
+  }
+  EXPECT_EQ(fake.missing_tokens(), 0) << "a member waited on a token that was never recorded";
+  EXPECT_EQ(fake.live_tokens(), 0) << "tokens were not recycled";
+
+  // native (the NCCL path: staging, placement, pmean's divide, zeros for a member that receives
+  // nothing, the all_to_all exchange) against the host's direct algorithm.
+  for (const Case& c : cases) {
+    for (bool det : {false, true}) {
+      const auto host = run(c, Algo::direct, det, n, host_memory());
+      const auto dev = run(c, Algo::native, det, n, &fake);
+      for (int64_t i = 0; i < n; ++i) {
+        EXPECT_EQ(dev[static_cast<size_t>(i)], host[static_cast<size_t>(i)])
+            << coll::kind_name(c.kind) << " native" << (det ? " deterministic" : "") << " member "
+            << i;
+      }
+    }
+  }
+}
+
+// Members whose devices cannot reach each other's memory (GPUs without peer access) never run
+// direct or ring: every member gets the reason before anything is queued (the small direct
+// reduction, done by the last arriver inside start(), included), and native still serves them.
+TEST(DevicePlane, GroupsWithoutPeerAccessRefuseDirectAndRing) {
+  const int64_t n = 4;
+  LazyStreams fake(static_cast<int>(n));
+  fake.refuse_direct({0, 1, 2, 3});
+  const std::vector<Case> cases = {
+      {Kind::psum, DType::f32, {37}},       // small: the last arriver's one-shot path
+      {Kind::psum, DType::f32, {96, 128}},  // large: sliced
+      {Kind::all_gather, DType::f32, {6, 5}, 1, 0, true},
+      {Kind::ppermute, DType::f32, {7, 3}},
+  };
+  for (const Case& c : cases) {
+    for (Algo algo : {Algo::direct, Algo::ring, Algo::bidi_ring}) {
+      const int64_t before = fake.queued();
+      const Outcome o = run_members(c, algo, false, n, &fake);
+      for (int64_t i = 0; i < n; ++i) {
+        EXPECT_NE(o.errors[static_cast<size_t>(i)].find(
+                      "] algo " + std::string(coll::algo_name(algo)) +
+                      " cannot serve this group: no peer access between dev:0 and dev:1"),
+                  std::string::npos)
+            << coll::kind_name(c.kind) << " member " << i << ": "
+            << o.errors[static_cast<size_t>(i)];
+      }
+      EXPECT_EQ(fake.queued(), before) << "work was queued on a group that cannot run it";
+    }
+    const auto host = run(c, Algo::direct, false, n, host_memory());
+    const auto dev = run(c, Algo::native, false, n, &fake);
+    for (int64_t i = 0; i < n; ++i)
+      EXPECT_EQ(dev[static_cast<size_t>(i)], host[static_cast<size_t>(i)]) << "native member " << i;
+  }
 }
 
 // One collective over `n` members: its call, its rendezvous, and every member's buffers (random
@@ -359,96 +567,6 @@ struct Group {
   std::vector<std::vector<char>> in, out, work;
   int64_t work_bytes = 0;
 };
-
-// Runs one collective over `n` members (one thread each) with host memory or through `fake`,
-// returning every member's output bytes.
-std::vector<std::vector<char>> run(const Case& c, Algo algo, bool det, int64_t n,
-                                   LazyStreams* fake) {
-  Group g(c, algo, det, n);
-  std::vector<std::vector<char>> result(static_cast<size_t>(n));
-  std::vector<std::string> errors(static_cast<size_t>(n));
-  std::vector<std::thread> threads;
-  for (int64_t pos = 0; pos < n; ++pos) {
-    threads.emplace_back([&, pos] {
-      try {
-        coll::Pending p = g.start(pos, fake);
-        coll::finish(p);
-        result[static_cast<size_t>(pos)] =
-            g.out[static_cast<size_t>(pos)];  // read at once, as the next kernel would
-        g.session.device_finished(pos, false);
-      } catch (const std::exception& e) {
-        errors[static_cast<size_t>(pos)] = e.what();
-        g.session.device_finished(pos, true);
-      }
-    });
-  }
-  for (auto& t : threads) t.join();
-  for (const std::string& e : errors) EXPECT_EQ(e, "");
-  return result;
-}
-
-TEST(DevicePlane, EveryAlgorithmMatchesHostMemoryBitForBit) {
-  const int64_t n = 4;
-  // Small (one-shot by the last arriver) and large (sliced, two-phase) reductions, layouts that
-  // need staging, a member receiving nothing.
-  const std::vector<Case> cases = {
-      {Kind::psum, DType::f32, {37}},
-      {Kind::psum, DType::f32, {96, 128}},  // 48 KiB: the large path
-      {Kind::pmean, DType::f32, {64, 130}},
-      {Kind::pmean, DType::i32, {5, 9}},
-      {Kind::pmean, DType::i32, {64, 140}},
-      {Kind::pmax, DType::f32, {100, 90}},
-      {Kind::pmin, DType::i32, {13}},
-      {Kind::all_gather, DType::f32, {6, 5}, 0, 0, true},
-      {Kind::all_gather, DType::f32, {6, 5}, 1, 0, true},
-      {Kind::all_gather, DType::i32, {6, 5}, 1, 0, false},
-      {Kind::psum_scatter, DType::f32, {8, 6}, 0, 0, true},
-      {Kind::psum_scatter, DType::f32, {6, 8}, 1, 0, true},
-      {Kind::psum_scatter, DType::i32, {3, 4, 5}, 1, 0, false},
-      {Kind::ppermute, DType::f32, {7, 3}},
-      {Kind::all_to_all, DType::f32, {8, 6}, 0, 1, true},
-      {Kind::all_to_all, DType::i32, {3, 4, 2}, 1, 0, false},
-  };
-  LazyStreams fake(static_cast<int>(n));
-  int collectives = 0;
-  for (const Case& c : cases) {
-    for (Algo algo : {Algo::direct, Algo::ring, Algo::bidi_ring}) {
-      for (bool det : {false, true}) {
-        const auto host = run(c, algo, det, n, nullptr);
-        const auto dev = run(c, algo, det, n, &fake);
-        ++collectives;
-        for (int64_t i = 0; i < n; ++i) {
-          EXPECT_EQ(dev[static_cast<size_t>(i)], host[static_cast<size_t>(i)])
-              << coll::kind_name(c.kind) << " " << coll::algo_name(algo)
-              << (det ? " deterministic" : "") << " member " << i;
-          EXPECT_EQ(fake.pending(static_cast<int>(i)), 0u)
-              << "work left queued after the collective returned";
-        }
-      }
-    }
-  }
-  for (int i = 0; i < n; ++i) {
-    EXPECT_EQ(fake.begins(i), collectives)
-        << "a member joined without waiting for its earlier work";
-    EXPECT_GE(fake.fences(i), collectives) << "a member left without fencing its stream";
-  }
-  EXPECT_EQ(fake.missing_tokens(), 0) << "a member waited on a token that was never recorded";
-  EXPECT_EQ(fake.live_tokens(), 0) << "tokens were not recycled";
-
-  // native (the NCCL path: staging, placement, pmean's divide, zeros for a member that receives
-  // nothing, the all_to_all exchange) against the host's direct algorithm.
-  for (const Case& c : cases) {
-    for (bool det : {false, true}) {
-      const auto host = run(c, Algo::direct, det, n, nullptr);
-      const auto dev = run(c, Algo::native, det, n, &fake);
-      for (int64_t i = 0; i < n; ++i) {
-        EXPECT_EQ(dev[static_cast<size_t>(i)], host[static_cast<size_t>(i)])
-            << coll::kind_name(c.kind) << " native" << (det ? " deterministic" : "") << " member "
-            << i;
-      }
-    }
-  }
-}
 
 // A member whose collective fails midway (a peer threw out of its body after joining) leaves
 // finish() with its stream fenced, as on success: the blocks the instance keeps alive are recycled

@@ -129,6 +129,26 @@ TEST_F(Devices, DevicesIsOneStableVector) {
   });
 }
 
+// An explicit set_cpu_device_count(n) makes cpu the default platform even where a GPU is usable
+// (code written for simulated devices keeps running there); MESHRT_PLATFORM still wins.
+TEST_F(Devices, SetCountMakesCpuTheDefaultPlatform) {
+  in_child("4", [] {
+    unsetenv("MESHRT_PLATFORM");
+    set_cpu_device_count(4);
+    const bool cpu_default = default_platform() == "cpu" && devices().size() == 4 &&
+                             devices()[0].platform() == "cpu" &&
+                             make_mesh({4}, {"x"}).devices()[0].platform() == "cpu";
+    setenv("MESHRT_PLATFORM", "cuda", 1);
+    return cpu_default && default_platform() == "cuda";
+  });
+  in_child("4", [] {
+    unsetenv("MESHRT_PLATFORM");
+    devices("cpu");
+    set_cpu_device_count(4);  // after first use, with the same count: still an explicit choice
+    return default_platform() == "cpu";
+  });
+}
+
 TEST_F(Devices, DeviceValueType) {
   in_child("4", [] {
     auto d = devices("cpu");

@@ -6,7 +6,8 @@
 // asks for cuda (the cuda_k<k>. CTest entries: MESHRT_PLATFORM=cuda and
 // MESHRT_CUDA_DEVICES_PER_GPU=k). A cuda run on a machine where cuda is not usable, or has fewer
 // logical devices than MESHRT_TEST_MIN_DEVICES, runs no test: it prints why and exits with 77,
-// which CTest reports as skipped.
+// which CTest reports as skipped. With MESHRT_REQUIRE_CUDA=1 (GPU CI) an unusable platform is a
+// failure instead (exit 1); too few logical devices for a suite stays a skip.
 #include <gtest/gtest.h>
 #include <meshrt/meshrt.h>
 
@@ -15,25 +16,33 @@
 #include <cstring>
 #include <string>
 
+#include "core/config.h"
+
 namespace {
 
-// Why the pinned platform cannot run this suite here ("" when it can).
-std::string platform_unusable() {
+struct Unusable {
+  std::string why;      // "" when the suite can run
+  bool failed = false;  // the platform itself failed (not merely too few devices)
+};
+
+// Why the pinned platform cannot run this suite here.
+Unusable platform_unusable() {
   const std::string platform = std::getenv("MESHRT_PLATFORM");
-  if (platform == "cpu") return "";
+  if (platform == "cpu") return {};
   try {
     const size_t have = meshrt::devices(platform).size();
     const char* min = std::getenv("MESHRT_TEST_MIN_DEVICES");
     const size_t need = min != nullptr ? static_cast<size_t>(std::atoi(min)) : 1;
     if (have < need) {
-      return "this suite needs " + std::to_string(need) + " " + platform +
-             " devices and the platform has " + std::to_string(have) +
-             " (raise MESHRT_CUDA_DEVICES_PER_GPU)";
+      return {"this suite needs " + std::to_string(need) + " " + platform +
+              " devices and the platform has " + std::to_string(have) +
+              " (raise MESHRT_CUDA_DEVICES_PER_GPU)"};
     }
   } catch (const meshrt::Error& e) {
-    return std::string("platform ") + platform + " is not usable on this machine: " + e.what();
+    return {std::string("platform ") + platform + " is not usable on this machine: " + e.what(),
+            true};
   }
-  return "";
+  return {};
 }
 
 // CTest's SKIP_RETURN_CODE for the cuda_k<k>. runs.
@@ -52,8 +61,20 @@ int main(int argc, char** argv) {
   setenv("MESHRT_PLATFORM", "cpu", 0);  // keep an explicit choice
   ::testing::InitGoogleTest(&argc, argv);
   if (!GTEST_FLAG_GET(list_tests)) {
-    if (std::string why = platform_unusable(); !why.empty()) {
-      std::printf("[  SKIPPED ] %s\n", why.c_str());
+    bool required = false;
+    try {
+      required = meshrt::config::require_cuda();
+    } catch (const meshrt::Error& e) {
+      std::printf("[  FAILED  ] %s\n", e.what());
+      return 1;
+    }
+    if (const Unusable u = platform_unusable(); !u.why.empty()) {
+      if (u.failed && required) {
+        std::printf("[  FAILED  ] %s (MESHRT_REQUIRE_CUDA=1: a failure, not a skip)\n",
+                    u.why.c_str());
+        return 1;
+      }
+      std::printf("[  SKIPPED ] %s\n", u.why.c_str());
       return kSkipped;
     }
   }

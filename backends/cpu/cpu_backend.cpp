@@ -14,6 +14,7 @@
 
 #include "backends/backend.h"
 #include "backends/block_cache.h"
+#include "backends/cpu/coll_primitives.h"
 #include "backends/cpu/kernels.h"
 #include "core/config.h"
 #include "core/error.h"
@@ -40,7 +41,7 @@ bool use_fibers(int devices) {
 
 class CpuBackend final : public backend::Backend {
  public:
-  explicit CpuBackend(int n) {
+  explicit CpuBackend(int n) : Backend(/*host_memory=*/true) {
     for (int d = 0; d < n; ++d)
       caches_.push_back(
           std::make_unique<backend::BlockCache>(kCacheLimit, [](void* p) { std::free(p); }));
@@ -56,7 +57,6 @@ class CpuBackend final : public backend::Backend {
   std::string_view platform() const override { return "cpu"; }
   int device_count() const override { return static_cast<int>(caches_.size()); }
   std::string unavailable_reason() const override { return ""; }
-  bool host_addressable() const override { return true; }
 
   std::shared_ptr<backend::Buffer> allocate(int device, size_t bytes) override {
     // Size classes are multiples of the alignment, as aligned_alloc requires; zero-size tensors
@@ -80,14 +80,7 @@ class CpuBackend final : public backend::Backend {
 
   void copy_2d(void* dst, int, size_t dpitch, const void* src, int, size_t spitch, size_t width,
                size_t height) override {
-    if (width == 0 || height == 0) return;
-    if (dpitch == width && spitch == width) {
-      std::memcpy(dst, src, width * height);
-      return;
-    }
-    auto* d = static_cast<char*>(dst);
-    const auto* s = static_cast<const char*>(src);
-    for (size_t r = 0; r < height; ++r) std::memcpy(d + r * dpitch, s + r * spitch, width);
+    cpu::copy_rows(dst, dpitch, src, spitch, width, height);
   }
 
   void unary(int, backend::UnaryOp op, DType in, DType out, const std::vector<int64_t>& shape,
@@ -121,6 +114,33 @@ class CpuBackend final : public backend::Backend {
       executors_[static_cast<size_t>(device)]->submit(std::move(task));
     }
   }
+
+  // ---- collective primitives on host memory (coll_primitives.h): done when they return, so
+  // there is nothing to begin, fence or signal.
+  void coll_begin(int) override {}
+  void coll_copy_2d(int, void* dst, size_t dpitch, const void* src, size_t spitch, size_t width,
+                    size_t height) override {
+    cpu::copy_rows(dst, dpitch, src, spitch, width, height);
+  }
+  void coll_zero(int, void* dst, size_t bytes) override {
+    if (bytes > 0) std::memset(dst, 0, bytes);
+  }
+  void coll_fold(int, backend::FoldOp op, DType in, DType out, void* dst,
+                 const std::vector<const void*>& srcs, int64_t len) override {
+    cpu::fold(op, in, out, dst, srcs, len);
+  }
+  void coll_fold_rows(int, backend::FoldOp op, DType dtype, void* dst, int64_t dpitch,
+                      const std::vector<const void*>& srcs, int64_t spitch, int64_t len,
+                      int64_t rows) override {
+    cpu::fold_rows(op, dtype, dst, dpitch, srcs, spitch, len, rows);
+  }
+  void coll_mean(int, DType in, DType out, void* dst, const void* sum, int64_t len,
+                 int64_t divisor) override {
+    if (len > 0) cpu::mean_from_sum(in, out, dst, sum, len, divisor);
+  }
+  void coll_fence(int) override {}
+  void* coll_signal(int) override { return nullptr; }
+  void coll_wait_token(int, void*) override {}
 
  private:
   static constexpr size_t kCacheLimit = size_t{512} << 20;  // per device

@@ -157,7 +157,8 @@ void unary(UnaryOp op, DType in, DType out, const std::vector<int64_t>& shape, c
         walk<1>(shape, {&x.strides}, b, e,
                 [&](int64_t pos, int64_t len, const std::array<int64_t, 1>& off) {
                   if (op == UnaryOp::copy) {
-                    run1(xp + off[0], sx, yp + pos, len, [](I v) { return static_cast<O>(v); });
+                    run1(xp + off[0], sx, yp + pos, len,
+                         [](I v) { return backend::scalar::convert<O>(v); });
                   } else if constexpr (std::is_same_v<I, O>) {
                     run1(xp + off[0], sx, yp + pos, len, unary_fn<I>(op));
                   } else {
@@ -383,7 +384,7 @@ void fill(DType dtype, int64_t n, double value, bool iota, void* y) {
     if (iota) {
       for (int64_t i = 0; i < n; ++i) yp[i] = static_cast<T>(i);
     } else {
-      const T v = static_cast<T>(value);
+      const T v = backend::scalar::convert<T>(value);
       std::fill(yp, yp + n, v);
     }
   });

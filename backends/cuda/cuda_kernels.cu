@@ -41,7 +41,7 @@ __global__ void unary_kernel(int op, Dims d, Operand x, O* y, int64_t n) {
        i += int64_t{gridDim.x} * blockDim.x) {
     const I v = xp[offset_of(d, x.stride, i)];
     if (op == 0) {
-      y[i] = static_cast<O>(v);
+      y[i] = sc::convert<O>(v);
     } else if constexpr (std::is_same_v<I, O>) {
       y[i] = sc::unary(op, v);
     }
@@ -146,7 +146,7 @@ __global__ void reduce_kernel(int op, int64_t outer, int64_t len, int64_t inner,
 
 template <class T>
 __global__ void fill_kernel(T* y, int64_t n, double value, bool iota) {
-  const T v = static_cast<T>(value);
+  const T v = sc::convert<T>(value);
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
        i += int64_t{gridDim.x} * blockDim.x) {
     y[i] = iota ? static_cast<T>(i) : v;

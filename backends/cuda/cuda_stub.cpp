@@ -11,13 +11,13 @@ namespace {
 
 class CudaStub final : public Backend {
  public:
+  CudaStub() : Backend(/*host_memory=*/false) {}
   std::string_view platform() const override { return "cuda"; }
   int device_count() const override { return 0; }
   std::string unavailable_reason() const override {
     return "meshrt was built without the cuda backend (MESHRT_BUILD_CUDA=OFF, or AUTO found no "
            "nvcc/NCCL); rebuild with -DMESHRT_BUILD_CUDA=ON";
   }
-  bool host_addressable() const override { return false; }
   std::shared_ptr<Buffer> allocate(int, size_t) override { fail(); }
   void deallocate(int, void*, size_t) noexcept override {}
   void copy_2d(void*, int, size_t, const void*, int, size_t, size_t, size_t) override { fail(); }

@@ -1,0 +1,44 @@
+// backends/cpu/coll_primitives.h: the cpu platform's collective primitives on host memory
+// (memcpy and the fold loops); CpuBackend's coll_* overrides are these, and each completes before
+// it returns.
+//
+// The fold order is fixed: ((x_0 op x_1) op x_2) ... in srcs order, the same for every element
+// and whichever device computes it, so every device gets bit-identical results. Element semantics
+// (integer sums wrap, pmax/pmin compare as XLA's CPU all-reduce) are backends/scalar_ops.h's,
+// shared with the cuda fold kernels.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <vector>
+
+#include "backends/backend.h"
+
+namespace meshrt::cpu {
+
+// `height` rows of `width` bytes; row r at dst + r*dpitch and src + r*spitch. Inline: a small
+// collective's copies are a memcpy each.
+inline void copy_rows(void* dst, size_t dpitch, const void* src, size_t spitch, size_t width,
+                      size_t height) {
+  if (width == 0 || height == 0) return;
+  if (height == 1 || (dpitch == width && spitch == width)) {
+    std::memcpy(dst, src, width * height);
+    return;
+  }
+  auto* d = static_cast<char*>(dst);
+  const auto* s = static_cast<const char*>(src);
+  for (size_t r = 0; r < height; ++r) std::memcpy(d + r * dpitch, s + r * spitch, width);
+}
+// dst[e] = fold(op, srcs[0][e] .. srcs[n-1][e]) for e < len; mean then divides by n in `out`
+// (int32 -> float32, int64 -> float64, as pmean); otherwise out == in. dst may alias a source.
+void fold(backend::FoldOp op, DType in, DType out, void* dst, const std::vector<const void*>& srcs,
+          int64_t len);
+// `rows` rows of fold(op) (sum, max, min; in = out = dtype): row r of dst at r*dpitch elements,
+// of every source at r*spitch.
+void fold_rows(backend::FoldOp op, DType dtype, void* dst, int64_t dpitch,
+               const std::vector<const void*>& srcs, int64_t spitch, int64_t len, int64_t rows);
+// dst = sum / divisor in `out` (pmean's last step after a sum in the input dtype).
+void mean_from_sum(DType in, DType out, void* dst, const void* sum, int64_t len, int64_t divisor);
+
+}  // namespace meshrt::cpu

@@ -1,0 +1,160 @@
+// backends/cuda/cuda_backend.h: the cuda platform's backend, declared once for its parts (not
+// installed):
+//   cuda_backend.cpp     logical devices, peer access, memory (allocator, block cache), copies and
+//                        pinned staging
+//   ops.cpp              op kernels and cuBLAS matmul, queued on the compute stream
+//   coll_primitives.cpp  collective copy/fold/signal/wait/fence on the communication stream
+//   nccl.cpp             the NativeComm for NCCL
+//
+// Each visible GPU is split into MESHRT_CUDA_DEVICES_PER_GPU = k logical devices (default 1). A
+// logical device has its own host executor thread bound to its GPU, a compute stream (op
+// kernels, cuBLAS), a communication stream (collective copies and reductions, NCCL), a caching
+// allocator with its own accounting, and pinned staging for host copies.
+//
+// Ordering (see also collectives/plane.h):
+//   * op kernels are queued on the compute stream and return at once;
+//   * copy_2d (device_put, to_vector, resharding) is synchronous: it orders itself after the
+//     compute streams of the devices involved;
+//   * a device joining a collective first waits for its compute stream (its input is complete and
+//     no earlier kernel still uses memory a peer may now write); the collective's own work runs on
+//     the communication stream and is fenced (stream synchronised) before a peer or the host is
+//     told it is done, so compute queued between an async collective's start and its wait overlaps
+//     with the transfer.
+#pragma once
+
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "backends/backend.h"
+#include "backends/block_cache.h"
+#include "backends/native_comm.h"
+#include "core/threads/executor.h"
+
+namespace meshrt::cuda {
+
+std::string dev_name(int d);
+
+// One logical device.
+struct Logical {
+  int gpu = 0;
+  cudaStream_t compute = nullptr;
+  cudaStream_t comm = nullptr;
+  std::mutex blas_mu;  // a cuBLAS handle is not for two threads at once
+  cublasHandle_t blas = nullptr;
+  std::unique_ptr<backend::BlockCache> cache;
+  std::atomic<int64_t> in_use{0};  // bytes handed out and not yet freed
+  std::mutex stage_mu;
+  char* staging = nullptr;  // 2 x kStagingBytes pinned
+  cudaEvent_t staged[2] = {nullptr, nullptr};
+  // Temporaries the communication stream may still read; released at the next fence. Touched
+  // only by the device's own executor thread.
+  std::vector<std::shared_ptr<backend::Buffer>> hold;
+  std::mutex events_mu;
+  std::vector<cudaEvent_t> spare_events;  // guarded by events_mu: recycled progress tokens
+  // coll_fence calls that found the communication stream drained (written by the device's own
+  // executor thread): NCCL work launched before a fence that completed is done.
+  std::atomic<uint64_t> fences{0};
+  std::unique_ptr<core::Executor> exec;
+};
+
+class CudaBackend final : public backend::Backend {
+ public:
+  CudaBackend();
+  // Leaked with the registry at exit (executors may still run); nothing to release that the
+  // driver does not reclaim with the process.
+  ~CudaBackend() override = default;
+
+  std::string_view platform() const override { return "cuda"; }
+  int device_count() const override { return static_cast<int>(devs_.size()); }
+  std::string unavailable_reason() const override { return reason_; }
+
+  // ---- memory and copies (cuda_backend.cpp)
+  std::shared_ptr<backend::Buffer> allocate(int device, size_t bytes) override;
+  void deallocate(int device, void* data, size_t bytes) noexcept override;
+  void copy_2d(void* dst, int dst_device, size_t dpitch, const void* src, int src_device,
+               size_t spitch, size_t width, size_t height) override;
+  void submit(int device, std::function<void()> task) override;
+
+  // ---- op kernels (ops.cpp)
+  void unary(int device, backend::UnaryOp op, DType in, DType out,
+             const std::vector<int64_t>& shape, const backend::Strided& x, void* y) override;
+  void binary(int device, backend::BinaryOp op, DType in, DType out,
+              const std::vector<int64_t>& shape, const backend::Strided& a,
+              const backend::Strided& b, void* y) override;
+  void select(int device, DType dtype, const std::vector<int64_t>& shape,
+              const backend::Strided& cond, const backend::Strided& a, const backend::Strided& b,
+              void* y) override;
+  void reduce(int device, backend::ReduceOp op, DType dtype, int64_t outer, int64_t len,
+              int64_t inner, const void* x, void* y) override;
+  void matmul(int device, DType dtype, int64_t batch, int64_t m, int64_t n, int64_t k,
+              const void* a, const void* b, void* c) override;
+  void fill(int device, DType dtype, int64_t n, double value, bool iota, void* y) override;
+
+  // ---- collective primitives (coll_primitives.cpp)
+  void coll_begin(int device) override;
+  void coll_copy_2d(int device, void* dst, size_t dpitch, const void* src, size_t spitch,
+                    size_t width, size_t height) override;
+  void coll_zero(int device, void* dst, size_t bytes) override;
+  void coll_fold(int device, backend::FoldOp op, DType in, DType out, void* dst,
+                 const std::vector<const void*>& srcs, int64_t len) override;
+  void coll_fold_rows(int device, backend::FoldOp op, DType dtype, void* dst, int64_t dpitch,
+                      const std::vector<const void*>& srcs, int64_t spitch, int64_t len,
+                      int64_t rows) override;
+  void coll_mean(int device, DType in, DType out, void* dst, const void* sum, int64_t len,
+                 int64_t divisor) override;
+  void coll_fence(int device) override;
+  void* coll_signal(int device) override;
+  void coll_wait_token(int device, void* token) override;
+  void coll_release_token(int device, void* token) noexcept override;
+  // Members on different GPUs must reach each other's memory: their copies and fold kernels
+  // read peers' buffers directly.
+  std::string direct_unavailable(const std::vector<int>& group) override;
+
+  // ---- NCCL (nccl.cpp); null when there is no GPU.
+  backend::NativeComm* native_comm() override { return nccl_.get(); }
+
+  // ---- shared by the parts
+  Logical& dev(int device) { return *devs_[static_cast<size_t>(device)]; }
+  int per_gpu() const { return per_gpu_; }
+  // Makes `device`'s GPU current on the calling thread.
+  void set(int device);
+  void sync(int device, cudaStream_t s);
+  // A pitched copy (cudaMemcpy2D semantics, cudaMemcpyDefault) queued on `s`: one 1-D copy where
+  // rows are contiguous, row by row where a pitch exceeds what cudaMemcpy2D accepts.
+  cudaError_t copy_async(void* dst, size_t dpitch, const void* src, size_t spitch, size_t width,
+                         size_t height, cudaStream_t s) const;
+
+ private:
+  void init_peer_access();
+  void release_block(int device, void* p) noexcept;
+  void staged_copy(void* dst, int dst_device, const void* src, int src_device, size_t bytes);
+  void drain(Logical& l, int device, int half, char* to, size_t n);
+  // dst = fold of srcs (left to right), in launches of at most kMaxFoldSources sources.
+  void fold_chain(int device, int op, DType t, void* dst, int64_t dpitch,
+                  const std::vector<const void*>& srcs, int64_t spitch, int64_t len, int64_t rows);
+
+  std::string reason_;
+  std::chrono::duration<double> fence_timeout_{300.0};
+  int gpus_ = 0;
+  int per_gpu_ = 1;
+  size_t max_pitch_ = 0;  // the smallest cudaDevAttrMaxPitch of the GPUs
+  // Why GPU a cannot reach GPU b's memory, at [a * gpus_ + b] ("" when it can); fixed after
+  // construction.
+  std::vector<std::string> no_peer_;
+  std::vector<std::unique_ptr<Logical>> devs_;
+  std::unique_ptr<backend::NativeComm> nccl_;
+};
+
+// The NativeComm over NCCL for `backend`'s logical devices (nccl.cpp).
+std::unique_ptr<backend::NativeComm> make_nccl_comm(CudaBackend& backend);
+
+}  // namespace meshrt::cuda

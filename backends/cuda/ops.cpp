@@ -1,0 +1,148 @@
+// The cuda backend's op kernels (cuda_kernels.cu) and cuBLAS matmul, queued on the logical
+// device's compute stream (cuda_backend.h).
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "backends/cuda/cuda_backend.h"
+#include "backends/cuda/cuda_check.h"
+#include "backends/cuda/cuda_kernels.h"
+#include "backends/merge_dims.h"
+#include "core/error.h"
+
+namespace meshrt::cuda {
+namespace {
+
+[[noreturn]] void throw_cublas(cublasStatus_t st, const char* call, int device) {
+  throw Error(std::string("[cuda] ") + call + " failed on " + dev_name(device) +
+              ": cuBLAS status " + std::to_string(static_cast<int>(st)));
+}
+#define MESHRT_CUBLAS_CHECK(call, device)                                               \
+  do {                                                                                  \
+    cublasStatus_t meshrt_st_ = (call);                                                 \
+    if (meshrt_st_ != CUBLAS_STATUS_SUCCESS) throw_cublas(meshrt_st_, #call, (device)); \
+  } while (0)
+
+// The kernels' operands: dimensions merged (backends/merge_dims.h) to at most kMaxRank.
+struct Flat {
+  Dims dims;
+  std::vector<Operand> ops;
+};
+Flat flatten(const std::vector<int64_t>& shape, const std::vector<const backend::Strided*>& in) {
+  std::vector<const std::vector<int64_t>*> strides;
+  for (const backend::Strided* s : in) strides.push_back(&s->strides);
+  const backend::MergedDims m = backend::merge_dims(shape, strides);
+  if (m.size.size() > static_cast<size_t>(kMaxRank)) {
+    throw Error("[cuda] an elementwise op over " + std::to_string(m.size.size()) +
+                " non-mergeable dimensions exceeds the cuda kernels' limit of " +
+                std::to_string(kMaxRank) +
+                "; reshape or make the operand contiguous (e.g. copy it) first");
+  }
+  Flat f;
+  f.dims.rank = static_cast<int>(m.size.size());
+  for (size_t d = 0; d < m.size.size(); ++d) f.dims.size[d] = m.size[d];
+  for (size_t i = 0; i < in.size(); ++i) {
+    Operand o;
+    o.data = in[i]->data;
+    for (size_t d = 0; d < m.size.size(); ++d) o.stride[d] = m.strides[i][d];
+    f.ops.push_back(o);
+  }
+  return f;
+}
+
+int64_t numel(const std::vector<int64_t>& s) {
+  int64_t n = 1;
+  for (int64_t d : s) n *= d;
+  return n;
+}
+
+}  // namespace
+
+void CudaBackend::unary(int device, backend::UnaryOp op, DType in, DType out,
+                        const std::vector<int64_t>& shape, const backend::Strided& x, void* y) {
+  const Flat f = flatten(shape, {&x});
+  set(device);
+  MESHRT_CUDA_CHECK(launch_unary(dev(device).compute, static_cast<int>(op), in, out, f.dims,
+                                 f.ops[0], y, numel(shape)),
+                    device);
+}
+
+void CudaBackend::binary(int device, backend::BinaryOp op, DType in, DType out,
+                         const std::vector<int64_t>& shape, const backend::Strided& a,
+                         const backend::Strided& b, void* y) {
+  const Flat f = flatten(shape, {&a, &b});
+  set(device);
+  MESHRT_CUDA_CHECK(launch_binary(dev(device).compute, static_cast<int>(op), in, out, f.dims,
+                                  f.ops[0], f.ops[1], y, numel(shape)),
+                    device);
+}
+
+void CudaBackend::select(int device, DType dtype, const std::vector<int64_t>& shape,
+                         const backend::Strided& cond, const backend::Strided& a,
+                         const backend::Strided& b, void* y) {
+  const Flat f = flatten(shape, {&cond, &a, &b});
+  set(device);
+  MESHRT_CUDA_CHECK(launch_select(dev(device).compute, dtype, f.dims, f.ops[0], f.ops[1], f.ops[2],
+                                  y, numel(shape)),
+                    device);
+}
+
+void CudaBackend::reduce(int device, backend::ReduceOp op, DType dtype, int64_t outer, int64_t len,
+                         int64_t inner, const void* x, void* y) {
+  set(device);
+  MESHRT_CUDA_CHECK(
+      launch_reduce(dev(device).compute, static_cast<int>(op), dtype, outer, len, inner, x, y),
+      device);
+}
+
+void CudaBackend::matmul(int device, DType dtype, int64_t batch, int64_t m, int64_t n, int64_t k,
+                         const void* a, const void* b, void* c) {
+  if (batch == 0 || m == 0 || n == 0) return;
+  Logical& l = dev(device);
+  set(device);
+  if (k == 0) {
+    MESHRT_CUDA_CHECK(launch_fill(l.compute, dtype, batch * m * n, 0.0, false, c), device);
+    return;
+  }
+  if (dtype != DType::f32 && dtype != DType::f64) {
+    MESHRT_CUDA_CHECK(launch_int_matmul(l.compute, dtype, batch, m, n, k, a, b, c), device);
+    return;
+  }
+  constexpr int64_t kIntMax = 2147483647;
+  if (m > kIntMax || n > kIntMax || k > kIntMax || batch > kIntMax) {
+    throw Error(
+        "[cuda] matmul dimensions beyond 2^31-1 are not supported by cuBLAS's 32-bit interface");
+  }
+  std::lock_guard<std::mutex> lock(l.blas_mu);
+  if (l.blas == nullptr) MESHRT_CUBLAS_CHECK(cublasCreate(&l.blas), device);
+  MESHRT_CUBLAS_CHECK(cublasSetStream(l.blas, l.compute), device);
+  // Row-major C = A B is column-major C^T = B^T A^T: pass B first.
+  const int M = static_cast<int>(m), N = static_cast<int>(n), K = static_cast<int>(k);
+  if (dtype == DType::f32) {
+    const float one = 1.0f, zero = 0.0f;
+    MESHRT_CUBLAS_CHECK(
+        cublasSgemmStridedBatched(l.blas, CUBLAS_OP_N, CUBLAS_OP_N, N, M, K, &one,
+                                  static_cast<const float*>(b), N, k * n,
+                                  static_cast<const float*>(a), K, m * k, &zero,
+                                  static_cast<float*>(c), N, m * n, static_cast<int>(batch)),
+        device);
+  } else {
+    const double one = 1.0, zero = 0.0;
+    MESHRT_CUBLAS_CHECK(
+        cublasDgemmStridedBatched(l.blas, CUBLAS_OP_N, CUBLAS_OP_N, N, M, K, &one,
+                                  static_cast<const double*>(b), N, k * n,
+                                  static_cast<const double*>(a), K, m * k, &zero,
+                                  static_cast<double*>(c), N, m * n, static_cast<int>(batch)),
+        device);
+  }
+}
+
+void CudaBackend::fill(int device, DType dtype, int64_t n, double value, bool iota, void* y) {
+  set(device);
+  MESHRT_CUDA_CHECK(launch_fill(dev(device).compute, dtype, n, value, iota, y), device);
+}
+
+}  // namespace meshrt::cuda
