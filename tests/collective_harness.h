@@ -74,29 +74,7 @@ std::vector<T> to_host_type(const std::vector<double>& v) {
   return std::vector<T>(v.begin(), v.end());
 }
 
-inline std::vector<double> array_values(const Array& a) {
-  switch (a.dtype()) {
-    case DType::f32: {
-      auto v = a.to_vector<float>();
-      return {v.begin(), v.end()};
-    }
-    case DType::f64:
-      return a.to_vector<double>();
-    case DType::i32: {
-      auto v = a.to_vector<int32_t>();
-      return {v.begin(), v.end()};
-    }
-    case DType::i64: {
-      auto v = a.to_vector<int64_t>();
-      return {v.begin(), v.end()};
-    }
-    case DType::bool_: {
-      auto v = a.to_vector<bool>();
-      return {v.begin(), v.end()};
-    }
-  }
-  return {};
-}
+inline std::vector<double> array_values(const Array& a) { return host_values(a); }
 
 inline Array put_values(const std::vector<double>& v, const Shape& shape, DType dt,
                         const Sharding& s) {

@@ -261,29 +261,6 @@ std::vector<Array> run(const Case& c, const std::vector<Array>& x, const Mesh& m
   throw std::runtime_error("unknown op " + op);
 }
 
-std::vector<double> values_of(const Array& a) {
-  switch (a.dtype()) {
-    case DType::f32: {
-      auto v = a.to_vector<float>();
-      return {v.begin(), v.end()};
-    }
-    case DType::f64:
-      return a.to_vector<double>();
-    case DType::i32: {
-      auto v = a.to_vector<int32_t>();
-      return {v.begin(), v.end()};
-    }
-    case DType::i64: {
-      auto v = a.to_vector<int64_t>();
-      return {v.begin(), v.end()};
-    }
-    default: {
-      auto v = a.to_vector<bool>();
-      return {v.begin(), v.end()};
-    }
-  }
-}
-
 // Two array operands shard one dimension (aligned from the right) or use one axis on different
 // dimensions in ways jax.jit resolves by replicating: meshrt's deliberate difference.
 bool operands_conflict(const Case& c) {
@@ -344,7 +321,7 @@ TEST(GlobalViewJax, EveryGeneratedCaseMatchesJax) {
         ++failures;
         continue;
       }
-      const std::vector<double> v = values_of(got[o]);
+      const std::vector<double> v = test::host_values(got[o]);
       ASSERT_EQ(v.size(), want.values.size()) << c.id;
       int bad = 0;
       for (size_t i = 0; i < v.size(); ++i) {

@@ -34,29 +34,7 @@ class Ops : public ::testing::TestWithParam<std::string> {
 
 // ---- helpers
 
-std::vector<double> values(const Tensor& t) {
-  switch (t.dtype()) {
-    case DType::f32: {
-      auto v = t.to_vector<float>();
-      return {v.begin(), v.end()};
-    }
-    case DType::f64:
-      return t.to_vector<double>();
-    case DType::i32: {
-      auto v = t.to_vector<int32_t>();
-      return {v.begin(), v.end()};
-    }
-    case DType::i64: {
-      auto v = t.to_vector<int64_t>();
-      return {v.begin(), v.end()};
-    }
-    case DType::bool_: {
-      auto v = t.to_vector<bool>();
-      return {v.begin(), v.end()};
-    }
-  }
-  return {};
-}
+std::vector<double> values(const Tensor& t) { return test::host_values(t); }
 
 Tensor make(const HostArr& h, DType dt, Device d) {
   switch (dt) {

@@ -41,6 +41,32 @@ inline std::string read_data_file(const std::string& name) {
   return ss.str();
 }
 
+// Every element of a Tensor or an Array as a double (any dtype), for host-side comparisons.
+template <class X>
+std::vector<double> host_values(const X& x) {
+  switch (x.dtype()) {
+    case DType::f32: {
+      auto v = x.template to_vector<float>();
+      return {v.begin(), v.end()};
+    }
+    case DType::f64:
+      return x.template to_vector<double>();
+    case DType::i32: {
+      auto v = x.template to_vector<int32_t>();
+      return {v.begin(), v.end()};
+    }
+    case DType::i64: {
+      auto v = x.template to_vector<int64_t>();
+      return {v.begin(), v.end()};
+    }
+    case DType::bool_: {
+      auto v = x.template to_vector<bool>();
+      return {v.begin(), v.end()};
+    }
+  }
+  return {};
+}
+
 inline std::vector<std::string> split(const std::string& s, char sep) {
   std::vector<std::string> out;
   std::string cur;
