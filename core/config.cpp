@@ -72,6 +72,9 @@ const std::vector<Variable>& variables() {
       {"MESHRT_SHARDING", "auto, explicit", "auto",
        "explicit: an implicit reshard in a global-view op is an error"},
       {"MESHRT_LOG_COLLECTIVES", "0, 1", "0", "1: print every collective the global view inserts"},
+      {"MESHRT_PRNG_STREAM", "current, legacy", "current",
+       "bit stream of random::key(seed) when no stream is passed: current (JAX >= 0.5) or legacy "
+       "(JAX 0.4.x); random::set_default_stream wins"},
   };
   return table;
 }
@@ -135,5 +138,9 @@ bool explicit_sharding() {
 }
 
 bool log_collectives() { return flag("MESHRT_LOG_COLLECTIVES", "collective_log"); }
+
+bool prng_legacy_stream() {
+  return choice("MESHRT_PRNG_STREAM", "random.key", {"current", "legacy"}) == "legacy";
+}
 
 }  // namespace meshrt::config

@@ -48,5 +48,8 @@ std::optional<size_t> cuda_cache_bytes();
 bool explicit_sharding();
 // MESHRT_LOG_COLLECTIVES: 0 (default) or 1.
 bool log_collectives();
+// MESHRT_PRNG_STREAM: the bit stream of random::key(seed) when no stream is passed: false for
+// "current" (default, JAX >= 0.5), true for "legacy" (JAX 0.4.x).
+bool prng_legacy_stream();
 
 }  // namespace meshrt::config
