@@ -10,9 +10,9 @@
 //
 // A key carries its stream; key(seed) without one takes the process default, so code that
 // reproduces a JAX 0.4 notebook sets it once:
-//   random::set_default_stream(random::Stream::legacy);   // or MESHRT_PRNG_STREAM=legacy
-//   Key k = random::key(0);                                // legacy; key(0, Stream::current) is
-//   not
+//   random::set_default_stream(random::Stream::legacy);  // or MESHRT_PRNG_STREAM=legacy
+//   Key k = random::key(0);                               // legacy
+//   Key c = random::key(0, random::Stream::current);      // an explicit stream always wins
 //
 // Errors name the function called: "[random.normal] dtype must be ...".
 #pragma once
