@@ -2,11 +2,13 @@
 # meshrt's entry point.
 #   ./run.sh demo                         set up, build, run the walkthrough on 8 simulated cpu devices
 #   ./run.sh test [--sanitize=thread|address]   set up, build, run the whole suite (CTest)
-#   ./run.sh perf [--quick]               set up (with Open MPI), build, print the collective performance report
+#   ./run.sh perf [--quick]               set up, build, print the collective performance report
 #   ./run.sh bench                        set up, build, run the Google Benchmark suites
 #   (meshrt-bench, the nccl-tests-style CLI, is build/bench/meshrt-bench; see README)
 #   ./run.sh build                        set up and build only
-# Installs missing Debian packages with apt-get (needs root or sudo).
+#   ./run.sh packages [command]           print the Debian packages `command` (default test) installs
+# Installs missing Debian packages with apt-get (needs root or sudo). Every command installs the
+# one package list below: Open MPI is in it for the perf baseline and the multi-process runtime.
 set -euo pipefail
 cd "$(dirname "$0")"
 
@@ -23,7 +25,12 @@ for arg in "$@"; do
 done
 
 packages=(build-essential cmake ninja-build ccache pkg-config libtbb-dev libopenblas-dev
-          libgtest-dev libgmock-dev libbenchmark-dev clang-format)
+          libgtest-dev libgmock-dev libbenchmark-dev clang-format openmpi-bin libopenmpi-dev)
+
+# The packages a command needs: the shared list, plus gnuplot for bench's plots.
+for_cmd="$cmd"
+[ "$cmd" = packages ] && for_cmd="${extra[0]:-test}"
+if [ "$for_cmd" = bench ]; then packages+=(gnuplot-nox); fi
 
 install_missing() {
   local missing=()
@@ -70,14 +77,12 @@ case "$cmd" in
     ctest --test-dir "$build_dir" --output-on-failure -j "$jobs" "${extra[@]}"
     ;;
   perf)
-    packages+=(openmpi-bin libopenmpi-dev)
     configure_and_build --target meshrt-perf-report meshrt-ops-report mpi_baseline
     "./$build_dir/bench/meshrt-perf-report" "${extra[@]}"
     echo
     "./$build_dir/bench/meshrt-ops-report" "${extra[@]}"
     ;;
   bench)
-    packages+=(gnuplot-nox)
     configure_and_build
     export MESHRT_CPU_DEVICES="${MESHRT_CPU_DEVICES:-8}"
     "./$build_dir/bench/bench_collectives" "${extra[@]}"
@@ -86,8 +91,11 @@ case "$cmd" in
   build)
     configure_and_build
     ;;
+  packages)
+    echo "${packages[@]}"
+    ;;
   *)
-    echo "usage: ./run.sh demo | test [--sanitize=thread|address] | perf [--quick] | bench | build" >&2
+    echo "usage: ./run.sh demo | test [--sanitize=thread|address] | perf [--quick] | bench | build | packages [command]" >&2
     exit 2
     ;;
 esac

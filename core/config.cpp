@@ -74,6 +74,9 @@ const std::vector<Variable>& variables() {
       {"MESHRT_LOG_COLLECTIVES", "0, 1", "0", "1: print every collective the global view inserts"},
       {"MESHRT_REQUIRE_CUDA", "0, 1", "0",
        "tests: 1 makes a cuda run on a machine where cuda is not usable a failure, not a skip"},
+      {"MESHRT_PRNG_STREAM", "current, legacy", "current",
+       "bit stream of random::key(seed) when no stream is passed: current (JAX >= 0.5) or legacy "
+       "(JAX 0.4.x); random::set_default_stream wins"},
   };
   return table;
 }
@@ -139,5 +142,9 @@ bool explicit_sharding() {
 bool log_collectives() { return flag("MESHRT_LOG_COLLECTIVES", "collective_log"); }
 
 bool require_cuda() { return flag("MESHRT_REQUIRE_CUDA", "tests"); }
+
+bool prng_legacy_stream() {
+  return choice("MESHRT_PRNG_STREAM", "random.key", {"current", "legacy"}) == "legacy";
+}
 
 }  // namespace meshrt::config

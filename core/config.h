@@ -51,5 +51,8 @@ bool log_collectives();
 // MESHRT_REQUIRE_CUDA: 0 (default) or 1; 1 makes the test suites' cuda runs fail instead of
 // skipping when the cuda platform is not usable (GPU CI).
 bool require_cuda();
+// MESHRT_PRNG_STREAM: the bit stream of random::key(seed) when no stream is passed: false for
+// "current" (default, JAX >= 0.5), true for "legacy" (JAX 0.4.x).
+bool prng_legacy_stream();
 
 }  // namespace meshrt::config

@@ -2,13 +2,18 @@
 // fold_in, and the bits-to-float conversions of uniform and normal, so values equal JAX's.
 #include "runtime/random.h"
 
+#include <algorithm>
+#include <atomic>
 #include <bit>
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <numeric>
 
+#include "core/config.h"
 #include "core/error.h"
 #include "core/strings.h"
+#include "runtime/detail/sharding_impl.h"
 
 namespace meshrt::random {
 
@@ -16,11 +21,13 @@ namespace {
 
 inline uint32_t rotl(uint32_t v, int r) { return (v << r) | (v >> (32 - r)); }
 
-int64_t checked_size(const Shape& shape, const char* op) {
+// `api` is what the user called ("random.normal"): every error names it.
+int64_t checked_size(const Shape& shape, const char* api) {
   for (int64_t d : shape) {
-    if (d < 0)
-      throw Error(
-          detail::cat("[random] ", op, ": shape ", shape_str(shape), " has a negative dimension"));
+    if (d < 0) {
+      throw Error(detail::cat("[", api, "] shape ", shape_str(shape),
+                              " has a negative dimension; dimensions must be >= 0"));
+    }
   }
   return shape_size(shape);
 }
@@ -131,11 +138,112 @@ double erf_inv64(double x) {
   return p * x;
 }
 
-void check_float(DType dtype, const char* op) {
+void check_float(DType dtype, const char* api, const char* what = "dtype") {
   if (!is_floating(dtype)) {
-    throw Error(detail::cat("[random] ", op, ": dtype must be float32 or float64, got ",
-                            dtype_name(dtype)));
+    throw Error(
+        detail::cat("[", api, "] ", what, " must be float32 or float64, got ", dtype_name(dtype)));
   }
+}
+
+void check_int(DType dtype, const char* api) {
+  if (dtype != DType::i32 && dtype != DType::i64) {
+    throw Error(detail::cat("[", api, "] dtype must be int32 or int64, got ", dtype_name(dtype)));
+  }
+}
+
+// jax.random.bits without the shape check: 32-bit words of a draw of `size` elements.
+std::vector<uint32_t> bits32(const Key& k, int64_t size) {
+  if (k.stream() == Stream::legacy) return threefry_counts(k, iota32(static_cast<size_t>(size)));
+  std::vector<uint32_t> out(static_cast<size_t>(size));
+  for (int64_t i = 0; i < size; ++i) {
+    auto [y0, y1] =
+        threefry2x32(k.hi(), k.lo(), static_cast<uint32_t>(static_cast<uint64_t>(i) >> 32),
+                     static_cast<uint32_t>(i));
+    out[static_cast<size_t>(i)] = y0 ^ y1;
+  }
+  return out;
+}
+
+std::vector<double> uniform_impl(const Key& k, const Shape& shape, DType dtype, double minval,
+                                 double maxval, const char* api) {
+  check_float(dtype, api);
+  const int64_t size = checked_size(shape, api);
+  std::vector<double> out(static_cast<size_t>(size));
+  if (dtype == DType::f32) {
+    const std::vector<uint32_t> w = bits32(k, size);
+    const float lo = static_cast<float>(minval), hi = static_cast<float>(maxval);
+    for (int64_t i = 0; i < size; ++i) {
+      const uint32_t fb = (w[static_cast<size_t>(i)] >> 9) | 0x3F800000u;
+      const float f = std::bit_cast<float>(fb) - 1.0f;
+      // XLA's CPU backend contracts f * (hi - lo) + lo into one fused multiply-add.
+      out[static_cast<size_t>(i)] = std::max(lo, std::fma(f, hi - lo, lo));
+    }
+  } else {
+    const std::vector<uint64_t> w = bits64(k, size);
+    for (int64_t i = 0; i < size; ++i) {
+      const uint64_t fb = (w[static_cast<size_t>(i)] >> 12) | 0x3FF0000000000000ull;
+      const double f = std::bit_cast<double>(fb) - 1.0;
+      out[static_cast<size_t>(i)] = std::max(minval, std::fma(f, maxval - minval, minval));
+    }
+  }
+  return out;
+}
+
+std::vector<double> normal_impl(const Key& k, const Shape& shape, DType dtype, const char* api) {
+  check_float(dtype, api);
+  // JAX: u = uniform(key, shape, lo = nextafter(-1, 0), hi = 1); z = sqrt(2) * erf_inv(u).
+  if (dtype == DType::f32) {
+    const float lo = std::nextafter(-1.0f, 0.0f);
+    std::vector<double> u = uniform_impl(k, shape, DType::f32, lo, 1.0, api);
+    for (double& v : u)
+      v = static_cast<double>(static_cast<float>(std::sqrt(2.0)) *
+                              erf_inv32(static_cast<float>(v)));
+    return u;
+  }
+  const double lo = std::nextafter(-1.0, 0.0);
+  std::vector<double> u = uniform_impl(k, shape, DType::f64, lo, 1.0, api);
+  for (double& v : u) v = std::sqrt(2.0) * erf_inv64(v);
+  return u;
+}
+
+// XLA's unsigned remainder: x % 0 is x.
+template <class U>
+U rem(U x, U y) {
+  return y == 0 ? x : x % y;
+}
+
+// jax.random._randint for one unsigned width U (uint32_t for int32, uint64_t for int64): two
+// draws (higher and lower words) from split(key), reduced modulo the span.
+template <class S, class U>
+std::vector<int64_t> randint_impl(const Key& k, int64_t size, int64_t minval, int64_t maxval) {
+  constexpr int64_t lo_limit = std::numeric_limits<S>::min(),
+                    hi_limit = std::numeric_limits<S>::max();
+  const bool maxval_out_of_range = maxval > hi_limit;
+  const S lo = static_cast<S>(std::clamp(minval, lo_limit, hi_limit));
+  const S hi = static_cast<S>(std::clamp(maxval, lo_limit, hi_limit));
+  std::vector<Key> k12 = split(k, 2);
+  std::vector<U> higher(static_cast<size_t>(size)), lower(static_cast<size_t>(size));
+  if constexpr (sizeof(U) == 4) {
+    std::vector<uint32_t> h = bits32(k12[0], size), l = bits32(k12[1], size);
+    std::copy(h.begin(), h.end(), higher.begin());
+    std::copy(l.begin(), l.end(), lower.begin());
+  } else {
+    higher = bits64(k12[0], size);
+    lower = bits64(k12[1], size);
+  }
+  U span = static_cast<U>(static_cast<U>(hi) - static_cast<U>(lo));
+  if (hi <= lo) span = 1;  // maxval <= minval gives minval
+  if (maxval_out_of_range && hi > lo) span = static_cast<U>(span + 1);  // may wrap to 0
+  constexpr U half = U(1) << (sizeof(U) * 4);                           // 2^(nbits / 2)
+  U multiplier = rem<U>(half, span);
+  multiplier = rem<U>(static_cast<U>(multiplier * multiplier), span);
+  std::vector<int64_t> out(static_cast<size_t>(size));
+  for (size_t i = 0; i < out.size(); ++i) {
+    U offset = static_cast<U>(rem<U>(higher[i], span) * multiplier + rem<U>(lower[i], span));
+    offset = rem<U>(offset, span);
+    out[i] = static_cast<S>(static_cast<U>(static_cast<U>(lo) + offset));
+  }
+  return out;
 }
 
 }  // namespace
@@ -158,12 +266,30 @@ std::pair<uint32_t, uint32_t> threefry2x32(uint32_t k0, uint32_t k1, uint32_t x0
   return {x0, x1};
 }
 
+namespace {
+// -1: not set (MESHRT_PRNG_STREAM decides); else a Stream's value.
+std::atomic<int> g_default_stream{-1};
+}  // namespace
+
+void set_default_stream(std::optional<Stream> stream) {
+  g_default_stream.store(stream ? static_cast<int>(*stream) : -1);
+}
+
+Stream default_stream() {
+  const int s = g_default_stream.load();
+  if (s >= 0) return static_cast<Stream>(s);
+  return config::prng_legacy_stream() ? Stream::legacy : Stream::current;
+}
+
+Key key(uint64_t seed) { return key(seed, default_stream()); }
+
 Key key(uint64_t seed, Stream stream) {
   return Key(static_cast<uint32_t>(seed >> 32), static_cast<uint32_t>(seed), stream);
 }
 
 std::vector<Key> split(const Key& k, int num) {
-  if (num < 0) throw Error(detail::cat("[random] split: num = ", num, " is negative"));
+  if (num < 0)
+    throw Error(detail::cat("[random.split] num = ", num, " is negative; pass num >= 0"));
   std::vector<Key> out;
   if (k.stream() == Stream::current) {
     for (int i = 0; i < num; ++i) {
@@ -185,70 +311,96 @@ Key fold_in(const Key& k, uint32_t data) {
 }
 
 std::vector<uint32_t> bits(const Key& k, const Shape& shape) {
-  const int64_t size = checked_size(shape, "bits");
-  if (k.stream() == Stream::legacy) return threefry_counts(k, iota32(static_cast<size_t>(size)));
-  std::vector<uint32_t> out(static_cast<size_t>(size));
-  for (int64_t i = 0; i < size; ++i) {
-    auto [y0, y1] =
-        threefry2x32(k.hi(), k.lo(), static_cast<uint32_t>(static_cast<uint64_t>(i) >> 32),
-                     static_cast<uint32_t>(i));
-    out[static_cast<size_t>(i)] = y0 ^ y1;
-  }
-  return out;
+  return bits32(k, checked_size(shape, "random.bits"));
 }
 
 std::vector<double> uniform_values(const Key& k, const Shape& shape, DType dtype, double minval,
                                    double maxval) {
-  check_float(dtype, "uniform");
-  const int64_t size = checked_size(shape, "uniform");
-  std::vector<double> out(static_cast<size_t>(size));
-  if (dtype == DType::f32) {
-    const std::vector<uint32_t> w = bits(k, shape);
-    const float lo = static_cast<float>(minval), hi = static_cast<float>(maxval);
-    for (int64_t i = 0; i < size; ++i) {
-      const uint32_t fb = (w[static_cast<size_t>(i)] >> 9) | 0x3F800000u;
-      const float f = std::bit_cast<float>(fb) - 1.0f;
-      // XLA's CPU backend contracts f * (hi - lo) + lo into one fused multiply-add.
-      out[static_cast<size_t>(i)] = std::max(lo, std::fma(f, hi - lo, lo));
-    }
-  } else {
-    const std::vector<uint64_t> w = bits64(k, size);
-    for (int64_t i = 0; i < size; ++i) {
-      const uint64_t fb = (w[static_cast<size_t>(i)] >> 12) | 0x3FF0000000000000ull;
-      const double f = std::bit_cast<double>(fb) - 1.0;
-      out[static_cast<size_t>(i)] = std::max(minval, std::fma(f, maxval - minval, minval));
-    }
-  }
-  return out;
+  return uniform_impl(k, shape, dtype, minval, maxval, "random.uniform");
 }
 
 std::vector<double> normal_values(const Key& k, const Shape& shape, DType dtype) {
-  check_float(dtype, "normal");
-  // JAX: u = uniform(key, shape, lo = nextafter(-1, 0), hi = 1); z = sqrt(2) * erf_inv(u).
-  if (dtype == DType::f32) {
-    const float lo = std::nextafter(-1.0f, 0.0f);
-    std::vector<double> u = uniform_values(k, shape, DType::f32, lo, 1.0);
-    for (double& v : u)
-      v = static_cast<double>(static_cast<float>(std::sqrt(2.0)) *
-                              erf_inv32(static_cast<float>(v)));
-    return u;
+  return normal_impl(k, shape, dtype, "random.normal");
+}
+
+std::vector<int64_t> randint_values(const Key& k, const Shape& shape, int64_t minval,
+                                    int64_t maxval, DType dtype) {
+  check_int(dtype, "random.randint");
+  const int64_t size = checked_size(shape, "random.randint");
+  return dtype == DType::i32 ? randint_impl<int32_t, uint32_t>(k, size, minval, maxval)
+                             : randint_impl<int64_t, uint64_t>(k, size, minval, maxval);
+}
+
+std::vector<bool> bernoulli_values(const Key& k, double p, const Shape& shape, DType p_dtype) {
+  check_float(p_dtype, "random.bernoulli", "the dtype of p");
+  // JAX: uniform(key, shape, p.dtype) < p, compared in p's dtype.
+  const std::vector<double> u = uniform_impl(k, shape, p_dtype, 0.0, 1.0, "random.bernoulli");
+  const double pp = p_dtype == DType::f32 ? static_cast<double>(static_cast<float>(p)) : p;
+  std::vector<bool> out(u.size());
+  for (size_t i = 0; i < u.size(); ++i) out[i] = u[i] < pp;
+  return out;
+}
+
+std::vector<int64_t> permutation_values(const Key& k, int64_t n) {
+  // jax.random._shuffle(key, arange(n)): ceil(3 ln(n) / ln(2^32 - 1)) rounds, each a stable sort
+  // by fresh 32-bit keys from split(key). A negative n is an empty range, as jnp.arange(n).
+  const int64_t size = std::max<int64_t>(n, 0);
+  std::vector<int64_t> x(static_cast<size_t>(size));
+  std::iota(x.begin(), x.end(), int64_t{0});
+  const auto rounds = static_cast<int>(std::ceil(
+      3.0 * std::log(static_cast<double>(std::max<int64_t>(1, size))) / std::log(4294967295.0)));
+  Key key = k;
+  std::vector<size_t> order(x.size());
+  std::vector<int64_t> next(x.size());
+  for (int r = 0; r < rounds; ++r) {
+    std::vector<Key> ks = split(key, 2);
+    key = ks[0];
+    const std::vector<uint32_t> sort_keys = bits32(ks[1], size);
+    std::iota(order.begin(), order.end(), size_t{0});
+    std::stable_sort(order.begin(), order.end(),
+                     [&](size_t a, size_t b) { return sort_keys[a] < sort_keys[b]; });
+    for (size_t i = 0; i < order.size(); ++i) next[i] = x[order[i]];
+    x.swap(next);
   }
-  const double lo = std::nextafter(-1.0, 0.0);
-  std::vector<double> u = uniform_values(k, shape, DType::f64, lo, 1.0);
-  for (double& v : u) v = std::sqrt(2.0) * erf_inv64(v);
-  return u;
+  return x;
 }
 
 namespace {
-Tensor to_tensor(const std::vector<double>& v, Shape shape, Device device, DType dtype) {
-  if (dtype == DType::f64) return tensor(v, std::move(shape), device);
-  std::vector<float> f(v.begin(), v.end());
-  return tensor(f, std::move(shape), device);
+// Host values as a Tensor / Array of `dtype` (values are exact in it).
+template <class V>
+Tensor to_tensor(const std::vector<V>& v, Shape shape, Device device, DType dtype) {
+  switch (dtype) {
+    case DType::f64:
+      return tensor(std::vector<double>(v.begin(), v.end()), std::move(shape), device);
+    case DType::i32:
+      return tensor(std::vector<int32_t>(v.begin(), v.end()), std::move(shape), device);
+    case DType::i64:
+      return tensor(std::vector<int64_t>(v.begin(), v.end()), std::move(shape), device);
+    case DType::bool_:
+      return tensor(std::vector<bool>(v.begin(), v.end()), std::move(shape), device);
+    default:
+      return tensor(std::vector<float>(v.begin(), v.end()), std::move(shape), device);
+  }
 }
-Array to_array(const std::vector<double>& v, Shape shape, const Sharding& s, DType dtype) {
-  if (dtype == DType::f64) return device_put(v, std::move(shape), s);
-  std::vector<float> f(v.begin(), v.end());
-  return device_put(f, std::move(shape), s);
+template <class V>
+Array to_array(const std::vector<V>& v, Shape shape, const Sharding& s, DType dtype) {
+  switch (dtype) {
+    case DType::f64:
+      return device_put(std::vector<double>(v.begin(), v.end()), std::move(shape), s);
+    case DType::i32:
+      return device_put(std::vector<int32_t>(v.begin(), v.end()), std::move(shape), s);
+    case DType::i64:
+      return device_put(std::vector<int64_t>(v.begin(), v.end()), std::move(shape), s);
+    case DType::bool_:
+      return device_put(std::vector<bool>(v.begin(), v.end()), std::move(shape), s);
+    default:
+      return device_put(std::vector<float>(v.begin(), v.end()), std::move(shape), s);
+  }
+}
+// The sharding's own checks (rank, divisibility, negative dimensions), worded for `api`, before
+// any value is drawn.
+void check_sharding(const Sharding& s, const Shape& shape, const char* api) {
+  detail::checked_shard_shape(s, shape, api);
 }
 }  // namespace
 
@@ -260,11 +412,47 @@ Tensor normal(const Key& k, Shape shape, Device device, DType dtype) {
   return to_tensor(normal_values(k, shape, dtype), shape, device, dtype);
 }
 Array normal(const Key& k, Shape shape, const Sharding& sharding, DType dtype) {
+  check_float(dtype, "random.normal");
+  check_sharding(sharding, shape, "random.normal");
   return to_array(normal_values(k, shape, dtype), shape, sharding, dtype);
 }
 Array uniform(const Key& k, Shape shape, const Sharding& sharding, DType dtype, double minval,
               double maxval) {
+  check_float(dtype, "random.uniform");
+  check_sharding(sharding, shape, "random.uniform");
   return to_array(uniform_values(k, shape, dtype, minval, maxval), shape, sharding, dtype);
+}
+
+Tensor randint(const Key& k, Shape shape, int64_t minval, int64_t maxval, Device device,
+               DType dtype) {
+  return to_tensor(randint_values(k, shape, minval, maxval, dtype), shape, device, dtype);
+}
+Array randint(const Key& k, Shape shape, int64_t minval, int64_t maxval, const Sharding& sharding,
+              DType dtype) {
+  check_int(dtype, "random.randint");
+  check_sharding(sharding, shape, "random.randint");
+  return to_array(randint_values(k, shape, minval, maxval, dtype), shape, sharding, dtype);
+}
+
+Tensor bernoulli(const Key& k, double p, Shape shape, Device device, DType p_dtype) {
+  return to_tensor(bernoulli_values(k, p, shape, p_dtype), shape, device, DType::bool_);
+}
+Array bernoulli(const Key& k, double p, Shape shape, const Sharding& sharding, DType p_dtype) {
+  check_float(p_dtype, "random.bernoulli", "the dtype of p");
+  check_sharding(sharding, shape, "random.bernoulli");
+  return to_array(bernoulli_values(k, p, shape, p_dtype), shape, sharding, DType::bool_);
+}
+
+Tensor permutation(const Key& k, int64_t n, Device device, DType dtype) {
+  check_int(dtype, "random.permutation");
+  const Shape shape{std::max<int64_t>(n, 0)};
+  return to_tensor(permutation_values(k, n), shape, device, dtype);
+}
+Array permutation(const Key& k, int64_t n, const Sharding& sharding, DType dtype) {
+  check_int(dtype, "random.permutation");
+  const Shape shape{std::max<int64_t>(n, 0)};
+  check_sharding(sharding, shape, "random.permutation");
+  return to_array(permutation_values(k, n), shape, sharding, dtype);
 }
 
 }  // namespace meshrt::random

@@ -7,9 +7,18 @@
 // Stream::current is JAX >= 0.5 (jax_threefry_partitionable=True): element i of a draw depends
 // only on i. Stream::legacy is JAX 0.4.x, where values depend on the total size. Values are
 // computed on the host and are identical on every platform and for every sharding.
+//
+// A key carries its stream; key(seed) without one takes the process default, so code that
+// reproduces a JAX 0.4 notebook sets it once:
+//   random::set_default_stream(random::Stream::legacy);  // or MESHRT_PRNG_STREAM=legacy
+//   Key k = random::key(0);                               // legacy
+//   Key c = random::key(0, random::Stream::current);      // an explicit stream always wins
+//
+// Errors name the function called: "[random.normal] dtype must be ...".
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <vector>
 
 #include "runtime/array.h"
@@ -34,9 +43,18 @@ class Key {
   Stream stream_ = Stream::current;
 };
 
+// The stream key(seed) uses: the last set_default_stream(s), else MESHRT_PRNG_STREAM (current or
+// legacy; a malformed value is an Error naming it), else Stream::current.
+// set_default_stream(std::nullopt) goes back to the environment. Thread-safe.
+void set_default_stream(std::optional<Stream> stream);
+Stream default_stream();
+
 // jax.random.key(seed) with 64-bit types on: [seed >> 32, seed & 0xFFFFFFFF] (seeds below 2^32
-// give [0, seed], as JAX does by default).
-Key key(uint64_t seed, Stream stream = Stream::current);
+// give [0, seed], as JAX does by default). The contract's `key(seed, Stream stream =
+// Stream::current)` is these two overloads: with a stream, that stream; without, default_stream()
+// (Stream::current unless the program or MESHRT_PRNG_STREAM chose otherwise).
+Key key(uint64_t seed);
+Key key(uint64_t seed, Stream stream);
 std::vector<Key> split(const Key& key, int num = 2);
 Key fold_in(const Key& key, uint32_t data);
 
@@ -46,6 +64,13 @@ std::vector<uint32_t> bits(const Key& key, const Shape& shape);
 std::vector<double> uniform_values(const Key& key, const Shape& shape, DType dtype,
                                    double minval = 0.0, double maxval = 1.0);
 std::vector<double> normal_values(const Key& key, const Shape& shape, DType dtype);
+// Host values of jax.random.randint (int32 or int64), bernoulli (p as float32 or float64) and
+// permutation (0..n-1 shuffled).
+std::vector<int64_t> randint_values(const Key& key, const Shape& shape, int64_t minval,
+                                    int64_t maxval, DType dtype = DType::i32);
+std::vector<bool> bernoulli_values(const Key& key, double p, const Shape& shape,
+                                   DType p_dtype = DType::f32);
+std::vector<int64_t> permutation_values(const Key& key, int64_t n);
 
 Tensor uniform(const Key& key, Shape shape, Device device, DType dtype = DType::f32,
                double minval = 0.0, double maxval = 1.0);
@@ -54,6 +79,24 @@ Tensor normal(const Key& key, Shape shape, Device device, DType dtype = DType::f
 Array normal(const Key& key, Shape shape, const Sharding& sharding, DType dtype = DType::f32);
 Array uniform(const Key& key, Shape shape, const Sharding& sharding, DType dtype = DType::f32,
               double minval = 0.0, double maxval = 1.0);
+
+// jax.random.randint(key, shape, minval, maxval, dtype): integers in [minval, maxval), bit for bit
+// (JAX's modulus of two draws, bounds clipped to dtype as JAX clips them; maxval <= minval gives
+// minval). dtype is int32 or int64.
+Tensor randint(const Key& key, Shape shape, int64_t minval, int64_t maxval, Device device,
+               DType dtype = DType::i32);
+Array randint(const Key& key, Shape shape, int64_t minval, int64_t maxval, const Sharding& sharding,
+              DType dtype = DType::i32);
+// jax.random.bernoulli(key, p, shape): bool, uniform(key, shape, p_dtype) < p. JAX draws in p's
+// dtype: float32 is JAX's default (and jnp.float32(p) under x64); pass DType::f64 to match a
+// Python float p under jax_enable_x64.
+Tensor bernoulli(const Key& key, double p, Shape shape, Device device, DType p_dtype = DType::f32);
+Array bernoulli(const Key& key, double p, Shape shape, const Sharding& sharding,
+                DType p_dtype = DType::f32);
+// jax.random.permutation(key, n): 0..n-1 in JAX's shuffled order (its rounds of stable sorts by
+// fresh 32-bit keys). dtype is int32 or int64 (JAX's int64 under x64; the values are the same).
+Tensor permutation(const Key& key, int64_t n, Device device, DType dtype = DType::i32);
+Array permutation(const Key& key, int64_t n, const Sharding& sharding, DType dtype = DType::i32);
 
 // The threefry2x32 block cipher (20 rounds) on one counter pair: exposed for tests.
 std::pair<uint32_t, uint32_t> threefry2x32(uint32_t k0, uint32_t k1, uint32_t x0, uint32_t x1);

@@ -17,6 +17,12 @@
 // cycle are reported at once; MESHRT_COLLECTIVE_TIMEOUT (seconds, default 300) catches bodies
 // stuck in user code. One shard_map runs at a time per process; calls from several threads are
 // serialised, and calling shard_map inside a body is an Error.
+//
+// out_specs: a PartitionSpec for a body returning one Tensor; for a body returning
+// std::vector<Tensor>, a std::vector<PartitionSpec> or a braced list, {P("x"), P()} (a braced list
+// follows the body: {P("x")} is one output of a Tensor body, a one-entry list of a list body).
+// Errors name the body as JAX names the function: ShardMapOptions{.name = "loss"}, else the
+// body's type shortened (a functor's class name, "<lambda in main>" for a lambda in main).
 #pragma once
 
 #include <cstdint>
@@ -25,6 +31,7 @@
 #include <memory>
 #include <string>
 #include <type_traits>
+#include <typeinfo>
 #include <utility>
 #include <vector>
 
@@ -40,6 +47,10 @@ struct ShardMapOptions {
   // Check at run time that outputs are equal along the mesh axes their out_spec leaves out
   // (JAX's check_vma, done on values). Off: the first device's block (mesh order) is used.
   bool check_replication = true;
+  // The body's name in errors ("shard_map applied to the function 'loss' ..."), as JAX uses the
+  // function's __name__. Empty: the body's type name, shortened ("Loss" for a functor class,
+  // "<lambda in main>"; "body" for a function pointer or std::function, whose type has no name).
+  std::string name = {};
 };
 
 namespace detail {
@@ -49,15 +60,30 @@ std::vector<Array> run_shard_map(const ErasedBody& body, const Mesh& mesh,
                                  const std::vector<PartitionSpec>& out_specs,
                                  const std::vector<Array>& args, const ShardMapOptions& options);
 
+// A demangled type name shortened to what a user calls the function (see ShardMapOptions::name).
+std::string body_type_name(const std::type_info& type);
+// The error for a braced out_specs list of `count` entries given with a body returning one Tensor.
+[[noreturn]] void throw_single_output_braced(size_t count, const ShardMapOptions& options);
+
+template <class Body>
+ShardMapOptions with_name(ShardMapOptions options) {
+  if (options.name.empty()) options.name = body_type_name(typeid(Body));
+  return options;
+}
+
 template <class Body, size_t... I>
 auto invoke_body(const Body& body, Context& ctx, const std::vector<Tensor>& xs,
                  std::index_sequence<I...>) {
   return body(ctx, xs[I]...);
 }
+
+// How out_specs were given: one PartitionSpec, a std::vector, or a braced list (which follows
+// what the body returns).
+enum class OutForm { single, list, braced };
 }  // namespace detail
 
 // The callable shard_map returns: takes one Array per in_spec.
-template <class Body, bool kSingleOut>
+template <class Body, detail::OutForm kForm>
 class ShardMapped {
  public:
   ShardMapped(Body body, Mesh mesh, std::vector<PartitionSpec> in_specs,
@@ -66,14 +92,14 @@ class ShardMapped {
         mesh_(std::move(mesh)),
         in_specs_(std::move(in_specs)),
         out_specs_(std::move(out_specs)),
-        options_(options) {}
+        options_(std::move(options)) {}
 
   // Bodies over a list of blocks (JAX's pytree of arrays): body(Context&, const
   // std::vector<Tensor>&) returning std::vector<Tensor>, called with one Array per in_spec.
   std::vector<Array> operator()(
       const std::vector<Array>& args) const requires std::is_invocable_r_v < std::vector<Tensor>,
   const Body&, Context&, const std::vector<Tensor>& > {
-    static_assert(!kSingleOut,
+    static_assert(kForm != detail::OutForm::single,
                   "a list body returns std::vector<Tensor>: give out_specs as a vector");
     const Body& body = body_;
     detail::ErasedBody erased = [&body](Context& ctx, const std::vector<Tensor>& xs) {
@@ -89,16 +115,23 @@ class ShardMapped {
     using R = decltype(detail::invoke_body(body_, std::declval<Context&>(),
                                            std::declval<const std::vector<Tensor>&>(),
                                            std::make_index_sequence<n>{}));
-    if constexpr (kSingleOut) {
+    if constexpr (kForm == detail::OutForm::single) {
       static_assert(std::is_same_v<R, Tensor>,
                     "with a single PartitionSpec as out_specs the body returns a Tensor");
-    } else {
+    } else if constexpr (kForm == detail::OutForm::list) {
       static_assert(std::is_same_v<R, std::vector<Tensor>>,
                     "with a vector of out_specs the body returns std::vector<Tensor>");
+    } else {
+      static_assert(std::is_same_v<R, Tensor> || std::is_same_v<R, std::vector<Tensor>>,
+                    "a shard_map body returns a Tensor or a std::vector<Tensor>");
+    }
+    constexpr bool single = std::is_same_v<R, Tensor>;
+    if constexpr (single && kForm == detail::OutForm::braced) {
+      if (out_specs_.size() != 1) detail::throw_single_output_braced(out_specs_.size(), options_);
     }
     const Body& body = body_;
     detail::ErasedBody erased = [&body](Context& ctx, const std::vector<Tensor>& xs) {
-      if constexpr (kSingleOut) {
+      if constexpr (single) {
         return std::vector<Tensor>{
             detail::invoke_body(body, ctx, xs, std::make_index_sequence<n>{})};
       } else {
@@ -107,7 +140,7 @@ class ShardMapped {
     };
     std::vector<Array> out = detail::run_shard_map(erased, mesh_, in_specs_, out_specs_,
                                                    std::vector<Array>{args...}, options_);
-    if constexpr (kSingleOut) {
+    if constexpr (single) {
       return out.front();
     } else {
       return out;
@@ -128,14 +161,26 @@ class ShardMapped {
 template <class Body>
 auto shard_map(Body body, Mesh mesh, std::vector<PartitionSpec> in_specs, PartitionSpec out_specs,
                ShardMapOptions options = {}) {
-  return ShardMapped<Body, true>(std::move(body), std::move(mesh), std::move(in_specs),
-                                 {std::move(out_specs)}, options);
+  return ShardMapped<Body, detail::OutForm::single>(std::move(body), std::move(mesh),
+                                                    std::move(in_specs), {std::move(out_specs)},
+                                                    detail::with_name<Body>(std::move(options)));
 }
 template <class Body>
 auto shard_map(Body body, Mesh mesh, std::vector<PartitionSpec> in_specs,
                std::vector<PartitionSpec> out_specs, ShardMapOptions options = {}) {
-  return ShardMapped<Body, false>(std::move(body), std::move(mesh), std::move(in_specs),
-                                  std::move(out_specs), options);
+  return ShardMapped<Body, detail::OutForm::list>(std::move(body), std::move(mesh),
+                                                  std::move(in_specs), std::move(out_specs),
+                                                  detail::with_name<Body>(std::move(options)));
+}
+// out_specs as a braced list, {P("x"), P()} or {P("x")}: preferred over both overloads above for
+// any braced list (C++ ranks a std::initializer_list parameter first), so the body's return type
+// decides: a std::vector<Tensor> body gets one output per entry, a Tensor body needs one entry.
+template <class Body>
+auto shard_map(Body body, Mesh mesh, std::vector<PartitionSpec> in_specs,
+               std::initializer_list<PartitionSpec> out_specs, ShardMapOptions options = {}) {
+  return ShardMapped<Body, detail::OutForm::braced>(
+      std::move(body), std::move(mesh), std::move(in_specs), std::vector<PartitionSpec>(out_specs),
+      detail::with_name<Body>(std::move(options)));
 }
 
 }  // namespace meshrt

@@ -37,6 +37,9 @@ class Tensor {
   bool valid() const { return buffer_ != nullptr; }
   // "Tensor(float32(2, 4) on cpu:3)".
   std::string str() const;
+  // t[i]: row i of the leading dimension (negative counts from the end), as jnp indexing: a view
+  // of shape shape()[1:] sharing this tensor's block. Defined with the ops (tensor_ops.cpp).
+  Tensor operator[](int64_t i) const;
 
   // Copies the data to the host. T must match dtype() exactly, else an Error.
   template <class T>

@@ -301,6 +301,20 @@ Tensor maximum(const Tensor& a, Scalar b) {
 Tensor minimum(const Tensor& a, Scalar b) {
   return scalar_op(BinaryOp::min, a, b, false, "minimum");
 }
+Tensor equal(const Tensor& a, Scalar b) { return scalar_op(BinaryOp::eq, a, b, false, "equal"); }
+Tensor not_equal(const Tensor& a, Scalar b) {
+  return scalar_op(BinaryOp::ne, a, b, false, "not_equal");
+}
+Tensor less(const Tensor& a, Scalar b) { return scalar_op(BinaryOp::lt, a, b, false, "less"); }
+Tensor less_equal(const Tensor& a, Scalar b) {
+  return scalar_op(BinaryOp::le, a, b, false, "less_equal");
+}
+Tensor greater(const Tensor& a, Scalar b) {
+  return scalar_op(BinaryOp::gt, a, b, false, "greater");
+}
+Tensor greater_equal(const Tensor& a, Scalar b) {
+  return scalar_op(BinaryOp::ge, a, b, false, "greater_equal");
+}
 
 Tensor where(const Tensor& cond, const Tensor& a0, const Tensor& b0) {
   check_same_device(cond, a0, "where");
@@ -480,6 +494,26 @@ Tensor reshape(const Tensor& x, Shape shape) {
   return Tensor(x.buffer(), x.byte_offset(), std::move(shape), x.dtype(),
                 x.device());  // same buffer
 }
+
+namespace {
+Tensor row_view(const Tensor& x, int64_t i, const std::string& op) {
+  check_valid(x, op.c_str());
+  if (x.shape().empty()) throw Error(cat("[ops] ", op, ": indexing a 0-d tensor (it has no rows)"));
+  const int64_t n = x.shape()[0];
+  if (i < -n || i >= n) {
+    throw Error(cat("[ops] ", op, ": index ", i, " is out of bounds for axis 0 with size ", n,
+                    " (negative indices count from the end)"));
+  }
+  if (i < 0) i += n;
+  Shape rest(x.shape().begin() + 1, x.shape().end());
+  const size_t row_bytes = static_cast<size_t>(shape_size(rest)) * dtype_size(x.dtype());
+  return Tensor(x.buffer(), x.byte_offset() + static_cast<size_t>(i) * row_bytes, std::move(rest),
+                x.dtype(), x.device());  // same buffer
+}
+}  // namespace
+
+Tensor row(const Tensor& x, int64_t i) { return row_view(x, i, "row"); }
+Tensor Tensor::operator[](int64_t i) const { return row_view(*this, i, cat("t[", i, "]")); }
 
 Tensor slice(const Tensor& x, const Shape& start, const Shape& limit, const Shape& strides) {
   check_valid(x, "slice");

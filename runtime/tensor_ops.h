@@ -9,10 +9,13 @@
 // Operands must live on one device; mixing devices or platforms is an Error naming both.
 // Every op dispatches through the tensor's backend, so a platform only adds kernels. Ops return
 // new Tensors (never modify operands) and are thread-safe: bodies on different devices call them
-// at once.
+// at once. The compound assignments (+= ...) rebind their left side to the new Tensor, as
+// `x += y` does in JAX (`x = x + y`: the dtype and shape may change; other copies of x keep
+// the old value).
 //
 //   Tensor h = relu(matmul(x, w) + b);           // b broadcasts over rows
 //   Tensor loss = mean((h - y) * (h - y));
+//   h *= 0.5; Tensor mask = h > 0.0; Tensor first = h[0];
 #pragma once
 
 #include <cstdint>
@@ -72,6 +75,12 @@ Tensor divide(const Tensor& a, Scalar b);
 Tensor divide(Scalar a, const Tensor& b);
 Tensor maximum(const Tensor& a, Scalar b);
 Tensor minimum(const Tensor& a, Scalar b);
+Tensor equal(const Tensor& a, Scalar b);  // the scalar weakly typed as above; bool results
+Tensor not_equal(const Tensor& a, Scalar b);
+Tensor less(const Tensor& a, Scalar b);
+Tensor less_equal(const Tensor& a, Scalar b);
+Tensor greater(const Tensor& a, Scalar b);
+Tensor greater_equal(const Tensor& a, Scalar b);
 
 inline Tensor operator+(const Tensor& a, const Tensor& b) { return add(a, b); }
 inline Tensor operator-(const Tensor& a, const Tensor& b) { return subtract(a, b); }
@@ -92,6 +101,26 @@ inline Tensor operator<(const Tensor& a, const Tensor& b) { return less(a, b); }
 inline Tensor operator<=(const Tensor& a, const Tensor& b) { return less_equal(a, b); }
 inline Tensor operator>(const Tensor& a, const Tensor& b) { return greater(a, b); }
 inline Tensor operator>=(const Tensor& a, const Tensor& b) { return greater_equal(a, b); }
+inline Tensor operator==(const Tensor& a, Scalar b) { return equal(a, b); }
+inline Tensor operator!=(const Tensor& a, Scalar b) { return not_equal(a, b); }
+inline Tensor operator<(const Tensor& a, Scalar b) { return less(a, b); }
+inline Tensor operator<=(const Tensor& a, Scalar b) { return less_equal(a, b); }
+inline Tensor operator>(const Tensor& a, Scalar b) { return greater(a, b); }
+inline Tensor operator>=(const Tensor& a, Scalar b) { return greater_equal(a, b); }
+inline Tensor operator==(Scalar a, const Tensor& b) { return equal(b, a); }
+inline Tensor operator!=(Scalar a, const Tensor& b) { return not_equal(b, a); }
+inline Tensor operator<(Scalar a, const Tensor& b) { return greater(b, a); }
+inline Tensor operator<=(Scalar a, const Tensor& b) { return greater_equal(b, a); }
+inline Tensor operator>(Scalar a, const Tensor& b) { return less(b, a); }
+inline Tensor operator>=(Scalar a, const Tensor& b) { return less_equal(b, a); }
+inline Tensor& operator+=(Tensor& a, const Tensor& b) { return a = add(a, b); }
+inline Tensor& operator-=(Tensor& a, const Tensor& b) { return a = subtract(a, b); }
+inline Tensor& operator*=(Tensor& a, const Tensor& b) { return a = multiply(a, b); }
+inline Tensor& operator/=(Tensor& a, const Tensor& b) { return a = divide(a, b); }
+inline Tensor& operator+=(Tensor& a, Scalar b) { return a = add(a, b); }
+inline Tensor& operator-=(Tensor& a, Scalar b) { return a = subtract(a, b); }
+inline Tensor& operator*=(Tensor& a, Scalar b) { return a = multiply(a, b); }
+inline Tensor& operator/=(Tensor& a, Scalar b) { return a = divide(a, b); }
 
 // ---- reductions: axis = std::nullopt reduces everything; negative axes count from the end
 Tensor sum(const Tensor& x, std::optional<int> axis = std::nullopt, bool keepdims = false);
@@ -128,6 +157,9 @@ Tensor expand_dims(const Tensor& x, int axis);
 // jnp.pad(mode="constant"): (before, after) >= 0 per dimension.
 Tensor pad(const Tensor& x, const std::vector<std::pair<int64_t, int64_t>>& widths,
            double value = 0.0);
+// x[i] (Tensor::operator[]): row i of the leading dimension, negative counts from the end; a view
+// sharing x's block.
+Tensor row(const Tensor& x, int64_t i);
 
 // The dtype JAX gives `a op b` for two arrays; and the float type of integer math.
 DType promote_types(DType a, DType b);

@@ -677,6 +677,104 @@ TEST_P(Ops, ConcatenateSplitStackPad) {
   EXPECT_MESHRT_ERROR(pad(ta, {{1, 1}, {-1, 0}}), ">= 0");
 }
 
+// Conveniences a user reaches for, with the semantics of their Array counterparts
+// (global/array_ops.h) and of JAX: compound assignment rebinds, comparisons take weak scalars,
+// t[i] is a row.
+TEST_P(Ops, CompoundAssignmentComparisonsAndRows) {
+  Tensor t = tensor(std::vector<float>{-1.5f, 0.f, 2.f, 3.f}, {4}, dev_);
+  const Tensor before = t;
+  t += 1.0;
+  EXPECT_EQ(values(t), (std::vector<double>{-0.5, 1, 3, 4}));
+  EXPECT_EQ(values(before), (std::vector<double>{-1.5, 0, 2, 3}));  // other copies keep theirs
+  t -= tensor(std::vector<float>{1.f, 1.f, 1.f, 1.f}, {4}, dev_);
+  t *= 2;
+  t /= 4.0;
+  EXPECT_EQ(t.dtype(), DType::f32);
+  EXPECT_EQ(values(t), (std::vector<double>{-0.75, 0, 1, 1.5}));
+  Tensor m = ones({2, 4}, DType::f32, dev_);
+  m *= t;  // broadcasts, as m = m * t
+  m += m;
+  EXPECT_EQ(m.shape(), (Shape{2, 4}));
+  EXPECT_EQ(values(m), (std::vector<double>{-1.5, 0, 2, 3, -1.5, 0, 2, 3}));
+  Tensor q = full({2}, 7.0, DType::f64, dev_);
+  q -= 1;
+  q /= full({2}, 4.0, DType::f64, dev_);
+  EXPECT_EQ(values(q), (std::vector<double>{1.5, 1.5}));
+  Tensor i = arange(4, DType::i32, dev_);
+  i += 1;
+  EXPECT_EQ(i.dtype(), DType::i32);
+  i /= 2;  // true division: int32 -> float32, as jnp (i = i / 2)
+  EXPECT_EQ(i.dtype(), DType::f32);
+  EXPECT_EQ(values(i), (std::vector<double>{0.5, 1, 1.5, 2}));
+  Tensor w = arange(3, DType::i32, dev_);
+  w *= 0.5;  // a double scalar turns integers into float64
+  EXPECT_EQ(w.dtype(), DType::f64);
+
+  // Comparisons with scalars give bool; the scalar is weakly typed as in arithmetic.
+  const Tensor x = tensor(std::vector<float>{-1.f, 0.f, 1.f, 2.5f}, {2, 2}, dev_);
+  EXPECT_EQ((x > 0.0).dtype(), DType::bool_);
+  EXPECT_EQ((x > 0.0).shape(), (Shape{2, 2}));
+  EXPECT_EQ(values(x > 0.0), (std::vector<double>{0, 0, 1, 1}));
+  EXPECT_EQ(values(x == 1), (std::vector<double>{0, 0, 1, 0}));
+  EXPECT_EQ(values(x != 1), (std::vector<double>{1, 1, 0, 1}));
+  EXPECT_EQ(values(x < 0), (std::vector<double>{1, 0, 0, 0}));
+  EXPECT_EQ(values(x <= 1.0), (std::vector<double>{1, 1, 1, 0}));
+  EXPECT_EQ(values(x >= 2.5), (std::vector<double>{0, 0, 0, 1}));
+  EXPECT_EQ(values(0.0 < x), values(x > 0.0));  // scalar on the left
+  EXPECT_EQ(values(1 == x), values(x == 1));
+  EXPECT_EQ(values(2.5 <= x), values(x >= 2.5));
+  EXPECT_EQ(values(0 >= x), values(x <= 0));
+  EXPECT_EQ(values(1.0 != x), values(x != 1.0));
+  EXPECT_EQ(values(0 > x), values(x < 0));
+  const Tensor xi = arange(4, DType::i32, dev_);
+  EXPECT_EQ(values(xi == 1), (std::vector<double>{0, 1, 0, 0}));
+  EXPECT_EQ(values(xi > 1.5), (std::vector<double>{0, 0, 1, 1}));
+  // jnp.float32(0.1) == 0.1 is True (the scalar takes float32); an int32 against a double compares
+  // in float64 (jnp.int32(16777217) == 16777216.0 is False, where float32 would round both).
+  EXPECT_EQ(values(full({1}, 0.1, DType::f32, dev_) == 0.1), (std::vector<double>{1}));
+  EXPECT_EQ(values(full({1}, 16777217, DType::i32, dev_) == 16777216.0), (std::vector<double>{0}));
+  const Tensor xb = xi > 1;
+  EXPECT_EQ(values(xb == 1), (std::vector<double>{0, 0, 1, 1}));
+  EXPECT_EQ(values(xb != true), (std::vector<double>{1, 1, 0, 0}));
+  const Tensor nan = full({1}, std::numeric_limits<double>::quiet_NaN(), DType::f32, dev_);
+  EXPECT_EQ(values(nan == nan), (std::vector<double>{0}));
+  EXPECT_EQ(values(nan != 0.0), (std::vector<double>{1}));
+  EXPECT_EQ(values(nan > 0.0), (std::vector<double>{0}));
+  EXPECT_EQ(values(where(x > 0.0, x, 0.0 * x)), (std::vector<double>{0, 0, 1, 2.5}));
+
+  // t[i]: row i of the leading dimension, negative from the end, a view of t's block.
+  const Tensor r = reshape(arange(24, DType::f64, dev_), {2, 3, 4});
+  EXPECT_EQ(r[1].shape(), (Shape{3, 4}));
+  EXPECT_EQ(values(r[0][2]), (std::vector<double>{8, 9, 10, 11}));
+  EXPECT_EQ(values(r[-1][-3]), (std::vector<double>{12, 13, 14, 15}));
+  EXPECT_EQ(values(r[1][2][3]), (std::vector<double>{23}));
+  EXPECT_EQ(r[1][2][3].shape(), Shape{});
+  EXPECT_EQ(r[1].buffer(), r.buffer());
+  EXPECT_EQ(values(row(r, -2)), values(r[0]));
+  const Tensor v = arange(5, DType::i64, dev_);
+  EXPECT_EQ(values(v[-1]), (std::vector<double>{4}));
+  EXPECT_EQ(v[4].dtype(), DType::i64);
+  EXPECT_MESHRT_ERROR(r[2], "[ops] t[2]: index 2 is out of bounds for axis 0 with size 2");
+  EXPECT_MESHRT_ERROR(r[-3], "[ops] t[-3]: index -3 is out of bounds for axis 0 with size 2");
+  EXPECT_MESHRT_ERROR(row(v, 5), "[ops] row: index 5 is out of bounds for axis 0 with size 5");
+  EXPECT_MESHRT_ERROR(v[0][0], "[ops] t[0]: indexing a 0-d tensor");
+  EXPECT_MESHRT_ERROR(Tensor()[0], "empty (default-constructed) Tensor");
+  EXPECT_MESHRT_ERROR(zeros({0, 3}, DType::f32, dev_)[0], "out of bounds for axis 0 with size 0");
+
+  // The same values as the Array forms on a one-device array.
+  const SingleDeviceSharding one(dev_);
+  Array a = device_put(x, one);
+  EXPECT_EQ((a > 0.0).to_vector<bool>(), (x > 0.0).to_vector<bool>());
+  EXPECT_EQ((a == 1).to_vector<bool>(), (x == 1).to_vector<bool>());
+  EXPECT_EQ(a[-1].to_vector<float>(), x[-1].to_vector<float>());
+  Tensor tx = x;
+  tx *= 3.0;
+  tx -= 1;
+  a *= 3.0;
+  a -= 1;
+  EXPECT_EQ(a.to_vector<float>(), tx.to_vector<float>());
+}
+
 TEST_P(Ops, InsideShardMapBodies) {
   // The MLP pattern: ops on each device's block, then a collective.
   Mesh mesh = make_mesh({4}, {"x"}, GetParam());

@@ -7,12 +7,16 @@
 // within 32 ulp.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <bit>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
+#include <functional>
 #include <map>
 #include <sstream>
 
+#include "core/config.h"
 #include "tests/test_util.h"
 
 namespace meshrt {
@@ -207,10 +211,239 @@ TEST(Random, StreamsDifferInShapeDependence) {
 
 TEST(Random, Errors) {
   Device d = devices()[0];
-  EXPECT_MESHRT_ERROR(random::normal(random::key(0), {4}, d, DType::i32), "[random] normal",
+  EXPECT_MESHRT_ERROR(random::normal(random::key(0), {4}, d, DType::i32), "[random.normal]",
                       "float32 or float64, got int32");
   EXPECT_MESHRT_ERROR(random::uniform(random::key(0), {-1}, d), "negative dimension");
   EXPECT_MESHRT_ERROR(random::split(random::key(0), -2), "negative");
+}
+
+// Every error names the function the user called, never an internal step (device_put, tensor).
+TEST(Random, ErrorsNameTheFunctionCalled) {
+  Device d = devices()[0];
+  Mesh mesh = make_mesh({4, 2}, {"x", "y"});
+  const NamedSharding by_x(mesh, P("x"));
+  const Key k = random::key(0);
+  auto starts_with = [](const std::string& api) {
+    return [api](const std::function<void()>& call) {
+      try {
+        call();
+        ADD_FAILURE() << "expected an Error from " << api;
+      } catch (const Error& e) {
+        EXPECT_EQ(std::string(e.what()).rfind("[" + api + "] ", 0), 0u) << e.what();
+        EXPECT_EQ(std::string(e.what()).find("device_put"), std::string::npos) << e.what();
+      }
+    };
+  };
+  auto normal = starts_with("random.normal");
+  normal([&] { random::normal(k, {4}, d, DType::i32); });
+  normal([&] { random::normal(k, {-1}, d); });
+  normal([&] { random::normal(k, {6}, by_x); });  // 6 rows over 4 devices
+  normal([&] { random::normal(k, {}, by_x); });   // rank 0 under P("x")
+  normal([&] { random::normal(k, {8}, by_x, DType::i64); });
+  auto uniform = starts_with("random.uniform");
+  uniform([&] { random::uniform(k, {3}, d, DType::i32); });
+  uniform([&] { random::uniform(k, {2, -3}, d); });
+  uniform([&] { random::uniform(k, {6}, by_x); });
+  starts_with("random.bits")([&] { random::bits(k, {-2}); });
+  starts_with("random.split")([&] { random::split(k, -1); });
+  auto randint = starts_with("random.randint");
+  randint([&] { random::randint(k, {4}, 0, 10, d, DType::f32); });
+  randint([&] { random::randint(k, {-4}, 0, 10, d); });
+  randint([&] { random::randint(k, {6}, 0, 10, by_x); });
+  auto bernoulli = starts_with("random.bernoulli");
+  bernoulli([&] { random::bernoulli(k, 0.5, {4}, d, DType::i32); });
+  bernoulli([&] { random::bernoulli(k, 0.5, {-4}, d); });
+  bernoulli([&] { random::bernoulli(k, 0.5, {6}, by_x); });
+  auto permutation = starts_with("random.permutation");
+  permutation([&] { random::permutation(k, 10, d, DType::f64); });
+  permutation([&] { random::permutation(k, 6, by_x); });
+  EXPECT_MESHRT_ERROR(random::normal(k, {6}, by_x), "implies that array axis 0 is partitioned 4",
+                      "dimension size is 6");
+}
+
+// key(seed) without a stream takes the process default: set_default_stream, else
+// MESHRT_PRNG_STREAM, else current. A stream passed explicitly always wins.
+TEST(Random, DefaultStream) {
+  const char* before = std::getenv("MESHRT_PRNG_STREAM");
+  const std::string saved = before != nullptr ? before : "";
+  unsetenv("MESHRT_PRNG_STREAM");
+  Device d = devices()[0];
+  const std::vector<float> legacy =
+      random::normal(random::key(0, Stream::legacy), {8}, d).to_vector<float>();
+  const std::vector<float> current =
+      random::normal(random::key(0, Stream::current), {8}, d).to_vector<float>();
+  ASSERT_NE(legacy, current);
+
+  EXPECT_EQ(random::default_stream(), Stream::current);
+  EXPECT_EQ(random::key(0).stream(), Stream::current);
+  random::set_default_stream(random::Stream::legacy);  // reproducing a JAX 0.4 notebook
+  EXPECT_EQ(random::default_stream(), Stream::legacy);
+  EXPECT_EQ(random::key(0).stream(), Stream::legacy);
+  EXPECT_EQ(random::normal(random::key(0), {8}, d).to_vector<float>(), legacy);
+  auto ks = random::split(random::key(42));
+  EXPECT_EQ(ks[0], random::split(random::key(42, Stream::legacy))[0]);
+  EXPECT_EQ(random::key(0, Stream::current).stream(), Stream::current);  // explicit wins
+  EXPECT_EQ(random::normal(random::key(0, Stream::current), {8}, d).to_vector<float>(), current);
+  random::set_default_stream(Stream::current);
+  EXPECT_EQ(random::key(0).stream(), Stream::current);
+
+  // The environment, read when no default was set.
+  random::set_default_stream(std::nullopt);
+  setenv("MESHRT_PRNG_STREAM", "legacy", 1);
+  EXPECT_EQ(random::key(7).stream(), Stream::legacy);
+  EXPECT_EQ(random::normal(random::key(0), {8}, d).to_vector<float>(), legacy);
+  EXPECT_EQ(random::key(7, Stream::current).stream(), Stream::current);
+  setenv("MESHRT_PRNG_STREAM", "current", 1);
+  EXPECT_EQ(random::key(7).stream(), Stream::current);
+  random::set_default_stream(Stream::legacy);  // the program's choice wins over the variable
+  EXPECT_EQ(random::key(7).stream(), Stream::legacy);
+  random::set_default_stream(std::nullopt);
+  setenv("MESHRT_PRNG_STREAM", "0.4", 1);
+  EXPECT_MESHRT_ERROR(random::key(0),
+                      "[random.key] MESHRT_PRNG_STREAM='0.4' is not one of current, legacy");
+  EXPECT_NO_THROW(random::key(0, Stream::legacy));  // an explicit stream needs no default
+  bool documented = false;
+  for (const config::Variable& v : config::variables())
+    documented |= v.name == "MESHRT_PRNG_STREAM" && v.values == "current, legacy";
+  EXPECT_TRUE(documented);
+
+  if (before != nullptr)
+    setenv("MESHRT_PRNG_STREAM", saved.c_str(), 1);
+  else
+    unsetenv("MESHRT_PRNG_STREAM");
+}
+
+// randint, bernoulli and permutation against JAX 0.10.2 (tests/data/gen_prng_samplers.py), bit for
+// bit, in both streams.
+struct SamplerCase {
+  Stream stream;
+  std::string op;
+  uint64_t seed;
+  std::vector<std::string> args;
+  std::string dtype;
+  Shape shape;
+  std::vector<int64_t> values;
+};
+
+std::vector<SamplerCase> load_samplers() {
+  std::vector<SamplerCase> out;
+  std::istringstream in(test::read_data_file("prng_samplers_expected.txt"));
+  std::string line;
+  while (std::getline(in, line)) {
+    const size_t colon = line.find(" : ");
+    std::istringstream head(line.substr(0, colon)), vals(line.substr(colon + 3));
+    SamplerCase c;
+    std::string stream, args, shape;
+    head >> stream >> c.op >> c.seed >> args >> c.dtype >> shape;
+    c.stream = stream == "current" ? Stream::current : Stream::legacy;
+    c.args = test::split(args, ',');
+    c.shape = test::parse_shape(shape);
+    int64_t v;
+    while (vals >> v) c.values.push_back(v);
+    out.push_back(std::move(c));
+  }
+  return out;
+}
+
+TEST(Random, SamplersMatchJax) {
+  Device d = devices()[0];
+  std::map<std::string, int> checked;
+  for (const SamplerCase& c : load_samplers()) {
+    SCOPED_TRACE(c.op + " seed " + std::to_string(c.seed) + " " + c.dtype + " " +
+                 shape_str(c.shape) + (c.stream == Stream::current ? " (current)" : " (legacy)"));
+    Key k = random::key(c.seed, c.stream);
+    if (c.op.find("_derived") != std::string::npos) k = random::fold_in(random::split(k)[1], 3);
+    const std::string op = c.op.substr(0, c.op.find('_'));
+    std::vector<int64_t> got;
+    if (op == "randint") {
+      const DType dt = c.dtype == "int32" ? DType::i32 : DType::i64;
+      const int64_t lo = std::stoll(c.args.at(0)), hi = std::stoll(c.args.at(1));
+      got = random::randint_values(k, c.shape, lo, hi, dt);
+      // The Tensor a user gets holds the same values in its dtype.
+      Tensor t = random::randint(k, c.shape, lo, hi, d, dt);
+      ASSERT_EQ(t.dtype(), dt);
+      ASSERT_EQ(t.shape(), c.shape);
+      if (dt == DType::i32) {
+        std::vector<int32_t> v = t.to_vector<int32_t>();
+        EXPECT_EQ(std::vector<int64_t>(v.begin(), v.end()), c.values);
+      } else {
+        EXPECT_EQ(t.to_vector<int64_t>(), c.values);
+      }
+    } else if (op == "bernoulli") {
+      const DType pt = c.dtype == "float32" ? DType::f32 : DType::f64;
+      const double p = std::stod(c.args.at(0));
+      std::vector<bool> b = random::bernoulli_values(k, p, c.shape, pt);
+      got.assign(b.begin(), b.end());
+      Tensor t = random::bernoulli(k, p, c.shape, d, pt);
+      ASSERT_EQ(t.dtype(), DType::bool_);
+      ASSERT_EQ(t.shape(), c.shape);
+      std::vector<int64_t> tv;
+      for (bool x : t.to_vector<bool>()) tv.push_back(x);
+      EXPECT_EQ(tv, c.values);
+    } else if (op == "permutation") {
+      const int64_t n = std::stoll(c.args.at(0));
+      got = random::permutation_values(k, n);
+      Tensor t = random::permutation(k, n, d, DType::i64);
+      ASSERT_EQ(t.shape(), c.shape);
+      EXPECT_EQ(t.to_vector<int64_t>(), c.values);
+    } else {
+      ADD_FAILURE() << "unknown op";
+      continue;
+    }
+    EXPECT_EQ(got, c.values);
+    ++checked[op];
+  }
+  EXPECT_GE(checked["randint"], 900);
+  EXPECT_GE(checked["bernoulli"], 800);
+  EXPECT_GE(checked["permutation"], 90);
+}
+
+TEST(Random, SamplersUserCalls) {
+  Device d = devices()[0];
+  const Key k = random::key(0);
+  // jax.random.randint(key, (5,), 0, 10, jnp.int32) -> [9 0 2 3 1]
+  Tensor r = random::randint(k, {5}, 0, 10, d);
+  EXPECT_EQ(r.dtype(), DType::i32);
+  EXPECT_EQ(r.to_vector<int32_t>(), (std::vector<int32_t>{9, 0, 2, 3, 1}));
+  EXPECT_EQ(random::randint(k, {3}, 5, 2, d).to_vector<int32_t>(), (std::vector<int32_t>{5, 5, 5}));
+  // jax.random.permutation(key, 10) -> [0 1 8 5 6 4 3 2 7 9]
+  Tensor perm = random::permutation(k, 10, d);
+  EXPECT_EQ(perm.dtype(), DType::i32);
+  EXPECT_EQ(perm.to_vector<int32_t>(), (std::vector<int32_t>{0, 1, 8, 5, 6, 4, 3, 2, 7, 9}));
+  EXPECT_EQ(random::permutation(k, 0, d).shape(), (Shape{0}));
+  // jax.random.bernoulli(key, 0.5, (8,)): p as float32 (JAX's default dtype).
+  Tensor b = random::bernoulli(k, 0.5, {8}, d);
+  EXPECT_EQ(b.dtype(), DType::bool_);
+  EXPECT_EQ(b.to_vector<bool>(), (std::vector<bool>{0, 0, 1, 1, 0, 1, 1, 0}));
+  // Every permutation is one.
+  std::vector<int32_t> big = random::permutation(random::key(5), 3000, d).to_vector<int32_t>();
+  std::sort(big.begin(), big.end());
+  for (int32_t i = 0; i < 3000; ++i) ASSERT_EQ(big[static_cast<size_t>(i)], i);
+}
+
+TEST(Random, ShardedSamplersEqualUnsharded) {
+  Mesh mesh = make_mesh({4, 2}, {"x", "y"});
+  Device d = devices()[0];
+  for (Stream s : {Stream::current, Stream::legacy}) {
+    const Key k = random::fold_in(random::key(3, s), 5);
+    Array r = random::randint(k, {16, 6}, -50, 50, NamedSharding(mesh, P("x", "y")));
+    EXPECT_EQ(r.dtype(), DType::i32);
+    EXPECT_EQ(r.sharding(), Sharding(NamedSharding(mesh, P("x", "y"))));
+    EXPECT_EQ(r.to_vector<int32_t>(), random::randint(k, {16, 6}, -50, 50, d).to_vector<int32_t>());
+    Array r64 = random::randint(k, {8}, -(int64_t{1} << 40), int64_t{1} << 40,
+                                NamedSharding(mesh, P(Axes{"x", "y"})), DType::i64);
+    EXPECT_EQ(r64.to_vector<int64_t>(),
+              random::randint(k, {8}, -(int64_t{1} << 40), int64_t{1} << 40, d, DType::i64)
+                  .to_vector<int64_t>());
+    Array b = random::bernoulli(k, 0.3, {8, 4}, NamedSharding(mesh, P(None, "y")));
+    EXPECT_EQ(b.dtype(), DType::bool_);
+    EXPECT_EQ(b.to_vector<bool>(), random::bernoulli(k, 0.3, {8, 4}, d).to_vector<bool>());
+    Array p = random::permutation(k, 24, NamedSharding(mesh, P("x")));
+    const std::vector<int32_t> whole = random::permutation(k, 24, d).to_vector<int32_t>();
+    EXPECT_EQ(p.to_vector<int32_t>(), whole);
+    for (const Shard& sh : p.addressable_shards())
+      EXPECT_EQ(sh.data.to_vector<int32_t>(), test::host_slice(whole, {24}, sh.index));
+  }
 }
 
 }  // namespace

@@ -11,6 +11,7 @@
 #include <numeric>
 #include <thread>
 #include <type_traits>
+#include <typeinfo>
 
 #include "backends/backend.h"
 #include "core/threads/fiber_executor.h"
@@ -109,6 +110,51 @@ TEST(ShardMap, SeveralInputsAndOutputsWithResharding) {
   }
   EXPECT_EQ(outs[1].to_vector<float>(), want);
   EXPECT_EQ(outs[2].shape(), (Shape{8}));
+}
+
+// Braced out_specs follow the body: a list body gets one output per entry (also for one entry),
+// a Tensor body one output. The exact call shapes a user writes.
+TEST(ShardMap, BracedOutSpecsFollowTheBody) {
+  Mesh mesh = make_mesh({8}, {"x"});
+  Array x = device_put(std::vector<float>(8, 3.f), {8}, NamedSharding(mesh, P("x")));
+  std::vector<Array> two = shard_map(
+      [](Context&, const Tensor& a) {
+        return std::vector<Tensor>{a, a};
+      },
+      mesh, {P("x")}, {P("x"), P()})(x);
+  ASSERT_EQ(two.size(), 2u);
+  EXPECT_EQ(two[0].shape(), (Shape{8}));
+  EXPECT_EQ(two[0].sharding(), Sharding(NamedSharding(mesh, P("x"))));
+  EXPECT_EQ(two[1].shape(), (Shape{1}));  // equal blocks, one copy kept
+  EXPECT_EQ(two[1].to_vector<float>(), (std::vector<float>{3.f}));
+  std::vector<Array> one =
+      shard_map([](Context&, const Tensor& a) { return std::vector<Tensor>{a * 2.0}; }, mesh,
+                {P("x")}, {P("x")})(x);
+  ASSERT_EQ(one.size(), 1u);
+  EXPECT_EQ(one[0].to_vector<float>(), std::vector<float>(8, 6.f));
+  Array total = shard_map([](Context& ctx, const Tensor& a) { return ctx.psum(a, "x"); }, mesh,
+                          {P("x")}, P())(x);
+  EXPECT_EQ(total.to_vector<float>(), (std::vector<float>{24.f}));
+  Array same =
+      shard_map([](Context&, const Tensor& a) { return a + 1.0; }, mesh, {P("x")}, {P("x")})(x);
+  EXPECT_EQ(same.to_vector<float>(), std::vector<float>(8, 4.f));
+  std::vector<Array> listed = shard_map(
+      [](Context&, const std::vector<Tensor>& xs) { return std::vector<Tensor>{xs[0] - xs[1]}; },
+      mesh, {P("x"), P("x")}, {P("x")})({x, x});
+  EXPECT_EQ(listed[0].to_vector<float>(), std::vector<float>(8, 0.f));
+  static_assert(std::is_same_v<decltype(shard_map([](Context&, const Tensor& a) { return a; }, mesh,
+                                                  {P("x")}, {P("x")})(x)),
+                               Array>);
+  static_assert(
+      std::is_same_v<decltype(shard_map([](Context&, const Tensor& a) { return std::vector{a}; },
+                                        mesh, {P("x")}, {P("x")})(x)),
+                     std::vector<Array>>);
+  // A Tensor body with several braced out_specs: one output, said at the call.
+  EXPECT_MESHRT_ERROR(
+      shard_map([](Context&, const Tensor& a) { return a; }, mesh, {P("x")}, {P("x"), P()},
+                {.name = "step"})(x),
+      "[shard_map] out_specs is a list of 2 PartitionSpecs but the function 'step' returns one "
+      "Tensor; return std::vector<Tensor>");
 }
 
 TEST(ShardMap, RepeatedPsumMultipliesReplicatedValues) {
@@ -443,6 +489,40 @@ TEST(ShardMapErrors, Specs) {
                 mesh, {P("i")}, P("i"))(x),
       test::dev_name(0) + std::string(" returned from its shard_map body"),
       "all_gather(float32[2], axes=('i',)");
+}
+
+struct LossFn {
+  Tensor operator()(Context&, const Tensor& t) const { return t; }
+};
+
+// JAX names the function in its errors; meshrt names the body: ShardMapOptions::name, else its
+// type shortened (a functor's class, the function a lambda is written in).
+TEST(ShardMapErrors, NameTheBody) {
+  Mesh mesh = make_mesh({4}, {"i"});
+  Array ten = iota_array(mesh, {10}, P());
+  Array x = iota_array(mesh, {8}, P());
+  auto id = [](Context&, const Tensor& t) { return t; };
+  EXPECT_MESHRT_ERROR(
+      shard_map(id, mesh, {P("i")}, P("i"), ShardMapOptions{.name = "loss"})(ten),
+      "[shard_map] shard_map applied to the function 'loss' was given argument arrays",
+      "padding the input and adapting 'loss' appropriately");
+  EXPECT_MESHRT_ERROR(shard_map(id, mesh, {P("i", None)}, P("i"), {.name = "loss"})(x),
+                      "shard_map applied to the function 'loss' was given an in_specs entry",
+                      "modify 'loss' so that its inputs have sufficient rank");
+  EXPECT_MESHRT_ERROR(shard_map(id, mesh, {P("i")}, P("i", None),
+                                ShardMapOptions{.check_replication = false, .name = "loss"})(x),
+                      "shard_map applied to the function 'loss' was given an out_specs entry",
+                      "modify 'loss' so that its outputs have sufficient rank");
+  // Defaults: the function the lambda is written in (gtest's TestBody here), a functor's class.
+  EXPECT_MESHRT_ERROR(shard_map(id, mesh, {P("i")}, P("i"))(ten),
+                      "shard_map applied to the function '<lambda in TestBody>' was given");
+  EXPECT_MESHRT_ERROR(shard_map(LossFn{}, mesh, {P("i")}, P("i"))(ten),
+                      "shard_map applied to the function 'LossFn' was given");
+  Tensor (*fp)(Context&, const Tensor&) = [](Context&, const Tensor& t) { return t; };
+  EXPECT_MESHRT_ERROR(shard_map(fp, mesh, {P("i")}, P("i"))(ten),
+                      "shard_map applied to the function 'body' was given");
+  EXPECT_EQ(detail::body_type_name(typeid(fp)), "body");
+  EXPECT_EQ(detail::body_type_name(typeid(std::function<Tensor(Context&, const Tensor&)>)), "body");
 }
 
 TEST(ShardMapErrors, OutputsOfDifferentShapesOrDevices) {

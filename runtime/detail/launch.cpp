@@ -53,11 +53,16 @@ std::string aval_str(DType dtype, const Shape& shape) {
   return s + "]";
 }
 
+// The function's name in JAX's messages: ShardMapOptions::name ("body" when none was given).
+std::string fn_name(const ShardMapOptions& options) {
+  return quote(options.name.empty() ? std::string("body") : options.name);
+}
+
 void check_rank(const PartitionSpec& spec, const Shape& shape, DType dtype, const std::string& what,
-                bool output) {
+                bool output, const std::string& fn) {
   if (spec.size() <= shape.size()) return;
   std::string msg =
-      cat("[shard_map] shard_map applied to the function 'body' was given an ",
+      cat("[shard_map] shard_map applied to the function ", fn, " was given an ",
           output ? "out_specs" : "in_specs",
           " entry which is too long to be compatible with the corresponding ",
           output ? "output value from the function" : "input value from the function", ": ", what,
@@ -66,9 +71,8 @@ void check_rank(const PartitionSpec& spec, const Shape& shape, DType dtype, cons
           ", which has rank ", shape.size(), " (and ", shape.size(), " < ", spec.size(),
           "). Entries in ", output ? "out_specs" : "in_specs",
           " must be of length no greater than the number of axes in the corresponding ",
-          output ? "output" : "input",
-          " value. Either revise the spec to be shorter, or modify 'body' so that its ",
-          output ? "outputs have" : "inputs have", " sufficient rank.");
+          output ? "output" : "input", " value. Either revise the spec to be shorter, or modify ",
+          fn, " so that its ", output ? "outputs have" : "inputs have", " sufficient rank.");
   if (shape.empty()) {
     msg += output ? " For scalar values (rank 0), consider using an out_specs entry of `P()`. In "
                     "particular, for "
@@ -80,7 +84,8 @@ void check_rank(const PartitionSpec& spec, const Shape& shape, DType dtype, cons
   throw Error(msg);
 }
 
-void check_divisible(const Mesh& mesh, const PartitionSpec& spec, const Array& x, size_t i) {
+void check_divisible(const Mesh& mesh, const PartitionSpec& spec, const Array& x, size_t i,
+                     const std::string& fn) {
   for (size_t d = 0; d < x.shape().size(); ++d) {
     const auto& names = spec[d];
     if (names.empty()) continue;
@@ -91,7 +96,8 @@ void check_divisible(const Mesh& mesh, const PartitionSpec& spec, const Array& x
                          ? cat("mesh axis ", quote(names[0]), " (of size ", t, ")")
                          : cat("mesh axes ", names_tuple(names), " (of total size ", t, ")");
     throw Error(cat(
-        "[shard_map] shard_map applied to the function 'body' was given argument arrays with axis "
+        "[shard_map] shard_map applied to the function ", fn,
+        " was given argument arrays with axis "
         "sizes that are not evenly divisible by the corresponding mesh axis sizes: The mesh given "
         "has shape ",
         shape_str(mesh.shape()), " with corresponding axis names ", names_tuple(mesh.axis_names()),
@@ -103,8 +109,8 @@ void check_divisible(const Mesh& mesh, const PartitionSpec& spec, const Array& x
         "divisible by the mesh axis or axes indicated by the corresponding elements of the "
         "argument's in_specs entry. Consider checking that in_specs are correct, and if so "
         "consider "
-        "changing the mesh axis sizes or else padding the input and adapting 'body' "
-        "appropriately."));
+        "changing the mesh axis sizes or else padding the input and adapting ",
+        fn, " appropriately."));
   }
 }
 
@@ -248,7 +254,8 @@ void check_call(const Mesh& mesh, const std::vector<PartitionSpec>& in_specs,
 }
 
 std::vector<Array> place_inputs(const Mesh& mesh, const std::vector<PartitionSpec>& in_specs,
-                                const std::vector<Array>& args) {
+                                const std::vector<Array>& args, const ShardMapOptions& options) {
+  const std::string fn = fn_name(options);
   std::vector<Array> placed;
   placed.reserve(args.size());
   for (size_t i = 0; i < args.size(); ++i) {
@@ -262,8 +269,8 @@ std::vector<Array> place_inputs(const Mesh& mesh, const std::vector<PartitionSpe
                       "device_put(x, NamedSharding(mesh, in_specs[",
                       i, "]))"));
     }
-    check_rank(in_specs[i], x.shape(), x.dtype(), cat("in_specs[", i, "]"), false);
-    check_divisible(mesh, in_specs[i], x, i);
+    check_rank(in_specs[i], x.shape(), x.dtype(), cat("in_specs[", i, "]"), false, fn);
+    check_divisible(mesh, in_specs[i], x, i, fn);
     placed.push_back(device_put(x, NamedSharding(mesh, in_specs[i])));
   }
   return placed;
@@ -350,7 +357,8 @@ std::vector<Array> assemble_outputs(const Mesh& mesh, const std::vector<Partitio
       blocks.push_back(std::move(t));
     }
     const PartitionSpec& spec = out_specs[k];
-    check_rank(spec, blocks[0].shape(), blocks[0].dtype(), cat("out_specs[", k, "]"), true);
+    check_rank(spec, blocks[0].shape(), blocks[0].dtype(), cat("out_specs[", k, "]"), true,
+               fn_name(options));
     if (options.check_replication) check_replication(mesh, spec, blocks, k);
     Shape global = blocks[0].shape();
     for (size_t d = 0; d < global.size(); ++d) {

@@ -66,9 +66,10 @@ void check_call(const Mesh& mesh, const std::vector<PartitionSpec>& in_specs,
                 const std::vector<PartitionSpec>& out_specs, size_t arg_count);
 
 // Step 1. Each argument resharded to NamedSharding(mesh, in_specs[i]), after JAX's checks (same
-// platform, rank, divisibility). Blocks a device already holds are shared, not copied.
+// platform, rank, divisibility; their messages name options.name). Blocks a device already holds
+// are shared, not copied.
 std::vector<Array> place_inputs(const Mesh& mesh, const std::vector<PartitionSpec>& in_specs,
-                                const std::vector<Array>& args);
+                                const std::vector<Array>& args, const ShardMapOptions& options);
 
 // Step 2. Runs body(ctx, blocks) once per mesh device, concurrently, on the devices' executors;
 // `blocks` are the device's blocks of `inputs` (each laid out on `mesh`, as place_inputs gives).
