@@ -313,76 +313,98 @@ struct Outcome {
   std::vector<std::string> errors;     // per member, "" when it succeeded
 };
 
+// One collective over `n` members: its call, its rendezvous, and every member's buffers (random
+// inputs, fixed seed; outputs and work buffers filled with garbage).
+struct Group {
+  Group(const Case& c, Algo algo, bool det, int64_t n) : n(n), session(names(n), kTimeout, false) {
+    layout = coll::make_group_layout({n}, {0});
+    layout.axis_names = {"x"};
+    call.kind = c.kind;
+    call.dtype = c.dtype;
+    call.shape = c.shape;
+    call.axes = &layout.axis_names;
+    call.axis = c.axis;
+    call.axis2 = c.axis2;
+    call.tiled = c.tiled;
+    call.algo = algo;
+    call.deterministic = det;
+    if (c.kind == Kind::ppermute) {
+      for (int64_t i = 0; i + 1 < n; ++i)
+        call.perm.emplace_back(i, (i + 2) % n);  // one member receives nothing
+    }
+    const DType od = c.kind == Kind::pmean ? coll::pmean_dtype(c.dtype) : c.dtype;
+    out_shape = out_shape_of(c, n);
+    int64_t in_elems = 1, out_elems = 1;
+    for (int64_t d : c.shape) in_elems *= d;
+    for (int64_t d : out_shape) out_elems *= d;
+    in.resize(static_cast<size_t>(n));
+    out.resize(static_cast<size_t>(n));
+    work.resize(static_cast<size_t>(n));
+    std::mt19937 rng(7);
+    for (auto& b : in) {
+      b.resize(static_cast<size_t>(in_elems) * dtype_size(c.dtype));
+      for (size_t e = 0; e < b.size() / dtype_size(c.dtype); ++e) {
+        const double v = static_cast<double>(static_cast<int>(rng() % 2001) - 1000) /
+                         (c.dtype == DType::f32 ? 7.0 : 1.0);
+        if (c.dtype == DType::f32) {
+          const float f = static_cast<float>(v);
+          std::memcpy(b.data() + e * 4, &f, 4);
+        } else {
+          const int32_t i = static_cast<int32_t>(v);
+          std::memcpy(b.data() + e * 4, &i, 4);
+        }
+      }
+    }
+    for (auto& b : out) b.assign(static_cast<size_t>(out_elems) * dtype_size(od), '\x5a');
+    work_bytes = coll::work_bytes(call, n);
+    for (auto& b : work) b.assign(static_cast<size_t>(std::max<int64_t>(work_bytes, 1)), '\x5a');
+  }
+
+  // Member `pos` joins the collective through `be` (host memory, or the lazy streams).
+  coll::Pending start(int64_t pos, backend::Backend* be) {
+    coll::Slot slot;
+    slot.backend = be;
+    slot.device = static_cast<int>(pos);
+    slot.in = in[static_cast<size_t>(pos)].data();
+    slot.out = out[static_cast<size_t>(pos)].data();
+    if (work_bytes > 0) slot.work = work[static_cast<size_t>(pos)].data();
+    return coll::start(session, pos, layout, call, std::move(slot), out_shape);
+  }
+
+  static std::vector<std::string> names(int64_t n) {
+    std::vector<std::string> v;
+    for (int64_t i = 0; i < n; ++i) v.push_back("dev:" + std::to_string(i));
+    return v;
+  }
+  static constexpr std::chrono::seconds kTimeout{20};
+
+  int64_t n;
+  coll::GroupLayout layout;
+  coll::Session session;
+  coll::Call call;
+  Shape out_shape;
+  std::vector<std::vector<char>> in, out, work;
+  int64_t work_bytes = 0;
+};
+
 // Runs one collective over `n` members (one thread each) through `be` (host memory, or the lazy
 // streams).
 Outcome run_members(const Case& c, Algo algo, bool det, int64_t n, backend::Backend* be) {
-  const coll::GroupLayout layout = [&] {
-    coll::GroupLayout l = coll::make_group_layout({n}, {0});
-    l.axis_names = {"x"};
-    return l;
-  }();
-  std::vector<std::string> names;
-  for (int64_t i = 0; i < n; ++i) names.push_back("dev:" + std::to_string(i));
-  coll::Session session(names, std::chrono::seconds(20), false);
-  coll::Call call;
-  call.kind = c.kind;
-  call.dtype = c.dtype;
-  call.shape = c.shape;
-  call.axes = &layout.axis_names;
-  call.axis = c.axis;
-  call.axis2 = c.axis2;
-  call.tiled = c.tiled;
-  call.algo = algo;
-  call.deterministic = det;
-  if (c.kind == Kind::ppermute) {
-    for (int64_t i = 0; i + 1 < n; ++i)
-      call.perm.emplace_back(i, (i + 2) % n);  // one member receives nothing
-  }
-  const DType od = c.kind == Kind::pmean ? coll::pmean_dtype(c.dtype) : c.dtype;
-  const Shape out_shape = out_shape_of(c, n);
-  int64_t in_elems = 1, out_elems = 1;
-  for (int64_t d : c.shape) in_elems *= d;
-  for (int64_t d : out_shape) out_elems *= d;
-  std::vector<std::vector<char>> in(static_cast<size_t>(n)), out(static_cast<size_t>(n)),
-      work(static_cast<size_t>(n));
-  std::mt19937 rng(7);
-  for (auto& b : in) {
-    b.resize(static_cast<size_t>(in_elems) * dtype_size(c.dtype));
-    for (size_t e = 0; e < b.size() / dtype_size(c.dtype); ++e) {
-      const double v = static_cast<double>(static_cast<int>(rng() % 2001) - 1000) /
-                       (c.dtype == DType::f32 ? 7.0 : 1.0);
-      if (c.dtype == DType::f32) {
-        const float f = static_cast<float>(v);
-        std::memcpy(b.data() + e * 4, &f, 4);
-      } else {
-        const int32_t i = static_cast<int32_t>(v);
-        std::memcpy(b.data() + e * 4, &i, 4);
-      }
-    }
-  }
-  for (auto& b : out) b.assign(static_cast<size_t>(out_elems) * dtype_size(od), '\x5a');  // garbage
-  const int64_t wb = coll::work_bytes(call, n);
-  for (auto& b : work) b.assign(static_cast<size_t>(std::max<int64_t>(wb, 1)), '\x5a');
+  Group g(c, algo, det, n);
   std::vector<std::vector<char>> result(static_cast<size_t>(n));
   std::vector<std::string> errors(static_cast<size_t>(n));
   std::vector<std::thread> threads;
   for (int64_t pos = 0; pos < n; ++pos) {
     threads.emplace_back([&, pos] {
       try {
-        coll::Slot slot;
-        slot.backend = be;
-        slot.device = static_cast<int>(pos);
-        slot.in = in[static_cast<size_t>(pos)].data();
-        slot.out = out[static_cast<size_t>(pos)].data();
-        if (wb > 0) slot.work = work[static_cast<size_t>(pos)].data();
-        coll::Pending p = coll::start(session, pos, layout, call, std::move(slot), out_shape);
+        coll::Pending p = g.start(pos, be);
         coll::finish(p);
         result[static_cast<size_t>(pos)] =
-            out[static_cast<size_t>(pos)];  // read at once, as the next kernel would
-        session.device_finished(pos, false);
+            g.out[static_cast<size_t>(pos)];  // read at once, as the next kernel would
+        g.session.device_finished(pos, false);
       } catch (const std::exception& e) {
         errors[static_cast<size_t>(pos)] = e.what();
-        session.device_finished(pos, true);
+        g.session.device_finished(pos, true);
       }
     });
   }
@@ -493,80 +515,6 @@ TEST(DevicePlane, GroupsWithoutPeerAccessRefuseDirectAndRing) {
       EXPECT_EQ(dev[static_cast<size_t>(i)], host[static_cast<size_t>(i)]) << "native member " << i;
   }
 }
-
-// One collective over `n` members: its call, its rendezvous, and every member's buffers (random
-// inputs, fixed seed; outputs and work buffers filled with garbage).
-struct Group {
-  Group(const Case& c, Algo algo, bool det, int64_t n) : n(n), session(names(n), kTimeout, false) {
-    layout = coll::make_group_layout({n}, {0});
-    layout.axis_names = {"x"};
-    call.kind = c.kind;
-    call.dtype = c.dtype;
-    call.shape = c.shape;
-    call.axes = &layout.axis_names;
-    call.axis = c.axis;
-    call.axis2 = c.axis2;
-    call.tiled = c.tiled;
-    call.algo = algo;
-    call.deterministic = det;
-    if (c.kind == Kind::ppermute) {
-      for (int64_t i = 0; i + 1 < n; ++i)
-        call.perm.emplace_back(i, (i + 2) % n);  // one member receives nothing
-    }
-    const DType od = c.kind == Kind::pmean ? coll::pmean_dtype(c.dtype) : c.dtype;
-    out_shape = out_shape_of(c, n);
-    int64_t in_elems = 1, out_elems = 1;
-    for (int64_t d : c.shape) in_elems *= d;
-    for (int64_t d : out_shape) out_elems *= d;
-    in.resize(static_cast<size_t>(n));
-    out.resize(static_cast<size_t>(n));
-    work.resize(static_cast<size_t>(n));
-    std::mt19937 rng(7);
-    for (auto& b : in) {
-      b.resize(static_cast<size_t>(in_elems) * dtype_size(c.dtype));
-      for (size_t e = 0; e < b.size() / dtype_size(c.dtype); ++e) {
-        const double v = static_cast<double>(static_cast<int>(rng() % 2001) - 1000) /
-                         (c.dtype == DType::f32 ? 7.0 : 1.0);
-        if (c.dtype == DType::f32) {
-          const float f = static_cast<float>(v);
-          std::memcpy(b.data() + e * 4, &f, 4);
-        } else {
-          const int32_t i = static_cast<int32_t>(v);
-          std::memcpy(b.data() + e * 4, &i, 4);
-        }
-      }
-    }
-    for (auto& b : out) b.assign(static_cast<size_t>(out_elems) * dtype_size(od), '\x5a');
-    work_bytes = coll::work_bytes(call, n);
-    for (auto& b : work) b.assign(static_cast<size_t>(std::max<int64_t>(work_bytes, 1)), '\x5a');
-  }
-
-  // Member `pos` joins the collective, with host memory or through `fake`.
-  coll::Pending start(int64_t pos, LazyStreams* fake) {
-    coll::Slot slot;
-    slot.backend = fake;
-    slot.device = static_cast<int>(pos);
-    slot.in = in[static_cast<size_t>(pos)].data();
-    slot.out = out[static_cast<size_t>(pos)].data();
-    if (work_bytes > 0) slot.work = work[static_cast<size_t>(pos)].data();
-    return coll::start(session, pos, layout, call, std::move(slot), out_shape);
-  }
-
-  static std::vector<std::string> names(int64_t n) {
-    std::vector<std::string> v;
-    for (int64_t i = 0; i < n; ++i) v.push_back("dev:" + std::to_string(i));
-    return v;
-  }
-  static constexpr std::chrono::seconds kTimeout{20};
-
-  int64_t n;
-  coll::GroupLayout layout;
-  coll::Session session;
-  coll::Call call;
-  Shape out_shape;
-  std::vector<std::vector<char>> in, out, work;
-  int64_t work_bytes = 0;
-};
 
 // A member whose collective fails midway (a peer threw out of its body after joining) leaves
 // finish() with its stream fenced, as on success: the blocks the instance keeps alive are recycled
