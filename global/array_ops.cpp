@@ -319,7 +319,6 @@ Array join(std::string_view op, const std::vector<Array>& xs, int axis, bool sta
   Plan p = global::join_rule(m.mesh, operands(xs), ax, stack_, out);
   Layout computed{p.need.front().dims, {}};
   if (stack_) computed.dims.insert(computed.dims.begin() + ax, global::AxisList{});
-  for (auto& d : computed.dims) (void)d;
   // Dims other than the joined one take the plan's choice; the joined one is computed whole.
   for (size_t d = 0; d < computed.dims.size(); ++d) {
     if (static_cast<int>(d) != ax) computed.dims[d] = p.out.front().dims[d];
@@ -331,13 +330,11 @@ Array join(std::string_view op, const std::vector<Array>& xs, int axis, bool sta
       .front();
 }
 
-Array creation(std::string_view op, const Shape& shape, DType dtype, const Sharding& s,
+Array creation(const Shape& shape, const Sharding& s,
                const std::function<Tensor(Device, const Shape&, const Index&)>& make) {
   const Shape block = s.shard_shape(shape);
   std::vector<Tensor> blocks;
   for (auto& [dev, idx] : s.devices_indices_map(shape)) blocks.push_back(make(dev, block, idx));
-  (void)op;
-  (void)dtype;
   const DType dt = blocks.front().dtype();
   return Array(shape, dt, s, std::move(blocks));
 }
@@ -366,12 +363,12 @@ Array ones(Shape shape, DType dtype, const Sharding& s) {
   return full(std::move(shape), 1.0, dtype, s);
 }
 Array full(Shape shape, double value, DType dtype, const Sharding& s) {
-  return creation("full", shape, dtype, s, [&](Device d, const Shape& block, const Index&) {
+  return creation(shape, s, [&](Device d, const Shape& block, const Index&) {
     return full(block, value, dtype, d);
   });
 }
 Array arange(int64_t n, DType dtype, const Sharding& s) {
-  return creation("arange", {n}, dtype, s, [&](Device d, const Shape& block, const Index& idx) {
+  return creation({n}, s, [&](Device d, const Shape& block, const Index& idx) {
     Tensor t = arange(block[0], dtype, d);
     if (idx[0].first == 0) return t;
     const Scalar off = (dtype == DType::f32 || dtype == DType::f64)

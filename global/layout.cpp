@@ -6,8 +6,7 @@ namespace meshrt::global {
 
 Layout layout_of(const Array& x) {
   Layout l = replicated(x.shape().size());
-  if (const Mesh* m = x.sharding().mesh_or_null()) {
-    (void)m;
+  if (x.sharding().mesh_or_null() != nullptr) {
     const PartitionSpec& spec = x.sharding().spec_or_empty();
     for (size_t d = 0; d < l.dims.size(); ++d) l.dims[d] = spec[d];
   }
