@@ -297,6 +297,21 @@ const auto& field_child(const R& r) {
   }
 }
 
+template <class T, size_t I>
+using field_t = std::remove_cvref_t<std::tuple_element_t<I, fields_t<const T>>>;
+
+// Every field of T that holds leaves has a namesake in R (another registered struct).
+template <class T, class R, size_t... I>
+void check_fields_present(const Walk& w, const std::string& path, size_t k,
+                          std::index_sequence<I...>) {
+  constexpr auto names = field_names_c<T>();
+  ((has_leaves_v<field_t<T, I>> && field_index<R>(names[I]) == kNoField
+        ? throw_missing_field(w, path + "." + std::string(names[I]), k, type_name(typeid(R)),
+                              names[I])
+        : void()),
+   ...);
+}
+
 // Sizes and keys of the other trees' nodes against the primary's (kinds are checked at compile
 // time by compatible<>).
 template <class T, class R>
@@ -311,18 +326,8 @@ void check_node(const Walk& w, const std::string& path, size_t k, const T& t, co
       for (auto it = t.begin(); same && it != t.end(); ++it) same = r.count(it->first) > 0;
       if (!same) throw_mismatch(w, path, k, describe(t), describe(r));
     } else if constexpr (registered<T> && !std::is_same_v<T, R>) {
-      [&]<size_t... I>(std::index_sequence<I...>) {
-        constexpr auto names = field_names_c<T>();
-        auto one = [&]<size_t J>(std::integral_constant<size_t, J>) {
-          using F = std::remove_cvref_t<std::tuple_element_t<J, fields_t<T>>>;
-          if constexpr (has_leaves_v<F> && field_index<R>(names[J]) == kNoField) {
-            throw_missing_field(w, path + "." + std::string(names[J]), k, type_name(typeid(R)),
-                                names[J]);
-          }
-        };
-        (one(std::integral_constant<size_t, I>{}), ...);
-      }
-      (std::make_index_sequence<std::tuple_size_v<fields_t<T>>>{});
+      check_fields_present<T, R>(w, path, k,
+                                 std::make_index_sequence<std::tuple_size_v<fields_t<T>>>{});
     }
   }
 }
@@ -403,6 +408,16 @@ auto field_children(const Rs& rs) {
                     rs);
 }
 
+// A tuple's rebuilt type: a std::pair stays a std::pair.
+template <bool kPair, class... E>
+struct tuple_out {
+  using type = std::tuple<E...>;
+};
+template <class A, class B>
+struct tuple_out<true, A, B> {
+  using type = std::pair<A, B>;
+};
+
 template <bool kPrefix, size_t I, class Fn, class T, class Rs>
 auto map_element(const Walk& w, Fn& fn, const std::string& path, const T& t, const Rs& rs) {
   return map_node<kPrefix>(w, fn, path + "[" + std::to_string(I) + "]", std::get<I>(t),
@@ -411,10 +426,8 @@ auto map_element(const Walk& w, Fn& fn, const std::string& path, const T& t, con
 template <bool kPrefix, class Fn, class T, class Rs, size_t... I>
 auto map_tuple_node(const Walk& w, Fn& fn, const std::string& path, const T& t, const Rs& rs,
                     std::index_sequence<I...>) {
-  using Out =
-      std::conditional_t<is_pair<T>::value,
-                         std::pair<decltype(map_element<kPrefix, I>(w, fn, path, t, rs))...>,
-                         std::tuple<decltype(map_element<kPrefix, I>(w, fn, path, t, rs))...>>;
+  using Out = typename tuple_out<is_pair<T>::value,
+                                 decltype(map_element<kPrefix, I>(w, fn, path, t, rs))...>::type;
   return Out{map_element<kPrefix, I>(w, fn, path, t, rs)...};  // braces: evaluated in order
 }
 
@@ -425,9 +438,6 @@ auto map_array_node(const Walk& w, Fn& fn, const std::string& path, const T& t, 
   return std::array<E, sizeof...(I)>{
       map_node<kPrefix>(w, fn, path + "[" + std::to_string(I) + "]", t[I], seq_children(rs, I))...};
 }
-
-template <class T, size_t I>
-using field_t = std::remove_cvref_t<std::tuple_element_t<I, fields_t<const T>>>;
 
 template <bool kPrefix, size_t I, class Fn, class T, class Rs>
 auto map_field(const Walk& w, Fn& fn, const std::string& path, const T& t, const Rs& rs) {

@@ -11,6 +11,7 @@
 #pragma once
 
 #include "autodiff/tree.h"
+#include "autodiff/tree_shard_map.h"
 #include "core/dtype.h"
 #include "core/error.h"
 #include "global/array_ops.h"
