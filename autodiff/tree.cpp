@@ -93,4 +93,34 @@ void rethrow_at(const Walk& w, const std::string& path) {
   }
 }
 
+namespace {
+// " (in_specs[2] is the spec of args[1].w)" for the first "in_specs[2]" in `msg`, else "".
+std::string spec_note(const std::string& msg, std::string_view list,
+                      const std::vector<std::string>& paths) {
+  const std::string key = cat(list, "[");
+  for (size_t at = msg.find(key); at != std::string::npos; at = msg.find(key, at + 1)) {
+    if (at > 0 && list == "in_specs" && msg[at - 1] == 't') continue;  // "out_specs["
+    size_t digits = at + key.size(), end = digits;
+    while (end < msg.size() && msg[end] >= '0' && msg[end] <= '9') ++end;
+    if (end == digits || end >= msg.size() || msg[end] != ']') continue;
+    size_t k = std::stoul(msg.substr(digits, end - digits));
+    if (k < paths.size()) return cat(" (", list, "[", k, "] is the spec of ", paths[k], ")");
+  }
+  return "";
+}
+}  // namespace
+
+void rethrow_with_spec_paths(const std::vector<std::string>& in_paths,
+                             const std::vector<std::string>& out_paths) {
+  try {
+    throw;
+  } catch (const Error& e) {
+    const std::string msg = e.what();
+    const std::string note =
+        spec_note(msg, "in_specs", in_paths) + spec_note(msg, "out_specs", out_paths);
+    if (note.empty()) throw;
+    std::throw_with_nested(Error(msg + note));
+  }
+}
+
 }  // namespace meshrt::tree_detail

@@ -121,20 +121,22 @@ std::string describe_type() {
 
 template <class R, class S>
 void flatten_out_specs(const Walk& w, const std::string& path, const S& s,
-                       std::vector<PartitionSpec>& out);
+                       std::vector<PartitionSpec>& out, std::vector<std::string>& out_paths);
 
 template <class R, class S, size_t... I>
 void flatten_tuple_out_specs(const Walk& w, const std::string& path, const S& s,
-                             std::vector<PartitionSpec>& out, std::index_sequence<I...>) {
+                             std::vector<PartitionSpec>& out, std::vector<std::string>& out_paths,
+                             std::index_sequence<I...>) {
   (flatten_out_specs<std::tuple_element_t<I, R>>(w, path + "[" + std::to_string(I) + "]",
-                                                 tuple_child<I>(s), out),
+                                                 tuple_child<I>(s), out, out_paths),
    ...);
 }
 template <class R, class S, size_t... I>
 void flatten_struct_out_specs(const Walk& w, const std::string& path, const S& s,
-                              std::vector<PartitionSpec>& out, std::index_sequence<I...>) {
+                              std::vector<PartitionSpec>& out, std::vector<std::string>& out_paths,
+                              std::index_sequence<I...>) {
   (flatten_out_specs<field_t<R, I>>(w, path + "." + std::string(field_names_c<R>()[I]),
-                                    field_child<R, I>(s), out),
+                                    field_child<R, I>(s), out, out_paths),
    ...);
 }
 
@@ -142,7 +144,7 @@ void flatten_struct_out_specs(const Walk& w, const std::string& path, const S& s
 // order (before the body runs: the flat shard_map needs them first).
 template <class R, class S>
 void flatten_out_specs(const Walk& w, const std::string& path, const S& s,
-                       std::vector<PartitionSpec>& out) {
+                       std::vector<PartitionSpec>& out, std::vector<std::string>& out_paths) {
   if constexpr (!has_leaves_v<R>) {
     return;
   } else if constexpr (!is_node_v<S>) {
@@ -151,6 +153,7 @@ void flatten_out_specs(const Walk& w, const std::string& path, const S& s,
           w, "out_specs hold " + describe(s) + " at " + path + "; a PartitionSpec is required");
     } else if constexpr (fixed_leaf_count<R>() >= 0) {
       out.insert(out.end(), static_cast<size_t>(fixed_leaf_count<R>()), s);
+      out_paths.insert(out_paths.end(), static_cast<size_t>(fixed_leaf_count<R>()), path);
     } else {
       throw_error(w, "out_specs has one PartitionSpec at " + path + " for " + describe_type<R>() +
                          " of the body's result, whose number of Tensors is known only when the "
@@ -164,22 +167,25 @@ void flatten_out_specs(const Walk& w, const std::string& path, const S& s,
         throw_mismatch(w, path, 1, describe_type<R>(), describe(s));
     }
     for (size_t i = 0; i < s.size(); ++i) {
-      flatten_out_specs<typename R::value_type>(w, path + "[" + std::to_string(i) + "]", s[i], out);
+      flatten_out_specs<typename R::value_type>(w, path + "[" + std::to_string(i) + "]", s[i], out,
+                                                out_paths);
     }
   } else if constexpr (is_tuple_like<R>::value) {
     if constexpr (is_sequence_v<S>) {
       if (s.size() != std::tuple_size_v<R>)
         throw_mismatch(w, path, 1, describe_type<R>(), describe(s));
     }
-    flatten_tuple_out_specs<R>(w, path, s, out, std::make_index_sequence<std::tuple_size_v<R>>{});
+    flatten_tuple_out_specs<R>(w, path, s, out, out_paths,
+                               std::make_index_sequence<std::tuple_size_v<R>>{});
   } else if constexpr (is_string_map<R>::value) {
     for (const auto& [key, value] : s) {
-      flatten_out_specs<typename R::mapped_type>(w, path + "['" + key + "']", value, out);
+      flatten_out_specs<typename R::mapped_type>(w, path + "['" + key + "']", value, out,
+                                                 out_paths);
     }
   } else {
     check_fields_present<R, S>(w, path, 1,
                                std::make_index_sequence<std::tuple_size_v<fields_t<const R>>>{});
-    flatten_struct_out_specs<R>(w, path, s, out,
+    flatten_struct_out_specs<R>(w, path, s, out, out_paths,
                                 std::make_index_sequence<std::tuple_size_v<fields_t<const R>>>{});
   }
 }
@@ -214,6 +220,7 @@ class TreeShardMapped {
     // Flat lists for the flat shard_map, in tree_visit order.
     std::vector<Array> flat_args;
     std::vector<PartitionSpec> flat_in;
+    std::vector<std::string> in_paths, out_paths;  // the leaf each flat spec belongs to
     auto take = [&](const std::string& path, const auto& leaf, const auto& spec) {
       using L = std::remove_cvref_t<decltype(leaf)>;
       using S = std::remove_cvref_t<decltype(spec)>;
@@ -228,13 +235,14 @@ class TreeShardMapped {
         tree_detail::check_leaf_set(w_in, path, leaf);
         flat_args.push_back(leaf);
         flat_in.push_back(spec);
+        in_paths.push_back(path);
       }
       return leaf;
     };
     (void)map_node<true>(w_in, take, std::string("args"), std::forward_as_tuple(args...),
                          std::forward_as_tuple(in_specs_));
     std::vector<PartitionSpec> flat_out;
-    tree_detail::flatten_out_specs<R>(w_out, "out", out_specs_, flat_out);
+    tree_detail::flatten_out_specs<R>(w_out, "out", out_specs_, flat_out, out_paths);
 
     // What the per-device body needs; shared so the erased body may outlive this call.
     struct State {
@@ -282,8 +290,12 @@ class TreeShardMapped {
       std::call_once(st->once, [&] { st->skeleton = result; });
       return flat;
     };
-    std::vector<Array> outs =
-        detail::run_shard_map(erased, mesh_, flat_in, flat_out, flat_args, options_);
+    std::vector<Array> outs;
+    try {
+      outs = detail::run_shard_map(erased, mesh_, flat_in, flat_out, flat_args, options_);
+    } catch (const Error&) {
+      tree_detail::rethrow_with_spec_paths(in_paths, out_paths);
+    }
     if (!st->skeleton) {
       tree_detail::throw_error(w_out,
                                "no body ran on this process, so the result's structure is "

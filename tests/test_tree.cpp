@@ -441,6 +441,11 @@ TEST_F(TreeTest, TreeShardMapErrorsNameThePath) {
   auto l = tree_shard_map([](Context&, const Layer<Tensor>& l) { return l.w; }, mesh, P("data"),
                           P("data"));
   EXPECT_MESHRT_ERROR(l(unset), "args[0].b is an empty Array");
+  // The flat shard_map's errors say which leaf a flat spec index is.
+  auto bad_axis = tree_shard_map([](Context&, const Layer<Tensor>& l) { return l.w; }, mesh,
+                                 std::make_tuple(Layer<PartitionSpec>{P(), P("x")}), P());
+  EXPECT_MESHRT_ERROR(bad_axis(Layer<Array>{x, x, 0}), "in_specs[1] refers to 'x'",
+                      "(in_specs[1] is the spec of args[0].b)");
 }
 
 }  // namespace
