@@ -676,6 +676,24 @@ size_t tree_num_leaves(const Tree& tree) {
   return n;
 }
 
+// A tree of `like`'s structure and static fields whose leaves are `leaves`, in tree_visit order
+// (jax.tree.unflatten, the structure given by an example tree): the inverse of tree_leaves.
+// Leaf may differ from like's leaf type as in tree_map (Layer<Array> with Tensors gives
+// Layer<Tensor>). A count that differs from like's number of leaves is an Error.
+template <class Tree, class Leaf>
+auto tree_unflatten(const Tree& like, const std::vector<Leaf>& leaves) {
+  static_assert(tree_detail::is_leaf_v<Leaf>, "tree_unflatten: the leaves are Arrays or Tensors");
+  const size_t n = tree_num_leaves(like);
+  tree_detail::Walk w{"tree", "tree_unflatten", {}};
+  if (n != leaves.size()) {
+    tree_detail::throw_error(w, "the tree has " + std::to_string(n) + " leaves but " +
+                                    std::to_string(leaves.size()) + " were given");
+  }
+  size_t next = 0;
+  auto fn = [&leaves, &next](const std::string&, const auto&) -> Leaf { return leaves[next++]; };
+  return tree_detail::map_node<false>(w, fn, std::string("tree"), like, std::tuple<>{});
+}
+
 // Checks that `a` and `b` have the same structure (same containers, sizes, keys and fields
 // holding leaves; leaves may differ in type, static fields are not compared); an Error naming
 // the first path where they differ, from `api` ("[tree] <api>: structure mismatch at ...").

@@ -187,6 +187,19 @@ TEST_F(TreeTest, LeavesAndPathsInVisitOrder) {
   EXPECT_EQ(tree_num_leaves(model), expected.size());
   EXPECT_EQ(host_values(leaves[5]), iota_host(2));  // heads['a']: keys in order
   EXPECT_EQ(host_values(leaves[8]), iota_host(4));
+  // tree_unflatten is tree_leaves' inverse; it keeps static fields and may change leaf type.
+  std::vector<Array> reversed(leaves.rbegin(), leaves.rend());
+  Model back = tree_unflatten(model, reversed);
+  EXPECT_EQ(host_values(back.encoder.w1), iota_host(6));
+  EXPECT_EQ(host_values(back.pair_of[1]), iota_host(0));
+  EXPECT_EQ(back.encoder.activation, "gelu");
+  Layer<Tensor> lt =
+      tree_unflatten(Layer<Array>{leaves[0], leaves[1], 5},
+                     std::vector<Tensor>{leaves[2].blocks()[0], leaves[3].blocks()[0]});
+  EXPECT_EQ(lt.width, 5);
+  EXPECT_EQ(host_values(lt.b), iota_host(300));
+  EXPECT_MESHRT_ERROR(tree_unflatten(model, std::vector<Array>{leaves[0]}),
+                      "[tree] tree_unflatten: the tree has 11 leaves but 1 were given");
   std::vector<Tensor> tensors =
       tree_leaves<Tensor>(Layer<Tensor>{leaves[0].blocks()[0], leaves[1].blocks()[1]});
   EXPECT_EQ(tensors.size(), 2u);
