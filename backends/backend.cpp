@@ -1,5 +1,6 @@
 #include "backends/backend.h"
 
+#include <atomic>
 #include <string>
 
 #include "backends/native_comm.h"
@@ -7,7 +8,25 @@
 
 namespace meshrt::backend {
 
-Buffer::~Buffer() { backend_->deallocate(device_, data_, bytes_); }
+Buffer::~Buffer() {
+  backend_->deallocate(device_, data_, bytes_);
+  note_buffer_bytes(-static_cast<int64_t>(bytes_));
+}
+
+namespace {
+std::atomic<int64_t> g_in_use{0};
+std::atomic<int64_t> g_peak{0};
+}  // namespace
+
+void note_buffer_bytes(int64_t delta) {
+  const int64_t now = g_in_use.fetch_add(delta, std::memory_order_relaxed) + delta;
+  int64_t peak = g_peak.load(std::memory_order_relaxed);
+  while (now > peak && !g_peak.compare_exchange_weak(peak, now, std::memory_order_relaxed)) {
+  }
+}
+int64_t buffer_bytes_in_use() { return g_in_use.load(std::memory_order_relaxed); }
+int64_t buffer_bytes_peak() { return g_peak.load(std::memory_order_relaxed); }
+void reset_buffer_bytes_peak() { g_peak.store(buffer_bytes_in_use(), std::memory_order_relaxed); }
 
 namespace {
 [[noreturn]] void unsupported(const Backend& b, const char* what) {

@@ -41,10 +41,18 @@ struct Strided {
 inline constexpr int kHost = -1;
 
 // A block of one device's memory, freed by its backend when the last reference goes.
+// Bytes held by live Buffers, process-wide, and the most held at once since the last reset.
+void note_buffer_bytes(int64_t delta);
+int64_t buffer_bytes_in_use();
+int64_t buffer_bytes_peak();
+void reset_buffer_bytes_peak();
+
 class Buffer {
  public:
   Buffer(Backend* backend, int device, void* data, size_t bytes)
-      : backend_(backend), device_(device), data_(data), bytes_(bytes) {}
+      : backend_(backend), device_(device), data_(data), bytes_(bytes) {
+    note_buffer_bytes(static_cast<int64_t>(bytes));
+  }
   Buffer(const Buffer&) = delete;
   Buffer& operator=(const Buffer&) = delete;
   ~Buffer();

@@ -12,6 +12,7 @@
 #include "global/reshard.h"
 #include "global/rules.h"
 #include "runtime/detail/sharding_impl.h"
+#include "runtime/detail/trace.h"
 
 namespace meshrt {
 
@@ -120,7 +121,8 @@ Array elementwise(std::string_view op, const std::vector<Array>& xs, bool linear
 }
 
 Array unary(std::string_view op, const Array& x, Tensor (*f)(const Tensor&)) {
-  return elementwise(op, {x}, false, [f](const std::vector<Tensor>& b) { return f(b[0]); });
+  detail::Traced<Array> tr(op, {&x});
+  return tr(elementwise(op, {x}, false, [f](const std::vector<Tensor>& b) { return f(b[0]); }));
 }
 
 // A scalar as a 0-d tensor of the dtype JAX gives it next to `t` (weak typing).
@@ -153,8 +155,21 @@ std::vector<Array> gathered(std::string_view op, const Array& x, const std::vect
   return apply(op, {x}, p, computed, out_shapes, std::move(body));
 }
 
+Array reduce_impl(std::string_view op, const Array& x, global::Reduction kind,
+                  std::optional<int> axis, bool keepdims);
+
 Array reduce(std::string_view op, const Array& x, global::Reduction kind, std::optional<int> axis,
              bool keepdims) {
+  detail::Traced<Array> tr(op, {&x});
+  if (tr) {
+    tr.attrs().axis = axis;
+    tr.attrs().keepdims = keepdims;
+  }
+  return tr(reduce_impl(op, x, kind, axis, keepdims));
+}
+
+Array reduce_impl(std::string_view op, const Array& x, global::Reduction kind,
+                  std::optional<int> axis, bool keepdims) {
   std::optional<int> ax;
   if (axis) ax = norm_axis(op, *axis, x.shape().size());
   const OpMesh m = global::op_mesh(op, {&x});
@@ -234,6 +249,7 @@ Array constrain(std::string_view op, const Array& x, const Sharding& s) {
 
 Array matmul_like(std::string_view op, const Array& a, const Array& b, const OpOptions& options,
                   Tensor (*f)(const Tensor&, const Tensor&)) {
+  detail::Traced<Array> tr("matmul", {&a, &b});
   const Shape& sa = a.shape();
   const Shape& sb = b.shape();
   if (sa.empty() || sb.empty()) {
@@ -273,7 +289,7 @@ Array matmul_like(std::string_view op, const Array& a, const Array& b, const OpO
     (void)meshrt::detail::checked_shard_shape(*options.out_sharding, r.shape(), op);
     r = constrain(op, r, *options.out_sharding);
   }
-  return r;
+  return tr(r);
 }
 
 Shape local_shape(const Mesh& mesh, const Layout& l, const Shape& global_shape) {
@@ -283,6 +299,7 @@ Shape local_shape(const Mesh& mesh, const Layout& l, const Shape& global_shape) 
 }
 
 Array reshaped(std::string_view op, const Array& x, const Shape& out) {
+  detail::Traced<Array> tr("reshape", {&x});
   if (shape_size(out) != x.size()) {
     throw Error(cat("[", op, "] cannot reshape array of shape ", shape_tuple(x.shape()), " (size ",
                     x.size(), ") into shape ", shape_tuple(out), " (size ", shape_size(out), ")"));
@@ -290,17 +307,17 @@ Array reshaped(std::string_view op, const Array& x, const Shape& out) {
   const OpMesh m = global::op_mesh(op, {&x});
   Plan p = global::reshape_rule(m.mesh, {&x.shape(), global::layout_of(x)}, out);
   const Shape local = local_shape(m.mesh, p.out.front(), out);
-  return apply(op, {x}, p, p.out, {out},
-               [local](const std::vector<Tensor>& b) {
-                 return std::vector<Tensor>{reshape(b[0], local)};
-               })
-      .front();
+  return tr(apply(op, {x}, p, p.out, {out}, [local](const std::vector<Tensor>& b) {
+              return std::vector<Tensor>{reshape(b[0], local)};
+            }).front());
 }
 
 Array join(std::string_view op, const std::vector<Array>& xs, int axis, bool stack_) {
+  detail::Traced<Array> tr(op, xs);
   if (xs.empty()) throw Error(cat("[", op, "] needs at least one array"));
   const Shape& s0 = xs.front().shape();
   const int ax = norm_axis(op, axis, s0.size() + (stack_ ? 1 : 0));
+  if (tr) tr.attrs().axis = ax;
   Shape out = s0;
   for (size_t i = 1; i < xs.size(); ++i) {
     const Shape& s = xs[i].shape();
@@ -323,11 +340,9 @@ Array join(std::string_view op, const std::vector<Array>& xs, int axis, bool sta
   for (size_t d = 0; d < computed.dims.size(); ++d) {
     if (static_cast<int>(d) != ax) computed.dims[d] = p.out.front().dims[d];
   }
-  return apply(op, xs, p, {computed}, {out},
-               [ax, stack_](const std::vector<Tensor>& b) {
-                 return std::vector<Tensor>{stack_ ? stack(b, ax) : concatenate(b, ax)};
-               })
-      .front();
+  return tr(apply(op, xs, p, {computed}, {out}, [ax, stack_](const std::vector<Tensor>& b) {
+              return std::vector<Tensor>{stack_ ? stack(b, ax) : concatenate(b, ax)};
+            }).front());
 }
 
 Array creation(const Shape& shape, const Sharding& s,
@@ -378,22 +393,25 @@ Array arange(int64_t n, DType dtype, const Sharding& s) {
   });
 }
 Array astype(const Array& x, DType dtype) {
-  return elementwise("astype", {x}, false,
-                     [dtype](const std::vector<Tensor>& b) { return astype(b[0], dtype); });
+  detail::Traced<Array> tr("astype", {&x});
+  return tr(elementwise("astype", {x}, false,
+                        [dtype](const std::vector<Tensor>& b) { return astype(b[0], dtype); }));
 }
 
 Array with_sharding_constraint(const Array& x, const Sharding& s) {
   if (x.blocks().empty()) {
     throw Error("[with_sharding_constraint] an empty (default-constructed or moved-from) Array");
   }
-  return constrain("with_sharding_constraint", x, s);
+  detail::Traced<Array> tr("with_sharding_constraint", {&x});
+  return tr(constrain("with_sharding_constraint", x, s));
 }
 
 // ---- elementwise
-#define MESHRT_BINARY(name, linear)                                                    \
-  Array name(const Array& a, const Array& b) {                                         \
-    return elementwise(#name, {a, b}, linear,                                          \
-                       [](const std::vector<Tensor>& t) { return name(t[0], t[1]); }); \
+#define MESHRT_BINARY(name, linear)                                                        \
+  Array name(const Array& a, const Array& b) {                                             \
+    detail::Traced<Array> tr(#name, {&a, &b});                                             \
+    return tr(elementwise(#name, {a, b}, linear,                                           \
+                          [](const std::vector<Tensor>& t) { return name(t[0], t[1]); })); \
   }
 MESHRT_BINARY(add, true)
 MESHRT_BINARY(subtract, true)
@@ -410,12 +428,14 @@ MESHRT_BINARY(greater_equal, false)
 #undef MESHRT_BINARY
 
 Array where(const Array& c, const Array& a, const Array& b) {
-  return elementwise("where", {c, a, b}, false,
-                     [](const std::vector<Tensor>& t) { return where(t[0], t[1], t[2]); });
+  detail::Traced<Array> tr("where", {&c, &a, &b});
+  return tr(elementwise("where", {c, a, b}, false,
+                        [](const std::vector<Tensor>& t) { return where(t[0], t[1], t[2]); }));
 }
 
 Array neg(const Array& x) {
-  return elementwise("neg", {x}, true, [](const std::vector<Tensor>& t) { return neg(t[0]); });
+  detail::Traced<Array> tr("neg", {&x});
+  return tr(elementwise("neg", {x}, true, [](const std::vector<Tensor>& t) { return neg(t[0]); }));
 }
 Array exp(const Array& x) { return unary("exp", x, &exp); }
 Array log(const Array& x) { return unary("log", x, &log); }
@@ -425,24 +445,33 @@ Array tanh(const Array& x) { return unary("tanh", x, &tanh); }
 Array sqrt(const Array& x) { return unary("sqrt", x, &sqrt); }
 Array relu(const Array& x) { return unary("relu", x, &relu); }
 
-#define MESHRT_SCALAR(name, linear, expr)                                                       \
-  Array name(const Array& a, Scalar s) {                                                        \
-    return elementwise(#name, {a}, linear, [s](const std::vector<Tensor>& t) { return expr; }); \
+// Recorded for autodiff as <op>_scalar (rsub_/rdiv_ with the scalar first), with its value.
+Array scalar_elementwise(std::string_view op, std::string_view traced_as, const Array& a, Scalar s,
+                         bool linear, Fn f) {
+  detail::Traced<Array> tr(traced_as, {&a});
+  if (tr) tr.attrs().value = s.value;
+  return tr(elementwise(op, {a}, linear, std::move(f)));
+}
+
+#define MESHRT_SCALAR(name, traced_as, linear, expr)                               \
+  Array name(const Array& a, Scalar s) {                                           \
+    return scalar_elementwise(#name, traced_as, a, s, linear,                      \
+                              [s](const std::vector<Tensor>& t) { return expr; }); \
   }
-MESHRT_SCALAR(add, false, add(t[0], s))
-MESHRT_SCALAR(subtract, false, subtract(t[0], s))
-MESHRT_SCALAR(multiply, true, multiply(t[0], s))
-MESHRT_SCALAR(divide, true, divide(t[0], s))
-MESHRT_SCALAR(maximum, false, maximum(t[0], s))
-MESHRT_SCALAR(minimum, false, minimum(t[0], s))
+MESHRT_SCALAR(add, "add_scalar", false, add(t[0], s))
+MESHRT_SCALAR(subtract, "sub_scalar", false, subtract(t[0], s))
+MESHRT_SCALAR(multiply, "mul_scalar", true, multiply(t[0], s))
+MESHRT_SCALAR(divide, "div_scalar", true, divide(t[0], s))
+MESHRT_SCALAR(maximum, "max_scalar", false, maximum(t[0], s))
+MESHRT_SCALAR(minimum, "min_scalar", false, minimum(t[0], s))
 #undef MESHRT_SCALAR
 Array subtract(Scalar s, const Array& b) {
-  return elementwise("subtract", {b}, false,
-                     [s](const std::vector<Tensor>& t) { return subtract(s, t[0]); });
+  return scalar_elementwise("subtract", "rsub_scalar", b, s, false,
+                            [s](const std::vector<Tensor>& t) { return subtract(s, t[0]); });
 }
 Array divide(Scalar s, const Array& b) {
-  return elementwise("divide", {b}, false,
-                     [s](const std::vector<Tensor>& t) { return divide(s, t[0]); });
+  return scalar_elementwise("divide", "rdiv_scalar", b, s, false,
+                            [s](const std::vector<Tensor>& t) { return divide(s, t[0]); });
 }
 Array equal(const Array& a, Scalar s) { return compare_scalar("equal", a, s, &equal); }
 Array not_equal(const Array& a, Scalar s) { return compare_scalar("not_equal", a, s, &not_equal); }
@@ -473,23 +502,24 @@ Array argmax(const Array& x, std::optional<int> axis, bool keepdims) {
 }
 
 Array softmax(const Array& x, int axis) {
+  detail::Traced<Array> tr("softmax", {&x});
+  if (tr) tr.attrs().axis = axis;
   const int ax = norm_axis("softmax", axis, x.shape().size());
   std::vector<bool> whole(x.shape().size(), false);
   whole[static_cast<size_t>(ax)] = true;
-  return gathered(
-             "softmax", x, whole, {x.shape()},
-             [ax](const std::vector<Tensor>& b) { return std::vector<Tensor>{softmax(b[0], ax)}; })
-      .front();
+  return tr(gathered("softmax", x, whole, {x.shape()}, [ax](const std::vector<Tensor>& b) {
+              return std::vector<Tensor>{softmax(b[0], ax)};
+            }).front());
 }
 Array log_softmax(const Array& x, int axis) {
+  detail::Traced<Array> tr("log_softmax", {&x});
+  if (tr) tr.attrs().axis = axis;
   const int ax = norm_axis("log_softmax", axis, x.shape().size());
   std::vector<bool> whole(x.shape().size(), false);
   whole[static_cast<size_t>(ax)] = true;
-  return gathered("log_softmax", x, whole, {x.shape()},
-                  [ax](const std::vector<Tensor>& b) {
-                    return std::vector<Tensor>{log_softmax(b[0], ax)};
-                  })
-      .front();
+  return tr(gathered("log_softmax", x, whole, {x.shape()}, [ax](const std::vector<Tensor>& b) {
+              return std::vector<Tensor>{log_softmax(b[0], ax)};
+            }).front());
 }
 
 // ---- linear algebra
@@ -517,12 +547,12 @@ Array transpose(const Array& x, std::vector<int> perm) {
     throw Error(cat("[transpose] axes don't match array: a permutation of ", n, " axes is needed"));
   Shape out;
   for (int p : perm) out.push_back(x.shape()[static_cast<size_t>(p)]);
+  detail::Traced<Array> tr("transpose", {&x});
+  if (tr) tr.attrs().ints.assign(perm.begin(), perm.end());
   Plan p = global::transpose_rule({&x.shape(), global::layout_of(x)}, perm);
-  return apply("transpose", {x}, p, p.out, {out},
-               [perm](const std::vector<Tensor>& b) {
-                 return std::vector<Tensor>{transpose(b[0], perm)};
-               })
-      .front();
+  return tr(apply("transpose", {x}, p, p.out, {out}, [perm](const std::vector<Tensor>& b) {
+              return std::vector<Tensor>{transpose(b[0], perm)};
+            }).front());
 }
 
 // ---- shape
@@ -587,18 +617,24 @@ Array slice(const Array& x, const Shape& start, const Shape& limit, const Shape&
     out.push_back((limit[d] - start[d] + st - 1) / st);
     whole[d] = start[d] != 0 || limit[d] != s[d] || st != 1;
   }
-  return gathered("slice", x, whole, {out},
-                  [start, limit, strides, whole](const std::vector<Tensor>& b) {
-                    // Dims the slice leaves whole may still be sharded: each device keeps all
-                    // of its block there.
-                    Shape st = start, li = limit;
-                    Shape sd = strides.empty() ? Shape(start.size(), 1) : strides;
-                    for (size_t d = 0; d < st.size(); ++d) {
-                      if (!whole[d]) st[d] = 0, li[d] = b[0].shape()[d], sd[d] = 1;
-                    }
-                    return std::vector<Tensor>{slice(b[0], st, li, sd)};
-                  })
-      .front();
+  detail::Traced<Array> tr("slice", {&x});
+  if (tr) {
+    tr.attrs().ints = start;
+    tr.attrs().ints2 = limit;
+    tr.attrs().ints3 = strides.empty() ? Shape(start.size(), 1) : strides;
+  }
+  return tr(gathered("slice", x, whole, {out},
+                     [start, limit, strides, whole](const std::vector<Tensor>& b) {
+                       // Dims the slice leaves whole may still be sharded: each device keeps all
+                       // of its block there.
+                       Shape st = start, li = limit;
+                       Shape sd = strides.empty() ? Shape(start.size(), 1) : strides;
+                       for (size_t d = 0; d < st.size(); ++d) {
+                         if (!whole[d]) st[d] = 0, li[d] = b[0].shape()[d], sd[d] = 1;
+                       }
+                       return std::vector<Tensor>{slice(b[0], st, li, sd)};
+                     })
+                .front());
 }
 
 Array slice_in_dim(const Array& x, int64_t start, int64_t limit, int64_t stride, int axis) {
@@ -621,11 +657,18 @@ Array dynamic_slice_in_dim(const Array& x, int64_t start, int64_t size, int axis
   whole[static_cast<size_t>(ax)] = true;
   Shape out = x.shape();
   out[static_cast<size_t>(ax)] = size;
-  return gathered("dynamic_slice_in_dim", x, whole, {out},
-                  [=](const std::vector<Tensor>& b) {
-                    return std::vector<Tensor>{dynamic_slice_in_dim(b[0], start, size, ax)};
-                  })
-      .front();
+  detail::Traced<Array> tr("slice", {&x});
+  if (tr) {  // recorded as the static slice it is once the start is clamped
+    const int64_t at = std::clamp<int64_t>(start, 0, n - size);
+    tr.attrs().ints = Shape(x.shape().size(), 0);
+    tr.attrs().ints[static_cast<size_t>(ax)] = at;
+    tr.attrs().ints2 = x.shape();
+    tr.attrs().ints2[static_cast<size_t>(ax)] = at + size;
+    tr.attrs().ints3 = Shape(x.shape().size(), 1);
+  }
+  return tr(gathered("dynamic_slice_in_dim", x, whole, {out}, [=](const std::vector<Tensor>& b) {
+              return std::vector<Tensor>{dynamic_slice_in_dim(b[0], start, size, ax)};
+            }).front());
 }
 
 Array row(const Array& x, int64_t i) {
@@ -652,11 +695,11 @@ Array pad(const Array& x, const std::vector<std::pair<int64_t, int64_t>>& widths
     out[d] += widths[d].first + widths[d].second;
     whole[d] = widths[d].first != 0 || widths[d].second != 0;
   }
-  return gathered("pad", x, whole, {out},
-                  [widths, value](const std::vector<Tensor>& b) {
-                    return std::vector<Tensor>{pad(b[0], widths, value)};
-                  })
-      .front();
+  detail::Traced<Array> tr("pad", {&x});
+  if (tr) tr.attrs().pairs = widths;
+  return tr(gathered("pad", x, whole, {out}, [widths, value](const std::vector<Tensor>& b) {
+              return std::vector<Tensor>{pad(b[0], widths, value)};
+            }).front());
 }
 
 Array concatenate(const std::vector<Array>& xs, int axis) {
@@ -675,9 +718,11 @@ std::vector<Array> split(const Array& x, int64_t sections, int axis) {
   whole[static_cast<size_t>(ax)] = true;
   Shape piece = x.shape();
   piece[static_cast<size_t>(ax)] = n / sections;
-  return gathered(
-      "split", x, whole, std::vector<Shape>(static_cast<size_t>(sections), piece),
-      [sections, ax](const std::vector<Tensor>& b) { return split(b[0], sections, ax); });
+  detail::Traced<Array> tr("split", {&x});
+  if (tr) tr.attrs().axis = ax;
+  return tr.outputs(
+      gathered("split", x, whole, std::vector<Shape>(static_cast<size_t>(sections), piece),
+               [sections, ax](const std::vector<Tensor>& b) { return split(b[0], sections, ax); }));
 }
 
 }  // namespace meshrt

@@ -11,6 +11,7 @@
 #include "core/strings.h"
 #include "runtime/detail/copy.h"
 #include "runtime/detail/sharding_impl.h"
+#include "runtime/detail/trace.h"
 
 namespace meshrt {
 
@@ -107,6 +108,7 @@ Array device_put(const Tensor& x, const Sharding& to) {
 }
 
 std::vector<Shard> Array::addressable_shards() const {
+  detail::check_host_read(trace_id_, "addressable_shards");
   if (!pending_sum_axes_.empty()) return detail::resolve_pending_sums(*this).addressable_shards();
   std::vector<Index> idx = detail::indices(sharding_, shape_, "array");
   std::vector<Shard> out;
@@ -118,6 +120,7 @@ std::vector<Shard> Array::addressable_shards() const {
 
 void Array::copy_to_host(void* dst, DType expected) const {
   if (blocks_.empty()) throw Error("[array] to_vector on an empty (default-constructed) Array");
+  detail::check_host_read(trace_id_, "to_vector");
   if (!pending_sum_axes_.empty()) {
     detail::resolve_pending_sums(*this).copy_to_host(dst, expected);
     return;
@@ -156,10 +159,20 @@ Array device_put(const void* data, int64_t count, DType dtype, Shape shape, cons
   return Array(std::move(shape), dtype, to, std::move(blocks));
 }
 
+namespace {
+Array reshard_to(const Array& x, const Sharding& to);
+}  // namespace
+
 Array device_put(const Array& x, const Sharding& to) {
+  detail::Traced<Array> tr("device_put", {&x});
+  return tr(reshard_to(x, to));
+}
+
+namespace {
+Array reshard_to(const Array& x, const Sharding& to) {
   if (x.blocks().empty())
     throw Error("[device_put] resharding an empty (default-constructed) Array");
-  if (!x.pending_sum_axes().empty()) return device_put(detail::resolve_pending_sums(x), to);
+  if (!x.pending_sum_axes().empty()) return reshard_to(detail::resolve_pending_sums(x), to);
   const Shape& shape = x.shape();
   std::vector<Index> dst_idx = detail::indices(to, shape, "device_put");
   std::vector<Index> src_idx = detail::indices(x.sharding(), shape, "device_put");
@@ -204,5 +217,6 @@ Array device_put(const Array& x, const Sharding& to) {
   }
   return Array(shape, x.dtype(), to, std::move(blocks));
 }
+}  // namespace
 
 }  // namespace meshrt

@@ -68,6 +68,9 @@ class Array {
   // Internal: the same with pending sums over `pending_sum_axes` (mesh axes of the sharding).
   Array(Shape shape, DType dtype, Sharding sharding, std::vector<Tensor> blocks,
         std::vector<std::string> pending_sum_axes);
+  // Internal (autodiff): which traced value this is; 0 when no tape follows it. Copies share it.
+  uint64_t trace_id() const { return trace_id_; }
+  void set_trace_id(uint64_t id) { trace_id_ = id; }
 
  private:
   Shape shape_;
@@ -75,6 +78,7 @@ class Array {
   Sharding sharding_ = SingleDeviceSharding(Device());
   std::vector<Tensor> blocks_;
   std::vector<std::string> pending_sum_axes_;
+  uint64_t trace_id_ = 0;
 };
 
 namespace detail {

@@ -15,6 +15,7 @@
 #include "core/strings.h"
 #include "runtime/detail/launch.h"
 #include "runtime/detail/platform.h"
+#include "runtime/detail/trace.h"
 #include "runtime/shard_map.h"
 
 namespace meshrt {
@@ -228,6 +229,8 @@ coll::Call base_call(coll::Kind kind, const Tensor& x, const coll::GroupLayout& 
 #define MESHRT_REDUCTION(method, kind)                                                           \
   Tensor Context::method(const Tensor& x, const AxisNames& axes,                                 \
                          const CollectiveOptions& options) {                                     \
+    detail::Traced<Tensor> tr(#method, {&x});                                                    \
+    if (tr) tr.attrs().axes = axes.names();                                                      \
     if (x.valid() && x.dtype() == DType::bool_) {                                                \
       throw Error("[" #method                                                                    \
                   "] bool operands are not reduced; convert first, e.g. "                        \
@@ -239,7 +242,7 @@ coll::Call base_call(coll::Kind kind, const Tensor& x, const coll::GroupLayout& 
     DType od = coll::Kind::kind == coll::Kind::pmean ? coll::pmean_dtype(x.dtype()) : x.dtype(); \
     auto [pending, out] = begin(*state_->launch, state_->pos, *p.layout, c, x, x.shape(), od);   \
     coll::finish(pending);                                                                       \
-    return out;                                                                                  \
+    return tr(out);                                                                              \
   }
 MESHRT_REDUCTION(psum, psum)
 MESHRT_REDUCTION(pmean, pmean)
@@ -310,11 +313,18 @@ GatherPlan plan_ppermute(int64_t pos, const Tensor& x, const coll::GroupLayout& 
 
 Tensor Context::all_gather(const Tensor& x, const AxisNames& axes, int axis, bool tiled,
                            const CollectiveOptions& options) {
-  return all_gather_start(x, axes, axis, tiled, options).wait();
+  detail::Traced<Tensor> tr("all_gather", {&x});
+  if (tr) {
+    tr.attrs().axes = axes.names();
+    tr.attrs().a = axis;
+    tr.attrs().keepdims = tiled;
+  }
+  return tr(all_gather_start(x, axes, axis, tiled, options).wait());
 }
 
 PendingTensor Context::all_gather_start(const Tensor& x, const AxisNames& axes, int axis,
                                         bool tiled, const CollectiveOptions& options) {
+  detail::check_host_read(x.trace_id(), "all_gather_start");
   Prepared p = prepare(*state_, x, axes, "all_gather");
   GatherPlan g = plan_all_gather(state_->pos, x, *p.layout, axis, tiled, p.group_size, options,
                                  *state_->launch);
@@ -326,11 +336,17 @@ PendingTensor Context::all_gather_start(const Tensor& x, const AxisNames& axes, 
 
 Tensor Context::ppermute(const Tensor& x, const AxisNames& axes,
                          const std::vector<std::pair<int64_t, int64_t>>& perm) {
-  return ppermute_start(x, axes, perm).wait();
+  detail::Traced<Tensor> tr("ppermute", {&x});
+  if (tr) {
+    tr.attrs().axes = axes.names();
+    tr.attrs().pairs = perm;
+  }
+  return tr(ppermute_start(x, axes, perm).wait());
 }
 
 PendingTensor Context::ppermute_start(const Tensor& x, const AxisNames& axes,
                                       const std::vector<std::pair<int64_t, int64_t>>& perm) {
+  detail::check_host_read(x.trace_id(), "ppermute_start");
   Prepared p = prepare(*state_, x, axes, "ppermute");
   GatherPlan g = plan_ppermute(state_->pos, x, *p.layout, *state_->launch, perm, p.group_size);
   auto [pending, out] =
@@ -341,6 +357,12 @@ PendingTensor Context::ppermute_start(const Tensor& x, const AxisNames& axes,
 
 Tensor Context::psum_scatter(const Tensor& x, const AxisNames& axes, int scatter_dimension,
                              bool tiled, const CollectiveOptions& options) {
+  detail::Traced<Tensor> tr("psum_scatter", {&x});
+  if (tr) {
+    tr.attrs().axes = axes.names();
+    tr.attrs().a = scatter_dimension;
+    tr.attrs().keepdims = tiled;
+  }
   Prepared p = prepare(*state_, x, axes, "psum_scatter");
   const int64_t n = p.group_size;
   const auto rank = static_cast<int64_t>(x.shape().size());
@@ -366,11 +388,18 @@ Tensor Context::psum_scatter(const Tensor& x, const AxisNames& axes, int scatter
   c.tiled = tiled;
   auto [pending, out] = begin(*state_->launch, state_->pos, *p.layout, c, x, out_shape, x.dtype());
   coll::finish(pending);
-  return out;
+  return tr(out);
 }
 
 Tensor Context::all_to_all(const Tensor& x, const AxisNames& axes, int split_axis, int concat_axis,
                            bool tiled, const CollectiveOptions& options) {
+  detail::Traced<Tensor> tr("all_to_all", {&x});
+  if (tr) {
+    tr.attrs().axes = axes.names();
+    tr.attrs().a = split_axis;
+    tr.attrs().b = concat_axis;
+    tr.attrs().keepdims = tiled;
+  }
   Prepared p = prepare(*state_, x, axes, "all_to_all");
   const int64_t n = p.group_size;
   const auto rank = static_cast<int64_t>(x.shape().size());
@@ -403,7 +432,7 @@ Tensor Context::all_to_all(const Tensor& x, const AxisNames& axes, int split_axi
   c.tiled = tiled;
   auto [pending, out] = begin(*state_->launch, state_->pos, *p.layout, c, x, out_shape, x.dtype());
   coll::finish(pending);
-  return out;
+  return tr(out);
 }
 
 PendingTensor::PendingTensor() = default;

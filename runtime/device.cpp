@@ -12,6 +12,7 @@
 #include "core/config.h"
 #include "core/error.h"
 #include "core/strings.h"
+#include "backends/backend.h"
 #include "runtime/detail/platform.h"
 
 namespace meshrt {
@@ -158,5 +159,10 @@ bool oversubscribed(int64_t devices) {
   return devices > cores;
 }
 }  // namespace detail
+
+MemoryStats memory_stats() {
+  return {backend::buffer_bytes_in_use(), backend::buffer_bytes_peak()};
+}
+void reset_peak_memory_stats() { backend::reset_buffer_bytes_peak(); }
 
 }  // namespace meshrt

@@ -59,6 +59,16 @@ const std::vector<Device>& devices(std::string_view platform = "");
 // The default platform's name (see devices()).
 std::string default_platform();
 
+// Bytes of device memory held by live Tensors and Arrays (every device, every platform, this
+// process), and the most held at once since the start or reset_peak_memory_stats(). Memory a
+// platform's allocator keeps cached for reuse is not counted (JAX's memory_stats bytes_in_use).
+struct MemoryStats {
+  int64_t bytes_in_use = 0;
+  int64_t peak_bytes_in_use = 0;
+};
+MemoryStats memory_stats();
+void reset_peak_memory_stats();
+
 }  // namespace meshrt
 
 template <>

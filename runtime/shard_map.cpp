@@ -9,18 +9,37 @@
 #include "core/error.h"
 #include "core/strings.h"
 #include "runtime/detail/launch.h"
+#include "runtime/detail/trace.h"
 
 namespace meshrt {
+
+namespace {
+std::vector<Array> run_untraced(const detail::ErasedBody& body, const Mesh& mesh,
+                                const std::vector<PartitionSpec>& in_specs,
+                                const std::vector<PartitionSpec>& out_specs,
+                                const std::vector<Array>& args, const ShardMapOptions& options) {
+  detail::check_call(mesh, in_specs, out_specs, args.size());
+  std::vector<Array> inputs = detail::place_inputs(mesh, in_specs, args, options);
+  std::vector<std::vector<Tensor>> outputs = detail::run_bodies(mesh, body, inputs);
+  return detail::assemble_outputs(mesh, out_specs, std::move(outputs), options);
+}
+}  // namespace
 
 std::vector<Array> detail::run_shard_map(const ErasedBody& body, const Mesh& mesh,
                                          const std::vector<PartitionSpec>& in_specs,
                                          const std::vector<PartitionSpec>& out_specs,
                                          const std::vector<Array>& args,
                                          const ShardMapOptions& options) {
-  check_call(mesh, in_specs, out_specs, args.size());
-  std::vector<Array> inputs = place_inputs(mesh, in_specs, args, options);
-  std::vector<std::vector<Tensor>> outputs = run_bodies(mesh, body, inputs);
-  return assemble_outputs(mesh, out_specs, std::move(outputs), options);
+  if (tracing()) {  // differentiated: the innermost tracer following an argument runs it
+    check_call(mesh, in_specs, out_specs, args.size());
+    const std::vector<Tracer*> tracers = trace_state()->tracers;
+    for (auto t = tracers.rbegin(); t != tracers.rend(); ++t) {
+      std::optional<std::vector<Array>> out =
+          (*t)->shard_map(&run_untraced, body, mesh, in_specs, out_specs, args, options);
+      if (out) return std::move(*out);
+    }
+  }
+  return run_untraced(body, mesh, in_specs, out_specs, args, options);
 }
 
 namespace {

@@ -5,6 +5,7 @@
 #include "core/strings.h"
 #include "runtime/detail/copy.h"
 #include "runtime/detail/platform.h"
+#include "runtime/detail/trace.h"
 
 namespace meshrt {
 
@@ -28,6 +29,7 @@ std::string Tensor::str() const {
 
 void Tensor::copy_to_host(void* dst, DType expected) const {
   if (!valid()) throw Error("[tensor] to_vector on an empty (default-constructed) Tensor");
+  detail::check_host_read(trace_id_, "to_vector");
   if (expected != dtype_) {
     throw Error(cat("[tensor] to_vector<", dtype_cpp_name(expected), "> called on a ",
                     dtype_name(dtype_), " tensor; use to_vector<", dtype_cpp_name(dtype_),

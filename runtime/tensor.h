@@ -60,6 +60,9 @@ class Tensor {
   void* data() const;
   // Copies the elements to host memory at `dst` (size() elements); `expected` must be dtype().
   void copy_to_host(void* dst, DType expected) const;
+  // Internal (autodiff): which traced value this is; 0 when no tape follows it. Copies share it.
+  uint64_t trace_id() const { return trace_id_; }
+  void set_trace_id(uint64_t id) { trace_id_ = id; }
 
  private:
   std::shared_ptr<backend::Buffer> buffer_;
@@ -67,6 +70,7 @@ class Tensor {
   Shape shape_;
   DType dtype_ = DType::f32;
   Device device_;
+  uint64_t trace_id_ = 0;
 };
 
 // Allocates an uninitialised tensor (internal building block of ops and collectives); its

@@ -10,6 +10,7 @@
 #include "core/strings.h"
 #include "runtime/detail/copy.h"
 #include "runtime/detail/platform.h"
+#include "runtime/detail/trace.h"
 
 namespace meshrt {
 
@@ -92,6 +93,7 @@ DType weak_result(DType t, const Scalar& s) {
 }
 
 Tensor binary_op(BinaryOp op, const Tensor& a0, const Tensor& b0, const char* name) {
+  detail::Traced<Tensor> tr(name, {&a0, &b0});
   check_same_device(a0, b0, name);
   DType t = promote_types(a0.dtype(), b0.dtype());
   if (op == BinaryOp::div) t = float_dtype_for(t);
@@ -108,23 +110,46 @@ Tensor binary_op(BinaryOp op, const Tensor& a0, const Tensor& b0, const char* na
   Tensor y = empty(shape, out_t, a.device());
   be(a).binary(dev(a), op, t, out_t, shape, {a.data(), broadcast_strides(a, shape)},
                {b.data(), broadcast_strides(b, shape)}, y.data());
-  return y;
+  return tr(y);
+}
+
+// The op a tensor-scalar operation is recorded as (autodiff's rules name them so).
+const char* scalar_op_name(BinaryOp op, bool scalar_first) {
+  switch (op) {
+    case BinaryOp::add:
+      return "add_scalar";
+    case BinaryOp::sub:
+      return scalar_first ? "rsub_scalar" : "sub_scalar";
+    case BinaryOp::mul:
+      return "mul_scalar";
+    case BinaryOp::div:
+      return scalar_first ? "rdiv_scalar" : "div_scalar";
+    case BinaryOp::max:
+      return "max_scalar";
+    case BinaryOp::min:
+      return "min_scalar";
+    default:
+      return "compare_scalar";
+  }
 }
 
 Tensor scalar_op(BinaryOp op, const Tensor& x, Scalar s, bool scalar_first, const char* name) {
+  detail::Traced<Tensor> tr(scalar_op_name(op, scalar_first), {&x});
+  if (tr) tr.attrs().value = s.value;
   check_valid(x, name);
   DType t = weak_result(x.dtype(), s);
   Tensor xs = cast(x, t);
   Tensor c = scalar_like(s.value, t, x.device());
-  return scalar_first ? binary_op(op, c, xs, name) : binary_op(op, xs, c, name);
+  return tr(scalar_first ? binary_op(op, c, xs, name) : binary_op(op, xs, c, name));
 }
 
 Tensor unary_op(UnaryOp op, const Tensor& x0, const char* name, bool to_float) {
+  detail::Traced<Tensor> tr(name, {&x0});
   check_valid(x0, name);
   const Tensor x = to_float ? cast(x0, float_dtype_for(x0.dtype())) : x0;
   Tensor y = empty(x.shape(), x.dtype(), x.device());
   be(x).unary(dev(x), op, x.dtype(), x.dtype(), x.shape(), {x.data(), dense(x.shape())}, y.data());
-  return y;
+  return tr(y);
 }
 
 // A strided view of x (offset in elements) copied into a new dense tensor of `shape`.
@@ -171,6 +196,15 @@ Reduced plan_reduce(const Tensor& x, std::optional<int> axis, bool keepdims, con
 
 Tensor reduce_op(ReduceOp op, const Tensor& x0, std::optional<int> axis, bool keepdims,
                  const char* name) {
+  detail::Traced<Tensor> tr(op == ReduceOp::sum   ? "sum"
+                            : op == ReduceOp::max ? "max"
+                            : op == ReduceOp::min ? "min"
+                                                  : "argmax",
+                            {&x0});
+  if (tr) {
+    tr.attrs().axis = axis;
+    tr.attrs().keepdims = keepdims;
+  }
   check_valid(x0, name);
   Reduced r = plan_reduce(x0, axis, keepdims, name);
   if ((op == ReduceOp::max || op == ReduceOp::min || op == ReduceOp::argmax) && r.len == 0) {
@@ -187,7 +221,7 @@ Tensor reduce_op(ReduceOp op, const Tensor& x0, std::optional<int> axis, bool ke
   be(x).reduce(dev(x), op, work, r.outer, r.len, r.inner, x.data(), y.data());
   if ((op == ReduceOp::max || op == ReduceOp::min) && x0.dtype() == DType::bool_)
     return astype(y, DType::bool_);
-  return y;
+  return tr(y);
 }
 
 }  // namespace
@@ -242,11 +276,12 @@ Tensor arange(int64_t n, DType dtype, Device device) {
   return t;
 }
 Tensor astype(const Tensor& x, DType dtype) {
+  detail::Traced<Tensor> tr("astype", {&x});
   check_valid(x, "astype");
   Tensor y = empty(x.shape(), dtype, x.device());
   be(x).unary(dev(x), UnaryOp::copy, x.dtype(), dtype, x.shape(), {x.data(), dense(x.shape())},
               y.data());
-  return y;
+  return tr(y);
 }
 Tensor copy(const Tensor& x) {
   check_valid(x, "copy");
@@ -317,6 +352,7 @@ Tensor greater_equal(const Tensor& a, Scalar b) {
 }
 
 Tensor where(const Tensor& cond, const Tensor& a0, const Tensor& b0) {
+  detail::Traced<Tensor> tr("where", {&cond, &a0, &b0});
   check_same_device(cond, a0, "where");
   check_same_device(a0, b0, "where");
   if (cond.dtype() != DType::bool_) {
@@ -331,7 +367,7 @@ Tensor where(const Tensor& cond, const Tensor& a0, const Tensor& b0) {
   be(a).select(dev(a), t, shape, {cond.data(), broadcast_strides(cond, shape)},
                {a.data(), broadcast_strides(a, shape)}, {b.data(), broadcast_strides(b, shape)},
                y.data());
-  return y;
+  return tr(y);
 }
 
 Tensor neg(const Tensor& x) {
@@ -369,20 +405,25 @@ Tensor mean(const Tensor& x, std::optional<int> axis, bool keepdims) {
 }
 // As jax.nn: shifted = x - max(x); log_softmax = shifted - log(sum(exp(shifted))).
 Tensor log_softmax(const Tensor& x0, int axis) {
+  detail::Traced<Tensor> tr("log_softmax", {&x0});
+  if (tr) tr.attrs().axis = axis;
   check_valid(x0, "log_softmax");
   const Tensor x = cast(x0, float_dtype_for(x0.dtype()));
   const Tensor shifted = x - max(x, axis, true);
-  return shifted - log(sum(exp(shifted), axis, true));
+  return tr(shifted - log(sum(exp(shifted), axis, true)));
 }
 Tensor softmax(const Tensor& x0, int axis) {
+  detail::Traced<Tensor> tr("softmax", {&x0});
+  if (tr) tr.attrs().axis = axis;
   check_valid(x0, "softmax");
   const Tensor x = cast(x0, float_dtype_for(x0.dtype()));
   const Tensor e = exp(x - max(x, axis, true));
-  return e / sum(e, axis, true);
+  return tr(e / sum(e, axis, true));
 }
 
 // ---- linear algebra
 Tensor matmul(const Tensor& a0, const Tensor& b0) {
+  detail::Traced<Tensor> tr("matmul", {&a0, &b0});
   check_same_device(a0, b0, "matmul");
   if (a0.ndim() == 0 || b0.ndim() == 0) {
     throw Error(cat("[ops] matmul: operands must be at least 1-D, got shapes ",
@@ -416,7 +457,7 @@ Tensor matmul(const Tensor& a0, const Tensor& b0) {
   if (!b_vec) out.push_back(n);
   Tensor y = empty(out, t, a.device());
   be(a).matmul(dev(a), t, shape_size(batch), m, n, k, a.data(), b.data(), y.data());
-  return y;
+  return tr(y);
 }
 
 Tensor dot(const Tensor& a, const Tensor& b) {
@@ -431,6 +472,7 @@ Tensor dot(const Tensor& a, const Tensor& b) {
 }
 
 Tensor transpose(const Tensor& x, std::vector<int> perm) {
+  detail::Traced<Tensor> tr("transpose", {&x});
   check_valid(x, "transpose");
   const auto rank = static_cast<int>(x.ndim());
   if (perm.empty()) {
@@ -460,11 +502,13 @@ Tensor transpose(const Tensor& x, std::vector<int> perm) {
     out.push_back(x.shape()[static_cast<size_t>(p)]);
     st.push_back(ds[static_cast<size_t>(p)]);
   }
-  return gather_view(x, out, 0, st);
+  if (tr) tr.attrs().ints.assign(perm.begin(), perm.end());
+  return tr(gather_view(x, out, 0, st));
 }
 
 // ---- shape
 Tensor reshape(const Tensor& x, Shape shape) {
+  detail::Traced<Tensor> tr("reshape", {&x});
   check_valid(x, "reshape");
   int infer = -1;
   int64_t known = 1;
@@ -491,12 +535,13 @@ Tensor reshape(const Tensor& x, Shape shape) {
                     x.size(), " elements) into shape ", shape_str(shape), " (", shape_size(shape),
                     " elements)"));
   }
-  return Tensor(x.buffer(), x.byte_offset(), std::move(shape), x.dtype(),
-                x.device());  // same buffer
+  return tr(Tensor(x.buffer(), x.byte_offset(), std::move(shape), x.dtype(),
+                   x.device()));  // same buffer
 }
 
 namespace {
 Tensor row_view(const Tensor& x, int64_t i, const std::string& op) {
+  detail::Traced<Tensor> tr("row", {&x});
   check_valid(x, op.c_str());
   if (x.shape().empty()) throw Error(cat("[ops] ", op, ": indexing a 0-d tensor (it has no rows)"));
   const int64_t n = x.shape()[0];
@@ -505,10 +550,11 @@ Tensor row_view(const Tensor& x, int64_t i, const std::string& op) {
                     " (negative indices count from the end)"));
   }
   if (i < 0) i += n;
+  if (tr) tr.attrs().ints = {i};
   Shape rest(x.shape().begin() + 1, x.shape().end());
   const size_t row_bytes = static_cast<size_t>(shape_size(rest)) * dtype_size(x.dtype());
-  return Tensor(x.buffer(), x.byte_offset() + static_cast<size_t>(i) * row_bytes, std::move(rest),
-                x.dtype(), x.device());  // same buffer
+  return tr(Tensor(x.buffer(), x.byte_offset() + static_cast<size_t>(i) * row_bytes,
+                   std::move(rest), x.dtype(), x.device()));  // same buffer
 }
 }  // namespace
 
@@ -516,6 +562,7 @@ Tensor row(const Tensor& x, int64_t i) { return row_view(x, i, "row"); }
 Tensor Tensor::operator[](int64_t i) const { return row_view(*this, i, cat("t[", i, "]")); }
 
 Tensor slice(const Tensor& x, const Shape& start, const Shape& limit, const Shape& strides) {
+  detail::Traced<Tensor> tr("slice", {&x});
   check_valid(x, "slice");
   const size_t rank = x.shape().size();
   if (start.size() != rank || limit.size() != rank ||
@@ -538,7 +585,12 @@ Tensor slice(const Tensor& x, const Shape& start, const Shape& limit, const Shap
     st[d] = ds[d] * step;
     offset += start[d] * ds[d];
   }
-  return gather_view(x, out, offset, st);
+  if (tr) {
+    tr.attrs().ints = start;
+    tr.attrs().ints2 = limit;
+    tr.attrs().ints3 = strides.empty() ? Shape(rank, 1) : strides;
+  }
+  return tr(gather_view(x, out, offset, st));
 }
 
 Tensor slice_in_dim(const Tensor& x, int64_t start, int64_t limit, int64_t stride, int axis) {
@@ -565,6 +617,7 @@ Tensor dynamic_slice_in_dim(const Tensor& x, int64_t start, int64_t size, int ax
 }
 
 Tensor dynamic_update_slice(const Tensor& x, const Tensor& update, const Shape& starts) {
+  detail::Traced<Tensor> tr("dynamic_update_slice", {&x, &update});
   check_same_device(x, update, "dynamic_update_slice");
   if (update.ndim() != x.ndim() || starts.size() != x.shape().size()) {
     throw Error(cat("[ops] dynamic_update_slice: update ", shape_str(update.shape()),
@@ -581,10 +634,12 @@ Tensor dynamic_update_slice(const Tensor& x, const Tensor& update, const Shape& 
   }
   Tensor y = copy(x);
   place(y, cast(update, x.dtype()), at);
-  return y;
+  if (tr) tr.attrs().ints = at;
+  return tr(y);
 }
 
 Tensor concatenate(const std::vector<Tensor>& xs, int axis) {
+  detail::Traced<Tensor> tr("concatenate", xs);
   if (xs.empty()) throw Error("[ops] concatenate: needs at least one tensor");
   check_valid(xs[0], "concatenate");
   const int a = normalize(axis, xs[0].ndim(), "concatenate", xs[0].shape());
@@ -609,7 +664,8 @@ Tensor concatenate(const std::vector<Tensor>& xs, int axis) {
     place(y, cast(x, t), at);
     at[static_cast<size_t>(a)] += x.shape()[static_cast<size_t>(a)];
   }
-  return y;
+  if (tr) tr.attrs().axis = a;
+  return tr(y);
 }
 
 std::vector<Tensor> split(const Tensor& x, int64_t sections, int axis) {
@@ -677,6 +733,8 @@ Tensor expand_dims(const Tensor& x, int axis) {
 }
 
 Tensor pad(const Tensor& x, const std::vector<std::pair<int64_t, int64_t>>& widths, double value) {
+  detail::Traced<Tensor> tr("pad", {&x});
+  if (tr) tr.attrs().pairs = widths;
   check_valid(x, "pad");
   if (widths.size() != x.shape().size()) {
     throw Error(cat("[ops] pad: ", widths.size(), " (before, after) pairs given for shape ",
@@ -693,7 +751,7 @@ Tensor pad(const Tensor& x, const std::vector<std::pair<int64_t, int64_t>>& widt
   }
   Tensor y = full(out, value, x.dtype(), x.device());
   place(y, x, at);
-  return y;
+  return tr(y);
 }
 
 }  // namespace meshrt

@@ -67,6 +67,7 @@ struct FiberPool::Worker {
 namespace {
 
 thread_local FiberPool::Worker* t_worker = nullptr;
+thread_local void* t_task_slot = nullptr;
 std::atomic<bool> g_fibers_in_use{false};
 
 inline void cpu_relax() {
@@ -80,6 +81,7 @@ inline void cpu_relax() {
 // The switches, with the annotations ThreadSanitizer and AddressSanitizer need to follow them.
 static void switch_to_fiber(FiberPool::Worker* w, FiberPool::Fiber* f) {
   w->current = f;
+  t_task_slot = nullptr;  // a resumed fiber restores its own (switch_to_worker)
 #ifdef MESHRT_FIBER_TSAN
   __tsan_switch_to_fiber(f->tsan, 0);
 #endif
@@ -92,10 +94,12 @@ static void switch_to_fiber(FiberPool::Worker* w, FiberPool::Fiber* f) {
   __sanitizer_finish_switch_fiber(fake, nullptr, nullptr);
 #endif
   w->current = nullptr;
+  t_task_slot = nullptr;
 }
 
 static void switch_to_worker(FiberPool::Fiber* f) {
   FiberPool::Worker* w = f->worker;
+  void* const slot = t_task_slot;  // this fiber's, back when it resumes
 #ifdef MESHRT_FIBER_TSAN
   __tsan_switch_to_fiber(w->tsan, 0);
 #endif
@@ -107,6 +111,7 @@ static void switch_to_worker(FiberPool::Fiber* f) {
 #ifdef MESHRT_FIBER_ASAN
   __sanitizer_finish_switch_fiber(fake, nullptr, nullptr);
 #endif
+  t_task_slot = slot;
 }
 
 static void fiber_entry(unsigned hi, unsigned lo) {
@@ -271,6 +276,8 @@ void FiberPool::submit(int device, std::function<void()> task) {
 }
 
 bool fiber_executors_in_use() { return g_fibers_in_use.load(std::memory_order_relaxed); }
+
+void*& task_local_slot() { return t_task_slot; }
 
 bool on_fiber() { return t_worker != nullptr && t_worker->current != nullptr; }
 

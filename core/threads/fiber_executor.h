@@ -51,4 +51,9 @@ bool fiber_executors_in_use();
 // True when the caller runs on a fiber (so cooperative_wait applies).
 bool on_fiber();
 
+// A pointer private to the task running on this thread: a device body on a fiber keeps its own
+// value across cooperative waits (the fiber switch saves and restores it; a fiber starts a task
+// with nullptr); elsewhere it is a plain thread-local. Autodiff keeps a body's tape here.
+void*& task_local_slot();
+
 }  // namespace meshrt::core

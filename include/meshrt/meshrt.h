@@ -10,6 +10,7 @@
 // puts them under include/meshrt/ in the same folders.
 #pragma once
 
+#include "autodiff/autodiff.h"
 #include "autodiff/tree.h"
 #include "core/dtype.h"
 #include "core/error.h"

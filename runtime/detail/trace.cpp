@@ -1,0 +1,29 @@
+// The autodiff hook's task-local state (see trace.h).
+#include "runtime/detail/trace.h"
+
+#include <atomic>
+
+#include "core/threads/fiber_executor.h"
+
+namespace meshrt::detail {
+
+TraceState* trace_state() { return static_cast<TraceState*>(core::task_local_slot()); }
+
+TraceState* set_trace_state(TraceState* state) {
+  void*& slot = core::task_local_slot();
+  TraceState* previous = static_cast<TraceState*>(slot);
+  slot = state;
+  return previous;
+}
+
+uint64_t next_trace_id() {
+  static std::atomic<uint64_t> next{1};
+  return next.fetch_add(1, std::memory_order_relaxed);
+}
+
+void check_host_read(uint64_t trace_id, std::string_view what) {
+  if (trace_id == 0 || !tracing()) return;
+  for (Tracer* t : trace_state()->tracers) t->check_read(trace_id, what);
+}
+
+}  // namespace meshrt::detail

@@ -1,0 +1,153 @@
+// runtime/detail/trace.h: the one hook the op dispatch has for autodiff (not installed).
+//
+// While a tracer is active on the calling task (autodiff's tape during value_and_grad, a body's
+// tape inside a differentiated shard_map), every differentiable op reports what it ran:
+//
+//   Tensor exp(const Tensor& x) {
+//     detail::Traced<Tensor> tr("exp", {&x});
+//     return tr(unary_op(UnaryOp::exp, x));   // recorded when a tracer follows x
+//   }
+//
+// Ops made of other ops are recorded once, as themselves: the inner ops of a traced op are not
+// reported (a Traced suppresses tracing until it records). With no tracer active a Traced costs
+// one task-local load. runtime/ only reports; the rules, the tape and the backward pass live in
+// autodiff/, which installs tracers.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <initializer_list>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "core/dtype.h"
+
+namespace meshrt {
+class Tensor;
+class Array;
+class Mesh;
+class PartitionSpec;
+struct ShardMapOptions;
+class Context;
+}  // namespace meshrt
+
+namespace meshrt::detail {
+
+// What an op's derivative rule needs besides its operands (each op uses the fields it names).
+struct OpAttrs {
+  std::optional<int> axis;                         // reductions, softmax, concatenate, ...
+  bool keepdims = false;                           // reductions; tiled (collectives)
+  std::vector<int64_t> ints;                       // perm, shape, start, starts, index
+  std::vector<int64_t> ints2;                      // limit
+  std::vector<int64_t> ints3;                      // strides
+  std::vector<std::pair<int64_t, int64_t>> pairs;  // pad widths, ppermute pairs
+  double value = 0.0;                              // scalar operand
+  std::vector<std::string> axes;                   // collectives' mesh axes
+  int a = 0, b = 0;                                // collectives' dimensions
+};
+
+using ErasedBody = std::function<std::vector<Tensor>(Context&, const std::vector<Tensor>&)>;
+using RunShardMap = std::vector<Array> (*)(const ErasedBody&, const Mesh&,
+                                           const std::vector<PartitionSpec>&,
+                                           const std::vector<PartitionSpec>&,
+                                           const std::vector<Array>&, const ShardMapOptions&);
+
+// What autodiff implements. Ops call it through Traced (below); shard_map offers itself whole.
+class Tracer {
+ public:
+  virtual ~Tracer() = default;
+  // `op` ran on `inputs` giving `outputs`: the tracer records it when it follows an input, and
+  // then gives each output a trace id (next_trace_id) unless it has one.
+  virtual void record(std::string_view op, std::span<const Tensor* const> inputs,
+                      std::span<Tensor> outputs, const OpAttrs& attrs) = 0;
+  virtual void record(std::string_view op, std::span<const Array* const> inputs,
+                      std::span<Array> outputs, const OpAttrs& attrs) = 0;
+  // A host read (`what`: "to_vector", ...) of a value with this trace id: throws when the tracer
+  // differentiates it (a gradient cannot flow through host memory).
+  virtual void check_read(uint64_t trace_id, std::string_view what) = 0;
+  // A shard_map call: the tracer runs it (through `run`, with the body wrapped to trace the
+  // bodies) when it follows an argument, else returns std::nullopt and shard_map runs as usual.
+  virtual std::optional<std::vector<Array>> shard_map(RunShardMap run, const ErasedBody& body,
+                                                      const Mesh& mesh,
+                                                      const std::vector<PartitionSpec>& in_specs,
+                                                      const std::vector<PartitionSpec>& out_specs,
+                                                      const std::vector<Array>& args,
+                                                      const ShardMapOptions& options) = 0;
+};
+
+// The tracers active on this task, innermost last, and how many traced ops are running.
+struct TraceState {
+  std::vector<Tracer*> tracers;
+  int suppressed = 0;
+};
+// This task's state (a device body on a fiber has its own), or nullptr when none was installed.
+TraceState* trace_state();
+// Installs `state` for this task and returns the previous one (restore it when done).
+TraceState* set_trace_state(TraceState* state);
+// A fresh, process-wide unique id for a traced value (never 0).
+uint64_t next_trace_id();
+
+// True when an op starting now on this task would be reported.
+inline bool tracing() {
+  const TraceState* s = trace_state();
+  return s != nullptr && s->suppressed == 0 && !s->tracers.empty();
+}
+
+// A host read of a traced value: lets the tracers refuse it (see Tracer::check_read).
+void check_host_read(uint64_t trace_id, std::string_view what);
+
+// Reports one op: construct at the op's start, pass the result(s) through operator() / outputs().
+template <class T>
+class Traced {
+ public:
+  Traced(std::string_view op, std::initializer_list<const T*> inputs) {
+    if (!tracing()) return;
+    state_ = trace_state();
+    ++state_->suppressed;
+    op_ = op;
+    inputs_.assign(inputs.begin(), inputs.end());
+  }
+  Traced(std::string_view op, const std::vector<T>& inputs) {
+    if (!tracing()) return;
+    state_ = trace_state();
+    ++state_->suppressed;
+    op_ = op;
+    for (const T& x : inputs) inputs_.push_back(&x);
+  }
+  Traced(const Traced&) = delete;
+  Traced& operator=(const Traced&) = delete;
+  ~Traced() {
+    if (state_ != nullptr) --state_->suppressed;
+  }
+  // True when the op will be reported: fill attrs() then.
+  explicit operator bool() const { return state_ != nullptr; }
+  OpAttrs& attrs() { return attrs_; }
+
+  T operator()(T out) {
+    if (state_ != nullptr) report(std::span<T>(&out, 1));
+    return out;
+  }
+  std::vector<T> outputs(std::vector<T> outs) {
+    if (state_ != nullptr) report(std::span<T>(outs));
+    return outs;
+  }
+
+ private:
+  void report(std::span<T> outs) {
+    TraceState* s = state_;
+    state_ = nullptr;
+    --s->suppressed;
+    for (Tracer* t : std::vector<Tracer*>(s->tracers)) t->record(op_, inputs_, outs, attrs_);
+  }
+
+  TraceState* state_ = nullptr;
+  std::string_view op_;
+  std::vector<const T*> inputs_;
+  OpAttrs attrs_;
+};
+
+}  // namespace meshrt::detail
