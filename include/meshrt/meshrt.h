@@ -12,6 +12,7 @@
 
 #include "autodiff/autodiff.h"
 #include "autodiff/tree.h"
+#include "autodiff/tree_shard_map.h"
 #include "core/dtype.h"
 #include "core/error.h"
 #include "global/array_ops.h"
