@@ -549,6 +549,10 @@ Program sm_program(const std::string& name, const Mesh& mesh, const std::vector<
     return one([](C& c, const T& x) { return c.all_to_all(x, "x", 0, 1, true); });
   if (name == "all_to_all_s1c0")
     return one([](C& c, const T& x) { return c.all_to_all(sin(x), "x", 1, 0, true); });
+  if (name == "all_to_all_untiled_s0c1")
+    return one([](C& c, const T& x) { return c.all_to_all(x, "x", 0, 1, false); });
+  if (name == "all_to_all_untiled_s1c0")
+    return one([](C& c, const T& x) { return c.all_to_all(x * x, "x", 1, 0, false); });
   if (name == "unmapped_input") return two([](C&, const T& x, const T& w) { return sin(x) * w; });
   if (name == "invariant_out_mapped") return one([](C& c, const T& x) { return c.psum(x, "x"); });
   if (name == "replicated_out_mapped") return one([](C&, const T& w) { return sin(w); });

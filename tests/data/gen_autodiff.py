@@ -30,8 +30,9 @@ File format (one record per case, a blank line between records, '#' lines are co
                                             device_put with NamedSharding(mesh, spec k), W
                                             replicated on that mesh (P()); JAX (jit of
                                             value_and_grad on these committed inputs) gives the
-                                            same loss and gradients (checked here to 1e-12 f64 /
-                                            1e-5 f32 of the scale), so they are not repeated;
+                                            same loss and gradients (checked here for f64 op
+                                            cases to 1e-12 of the scale, and for the MLPs in both
+                                            dtypes; --no-check skips it), so they are not repeated;
                                             the gradient of input k must have input k's sharding
                                             (JAX's Explicit-mode rule and meshrt's contract; Auto
                                             jit may return it replicated, same values)
@@ -54,6 +55,11 @@ Programs (the C++ test mirrors each by name):
   concatenate stack (axis, of all inputs);  split (sections, axis: several outputs);
   squeeze (axes or none);  expand_dims (axis);  pad (widths = before0,after0,before1,...,
   value);  astype (dtype);  row (index: x[index]).
+  shard_map bodies: see SM_CASES (psum, pmean, all_gather, psum_scatter, ppermute, all_to_all
+  over one or two axes, an unmapped input, invariant values under a mapped out_spec, the DP
+  loss pattern).  Untiled all_to_all: JAX 0.10.2 cannot differentiate it ("Expected cotangent
+  type float32[8,4,1]{V:x} but got float32[8,1,4]{V:x}"): the expected gradients come from the
+  same map written with a tiled all_to_all (forward values checked equal to the untiled one).
   mlp ce: h = relu(x @ w1 + b1); logits = h @ w2 + b2;
           L = -mean(sum(onehot * log_softmax(logits, -1), -1));   inputs x onehot w1 b1 w2 b2
   mlp mse: examples/mlp (the shard_map tutorial's MLP), sizes [16, 32, 32, 8]: relu layers,
@@ -559,8 +565,14 @@ SM_CASES = [
      lambda x: lax.all_to_all(x, "x", 0, 1, tiled=True)),
     ("all_to_all_s1c0", M8, [((8, 16), "n")], [S("x")], S("x"),
      lambda x: lax.all_to_all(jnp.sin(x), "x", 1, 0, tiled=True)),
-    # No untiled all_to_all: JAX 0.10.2 cannot differentiate it ("Expected cotangent type
-    # float32[8,4,1]{V:x} but got float32[8,1,4]{V:x}", its transpose swaps the axes wrongly).
+    # Untiled all_to_all: JAX 0.10.2 cannot differentiate it ("Expected cotangent type
+    # float32[8,4,1]{V:x} but got float32[8,1,4]{V:x}"), so its gradient is taken through the
+    # same map written with a tiled all_to_all (UNTILED_SAME checks the forward values agree).
+    ("all_to_all_untiled_s0c1", M8, [((64, 4), "n")], [S("x")], S("x"),
+     lambda x: jnp.transpose(jnp.squeeze(lax.all_to_all(x[:, None, :], "x", 0, 1, tiled=True),
+                                         0))),
+    ("all_to_all_untiled_s1c0", M8, [((16, 8), "n")], [S("x")], S("x"),
+     lambda x: jnp.squeeze(lax.all_to_all((x * x)[None], "x", 2, 0, tiled=True), 2)),
     ("unmapped_input", M8, [((8, 4), "n"), ((4,), "n")], [S("x"), S()], S("x"),
      lambda x, w: jnp.sin(x) * w),
     ("invariant_out_mapped", M8, [((8, 4), "n")], [S("x")], S("x"), lambda x: lax.psum(x, "x")),
@@ -568,6 +580,13 @@ SM_CASES = [
     ("dp_loss", M8, [((16, 4), "n"), ((16,), "n"), ((4,), "n")], [S("x"), S("x"), S()], S(),
      lambda x, y, w: lax.pmean(jnp.mean((jnp.matmul(x, w) - y) * (jnp.matmul(x, w) - y)), "x")),
 ]
+
+
+# What the untiled cases compute, with JAX's untiled all_to_all (forward only).
+UNTILED_SAME = {
+    "all_to_all_untiled_s0c1": lambda x: lax.all_to_all(x, "x", 0, 1, tiled=False),
+    "all_to_all_untiled_s1c0": lambda x: lax.all_to_all(x * x, "x", 1, 0, tiled=False),
+}
 
 
 def gen_shard_map_records():
@@ -581,6 +600,10 @@ def gen_shard_map_records():
             f = jax.shard_map(body, mesh=mesh, in_specs=tuple(P(*s) for s in in_specs),
                               out_specs=P(*out_spec))
             out = f(*sx)
+            if name in UNTILED_SAME:
+                ref = jax.shard_map(UNTILED_SAME[name], mesh=mesh, in_specs=P(*in_specs[0]),
+                                    out_specs=P(*out_spec))(*sx)
+                assert ref.shape == out.shape and np.array_equal(ref, out), name
             w = make_value(rng, out.shape, "n", dt, None)
             sw = jax.device_put(w, NamedSharding(mesh, P(*out_spec)))
             diff = list(range(len(xs)))
