@@ -143,7 +143,7 @@ std::unordered_map<std::string_view, Rule<T>> make_table() {
   auto add_rule = [&t](std::string_view op, unsigned saves, bool out, Vjp<T> f) {
     t.emplace(op, Rule<T>{op, saves, out, f});
   };
-  constexpr unsigned kNone = 0, kIn0 = 1, kIn1 = 2, kIn01 = 3;
+  constexpr unsigned kNone = 0, kIn0 = 1, kIn01 = 3;  // bit i: input i is saved
 
   // ---- elementwise (run_node unbroadcasts and casts each cotangent to its input)
   add_rule("add", kNone, false, [](const Node<T>&, const CtList<T>& c, Env&) -> CtList<T> {
