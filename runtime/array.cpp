@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <atomic>
 #include <map>
+#include <mutex>
 #include <optional>
 #include <set>
 
@@ -75,6 +76,7 @@ Array::Array(Shape shape, DType dtype, Sharding sharding, std::vector<Tensor> bl
              std::vector<std::string> pending_sum_axes)
     : Array(std::move(shape), dtype, std::move(sharding), std::move(blocks)) {
   pending_sum_axes_ = std::move(pending_sum_axes);
+  if (!pending_sum_axes_.empty()) sum_cache_ = std::make_shared<detail::SumCache>();
 }
 
 namespace detail {
@@ -82,11 +84,18 @@ namespace {
 std::atomic<PendingSumResolver> g_resolver{nullptr};
 }
 void set_pending_sum_resolver(PendingSumResolver resolver) { g_resolver.store(resolver); }
+struct SumCache {
+  std::mutex mu;
+  std::shared_ptr<const Array> sum;  // guarded by mu
+};
+
 Array resolve_pending_sums(const Array& x) {
   if (x.pending_sum_axes().empty()) return x;
   PendingSumResolver r = g_resolver.load();
   if (r == nullptr) throw Error("[array] an Array with pending sums but no resolver installed");
-  return r(x);
+  std::lock_guard<std::mutex> lock(x.sum_cache_->mu);
+  if (!x.sum_cache_->sum) x.sum_cache_->sum = std::make_shared<const Array>(r(x));
+  return *x.sum_cache_->sum;
 }
 }  // namespace detail
 

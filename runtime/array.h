@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <string>
 #include <type_traits>
@@ -24,6 +25,13 @@ struct Shard {
 // Array: a global array: a shape, a dtype, a sharding, and one block per device of the sharding
 // (replicated blocks are separate copies, as in JAX). Immutable and cheap to copy (copies share
 // the blocks); thread-safe to read from several threads.
+class Array;
+namespace detail {
+struct SumCache;
+// `x` itself when it has no pending sums, else the summed Array (summed once per Array).
+Array resolve_pending_sums(const Array& x);
+}  // namespace detail
+
 class Array {
  public:
   Array() = default;
@@ -51,7 +59,8 @@ class Array {
   // Mesh axes over which the blocks are addends of a sum not yet taken (a global-view op's
   // Partial placement, e.g. sum(x, 0) of x sharded on that axis). Empty for Arrays made by
   // device_put or shard_map. sharding() is the sharding the value has once summed; reading the
-  // value (to_vector, addressable_shards, device_put, shard_map) sums first, with one psum.
+  // value (to_vector, addressable_shards, device_put, shard_map) sums first, with one psum,
+  // once: the sum is kept (shared by copies of this Array) for later reads.
   const std::vector<std::string>& pending_sum_axes() const { return pending_sum_axes_; }
 
   // Gathers the global value to the host; T must match dtype() exactly. Replicated blocks are
@@ -78,15 +87,15 @@ class Array {
   Sharding sharding_ = SingleDeviceSharding(Device());
   std::vector<Tensor> blocks_;
   std::vector<std::string> pending_sum_axes_;
+  std::shared_ptr<detail::SumCache> sum_cache_;  // with pending sums: the sum, once taken
   uint64_t trace_id_ = 0;
+  friend Array detail::resolve_pending_sums(const Array& x);
 };
 
 namespace detail {
 // Sums an Array's pending addends (installed by the global-view layer, which makes them).
 using PendingSumResolver = Array (*)(const Array&);
 void set_pending_sum_resolver(PendingSumResolver resolver);
-// `x` itself when it has no pending sums, else the summed Array.
-Array resolve_pending_sums(const Array& x);
 }  // namespace detail
 
 // Places host data (row-major, prod(shape) elements) on the devices of `to`.

@@ -456,6 +456,23 @@ TEST(GlobalViewPendingSums, ConstraintCostsOnePsumScatter) {
   EXPECT_EQ(collectives_of(log), std::vector<std::string>{"psum"});
 }
 
+TEST(GlobalViewPendingSums, ReadingTwiceSumsOnce) {
+  Mesh mesh = make_mesh({8}, {"x"});
+  Array x = iota_f32({64, 32}, NamedSharding(mesh, P("x")));
+  CollectiveLog log;
+  auto on = log.record();
+  Array s = sum(x, 0);
+  const Array copy = s;
+  const auto first = s.to_vector<float>();
+  EXPECT_EQ(copy.to_vector<float>(), first);  // a copy shares the sum
+  EXPECT_EQ(s.addressable_shards().size(), 8u);
+  EXPECT_EQ(collectives_of(log), std::vector<std::string>{"psum"});
+  EXPECT_EQ(s.pending_sum_axes(), std::vector<std::string>{"x"});  // still the same value
+  Array again = sum(x, 0);                                         // a new op: a new sum
+  (void)again.to_vector<float>();
+  EXPECT_EQ(collectives_of(log), (std::vector<std::string>{"psum", "psum"}));
+}
+
 TEST(GlobalViewPendingSums, MatmulOverAShardedContractionIsPending) {
   Mesh mesh = make_mesh({4, 2}, {"x", "y"});
   Array a = iota_f32({8, 16}, NamedSharding(mesh, P(None, "x")));
