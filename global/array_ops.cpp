@@ -8,6 +8,7 @@
 
 #include "core/error.h"
 #include "core/strings.h"
+#include "global/jit_record.h"
 #include "global/layout.h"
 #include "global/reshard.h"
 #include "global/rules.h"
@@ -241,7 +242,11 @@ Layout layout_for(std::string_view op, const Sharding& s, const Mesh& mesh, cons
 Array constrain(std::string_view op, const Array& x, const Sharding& s) {
   const Mesh* sm = s.mesh_or_null();
   const Mesh* xm = x.sharding().mesh_or_null();
-  if (sm == nullptr || xm == nullptr || !(*sm == *xm)) return device_put(x, s);
+  if (sm == nullptr || xm == nullptr || !(*sm == *xm)) {
+    Array y = device_put(x, s);
+    detail::jit_record_reshard(x, s, y);
+    return y;
+  }
   std::string note;
   Layout l = layout_for(op, s, *xm, x.shape(), &note);
   return global::reshard(x, *xm, l, op, /*implicit=*/false, note);
