@@ -50,6 +50,7 @@ struct JitValue {
   int input = -1;              // the input leaf it is, or -1
   std::vector<Tensor> blocks;  // constants only
   bool keep_to_end = false;    // read from another position or returned: never dropped early
+  size_t block_bytes = 0;      // the largest block
 };
 
 struct JitStep {
@@ -80,6 +81,8 @@ struct JitLine {
   std::vector<CollectiveLog::Entry> collectives;
 };
 constexpr int kConst = -1000000;
+// Launches whose blocks are all at most this big run their collective-free steps inline.
+constexpr size_t kInlineBytes = 32 * 1024;
 
 struct JitOutput {
   std::vector<Ref> refs;
@@ -149,6 +152,10 @@ class JitRecorder {
     return static_cast<int>(prog->values.size()) - 1;
   }
   void register_array(const Array& a, int vid) {
+    for (const Tensor& t : a.blocks()) {
+      size_t& b = prog->values[static_cast<size_t>(vid)].block_bytes;
+      b = std::max(b, t.nbytes());
+    }
     for (size_t p = 0; p < a.blocks().size(); ++p) {
       const Tensor& t = a.blocks()[p];
       if (known.emplace(key_of(t), Ref{vid, static_cast<int>(p)}).second) keep.push_back(t);
@@ -405,6 +412,36 @@ void plan(JitProgram& p) {
     }
     for (int v : s.out) made_in[static_cast<size_t>(v)] = static_cast<int>(p.segments.size()) - 1;
   }
+  // Small blocks: ops without collectives run from the caller's thread, device after device (as
+  // eager ops do): waking every device's executor costs more than computing a few small blocks.
+  // Steps with collectives still run as one task per device, in launches of their own.
+  std::vector<JitSegment> split;
+  for (const JitSegment& seg : p.segments) {
+    size_t bytes = 0;
+    for (size_t i = seg.begin; i < seg.end; ++i) {
+      for (const auto& refs : p.steps[i].in) {
+        for (const Ref& r : refs) {
+          bytes = std::max(bytes, p.values[static_cast<size_t>(r.vid)].block_bytes);
+        }
+      }
+      for (int v : p.steps[i].out) {
+        bytes = std::max(bytes, p.values[static_cast<size_t>(v)].block_bytes);
+      }
+    }
+    if (seg.host || bytes > kInlineBytes) {
+      split.push_back(seg);
+      continue;
+    }
+    for (size_t i = seg.begin; i < seg.end; ++i) {
+      const bool inl = p.steps[i].kind == JitStep::local;
+      if (i > seg.begin && split.back().inline_run == inl) {
+        split.back().end = i + 1;
+      } else {
+        split.push_back(JitSegment{i, i + 1, false, inl});
+      }
+    }
+  }
+  p.segments = std::move(split);
 }
 
 }  // namespace

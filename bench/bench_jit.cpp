@@ -1,0 +1,86 @@
+// jit against eager on the same program, in the same run:
+//   Program20/eager   a 20-op elementwise/reduction program (one psum) on 8 cpu devices, (8, 8)
+//                     float32 sharded P("x"): every op a separate launch from the caller
+//   Program20/jit     the same program jitted: the recorded steps replayed, one launch per call
+//   TinyOp/eager      add(x, x) on the same Array (one op's overhead, for the ratio)
+//   Sin/eager, Sin/jit  2 * sin(x) + 1 on (8, 8)
+// JAX's jitted call of the same program: bench/jax_jit_overhead.py.
+// Run: MESHRT_CPU_DEVICES=8 build/bench/bench_jit --benchmark_repetitions=7
+//      --benchmark_report_aggregates_only=true   (compare the medians)
+#include <benchmark/benchmark.h>
+#include <meshrt/meshrt.h>
+
+#include <cstdlib>
+#include <vector>
+
+using namespace meshrt;
+
+namespace {
+
+Mesh mesh8() { return make_mesh({8}, {"x"}); }
+
+Array input(double v) { return full({8, 8}, v, DType::f32, NamedSharding(mesh8(), P("x"))); }
+
+// The same 20 ops as bench/jax_jit_overhead.py's program20.
+Array program20(const Array& x, const Array& y) {
+  Array a = sin(x);           // 1
+  Array b = a * 2.0;          // 2
+  Array c = b + 1.0;          // 3
+  Array d = c * y;            // 4
+  Array e = exp(d);           // 5
+  Array f = e - y;            // 6
+  Array g = tanh(f);          // 7
+  Array h = g / 3.0;          // 8
+  Array i = h + a;            // 9
+  Array j = maximum(i, c);    // 10
+  Array k = sum(j, 1, true);  // 11
+  Array l = j - k;            // 12
+  Array m = l * l;            // 13
+  Array n = sqrt(m + 1.0);    // 14, 15
+  Array o = log(n);           // 16
+  Array p = max(o, 1, true);  // 17
+  Array q = o - p;            // 18
+  Array r = sum(q, 0);        // 19: over the sharded dim (a psum)
+  return tanh(r);             // 20
+}
+
+void Program20Eager(benchmark::State& st) {
+  Array x = input(0.5), y = input(0.25);
+  for (auto _ : st) benchmark::DoNotOptimize(program20(x, y));
+}
+void Program20Jit(benchmark::State& st) {
+  Array x = input(0.5), y = input(0.25);
+  auto f = jit(program20);
+  (void)f(x, y);
+  for (auto _ : st) benchmark::DoNotOptimize(f(x, y));
+}
+void TinyOpEager(benchmark::State& st) {
+  Array x = input(0.5);
+  for (auto _ : st) benchmark::DoNotOptimize(add(x, x));
+}
+Array sin3(const Array& x) { return 2.0 * sin(x) + 1.0; }
+void SinEager(benchmark::State& st) {
+  Array x = input(0.5);
+  for (auto _ : st) benchmark::DoNotOptimize(sin3(x));
+}
+void SinJit(benchmark::State& st) {
+  Array x = input(0.5);
+  auto f = jit(sin3);
+  (void)f(x);
+  for (auto _ : st) benchmark::DoNotOptimize(f(x));
+}
+
+}  // namespace
+
+BENCHMARK(Program20Eager)->Name("Program20/eager")->UseRealTime();
+BENCHMARK(Program20Jit)->Name("Program20/jit")->UseRealTime();
+BENCHMARK(TinyOpEager)->Name("TinyOp/eager")->UseRealTime();
+BENCHMARK(SinEager)->Name("Sin/eager")->UseRealTime();
+BENCHMARK(SinJit)->Name("Sin/jit")->UseRealTime();
+
+int main(int argc, char** argv) {
+  if (std::getenv("MESHRT_CPU_DEVICES") == nullptr) set_cpu_device_count(8);
+  benchmark::Initialize(&argc, argv);
+  benchmark::RunSpecifiedBenchmarks();
+  return 0;
+}
