@@ -2,9 +2,10 @@
 //   Program20/eager   a 20-op elementwise/reduction program (one psum) on 8 cpu devices, (8, 8)
 //                     float32 sharded P("x"): every op a separate launch from the caller
 //   Program20/jit     the same program jitted: the recorded steps replayed, one launch per call
+//   Program20/local/{eager,jit}  the same with op 19 over the unsharded dim (no collective)
 //   TinyOp/eager      add(x, x) on the same Array (one op's overhead, for the ratio)
 //   Sin/eager, Sin/jit  2 * sin(x) + 1 on (8, 8)
-// JAX's jitted call of the same program: bench/jax_jit_overhead.py.
+// JAX's jitted call of the same programs: bench/jax_jit_overhead.py.
 // Run: MESHRT_CPU_DEVICES=8 build/bench/bench_jit --benchmark_repetitions=7
 //      --benchmark_report_aggregates_only=true   (compare the medians)
 #include <benchmark/benchmark.h>
@@ -22,7 +23,7 @@ Mesh mesh8() { return make_mesh({8}, {"x"}); }
 Array input(double v) { return full({8, 8}, v, DType::f32, NamedSharding(mesh8(), P("x"))); }
 
 // The same 20 ops as bench/jax_jit_overhead.py's program20.
-Array program20(const Array& x, const Array& y) {
+Array program20_over(const Array& x, const Array& y, int over) {
   Array a = sin(x);           // 1
   Array b = a * 2.0;          // 2
   Array c = b + 1.0;          // 3
@@ -44,6 +45,20 @@ Array program20(const Array& x, const Array& y) {
   return tanh(r);             // 20
 }
 
+Array program20(const Array& x, const Array& y) { return program20_over(x, y, 0); }
+// The same with op 19 over the unsharded dim: no collective (JAX's script measures this one).
+Array program20_local(const Array& x, const Array& y) { return program20_over(x, y, 1); }
+
+void Program20LocalEager(benchmark::State& st) {
+  Array x = input(0.5), y = input(0.25);
+  for (auto _ : st) benchmark::DoNotOptimize(program20_local(x, y));
+}
+void Program20LocalJit(benchmark::State& st) {
+  Array x = input(0.5), y = input(0.25);
+  auto f = jit(program20_local);
+  (void)f(x, y);
+  for (auto _ : st) benchmark::DoNotOptimize(f(x, y));
+}
 void Program20Eager(benchmark::State& st) {
   Array x = input(0.5), y = input(0.25);
   for (auto _ : st) benchmark::DoNotOptimize(program20(x, y));
@@ -74,6 +89,8 @@ void SinJit(benchmark::State& st) {
 
 BENCHMARK(Program20Eager)->Name("Program20/eager")->UseRealTime();
 BENCHMARK(Program20Jit)->Name("Program20/jit")->UseRealTime();
+BENCHMARK(Program20LocalEager)->Name("Program20/local/eager")->UseRealTime();
+BENCHMARK(Program20LocalJit)->Name("Program20/local/jit")->UseRealTime();
 BENCHMARK(TinyOpEager)->Name("TinyOp/eager")->UseRealTime();
 BENCHMARK(SinEager)->Name("Sin/eager")->UseRealTime();
 BENCHMARK(SinJit)->Name("Sin/jit")->UseRealTime();

@@ -83,6 +83,8 @@ struct JitLine {
 constexpr int kConst = -1000000;
 // Launches whose blocks are all at most this big run their collective-free steps inline.
 constexpr size_t kInlineBytes = 32 * 1024;
+// ... and at most this many steps (longer programs amortise one launch better).
+constexpr size_t kInlineSteps = 6;
 
 struct JitOutput {
   std::vector<Ref> refs;
@@ -412,8 +414,9 @@ void plan(JitProgram& p) {
     }
     for (int v : s.out) made_in[static_cast<size_t>(v)] = static_cast<int>(p.segments.size()) - 1;
   }
-  // Small blocks: ops without collectives run from the caller's thread, device after device (as
-  // eager ops do): waking every device's executor costs more than computing a few small blocks.
+  // Short runs of steps on small blocks: ops without collectives run from the caller's thread,
+  // device after device (as eager ops do): waking every device's executor costs more than
+  // computing a few small blocks.
   // Steps with collectives still run as one task per device, in launches of their own.
   std::vector<JitSegment> split;
   for (const JitSegment& seg : p.segments) {
@@ -428,7 +431,7 @@ void plan(JitProgram& p) {
         bytes = std::max(bytes, p.values[static_cast<size_t>(v)].block_bytes);
       }
     }
-    if (seg.host || bytes > kInlineBytes) {
+    if (seg.host || bytes > kInlineBytes || seg.end - seg.begin > kInlineSteps) {
       split.push_back(seg);
       continue;
     }
