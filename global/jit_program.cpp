@@ -587,8 +587,6 @@ std::string line_ref(const JitProgram& p, int from) {
   return cat("%", from);
 }
 
-size_t launches(const JitProgram& p) { return p.segments.size(); }
-
 }  // namespace
 
 std::string jit_text(const JitProgram& p) {
@@ -614,12 +612,15 @@ std::string jit_text(const JitProgram& p) {
     s += cat("  out ", p.out_paths[i], " = ", line_ref(p, p.output_from[i]), ": ", p.out_avals[i],
              "\n");
   }
-  size_t host = 0, device = 0, collectives = 0;
-  for (const JitSegment& seg : p.segments) (seg.host ? host : device) += 1;
+  size_t host = 0, device = 0, inline_runs = 0, collectives = 0;
+  for (const JitSegment& seg : p.segments) {
+    (seg.host ? host : seg.inline_run ? inline_runs : device) += 1;
+  }
   for (const JitStep& st : p.steps) collectives += st.kind == JitStep::blocks ? 1 : 0;
-  s += cat("  replay: ", p.steps.size(), " steps in ", launches(p), " launches per call (", device,
-           " on the devices, one task per device each; ", host, " reshards from the caller); ",
-           collectives, " steps with collectives\n");
+  s += cat("  replay: ", p.steps.size(), " steps (", collectives, " with collectives) in ",
+           p.segments.size(), " launches per call: ", device, " as one task per device, ",
+           inline_runs, " on small blocks from the caller's thread, ", host,
+           " reshards from the caller\n");
   return s;
 }
 
