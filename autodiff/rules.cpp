@@ -118,6 +118,24 @@ Context& ctx_of(Env& env, std::string_view op) {
 template <class T>
 using Vjp = CtList<T> (*)(const Node<T>&, const CtList<T>&, Env&);
 
+// maximum / minimum as JAX's _balanced_eq: the winner gets the cotangent, a tie splits it
+// 0.5 / 0.5 (the scalar form: between the input and attrs.value).
+template <class T, bool kMax, class B>
+T share(const T& g, const T& x, const B& y) {
+  const DType dt = g.dtype();
+  const T wins = bool_as(kMax ? greater(x, y) : less(x, y), dt);
+  return multiply(g, add(wins, multiply(bool_as(equal(x, y), dt), 0.5)));
+}
+template <class T, bool kMax>
+CtList<T> balanced(const Node<T>& n, const CtList<T>& c, Env&) {
+  return {share<T, kMax>(ct_of(c, 0), n.input(0), n.input(1)),
+          share<T, kMax>(ct_of(c, 0), n.input(1), n.input(0))};
+}
+template <class T, bool kMax>
+CtList<T> balanced_scalar(const Node<T>& n, const CtList<T>& c, Env&) {
+  return {share<T, kMax>(ct_of(c, 0), n.input(0), Scalar(n.attrs.value))};
+}
+
 template <class T>
 std::unordered_map<std::string_view, Rule<T>> make_table() {
   constexpr bool kArray = std::is_same_v<T, Array>;
@@ -125,7 +143,7 @@ std::unordered_map<std::string_view, Rule<T>> make_table() {
   auto add_rule = [&t](std::string_view op, unsigned saves, bool out, Vjp<T> f) {
     t.emplace(op, Rule<T>{op, saves, out, f});
   };
-  constexpr unsigned kNone = 0, kIn0 = 1, kIn1 = 2, kIn01 = 3;
+  constexpr unsigned kNone = 0, kIn0 = 1, kIn01 = 3;  // bit i: input i is saved
 
   // ---- elementwise (run_node unbroadcasts and casts each cotangent to its input)
   add_rule("add", kNone, false, [](const Node<T>&, const CtList<T>& c, Env&) -> CtList<T> {
@@ -149,29 +167,8 @@ std::unordered_map<std::string_view, Rule<T>> make_table() {
       r[1] = divide(multiply(neg(g), n.input(0)), multiply(n.input(1), n.input(1)));
     return r;
   });
-  // JAX's _balanced_eq: the winner gets the cotangent, a tie splits it 0.5 / 0.5.
-  auto chooser = [](bool is_max) {
-    return is_max ? Vjp<T>([](const Node<T>& n, const CtList<T>& c, Env&) -> CtList<T> {
-      const T& g = ct_of(c, 0);
-      const DType dt = g.dtype();
-      const T& x = n.input(0);
-      const T& y = n.input(1);
-      const T tie = multiply(bool_as(equal(x, y), dt), 0.5);
-      return {multiply(g, add(bool_as(greater(x, y), dt), tie)),
-              multiply(g, add(bool_as(greater(y, x), dt), tie))};
-    })
-                  : Vjp<T>([](const Node<T>& n, const CtList<T>& c, Env&) -> CtList<T> {
-                      const T& g = ct_of(c, 0);
-                      const DType dt = g.dtype();
-                      const T& x = n.input(0);
-                      const T& y = n.input(1);
-                      const T tie = multiply(bool_as(equal(x, y), dt), 0.5);
-                      return {multiply(g, add(bool_as(less(x, y), dt), tie)),
-                              multiply(g, add(bool_as(less(y, x), dt), tie))};
-                    });
-  };
-  add_rule("maximum", kIn01, false, chooser(true));
-  add_rule("minimum", kIn01, false, chooser(false));
+  add_rule("maximum", kIn01, false, &balanced<T, true>);
+  add_rule("minimum", kIn01, false, &balanced<T, false>);
   add_rule("where", kIn0, false, [](const Node<T>& n, const CtList<T>& c, Env&) -> CtList<T> {
     const T& g = ct_of(c, 0);
     const T zero = scalar_next_to(g, 0.0);
@@ -221,19 +218,10 @@ std::unordered_map<std::string_view, Rule<T>> make_table() {
     const T& x = n.input(0);  // d(s / x) = -s / x^2
     return {divide(multiply(ct_of(c, 0), -n.attrs.value), multiply(x, x))};
   });
-  add_rule("max_scalar", kIn0, false, [](const Node<T>& n, const CtList<T>& c, Env&) -> CtList<T> {
-    const T& g = ct_of(c, 0);
-    const T& x = n.input(0);
-    const double s = n.attrs.value;
-    return {multiply(
-        g, add(bool_as(greater(x, s), g.dtype()), multiply(bool_as(equal(x, s), g.dtype()), 0.5)))};
-  });
-  add_rule("min_scalar", kIn0, false, [](const Node<T>& n, const CtList<T>& c, Env&) -> CtList<T> {
-    const T& g = ct_of(c, 0);
-    const T& x = n.input(0);
-    const double s = n.attrs.value;
-    return {multiply(
-        g, add(bool_as(less(x, s), g.dtype()), multiply(bool_as(equal(x, s), g.dtype()), 0.5)))};
+  add_rule("max_scalar", kIn0, false, &balanced_scalar<T, true>);
+  add_rule("min_scalar", kIn0, false, &balanced_scalar<T, false>);
+  add_rule("identity", kNone, false, [](const Node<T>&, const CtList<T>& c, Env&) -> CtList<T> {
+    return {ct_of(c, 0)};  // a differentiated input as an inner tape's leaf
   });
   add_rule("astype", kNone, false, [](const Node<T>&, const CtList<T>& c, Env&) -> CtList<T> {
     return {ct_of(c, 0)};  // run_node casts it back to the input's dtype

@@ -69,6 +69,21 @@ void accumulate(std::unordered_map<uint64_t, T>& cts, uint64_t id, T ct) {
   }
 }
 
+// Gives a node's outputs fresh trace ids the tape follows.
+template <class T>
+void follow_outputs(Node<T>& n, std::span<T> outputs, std::unordered_set<uint64_t>& known) {
+  for (T& y : outputs) {
+    uint64_t id = y.trace_id();
+    if (id == 0) {  // else an outer tracer named this result already
+      id = detail::next_trace_id();
+      y.set_trace_id(id);
+    }
+    known.insert(id);
+    n.out.push_back(id);
+    n.out_meta.push_back(Meta<T>::of(y));
+  }
+}
+
 // Holds tracing off on this task while it lives (shard_map's own steps are not the user's ops).
 class Untraced {
  public:
@@ -155,9 +170,8 @@ void Tape::record_node(std::string_view op, std::span<const T* const> inputs, st
   if (!followed || !float_out) {
     if (body) {
       for (T& y : outputs) {
-        const uint64_t id = detail::next_trace_id();
-        y.set_trace_id(id);
-        if (!out_vma.empty()) vma_[id] = out_vma;
+        if (y.trace_id() == 0) y.set_trace_id(detail::next_trace_id());
+        if (!out_vma.empty()) vma_[y.trace_id()] = out_vma;
       }
     }
     return;
@@ -180,13 +194,9 @@ void Tape::record_node(std::string_view op, std::span<const T* const> inputs, st
     n.in_meta.push_back(Meta<T>::of(x));
     if ((rule->saves_inputs >> i) & 1u) n.saved[i] = x;
   }
-  for (T& y : outputs) {
-    const uint64_t id = detail::next_trace_id();
-    y.set_trace_id(id);
-    known_.insert(id);
-    n.out.push_back(id);
-    n.out_meta.push_back(Meta<T>::of(y));
-    if (body && !out_vma.empty()) vma_[id] = out_vma;
+  follow_outputs(n, outputs, known_);
+  if (body && !out_vma.empty()) {
+    for (uint64_t id : n.out) vma_[id] = out_vma;
   }
   if (rule->saves_output) n.saved_out = outputs[0];
   if (body) {
@@ -362,13 +372,7 @@ std::optional<std::vector<Array>> Tape::shard_map(detail::RunShardMap run,
     n.in.push_back(diff[i] ? args[i].trace_id() : 0);
     n.in_meta.push_back(Meta<Array>::of(args[i]));
   }
-  for (Array& y : outs) {
-    const uint64_t id = detail::next_trace_id();
-    y.set_trace_id(id);
-    known_.insert(id);
-    n.out.push_back(id);
-    n.out_meta.push_back(Meta<Array>::of(y));
-  }
+  follow_outputs(n, std::span<Array>(outs), known_);
   ShardMapOptions back = options;
   back.name = options.name.empty() ? "transpose" : cat("transpose(", options.name, ")");
   n.pullback = [records, mesh, in_specs, out_specs, back, out_axes, diff,
@@ -472,13 +476,33 @@ void check_float(DType dt, const std::string& path, const char* api) {
 }
 }  // namespace
 
+namespace {
+// An input an outer tape follows (grad of grad, jvp): passed through an identity op the outer
+// tapes record, so the inner tape's leaf is a new value they still see. True when one did.
+template <class T>
+bool through_outer_tapes(T& x) {
+  if (x.trace_id() == 0 || !detail::tracing()) return false;
+  detail::Traced<T> tr("identity", {&x});
+  x = tr(T(x));
+  return x.trace_id() != 0;
+}
+}  // namespace
+
 void Recording::watch(Tensor& x, const std::string& path, const char* api) {
   check_float(x.dtype(), path, api);
-  tape_->watch(x, path);
+  if (through_outer_tapes(x)) {
+    tape_->watch_keeping_id(x, path);
+  } else {
+    tape_->watch(x, path);
+  }
 }
 void Recording::watch(Array& x, const std::string& path, const char* api) {
   check_float(x.dtype(), path, api);
-  tape_->watch(x, path);
+  if (through_outer_tapes(x)) {
+    tape_->watch_keeping_id(x, path);
+  } else {
+    tape_->watch(x, path);
+  }
 }
 void Recording::start() { active_ = std::make_unique<Active>(*tape_); }
 void Recording::stop() { active_.reset(); }

@@ -113,6 +113,12 @@ class Tape final : public detail::Tracer {
   // errors. A body tape gives the axes it varies over.
   void watch(Tensor& x, const std::string& path, AxisSet vma = {});
   void watch(Array& x, const std::string& path);
+  // The same, keeping x's trace id: an outer tape made it for this very leaf (grad of grad).
+  template <class T>
+  void watch_keeping_id(const T& x, const std::string& path) {
+    known_.insert(x.trace_id());
+    paths_[x.trace_id()] = path;
+  }
   // A body's constant input (not differentiated) that varies over `vma`.
   void note_vma(Tensor& x, AxisSet vma);
   bool follows(uint64_t id) const { return id != 0 && known_.count(id) != 0; }

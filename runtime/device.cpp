@@ -9,10 +9,10 @@
 #include <mutex>
 #include <thread>
 
+#include "backends/backend.h"
 #include "core/config.h"
 #include "core/error.h"
 #include "core/strings.h"
-#include "backends/backend.h"
 #include "runtime/detail/platform.h"
 
 namespace meshrt {

@@ -414,6 +414,19 @@ TEST(Autodiff, ArgnumsVjpJvpAndStopGradient) {
   EXPECT_EQ(host_values(g), (std::vector<double>{1, 2, 3}));
 }
 
+TEST(Autodiff, GradOfGrad) {
+  const Device d = devices()[0];
+  Tensor x = tensor(std::vector<double>{0.5, -1, 2}, {3}, d);
+  auto first = [](const Tensor& v) { return sum(v * v * v); };
+  auto second = grad([&](const Tensor& v) { return sum(grad(first)(v) * sin(v)); })(x);
+  // d/dx sum(3x^2 sin x) = 6x sin x + 3x^2 cos x
+  const std::vector<double> got = host_values(second);
+  for (size_t i = 0; i < 3; ++i) {
+    const double v = std::vector<double>{0.5, -1, 2}[i];
+    EXPECT_NEAR(got[i], 6 * v * std::sin(v) + 3 * v * v * std::cos(v), 1e-12);
+  }
+}
+
 struct Mlp {
   Array w1, w2;
   std::vector<Array> biases;

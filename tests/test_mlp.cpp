@@ -1,6 +1,7 @@
-// The seed MLP (JAX's shard_map tutorial): every strategy's loss and every gradient equal the
-// single-device values (float32; |diff| <= 2e-4 * (1 + |value|)) on 1, 2, 4 and 8 devices, and a
-// few SGD steps lower the loss identically.
+// The seed MLP (JAX's shard_map tutorial): every strategy's loss and every gradient, taken with
+// value_and_grad (global-view ops and shard_map) and by the hand-written backward pass, equal
+// the single-device hand-written values (float32; |diff| <= 2e-4 * (1 + |value|)) on 1, 2, 4 and
+// 8 devices, and a few SGD steps lower the loss identically.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -13,6 +14,7 @@ namespace {
 
 using namespace meshrt;
 using mlp::Strategy;
+using mlp::Style;
 
 const std::vector<int64_t> kSizes{784, 128, 128, 128, 128, 128, 8};
 
@@ -30,17 +32,21 @@ class Mlp : public ::testing::TestWithParam<int64_t> {};
 TEST_P(Mlp, EveryStrategyMatchesTheSingleDeviceLossAndGradients) {
   const int64_t n = GetParam();
   mlp::Problem p = mlp::init(random::key(0), kSizes, 32);
-  const mlp::Grads ref = mlp::loss_and_grad(p, Strategy::single, make_mesh({1}, {"x"}));
+  const mlp::Grads ref =
+      mlp::loss_and_grad(p, Strategy::single, make_mesh({1}, {"x"}), Style::hand_written);
   EXPECT_GT(ref.loss, 0);
-  for (Strategy s : {Strategy::data_parallel, Strategy::fsdp, Strategy::tensor_parallel,
-                     Strategy::data_tensor_2d}) {
-    const mlp::Grads g = mlp::loss_and_grad(p, s, mesh_for(s, n));
-    ASSERT_EQ(g.dW.size(), ref.dW.size());
-    for (size_t l = 0; l < g.dW.size(); ++l) {
-      ASSERT_EQ(g.dW[l].size(), ref.dW[l].size());
-      ASSERT_EQ(g.db[l].size(), ref.db[l].size());
+  for (Style style : {Style::hand_written, Style::global_view, Style::shard_map}) {
+    for (Strategy s : {Strategy::single, Strategy::data_parallel, Strategy::fsdp,
+                       Strategy::tensor_parallel, Strategy::data_tensor_2d}) {
+      const mlp::Grads g = mlp::loss_and_grad(p, s, mesh_for(s, n), style);
+      ASSERT_EQ(g.dW.size(), ref.dW.size());
+      for (size_t l = 0; l < g.dW.size(); ++l) {
+        ASSERT_EQ(g.dW[l].size(), ref.dW[l].size());
+        ASSERT_EQ(g.db[l].size(), ref.db[l].size());
+      }
+      EXPECT_LT(mlp::max_rel_diff(g, ref), 2e-4)
+          << mlp::name(s) << " (" << mlp::name(style) << ") on " << n << " devices";
     }
-    EXPECT_LT(mlp::max_rel_diff(g, ref), 2e-4) << mlp::name(s) << " on " << n << " devices";
   }
 }
 
@@ -51,8 +57,9 @@ TEST_P(Mlp, SgdLowersTheLossIdentically) {
     mlp::Problem a = mlp::init(random::key(0), kSizes, 32), b = a;
     double prev = 1e300;
     for (int step = 0; step < 3; ++step) {
-      const mlp::Grads ga = mlp::loss_and_grad(a, Strategy::single, make_mesh({1}, {"x"}));
-      const mlp::Grads gb = mlp::loss_and_grad(b, s, mesh_for(s, n));
+      const mlp::Grads ga =
+          mlp::loss_and_grad(a, Strategy::single, make_mesh({1}, {"x"}), Style::hand_written);
+      const mlp::Grads gb = mlp::loss_and_grad(b, s, mesh_for(s, n), Style::global_view);
       EXPECT_NEAR(gb.loss, ga.loss, 2e-4 * (1 + ga.loss)) << mlp::name(s) << " step " << step;
       EXPECT_LT(ga.loss, prev) << "the loss falls";
       prev = ga.loss;
@@ -67,9 +74,11 @@ INSTANTIATE_TEST_SUITE_P(Devices, Mlp, ::testing::Values(1, 2, 4, 8));
 // The hand-written backward pass against jax.value_and_grad on the same problem
 // (tests/data/gen_mlp.py): loss, per-layer sums and sums of squares, first entries, and the loss
 // after one SGD step.
-TEST(MlpJax, LossAndGradientsMatchJaxAutodiff) {
+class MlpJax : public ::testing::TestWithParam<Style> {};
+
+TEST_P(MlpJax, LossAndGradientsMatchJaxAutodiff) {
   mlp::Problem p = mlp::init(random::key(0), kSizes, 32);
-  const mlp::Grads g = mlp::loss_and_grad(p, Strategy::single, make_mesh({1}, {"x"}));
+  const mlp::Grads g = mlp::loss_and_grad(p, Strategy::single, make_mesh({1}, {"x"}), GetParam());
   std::ifstream in(std::string(MESHRT_TEST_DATA_DIR) + "/mlp_expected.txt");
   ASSERT_TRUE(in) << "tests/data/mlp_expected.txt";
   auto close = [](double got, double want, const std::string& what) {
@@ -114,6 +123,15 @@ TEST(MlpJax, LossAndGradientsMatchJaxAutodiff) {
   }
   EXPECT_EQ(checked, 15);
 }
+
+INSTANTIATE_TEST_SUITE_P(Styles, MlpJax,
+                         ::testing::Values(Style::global_view, Style::shard_map,
+                                           Style::hand_written),
+                         [](const auto& info) {
+                           return std::string(info.param == Style::global_view ? "global_view"
+                                              : info.param == Style::shard_map ? "shard_map"
+                                                                               : "hand_written");
+                         });
 
 TEST(MlpInit, MatchesJaxInitLayout) {
   mlp::Problem p = mlp::init(random::key(0), kSizes, 32);

@@ -62,6 +62,18 @@ std::vector<Tensor> forward_backward(const std::vector<Tensor>& W, const std::ve
   return out;
 }
 
+// The forward pass alone (value_and_grad takes the backward pass from it).
+Tensor forward_loss(const std::vector<Tensor>& W, const std::vector<Tensor>& b, const Tensor& x,
+                    const Tensor& y, int64_t global_batch_of_shard, const Hooks& h) {
+  Tensor a = x;
+  for (size_t l = 0; l < W.size(); ++l) {
+    Tensor z = h.mix(matmul(a, h.gather_w(W[l]))) + h.gather_b(b[l]);
+    a = l + 1 < W.size() ? relu(z) : z;
+  }
+  const Tensor diff = a - y;
+  return h.total(sum(diff * diff)) * (1.0 / static_cast<double>(global_batch_of_shard));
+}
+
 Grads to_grads(const std::vector<Array>& r) {
   Grads g;
   g.loss = host(r[0])[0];
@@ -73,6 +85,18 @@ Grads to_grads(const std::vector<Array>& r) {
 }
 
 }  // namespace
+
+const char* name(Style s) {
+  switch (s) {
+    case Style::global_view:
+      return "value_and_grad, global view";
+    case Style::shard_map:
+      return "value_and_grad, shard_map";
+    case Style::hand_written:
+      return "hand-written backward";
+  }
+  return "?";
+}
 
 const char* name(Strategy s) {
   switch (s) {
@@ -116,7 +140,9 @@ Problem init(const random::Key& key0, std::vector<int64_t> sizes, int64_t batch)
   return p;
 }
 
-Grads loss_and_grad(const Problem& p, Strategy s, const Mesh& mesh) {
+namespace {
+
+Grads hand_written(const Problem& p, Strategy s, const Mesh& mesh) {
   const size_t L = p.W.size();
   if (s == Strategy::single) {
     Device d = mesh.devices().front();
@@ -207,6 +233,142 @@ Grads loss_and_grad(const Problem& p, Strategy s, const Mesh& mesh) {
     return r;
   };
   return to_grads(shard_map(body, mesh, in_specs, out_specs)(args));
+}
+
+Grads from_autodiff(const Array& loss_value, const Params& g) {
+  Grads out;
+  out.loss = loss_value.to_vector<float>()[0];
+  for (size_t l = 0; l < g.W.size(); ++l) {
+    out.dW.push_back(host(g.W[l]));
+    out.db.push_back(host(g.b[l]));
+  }
+  return out;
+}
+
+Mesh single_device_mesh(const Mesh& mesh) {
+  return Mesh({mesh.devices().front()}, {1}, {mesh.axis_names().front()});
+}
+
+// value_and_grad of the loss written with global-view ops.
+Grads global_view(const Problem& p, Strategy s, const Mesh& mesh0) {
+  const Mesh mesh = s == Strategy::single ? single_device_mesh(mesh0) : mesh0;
+  const Placement at = placement(s, mesh);
+  const Params params = device_put_params(p, s, mesh);
+  const Array x = device_put(p.x, {p.batch, p.sizes.front()}, NamedSharding(mesh, at.x));
+  const Array y = device_put(p.y, {p.batch, p.sizes.back()}, NamedSharding(mesh, at.x));
+  auto [l, g] = value_and_grad(loss)(params, x, y);
+  return from_autodiff(l, g);
+}
+
+// value_and_grad of the same forward pass written as a shard_map body with collectives.
+Grads shard_mapped(const Problem& p, Strategy s, const Mesh& mesh0) {
+  const Mesh mesh = s == Strategy::single ? single_device_mesh(mesh0) : mesh0;
+  const Placement at = placement(s, mesh);
+  const size_t L = p.W.size();
+  const std::string a0 = mesh.axis_names()[0];
+  const std::string a1 = mesh.axis_names().size() > 1 ? mesh.axis_names()[1] : a0;
+  std::vector<PartitionSpec> in_specs{at.x, at.x};
+  for (size_t l = 0; l < L; ++l) {
+    in_specs.push_back(at.w);
+    in_specs.push_back(at.b);
+  }
+  auto body = [&, s](Context& ctx, const std::vector<Tensor>& xs) {
+    std::vector<Tensor> W, b;
+    for (size_t l = 0; l < L; ++l) {
+      W.push_back(xs[2 + 2 * l]);
+      b.push_back(xs[3 + 2 * l]);
+    }
+    const int64_t local_batch = xs[0].shape()[0];
+    Hooks h;
+    Tensor loss_value;
+    switch (s) {
+      case Strategy::single:
+        loss_value = forward_loss(W, b, xs[0], xs[1], local_batch, h);
+        break;
+      case Strategy::data_parallel:
+        loss_value = ctx.pmean(forward_loss(W, b, xs[0], xs[1], local_batch, h), a0);
+        break;
+      case Strategy::fsdp:
+        h.gather_w = [&](const Tensor& t) { return ctx.all_gather(t, a0, 0, true); };
+        h.gather_b = [&](const Tensor& t) { return ctx.all_gather(t, a0, 0, true); };
+        loss_value = ctx.pmean(forward_loss(W, b, xs[0], xs[1], local_batch, h), a0);
+        break;
+      default: {  // tensor parallel, alone or with data parallelism over a0
+        const std::string f = s == Strategy::tensor_parallel ? a0 : a1;
+        h.mix = [&](const Tensor& t) { return ctx.psum_scatter(t, f, 1, true); };
+        h.total = [&](const Tensor& t) { return ctx.psum(t, f); };
+        loss_value = forward_loss(W, b, xs[0], xs[1], local_batch, h);
+        if (s == Strategy::data_tensor_2d) loss_value = ctx.pmean(loss_value, a0);
+        break;
+      }
+    }
+    return std::vector<Tensor>{loss_value};
+  };
+  auto step = shard_map(body, mesh, in_specs, std::vector<PartitionSpec>{P()});
+  const Array x = device_put(p.x, {p.batch, p.sizes.front()}, NamedSharding(mesh, at.x));
+  const Array y = device_put(p.y, {p.batch, p.sizes.back()}, NamedSharding(mesh, at.x));
+  auto sharded_loss = [&](const Params& prm) {
+    std::vector<Array> args{x, y};
+    for (size_t l = 0; l < L; ++l) {
+      args.push_back(prm.W[l]);
+      args.push_back(prm.b[l]);
+    }
+    return step(args).front();
+  };
+  auto [l, g] = value_and_grad(sharded_loss)(device_put_params(p, s, mesh));
+  return from_autodiff(l, g);
+}
+
+}  // namespace
+
+Array loss(const Params& params, const Array& x, const Array& y) {
+  Array a = x;
+  for (size_t l = 0; l < params.W.size(); ++l) {
+    Array z = matmul(a, params.W[l]) + params.b[l];
+    a = l + 1 < params.W.size() ? relu(z) : z;
+  }
+  const Array diff = a - y;
+  return sum(diff * diff) / static_cast<double>(x.shape()[0]);
+}
+
+Placement placement(Strategy s, const Mesh& mesh) {
+  const std::string a0 = mesh.axis_names()[0];
+  const std::string a1 = mesh.axis_names().size() > 1 ? mesh.axis_names()[1] : a0;
+  switch (s) {
+    case Strategy::single:
+      return {P(), P(), P()};
+    case Strategy::data_parallel:
+      return {P(a0), P(), P()};
+    case Strategy::fsdp:
+      return {P(a0), P(a0), P(a0)};
+    case Strategy::tensor_parallel:
+      return {P(None, a0), P(a0), P(a0)};
+    case Strategy::data_tensor_2d:
+      break;
+  }
+  return {P(a0, a1), P(a1), P(a1)};
+}
+
+Params device_put_params(const Problem& p, Strategy s, const Mesh& mesh) {
+  const Placement at = placement(s, mesh);
+  Params params;
+  for (size_t l = 0; l < p.W.size(); ++l) {
+    params.W.push_back(device_put(p.W[l], {p.sizes[l], p.sizes[l + 1]}, NamedSharding(mesh, at.w)));
+    params.b.push_back(device_put(p.b[l], {p.sizes[l + 1]}, NamedSharding(mesh, at.b)));
+  }
+  return params;
+}
+
+Grads loss_and_grad(const Problem& p, Strategy s, const Mesh& mesh, Style style) {
+  switch (style) {
+    case Style::global_view:
+      return global_view(p, s, mesh);
+    case Style::shard_map:
+      return shard_mapped(p, s, mesh);
+    case Style::hand_written:
+      break;
+  }
+  return hand_written(p, s, mesh);
 }
 
 void sgd_step(Problem& p, const Grads& g, float lr) {

@@ -1,5 +1,8 @@
-// examples/mlp/mlp.h: the MLP of JAX's shard_map tutorial, trained with hand-written backward
-// passes under five strategies that must agree with the single-device computation.
+// examples/mlp/mlp.h: the MLP of JAX's shard_map tutorial under five strategies that must agree
+// with the single-device computation, its gradient taken three ways: value_and_grad of the
+// forward pass written with global-view Array ops, value_and_grad of the forward pass written as
+// a shard_map body with collectives, and the hand-written backward pass (kept as an independent
+// cross-check).
 //
 //   layer sizes [784, 128, 128, 128, 128, 128, 8], batch 32, init as the tutorial's init/init_layer
 //   (split(key, len(sizes)), W = normal / sqrt(n_in), b = normal), predict = relu MLP (linear
@@ -32,10 +35,35 @@ struct Grads {
 enum class Strategy { single, data_parallel, fsdp, tensor_parallel, data_tensor_2d };
 const char* name(Strategy s);
 
+// How the gradient is taken: value_and_grad of global-view ops, value_and_grad of a shard_map,
+// or the hand-written backward pass.
+enum class Style { global_view, shard_map, hand_written };
+const char* name(Style s);
+
+// The parameters as a tree: value_and_grad returns the gradients in the same structure,
+// sharded like the parameters.
+struct Params {
+  std::vector<meshrt::Array> W, b;
+};
+MESHRT_TREE(Params, W, b);
+
+// The loss of the tutorial (mean over the batch of the sum of squared errors), written once
+// with global-view ops: the shardings of params, x and y decide what each device computes.
+meshrt::Array loss(const Params& params, const meshrt::Array& x, const meshrt::Array& y);
+
+// Where a strategy puts the batch and the parameters (single: a one-device mesh).
+struct Placement {
+  meshrt::PartitionSpec x, w, b;
+};
+Placement placement(Strategy s, const meshrt::Mesh& mesh);
+Params device_put_params(const Problem& p, Strategy s, const meshrt::Mesh& mesh);
+
 // Loss and gradients. single runs on mesh.devices()[0]; data_parallel and fsdp shard the batch
 // over the mesh's first axis; tensor_parallel shards features over it; data_tensor_2d shards the
-// batch over the first axis and features over the second.
-Grads loss_and_grad(const Problem& p, Strategy s, const meshrt::Mesh& mesh);
+// batch over the first axis and features over the second. Each call places the parameters and
+// the batch on the devices and reads the loss and gradients back to the host.
+Grads loss_and_grad(const Problem& p, Strategy s, const meshrt::Mesh& mesh,
+                    Style style = Style::global_view);
 
 // params -= lr * grads.
 void sgd_step(Problem& p, const Grads& g, float lr);

@@ -61,7 +61,8 @@ class Tracer {
  public:
   virtual ~Tracer() = default;
   // `op` ran on `inputs` giving `outputs`: the tracer records it when it follows an input, and
-  // then gives each output a trace id (next_trace_id) unless it has one.
+  // then gives each output a trace id (next_trace_id) unless an earlier tracer in the stack gave
+  // it one for this op (outputs arrive with id 0).
   virtual void record(std::string_view op, std::span<const Tensor* const> inputs,
                       std::span<Tensor> outputs, const OpAttrs& attrs) = 0;
   virtual void record(std::string_view op, std::span<const Array* const> inputs,
@@ -145,6 +146,7 @@ class Traced {
     TraceState* s = state_;
     state_ = nullptr;
     --s->suppressed;
+    for (T& y : outs) y.set_trace_id(0);  // an op may return an operand; its result is new
     for (Tracer* t : std::vector<Tracer*>(s->tracers)) t->record(op_, inputs_, outs, attrs_);
   }
 

@@ -1,0 +1,107 @@
+// meshrt-mlp-bench: one loss-and-grad step of the seed MLP, its gradient taken by value_and_grad
+// (global-view ops, shard_map) and by the hand-written backward pass, side by side in one run:
+// median time, peak device memory of the step, and the compute bound (the step's FLOPs at the
+// sgemm rate measured here, in the same run).
+//
+//   MESHRT_CPU_DEVICES=8 build/examples/meshrt-mlp-bench [--quick] [--repeats N]
+#include <meshrt/meshrt.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "examples/mlp/mlp.h"
+
+using namespace meshrt;
+using mlp::Strategy;
+using mlp::Style;
+
+namespace {
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+// GFLOP/s of one (m, k) x (k, n) float32 matmul on one device, median of `repeats`.
+double sgemm_gflops(int64_t m, int64_t k, int64_t n, int repeats) {
+  const Device d = devices()[0];
+  Tensor a = ones({m, k}, DType::f32, d), b = ones({k, n}, DType::f32, d);
+  (void)matmul(a, b);
+  std::vector<double> t;
+  for (int i = 0; i < repeats; ++i) {
+    auto t0 = std::chrono::steady_clock::now();
+    (void)matmul(a, b);
+    t.push_back(seconds_since(t0));
+  }
+  return 2.0 * static_cast<double>(m * k * n) / median(t) / 1e9;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  bool quick = false;
+  int repeats = 5;
+  for (int i = 1; i < argc; ++i) {
+    if (std::strcmp(argv[i], "--quick") == 0) quick = true;
+    if (std::strcmp(argv[i], "--repeats") == 0 && i + 1 < argc) repeats = std::atoi(argv[++i]);
+  }
+  const int64_t batch = quick ? 512 : 8192, hidden = quick ? 256 : 1024;
+  const std::vector<int64_t> sizes{784, hidden, hidden, hidden, hidden, hidden, 8};
+  const int64_t n = static_cast<int64_t>(devices().size());
+  Mesh mesh = make_mesh({n}, {"batch"});
+  mlp::Problem p = mlp::init(random::key(0), sizes, batch);
+
+  // FLOPs: forward 2*B*sum(n_in*n_out); backward dW the same, dx the same but the first layer's.
+  double per_pass = 0;
+  for (size_t l = 0; l + 1 < sizes.size(); ++l)
+    per_pass += 2.0 * static_cast<double>(batch * sizes[l] * sizes[l + 1]);
+  const double flops = 3 * per_pass - 2.0 * static_cast<double>(batch * sizes[0] * sizes[1]);
+  const double rate = sgemm_gflops(batch, hidden, hidden, repeats);
+  std::printf(
+      "MLP [784, %lld x 5, 8], batch %lld, float32, %lld cpu devices; %d repeats, "
+      "medians\n",
+      static_cast<long long>(hidden), static_cast<long long>(batch), static_cast<long long>(n),
+      repeats);
+  std::printf("sgemm on one device (%lld x %lld x %lld): %.1f GFLOP/s; the step is %.1f GFLOP\n",
+              static_cast<long long>(batch), static_cast<long long>(hidden),
+              static_cast<long long>(hidden), rate, flops / 1e9);
+  std::printf("%-16s %-30s %10s %9s %12s %9s\n", "strategy", "gradient", "time", "vs hand",
+              "peak memory", "vs hand");
+  for (Strategy s : {Strategy::data_parallel, Strategy::fsdp}) {
+    double hand_t = 0, hand_m = 0;
+    for (Style style : {Style::hand_written, Style::global_view, Style::shard_map}) {
+      (void)mlp::loss_and_grad(p, s, mesh, style);  // warm-up
+      std::vector<double> t;
+      int64_t peak = 0;
+      for (int r = 0; r < repeats; ++r) {
+        const int64_t base = memory_stats().bytes_in_use;
+        reset_peak_memory_stats();
+        auto t0 = std::chrono::steady_clock::now();
+        (void)mlp::loss_and_grad(p, s, mesh, style);
+        t.push_back(seconds_since(t0));
+        peak = std::max(peak, memory_stats().peak_bytes_in_use - base);
+      }
+      const double tm = median(t);
+      if (style == Style::hand_written) {
+        hand_t = tm;
+        hand_m = static_cast<double>(peak);
+      }
+      std::printf("%-16s %-30s %8.1f ms %8.2fx %9.1f MiB %8.2fx\n", mlp::name(s), mlp::name(style),
+                  tm * 1e3, tm / hand_t, static_cast<double>(peak) / (1 << 20),
+                  static_cast<double>(peak) / hand_m);
+    }
+  }
+  // The devices share this machine's cores: the bound is the step's FLOPs at the rate one large
+  // sgemm reaches here (OpenBLAS with every core).
+  std::printf("compute bound: %.1f GFLOP / %.1f GFLOP/s = %.1f ms\n", flops / 1e9, rate,
+              flops / (rate * 1e9) * 1e3);
+  return 0;
+}
