@@ -214,6 +214,31 @@ TEST(Jit, ReadingATracedValueIsAnError) {
   EXPECT_MESHRT_ERROR(step(x), "not known at trace time");
 }
 
+TEST(Jit, OutShardingsMustMatchTheOutputs) {
+  Mesh m = mesh8();
+  auto f = [](const Array& x) { return std::vector<Array>{x * 2.0, x + 1.0}; };
+  Array x = put(iota(8), {8}, NamedSharding(m, P("x")));
+  NamedSharding r(m, P());
+  auto three = jit(f, {.out_shardings = {r, r, r}});
+  EXPECT_MESHRT_ERROR(three(x), "[jit] out_shardings has 3 entries", "returns 2 Array leaves");
+  auto two = jit(f, {.out_shardings = {r, std::nullopt}});
+  std::vector<Array> got = two(x);
+  EXPECT_TRUE(got[0].sharding() == r);
+  EXPECT_TRUE(got[1].sharding() == NamedSharding(m, P("x")));
+}
+
+TEST(Jit, ReadingInsideValueAndGradInsideJitIsAnError) {
+  Mesh m = mesh8();
+  auto loss = [](const Array& w) {
+    Array l = sum(w * w);
+    (void)l.to_vector<float>();
+    return l;
+  };
+  auto step = jit(value_and_grad(loss));
+  Array w = put(iota(8), {8}, NamedSharding(m, P("x")));
+  EXPECT_MESHRT_ERROR(step(w), "not known at trace time");
+}
+
 TEST(Jit, ShardMapInsideIsAClearError) {
   Mesh m = mesh8();
   auto step = jit([&](const Array& x) {
