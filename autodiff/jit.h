@@ -10,10 +10,11 @@
 // sums too), the tree structure of the arguments (their leaves' paths) and the values of
 // arguments that hold no Array (static arguments, compared with ==; JAX's static_argnums). A
 // new signature traces again. Tracing runs f once, eagerly, recording every per-device launch of
-// the global view; a replay runs the recorded steps on the new inputs: consecutive steps on one
-// mesh as one task per device (collectives inside it, no return to the caller's thread between
-// ops), reshards between meshes from the caller. Results equal the eager run's bit for bit (the
-// same kernels run on the same blocks).
+// the global view; a replay runs the recorded steps on the new inputs without the eager ops'
+// checks and placement planning: steps without collectives from the caller's thread, device
+// after device; consecutive steps with collectives as one task per device; reshards between
+// meshes from the caller. Results equal the eager run's bit for bit (the same kernels run on the
+// same blocks).
 //
 // As in JAX, f's C++ control flow is frozen at trace time, and reading a value computed inside f
 // (to_vector, addressable_shards) is an Error while tracing. Static fields inside trees (a

@@ -5,6 +5,7 @@
 //   Program20/local/{eager,jit}  the same with op 19 over the unsharded dim (no collective)
 //   TinyOp/eager      add(x, x) on the same Array (one op's overhead, for the ratio)
 //   Sin/eager, Sin/jit  2 * sin(x) + 1 on (8, 8)
+//   MlpStep/{eager,jit}  value_and_grad of a small DP MLP's loss (the gradients' psums inside)
 // JAX's jitted call of the same programs: bench/jax_jit_overhead.py.
 // Run: MESHRT_CPU_DEVICES=8 build/bench/bench_jit --benchmark_repetitions=7
 //      --benchmark_report_aggregates_only=true   (compare the medians)
@@ -85,8 +86,47 @@ void SinJit(benchmark::State& st) {
   for (auto _ : st) benchmark::DoNotOptimize(f(x));
 }
 
+// A data-parallel MLP training step (loss and gradients): batch (512, 256) sharded P("x"),
+// parameters (256, 256), (256,), (256, 16) replicated; the gradients' psums are its collectives.
+struct MlpParams {
+  Array w1, b1, w2;
+};
+MESHRT_TREE(MlpParams, w1, b1, w2);
+
+Array mlp_loss(const MlpParams& p, const Array& x, const Array& y) {
+  Array h = relu(matmul(x, p.w1) + p.b1);
+  Array d = matmul(h, p.w2) - y;
+  return mean(d * d);
+}
+
+struct MlpSetup {
+  MlpParams p;
+  Array x, y;
+};
+MlpSetup mlp_setup() {
+  Mesh m = mesh8();
+  NamedSharding rep(m, P()), dp(m, P("x"));
+  return {{random::normal(random::key(1), {256, 256}, rep), zeros({256}, DType::f32, rep),
+           random::normal(random::key(2), {256, 16}, rep)},
+          random::normal(random::key(3), {512, 256}, dp),
+          random::normal(random::key(4), {512, 16}, dp)};
+}
+void MlpStepEager(benchmark::State& st) {
+  MlpSetup s = mlp_setup();
+  auto vg = value_and_grad(mlp_loss);
+  for (auto _ : st) benchmark::DoNotOptimize(vg(s.p, s.x, s.y));
+}
+void MlpStepJit(benchmark::State& st) {
+  MlpSetup s = mlp_setup();
+  auto step = jit(value_and_grad(mlp_loss));
+  (void)step(s.p, s.x, s.y);
+  for (auto _ : st) benchmark::DoNotOptimize(step(s.p, s.x, s.y));
+}
+
 }  // namespace
 
+BENCHMARK(MlpStepEager)->Name("MlpStep/eager")->UseRealTime()->Unit(benchmark::kMicrosecond);
+BENCHMARK(MlpStepJit)->Name("MlpStep/jit")->UseRealTime()->Unit(benchmark::kMicrosecond);
 BENCHMARK(Program20Eager)->Name("Program20/eager")->UseRealTime();
 BENCHMARK(Program20Jit)->Name("Program20/jit")->UseRealTime();
 BENCHMARK(Program20LocalEager)->Name("Program20/local/eager")->UseRealTime();

@@ -81,10 +81,6 @@ struct JitLine {
   std::vector<CollectiveLog::Entry> collectives;
 };
 constexpr int kConst = -1000000;
-// Launches whose blocks are all at most this big run their collective-free steps inline.
-constexpr size_t kInlineBytes = 32 * 1024;
-// ... and at most this many steps (longer programs amortise one launch better).
-constexpr size_t kInlineSteps = 6;
 
 struct JitOutput {
   std::vector<Ref> refs;
@@ -414,24 +410,14 @@ void plan(JitProgram& p) {
     }
     for (int v : s.out) made_in[static_cast<size_t>(v)] = static_cast<int>(p.segments.size()) - 1;
   }
-  // Short runs of steps on small blocks: ops without collectives run from the caller's thread,
-  // device after device (as eager ops do): waking every device's executor costs more than
-  // computing a few small blocks.
-  // Steps with collectives still run as one task per device, in launches of their own.
+  // Steps without collectives run from the caller's thread, device after device (as eager ops
+  // do, minus their planning): on cpu each kernel then has every core (measured faster than one
+  // task per device for both tiny programs and a DP MLP step, bench/bench_jit.cpp), and waking
+  // every executor is paid only where a collective needs all devices at once. Consecutive steps
+  // with collectives run as one task per device.
   std::vector<JitSegment> split;
   for (const JitSegment& seg : p.segments) {
-    size_t bytes = 0;
-    for (size_t i = seg.begin; i < seg.end; ++i) {
-      for (const auto& refs : p.steps[i].in) {
-        for (const Ref& r : refs) {
-          bytes = std::max(bytes, p.values[static_cast<size_t>(r.vid)].block_bytes);
-        }
-      }
-      for (int v : p.steps[i].out) {
-        bytes = std::max(bytes, p.values[static_cast<size_t>(v)].block_bytes);
-      }
-    }
-    if (seg.host || bytes > kInlineBytes || seg.end - seg.begin > kInlineSteps) {
+    if (seg.host) {
       split.push_back(seg);
       continue;
     }

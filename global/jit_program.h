@@ -5,9 +5,10 @@
 // per-device launch the global view makes (ops computed block by block, ops with collectives,
 // reshards) is appended as a step, its operands found by the identity of the blocks they read.
 // Blocks that no step made and no input holds are constants of the program (creation ops).
-// A replay runs the steps on new inputs: consecutive steps on one mesh run as one task per device
-// (collectives inside it), reshards between meshes run from the caller, intermediate blocks are
-// dropped after their last use.
+// A replay runs the steps on new inputs: steps without collectives from the caller's thread,
+// device after device, consecutive steps with collectives as one task per device, reshards
+// between meshes from the caller; unused steps are removed and intermediate blocks are dropped
+// after their last use.
 #pragma once
 
 #include <memory>
