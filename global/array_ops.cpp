@@ -8,6 +8,7 @@
 
 #include "core/error.h"
 #include "core/strings.h"
+#include "global/jit_record.h"
 #include "global/layout.h"
 #include "global/reshard.h"
 #include "global/rules.h"
@@ -133,11 +134,14 @@ Tensor scalar_like(const Tensor& t, Scalar s) {
   return full({}, s.value, dt, t.device());
 }
 
-Array compare_scalar(std::string_view op, const Array& a, Scalar s,
+// Reported as <op>_scalar with its value (a bool result: no derivative rule needed).
+Array compare_scalar(std::string_view op, std::string_view traced_as, const Array& a, Scalar s,
                      Tensor (*f)(const Tensor&, const Tensor&)) {
-  return elementwise(op, {a}, false, [f, s](const std::vector<Tensor>& b) {
+  detail::Traced<Array> tr(traced_as, {&a});
+  if (tr) tr.attrs().value = s.value;
+  return tr(elementwise(op, {a}, false, [f, s](const std::vector<Tensor>& b) {
     return f(b[0], scalar_like(b[0], s));
-  });
+  }));
 }
 
 // Ops computed on the operand with dims `whole` gathered; results re-sliced where they divide.
@@ -241,7 +245,11 @@ Layout layout_for(std::string_view op, const Sharding& s, const Mesh& mesh, cons
 Array constrain(std::string_view op, const Array& x, const Sharding& s) {
   const Mesh* sm = s.mesh_or_null();
   const Mesh* xm = x.sharding().mesh_or_null();
-  if (sm == nullptr || xm == nullptr || !(*sm == *xm)) return device_put(x, s);
+  if (sm == nullptr || xm == nullptr || !(*sm == *xm)) {
+    Array y = device_put(x, s);
+    detail::jit_record_reshard(x, s, y);
+    return y;
+  }
   std::string note;
   Layout l = layout_for(op, s, *xm, x.shape(), &note);
   return global::reshard(x, *xm, l, op, /*implicit=*/false, note);
@@ -473,15 +481,21 @@ Array divide(Scalar s, const Array& b) {
   return scalar_elementwise("divide", "rdiv_scalar", b, s, false,
                             [s](const std::vector<Tensor>& t) { return divide(s, t[0]); });
 }
-Array equal(const Array& a, Scalar s) { return compare_scalar("equal", a, s, &equal); }
-Array not_equal(const Array& a, Scalar s) { return compare_scalar("not_equal", a, s, &not_equal); }
-Array less(const Array& a, Scalar s) { return compare_scalar("less", a, s, &less); }
-Array less_equal(const Array& a, Scalar s) {
-  return compare_scalar("less_equal", a, s, &less_equal);
+Array equal(const Array& a, Scalar s) {
+  return compare_scalar("equal", "equal_scalar", a, s, &equal);
 }
-Array greater(const Array& a, Scalar s) { return compare_scalar("greater", a, s, &greater); }
+Array not_equal(const Array& a, Scalar s) {
+  return compare_scalar("not_equal", "not_equal_scalar", a, s, &not_equal);
+}
+Array less(const Array& a, Scalar s) { return compare_scalar("less", "less_scalar", a, s, &less); }
+Array less_equal(const Array& a, Scalar s) {
+  return compare_scalar("less_equal", "less_equal_scalar", a, s, &less_equal);
+}
+Array greater(const Array& a, Scalar s) {
+  return compare_scalar("greater", "greater_scalar", a, s, &greater);
+}
 Array greater_equal(const Array& a, Scalar s) {
-  return compare_scalar("greater_equal", a, s, &greater_equal);
+  return compare_scalar("greater_equal", "greater_equal_scalar", a, s, &greater_equal);
 }
 
 // ---- reductions

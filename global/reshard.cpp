@@ -6,7 +6,9 @@
 #include "core/error.h"
 #include "core/strings.h"
 #include "global/collective_log.h"
+#include "global/jit_record.h"
 #include "global/sharding_mode.h"
+#include "runtime/detail/trace.h"
 
 namespace meshrt::global {
 
@@ -58,15 +60,14 @@ Array resolve(const Array& x, const Mesh& mesh, const Layout& to, std::string_vi
   Layout in = have;
   in.partial.clear();
   Shape shape = x.shape();
-  std::vector<Array> out =
-      run_blocks(mesh, {raw_addends(x)}, {in}, {next}, {shape},
-                 [&scatters, &rest](Context& ctx, const std::vector<Tensor>& b) {
-                   Tensor t = b[0];
-                   for (auto& [axis, dim] : scatters)
-                     t = ctx.psum_scatter(t, axis, dim, /*tiled=*/true);
-                   if (!rest.empty()) t = ctx.psum(t, AxisNames(rest));
-                   return std::vector<Tensor>{t};
-                 });
+  std::vector<Array> out = run_blocks(mesh, {raw_addends(x)}, {in}, {next}, {shape},
+                                      [scatters, rest](Context& ctx, const std::vector<Tensor>& b) {
+                                        Tensor t = b[0];
+                                        for (auto& [axis, dim] : scatters)
+                                          t = ctx.psum_scatter(t, axis, dim, /*tiled=*/true);
+                                        if (!rest.empty()) t = ctx.psum(t, AxisNames(rest));
+                                        return std::vector<Tensor>{t};
+                                      });
   const double secs = since(t0);
   // Ring traffic per device: psum_scatter receives (n-1)/n of its input, psum twice that.
   int64_t bytes = in_bytes;
@@ -158,8 +159,10 @@ Array reshard(const Array& x, const Mesh& mesh, const Layout& to, std::string_vi
     if (from >= 0 && dest >= 0 && from != dest) moved *= mesh.axis_size(a);
   }
   const auto t0 = std::chrono::steady_clock::now();
-  Array out = device_put(cur, NamedSharding(mesh, spec_of(to)));
+  const NamedSharding target(mesh, spec_of(to));
+  Array out = device_put(cur, target);
   const double secs = since(t0);
+  meshrt::detail::jit_record_reshard(cur, target, out);
   const int64_t out_bytes = block_bytes(out);
   if (moved > 1) {
     CollectiveLog::add({std::string(op), "all_to_all", "copy", layout_str(have), layout_str(to),
@@ -190,8 +193,20 @@ std::vector<Array> run_blocks(const Mesh& mesh, const std::vector<Array>& placed
   for (const Layout& l : out) out_specs.push_back(spec_of(l));
   std::vector<Array> args;
   for (const Array& a : placed) args.push_back(raw_addends(a));
-  std::vector<Array> got = meshrt::detail::run_shard_map(body, mesh, in_specs, out_specs, args,
-                                                         {.check_replication = false});
+  std::vector<Array> got;
+  {
+    // The global view's own launch, not the user's shard_map: tracers do not see it.
+    meshrt::detail::TraceState* ts = meshrt::detail::trace_state();
+    if (ts != nullptr) ++ts->suppressed;
+    try {
+      got = meshrt::detail::run_shard_map(body, mesh, in_specs, out_specs, args,
+                                          {.check_replication = false});
+    } catch (...) {
+      if (ts != nullptr) --ts->suppressed;
+      throw;
+    }
+    if (ts != nullptr) --ts->suppressed;
+  }
   std::vector<Array> res;
   for (size_t i = 0; i < got.size(); ++i) {
     if (got[i].shape() != out_shapes[i]) {
@@ -202,6 +217,7 @@ std::vector<Array> run_blocks(const Mesh& mesh, const std::vector<Array>& placed
                                          : Array(got[i].shape(), got[i].dtype(), got[i].sharding(),
                                                  got[i].blocks(), out[i].partial));
   }
+  meshrt::detail::jit_record_blocks(mesh, args, body, res);
   return res;
 }
 
@@ -223,6 +239,7 @@ std::vector<Array> run_local(const Mesh& mesh, const std::vector<Array>& placed,
     res.emplace_back(out_shapes[o], dt, NamedSharding(mesh, spec_of(out[o])), std::move(blocks[o]),
                      out[o].partial);
   }
+  meshrt::detail::jit_record_local(mesh, placed, fn, res);
   return res;
 }
 

@@ -31,6 +31,7 @@ std::vector<Array> detail::run_shard_map(const ErasedBody& body, const Mesh& mes
                                          const std::vector<Array>& args,
                                          const ShardMapOptions& options) {
   if (tracing()) {  // differentiated: the innermost tracer following an argument runs it
+    if (trace_state()->jit) throw_shard_map_in_jit();
     check_call(mesh, in_specs, out_specs, args.size());
     const std::vector<Tracer*> tracers = trace_state()->tracers;
     for (auto t = tracers.rbegin(); t != tracers.rend(); ++t) {

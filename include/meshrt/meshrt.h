@@ -11,6 +11,7 @@
 #pragma once
 
 #include "autodiff/autodiff.h"
+#include "autodiff/jit.h"
 #include "autodiff/tree.h"
 #include "autodiff/tree_shard_map.h"
 #include "core/dtype.h"

@@ -3,6 +3,7 @@
 
 #include <atomic>
 
+#include "core/error.h"
 #include "core/threads/fiber_executor.h"
 
 namespace meshrt::detail {
@@ -19,6 +20,12 @@ TraceState* set_trace_state(TraceState* state) {
 uint64_t next_trace_id() {
   static std::atomic<uint64_t> next{1};
   return next.fetch_add(1, std::memory_order_relaxed);
+}
+
+void throw_shard_map_in_jit() {
+  throw Error(
+      "[jit] shard_map inside a jitted function is not supported yet: jit cannot replay its body; "
+      "call the shard_map outside jit (jit the global-view code before and after it)");
 }
 
 void check_host_read(uint64_t trace_id, std::string_view what) {

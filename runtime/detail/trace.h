@@ -84,6 +84,7 @@ class Tracer {
 struct TraceState {
   std::vector<Tracer*> tracers;
   int suppressed = 0;
+  bool jit = false;  // a jit trace is recording: shard_map is refused (throw_shard_map_in_jit)
 };
 // This task's state (a device body on a fiber has its own), or nullptr when none was installed.
 TraceState* trace_state();
@@ -97,6 +98,9 @@ inline bool tracing() {
   const TraceState* s = trace_state();
   return s != nullptr && s->suppressed == 0 && !s->tracers.empty();
 }
+
+// The Error for a shard_map called while a jit trace records (jit cannot replay it yet).
+[[noreturn]] void throw_shard_map_in_jit();
 
 // A host read of a traced value: lets the tracers refuse it (see Tracer::check_read).
 void check_host_read(uint64_t trace_id, std::string_view what);

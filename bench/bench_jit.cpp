@@ -1,0 +1,143 @@
+// jit against eager on the same program, in the same run:
+//   Program20/eager   a 20-op elementwise/reduction program (one psum) on 8 cpu devices, (8, 8)
+//                     float32 sharded P("x"): every op a separate launch from the caller
+//   Program20/jit     the same program jitted: the recorded steps replayed, one launch per call
+//   Program20/local/{eager,jit}  the same with op 19 over the unsharded dim (no collective)
+//   TinyOp/eager      add(x, x) on the same Array (one op's overhead, for the ratio)
+//   Sin/eager, Sin/jit  2 * sin(x) + 1 on (8, 8)
+//   MlpStep/{eager,jit}  value_and_grad of a small DP MLP's loss (the gradients' psums inside)
+// JAX's jitted call of the same programs: bench/jax_jit_overhead.py.
+// Run: MESHRT_CPU_DEVICES=8 build/bench/bench_jit --benchmark_repetitions=7
+//      --benchmark_report_aggregates_only=true   (compare the medians)
+#include <benchmark/benchmark.h>
+#include <meshrt/meshrt.h>
+
+#include <cstdlib>
+#include <vector>
+
+using namespace meshrt;
+
+namespace {
+
+Mesh mesh8() { return make_mesh({8}, {"x"}); }
+
+Array input(double v) { return full({8, 8}, v, DType::f32, NamedSharding(mesh8(), P("x"))); }
+
+// The same 20 ops as bench/jax_jit_overhead.py's program20.
+Array program20_over(const Array& x, const Array& y, int over) {
+  Array a = sin(x);           // 1
+  Array b = a * 2.0;          // 2
+  Array c = b + 1.0;          // 3
+  Array d = c * y;            // 4
+  Array e = exp(d);           // 5
+  Array f = e - y;            // 6
+  Array g = tanh(f);          // 7
+  Array h = g / 3.0;          // 8
+  Array i = h + a;            // 9
+  Array j = maximum(i, c);    // 10
+  Array k = sum(j, 1, true);  // 11
+  Array l = j - k;            // 12
+  Array m = l * l;            // 13
+  Array n = sqrt(m + 1.0);    // 14, 15
+  Array o = log(n);           // 16
+  Array p = max(o, 1, true);  // 17
+  Array q = o - p;            // 18
+  Array r = sum(q, 0);        // 19: over the sharded dim (a psum)
+  return tanh(r);             // 20
+}
+
+Array program20(const Array& x, const Array& y) { return program20_over(x, y, 0); }
+// The same with op 19 over the unsharded dim: no collective (JAX's script measures this one).
+Array program20_local(const Array& x, const Array& y) { return program20_over(x, y, 1); }
+
+void Program20LocalEager(benchmark::State& st) {
+  Array x = input(0.5), y = input(0.25);
+  for (auto _ : st) benchmark::DoNotOptimize(program20_local(x, y));
+}
+void Program20LocalJit(benchmark::State& st) {
+  Array x = input(0.5), y = input(0.25);
+  auto f = jit(program20_local);
+  (void)f(x, y);
+  for (auto _ : st) benchmark::DoNotOptimize(f(x, y));
+}
+void Program20Eager(benchmark::State& st) {
+  Array x = input(0.5), y = input(0.25);
+  for (auto _ : st) benchmark::DoNotOptimize(program20(x, y));
+}
+void Program20Jit(benchmark::State& st) {
+  Array x = input(0.5), y = input(0.25);
+  auto f = jit(program20);
+  (void)f(x, y);
+  for (auto _ : st) benchmark::DoNotOptimize(f(x, y));
+}
+void TinyOpEager(benchmark::State& st) {
+  Array x = input(0.5);
+  for (auto _ : st) benchmark::DoNotOptimize(add(x, x));
+}
+Array sin3(const Array& x) { return 2.0 * sin(x) + 1.0; }
+void SinEager(benchmark::State& st) {
+  Array x = input(0.5);
+  for (auto _ : st) benchmark::DoNotOptimize(sin3(x));
+}
+void SinJit(benchmark::State& st) {
+  Array x = input(0.5);
+  auto f = jit(sin3);
+  (void)f(x);
+  for (auto _ : st) benchmark::DoNotOptimize(f(x));
+}
+
+// A data-parallel MLP training step (loss and gradients): batch (512, 256) sharded P("x"),
+// parameters (256, 256), (256,), (256, 16) replicated; the gradients' psums are its collectives.
+struct MlpParams {
+  Array w1, b1, w2;
+};
+MESHRT_TREE(MlpParams, w1, b1, w2);
+
+Array mlp_loss(const MlpParams& p, const Array& x, const Array& y) {
+  Array h = relu(matmul(x, p.w1) + p.b1);
+  Array d = matmul(h, p.w2) - y;
+  return mean(d * d);
+}
+
+struct MlpSetup {
+  MlpParams p;
+  Array x, y;
+};
+MlpSetup mlp_setup() {
+  Mesh m = mesh8();
+  NamedSharding rep(m, P()), dp(m, P("x"));
+  return {{random::normal(random::key(1), {256, 256}, rep), zeros({256}, DType::f32, rep),
+           random::normal(random::key(2), {256, 16}, rep)},
+          random::normal(random::key(3), {512, 256}, dp),
+          random::normal(random::key(4), {512, 16}, dp)};
+}
+void MlpStepEager(benchmark::State& st) {
+  MlpSetup s = mlp_setup();
+  auto vg = value_and_grad(mlp_loss);
+  for (auto _ : st) benchmark::DoNotOptimize(vg(s.p, s.x, s.y));
+}
+void MlpStepJit(benchmark::State& st) {
+  MlpSetup s = mlp_setup();
+  auto step = jit(value_and_grad(mlp_loss));
+  (void)step(s.p, s.x, s.y);
+  for (auto _ : st) benchmark::DoNotOptimize(step(s.p, s.x, s.y));
+}
+
+}  // namespace
+
+BENCHMARK(MlpStepEager)->Name("MlpStep/eager")->UseRealTime()->Unit(benchmark::kMicrosecond);
+BENCHMARK(MlpStepJit)->Name("MlpStep/jit")->UseRealTime()->Unit(benchmark::kMicrosecond);
+BENCHMARK(Program20Eager)->Name("Program20/eager")->UseRealTime();
+BENCHMARK(Program20Jit)->Name("Program20/jit")->UseRealTime();
+BENCHMARK(Program20LocalEager)->Name("Program20/local/eager")->UseRealTime();
+BENCHMARK(Program20LocalJit)->Name("Program20/local/jit")->UseRealTime();
+BENCHMARK(TinyOpEager)->Name("TinyOp/eager")->UseRealTime();
+BENCHMARK(SinEager)->Name("Sin/eager")->UseRealTime();
+BENCHMARK(SinJit)->Name("Sin/jit")->UseRealTime();
+
+int main(int argc, char** argv) {
+  if (std::getenv("MESHRT_CPU_DEVICES") == nullptr) set_cpu_device_count(8);
+  benchmark::Initialize(&argc, argv);
+  benchmark::RunSpecifiedBenchmarks();
+  return 0;
+}

@@ -1,0 +1,306 @@
+// jit: trace once per signature, replay bit for bit, errors, lower().as_text()/as_dot().
+#include <gtest/gtest.h>
+#include <meshrt/meshrt.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <vector>
+
+#include "tests/test_util.h"
+
+using namespace meshrt;
+
+namespace {
+
+Mesh mesh8() { return make_mesh({8}, {"x"}); }
+Mesh mesh42() { return make_mesh({4, 2}, {"x", "y"}); }
+
+std::vector<float> iota(int64_t n, float scale = 0.25f, float offset = -3.0f) {
+  std::vector<float> v(static_cast<size_t>(n));
+  for (size_t i = 0; i < v.size(); ++i) v[i] = offset + scale * static_cast<float>(i % 29);
+  return v;
+}
+
+Array put(const std::vector<float>& v, Shape shape, const Sharding& s) {
+  return device_put(v, std::move(shape), s);
+}
+
+// Same dtype, shape, sharding, pending sums and bits.
+void expect_same(const Array& a, const Array& b) {
+  ASSERT_EQ(a.dtype(), b.dtype());
+  ASSERT_EQ(a.shape(), b.shape());
+  EXPECT_TRUE(a.sharding() == b.sharding()) << a.sharding().str() << " vs " << b.sharding().str();
+  EXPECT_EQ(a.pending_sum_axes(), b.pending_sum_axes());
+  ASSERT_EQ(a.blocks().size(), b.blocks().size());
+  for (size_t i = 0; i < a.blocks().size(); ++i) {
+    const Tensor& x = a.blocks()[i];
+    const Tensor& y = b.blocks()[i];
+    ASSERT_EQ(x.nbytes(), y.nbytes());
+    EXPECT_EQ(0, std::memcmp(x.data(), y.data(), x.nbytes())) << "block " << i;
+  }
+}
+
+Array abs_like(const Array& x) { return sqrt(x * x); }
+
+Array program20(const Array& x, const Array& y) {
+  Array a = 2.0 * sin(x) + 1.0;
+  Array b = a * y - exp(y * 0.1);
+  Array c = maximum(b, a) / (1.0 + abs_like(b));
+  Array s = sum(c, 0);
+  Array m = mean(c * c, 1);
+  Array t = tanh(c) + s;
+  Array u = t - max(t, 1, true);
+  return u * 0.5 + m[0];
+}
+
+TEST(Jit, ReplayIsBitIdenticalToEager) {
+  Mesh m = mesh8();
+  NamedSharding sx(m, P("x"));
+  auto f = [](const Array& x, const Array& y) { return program20(x, y); };
+  auto step = jit(f);
+  for (int round = 0; round < 3; ++round) {
+    Array x = put(iota(64 * 16, 0.125f + 0.01f * round), {64, 16}, sx);
+    Array y = put(iota(64 * 16, -0.5f, 2.0f + round), {64, 16}, sx);
+    Array want = f(x, y);
+    Array got = step(x, y);
+    expect_same(got, want);
+  }
+  EXPECT_EQ(step.trace_count(), 1u);
+}
+
+TEST(Jit, RetracesOnANewSignature) {
+  Mesh m = mesh8();
+  auto f = [](const Array& x) { return sum(x * 3.0, 0); };
+  auto step = jit(f);
+  Array a = put(iota(64), {8, 8}, NamedSharding(m, P("x")));
+  Array b = put(iota(64), {8, 8}, NamedSharding(m, P(None, "x")));
+  Array c = put(iota(128), {16, 8}, NamedSharding(m, P("x")));
+  expect_same(step(a), f(a));
+  expect_same(step(b), f(b));
+  expect_same(step(c), f(c));
+  expect_same(step(a), f(a));
+  Array d = device_put(a, NamedSharding(m, P("x"))).block_until_ready();
+  expect_same(step(astype(d, DType::f64)), f(astype(d, DType::f64)));
+  EXPECT_EQ(step.trace_count(), 4u);
+}
+
+TEST(Jit, PendingSumsAndCollectivesReplay) {
+  Mesh m = mesh42();
+  auto f = [&](const Array& x, const Array& w) {
+    Array h = matmul(x, w);  // contraction sharded over y: pending
+    Array s = with_sharding_constraint(sum(h, 0), NamedSharding(m, P("x")));
+    return std::vector<Array>{relu(h), s, max(h, 0), h};
+  };
+  auto step = jit(f);
+  for (int round = 0; round < 2; ++round) {
+    Array x = put(iota(16 * 8, 0.5f, round - 2.0f), {16, 8}, NamedSharding(m, P("x", "y")));
+    Array w = put(iota(8 * 16, -0.25f, 1.0f + round), {8, 16}, NamedSharding(m, P("y")));
+    std::vector<Array> want = f(x, w);
+    std::vector<Array> got = step(x, w);
+    ASSERT_EQ(got.size(), want.size());
+    for (size_t i = 0; i < got.size(); ++i) expect_same(got[i], want[i]);
+  }
+}
+
+struct Params {
+  Array w, b;
+  std::vector<Array> extra;
+};
+MESHRT_TREE(Params, w, b, extra);
+
+TEST(Jit, TreesInAndOut) {
+  Mesh m = mesh8();
+  NamedSharding rep(m, P());
+  NamedSharding dp(m, P("x"));
+  auto f = [](const Params& p, const Array& x) {
+    Array h = matmul(x, p.w) + p.b;
+    for (const Array& e : p.extra) h = h * e;
+    return std::make_pair(sum(h * h), p);
+  };
+  auto step = jit(f);
+  Params p{put(iota(4 * 4), {4, 4}, rep), put(iota(4), {4}, rep), {put(iota(4, 0.1f), {4}, rep)}};
+  for (int round = 0; round < 2; ++round) {
+    Array x = put(iota(16 * 4, 0.3f, -1.0f * round), {16, 4}, dp);
+    auto want = f(p, x);
+    auto got = step(p, x);
+    expect_same(got.first, want.first);
+    expect_same(got.second.w, p.w);
+  }
+  p.extra.push_back(put(iota(4, 0.2f), {4}, rep));  // a new structure: traced again
+  Array x = put(iota(16 * 4), {16, 4}, dp);
+  expect_same(step(p, x).first, f(p, x).first);
+  EXPECT_EQ(step.trace_count(), 2u);
+}
+
+TEST(Jit, StaticArgumentsRetrace) {
+  Mesh m = mesh8();
+  auto f = [](const Array& x, int k) { return x * static_cast<double>(k); };
+  auto step = jit(f);
+  Array x = put(iota(8), {8}, NamedSharding(m, P("x")));
+  expect_same(step(x, 2), f(x, 2));
+  expect_same(step(x, 3), f(x, 3));
+  expect_same(step(x, 2), f(x, 2));
+  EXPECT_EQ(step.trace_count(), 2u);
+}
+
+TEST(Jit, ValueAndGradInsideJit) {
+  Mesh m = mesh8();
+  NamedSharding rep(m, P());
+  NamedSharding dp(m, P("x"));
+  auto loss = [](const Params& p, const Array& x, const Array& y) {
+    Array h = tanh(matmul(x, p.w) + p.b);
+    return mean((h - y) * (h - y));
+  };
+  auto vg = value_and_grad(loss);
+  auto step = jit([vg](const Params& p, const Array& x, const Array& y) { return vg(p, x, y); });
+  Params p{put(iota(4 * 4, 0.1f, -0.5f), {4, 4}, rep), put(iota(4, 0.05f), {4}, rep), {}};
+  for (int round = 0; round < 3; ++round) {
+    Array x = put(iota(16 * 4, 0.3f, -1.0f + round), {16, 4}, dp);
+    Array y = put(iota(16 * 4, 0.1f, 0.5f * round), {16, 4}, dp);
+    auto want = vg(p, x, y);
+    auto got = step(p, x, y);
+    expect_same(std::get<0>(got), std::get<0>(want));
+    expect_same(std::get<1>(got).w, std::get<1>(want).w);
+    expect_same(std::get<1>(got).b, std::get<1>(want).b);
+    // One SGD step, as a training loop would.
+    p.w = p.w - 0.1 * std::get<1>(got).w;
+  }
+  EXPECT_EQ(step.trace_count(), 1u);
+}
+
+TEST(Jit, InAndOutShardings) {
+  Mesh m = mesh8();
+  auto f = [](const Array& x) { return 2.0 * x; };
+  auto step = jit(
+      f, {.in_shardings = {NamedSharding(m, P("x"))}, .out_shardings = {NamedSharding(m, P())}});
+  Array x = put(iota(16), {16}, NamedSharding(m, P()));
+  Array got = step(x);
+  EXPECT_TRUE(got.sharding() == NamedSharding(m, P()));
+  EXPECT_EQ(got.to_vector<float>(), (2.0 * x).to_vector<float>());
+  Array again = step(x);
+  expect_same(again, got);
+
+  Mesh other = make_mesh({4}, {"x"}, std::vector<Device>(devices().begin(), devices().begin() + 4));
+  auto bad = jit(f, {.in_shardings = {NamedSharding(other, P("x"))}});
+  EXPECT_MESHRT_ERROR(bad(x), "[jit] in_shardings[0]");
+}
+
+TEST(Jit, Donation) {
+  Mesh m = mesh8();
+  auto f = [](const Array& w, const Array& g) { return w - 0.5 * g; };
+  auto step = jit(f, {.donate_argnums = {0}});
+  Array w = put(iota(64), {64}, NamedSharding(m, P("x")));
+  Array g = put(iota(64, 0.5f), {64}, NamedSharding(m, P("x")));
+  Array want = f(w, g);
+  Array w1 = step(w, g);
+  expect_same(w1, want);
+  EXPECT_TRUE(w.blocks().empty());  // deleted, as JAX deletes donated buffers
+  Array w2 = step(w1, g);
+  expect_same(w2, f(want, g));
+  const Array cw = w2;
+  EXPECT_MESHRT_ERROR(step(cw, g), "donate_argnums");
+}
+
+TEST(Jit, ReadingATracedValueIsAnError) {
+  Mesh m = mesh8();
+  auto step = jit([](const Array& x) {
+    Array y = x * 2.0;
+    if (y.to_vector<float>()[0] > 0) return y;
+    return x;
+  });
+  Array x = put(iota(8), {8}, NamedSharding(m, P("x")));
+  EXPECT_MESHRT_ERROR(step(x), "not known at trace time");
+}
+
+TEST(Jit, OutShardingsMustMatchTheOutputs) {
+  Mesh m = mesh8();
+  auto f = [](const Array& x) { return std::vector<Array>{x * 2.0, x + 1.0}; };
+  Array x = put(iota(8), {8}, NamedSharding(m, P("x")));
+  NamedSharding r(m, P());
+  auto three = jit(f, {.out_shardings = {r, r, r}});
+  EXPECT_MESHRT_ERROR(three(x), "[jit] out_shardings has 3 entries", "returns 2 Array leaves");
+  auto two = jit(f, {.out_shardings = {r, std::nullopt}});
+  std::vector<Array> got = two(x);
+  EXPECT_TRUE(got[0].sharding() == r);
+  EXPECT_TRUE(got[1].sharding() == NamedSharding(m, P("x")));
+}
+
+TEST(Jit, ReadingInsideValueAndGradInsideJitIsAnError) {
+  Mesh m = mesh8();
+  auto loss = [](const Array& w) {
+    Array l = sum(w * w);
+    (void)l.to_vector<float>();
+    return l;
+  };
+  auto step = jit(value_and_grad(loss));
+  Array w = put(iota(8), {8}, NamedSharding(m, P("x")));
+  EXPECT_MESHRT_ERROR(step(w), "not known at trace time");
+}
+
+TEST(Jit, ShardMapInsideIsAClearError) {
+  Mesh m = mesh8();
+  auto step = jit([&](const Array& x) {
+    return shard_map([](Context&, const Tensor& t) { return t; }, m, {P("x")}, P("x"))(x);
+  });
+  Array x = put(iota(8), {8}, NamedSharding(m, P("x")));
+  EXPECT_MESHRT_ERROR(step(x), "[jit] shard_map inside a jitted function");
+}
+
+TEST(Jit, ConstantsAndCreationInside) {
+  Mesh m = mesh8();
+  NamedSharding s(m, P("x"));
+  Array c = put(iota(8, 1.0f), {8}, s);
+  auto f = [&](const Array& x) { return x + c + zeros({8}, DType::f32, s) + 1.5; };
+  auto step = jit(f);
+  Array x = put(iota(8), {8}, s);
+  expect_same(step(x), f(x));
+  Array x2 = put(iota(8, 2.0f), {8}, s);
+  expect_same(step(x2), f(x2));
+}
+
+TEST(Jit, LowerAsTextShowsOpsAndCollectives) {
+  Mesh m = mesh8();
+  auto f = [&](const Array& x) {
+    return with_sharding_constraint(sum(2.0 * sin(x) + 1.0, 0), NamedSharding(m, P("x")));
+  };
+  auto step = jit(f);
+  Array x = put(iota(64 * 8), {64, 8}, NamedSharding(m, P("x")));
+  const std::string text = step.lower(x).as_text();
+  EXPECT_NE(text.find("sin("), std::string::npos) << text;
+  EXPECT_NE(text.find("mul_scalar("), std::string::npos) << text;
+  EXPECT_NE(text.find("psum_scatter"), std::string::npos) << text;
+  EXPECT_NE(text.find("bytes per device"), std::string::npos) << text;
+  EXPECT_NE(text.find("float32[64,8]"), std::string::npos) << text;
+  EXPECT_EQ(step.trace_count(), 1u);
+  expect_same(step(x), f(x));
+  EXPECT_EQ(step.trace_count(), 1u);
+}
+
+TEST(Jit, AsDotRendersWithGraphviz) {
+  Mesh m = mesh8();
+  auto f = [&](const Array& x) {
+    return with_sharding_constraint(sum(2.0 * sin(x) + 1.0, 0), NamedSharding(m, P("x")));
+  };
+  Array x = put(iota(64 * 8), {64, 8}, NamedSharding(m, P("x")));
+  const std::string dot = jit(f).lower(x).as_dot();
+  EXPECT_NE(dot.find("digraph"), std::string::npos);
+  EXPECT_NE(dot.find("psum_scatter"), std::string::npos);
+  if (std::system("dot -V > /dev/null 2>&1") != 0) {
+    GTEST_SKIP() << "graphviz (dot) is not installed: the .dot text was checked, not rendered";
+  }
+  const std::string path = ::testing::TempDir() + "meshrt_jit_test.dot";
+  {
+    std::ofstream out(path);
+    out << dot;
+  }
+  const std::string cmd = "dot -Tsvg " + path + " -o " + path + ".svg";
+  EXPECT_EQ(std::system(cmd.c_str()), 0) << dot;
+  std::ifstream svg(path + ".svg");
+  std::string first;
+  std::getline(svg, first);
+  EXPECT_FALSE(first.empty());
+}
+
+}  // namespace
