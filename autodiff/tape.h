@@ -6,7 +6,7 @@
 // rule, accumulates the input cotangents, and frees the node (saved values included) as soon as
 // it is done. Why a tape and not a traced graph: ops run eagerly (their values are needed anyway,
 // for the loss and for control flow), so recording what ran costs one append per op and needs
-// no second interpreter; jit will reuse the same hook to trace.
+// no second interpreter.
 //
 // A body tape (one per device of a differentiated shard_map) also tracks, for every value the
 // body makes, the mesh axes it varies over (JAX's vma): a value used next to one that varies

@@ -18,6 +18,8 @@
 
 using namespace meshrt;
 
+#include "examples/jit_demo.h"  // NOLINT(build/include_order): uses the names above
+
 namespace {
 
 std::string range_str(const Index& idx) {
@@ -470,4 +472,5 @@ void run_demo(bool quick) {
   part4();
   part5();
   part6();
+  jit_demo();
 }

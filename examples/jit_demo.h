@@ -1,7 +1,8 @@
-// jit in the demo (for the lead to wire into examples/demo.cpp: #include "examples/jit_demo.inc"
-// after `using namespace meshrt;`, then call jit_demo() from main). Prints lower().as_text() of
+// examples/jit_demo.h: jit in the demo (included by examples/demo.cpp after
+// `using namespace meshrt;`; demo part 7 calls jit_demo()). Prints lower().as_text() of
 // the seed's jitted 2*sin(x)+1 and of a data-parallel training step (loss and gradients of a
 // small MLP under value_and_grad), then checks the replay against the eager run.
+#pragma once
 
 struct JitDemoParams {
   Array w1, b1, w2;
@@ -30,8 +31,7 @@ inline void jit_demo() {
     return mean(d * d);
   };
   auto step = jit(value_and_grad(loss), {.name = "train_step"});
-  JitDemoParams p{random::normal(random::key(1), {4, 16}, rep),
-                  zeros({16}, DType::f32, rep),
+  JitDemoParams p{random::normal(random::key(1), {4, 16}, rep), zeros({16}, DType::f32, rep),
                   random::normal(random::key(2), {16, 1}, rep)};
   Array xb = random::normal(random::key(3), {64, 4}, dp);
   Array yb = random::normal(random::key(4), {64, 1}, dp);
