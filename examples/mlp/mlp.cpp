@@ -15,7 +15,11 @@ Tensor relu_mask(const Tensor& z, const Tensor& dh) {
   return where(z > zero, dh, zero);
 }
 
-std::vector<float> host(const Array& a) { return a.to_vector<float>(); }
+// Several processes: gradients sharded over other processes' devices are gathered first.
+std::vector<float> host(const Array& a) {
+  if (process_count() == 1) return a.to_vector<float>();
+  return process_allgather(a).to_vector<float>();
+}
 
 // Forward and backward on one device's blocks. `gather` turns a layer's parameter blocks into
 // what the local matmul needs (FSDP: all_gather); `mix` turns the local matmul into the layer's

@@ -1,0 +1,171 @@
+#include "collectives/cross.h"
+
+#include <algorithm>
+#include <memory>
+#include <sstream>
+
+#include "backends/process_comm.h"
+#include "collectives/pieces.h"
+#include "core/error.h"
+#include "core/strings.h"
+
+namespace meshrt::coll {
+
+namespace {
+
+using detail::cat;
+
+constexpr const char* kSameCalls =
+    "Every process must make the same collective calls, with the same arguments, in the same "
+    "order";
+
+std::string procs_str(const std::vector<int>& procs) {
+  return detail::join(procs, ", ", [](int r) { return cat(r); });
+}
+
+[[noreturn]] void fail(Session& session, Instance& inst, const std::string& message, bool broken) {
+  if (broken) session.cross()->comm->mark_broken(message);
+  session.fail_completed(inst, message);
+  throw Error(message);
+}
+
+}  // namespace
+
+bool cross_done_at_arrival(const Call& call) { return is_reduction(call.kind); }
+
+void cross_complete(Session& session, Instance& inst, const Plane& pl) {
+  const CrossProcess& cp = *session.cross();
+  backend::ProcessComm& comm = *cp.comm;
+  const Call& c = inst.call();
+  const std::string op = cat("[", kind_name(c.kind), "] ");
+  if (!pl.host()) {
+    fail(session, inst,
+         cat(op, c.str(),
+             ": collectives across processes run on host memory (Open MPI) only for now; the "
+             "cuda platform's path across processes (NCCL communicators spanning processes) is "
+             "not built yet. Use a mesh within one process on cuda, or the cpu platform"),
+         false);
+  }
+  const std::vector<int64_t>& members = inst.members();
+  const auto N = static_cast<int64_t>(members.size());
+  std::vector<int> proc_of(members.size());
+  std::vector<int> procs;
+  for (size_t k = 0; k < members.size(); ++k) {
+    proc_of[k] = cp.process_of[static_cast<size_t>(members[k])];
+    procs.push_back(proc_of[k]);
+  }
+  std::sort(procs.begin(), procs.end());
+  procs.erase(std::unique(procs.begin(), procs.end()), procs.end());
+  // Names this group across processes: the same on every process, distinct between groups that
+  // may be in flight at once (MPI tags and communicator creation).
+  const int64_t key64 =
+      inst.layout().axes_key * static_cast<int64_t>(inst.layout().members.size()) + inst.group();
+  if (key64 >= (int64_t{1} << 30)) {
+    fail(session, inst,
+         cat(op, c.str(),
+             ": the mesh has too many axes or groups to name this group across "
+             "processes; use fewer mesh axes"),
+         false);
+  }
+  const int key = static_cast<int>(key64) + 1;  // tag 0 is initialize()'s
+  const auto deadline = std::chrono::steady_clock::now() + session.timeout();
+  const double timeout_s = std::chrono::duration<double>(session.timeout()).count();
+
+  // 1. Agreement: every process of the group describes the call it makes.
+  const std::string mine = cat(cp.launch, ", ", inst.where(session.names()), ": ", c.str());
+  std::vector<std::string> theirs;
+  std::vector<int> missing = comm.exchange(procs, key, mine, theirs, deadline, mine);
+  if (!missing.empty()) {
+    std::vector<std::string> devs;
+    for (size_t k = 0; k < members.size(); ++k) {
+      if (std::find(missing.begin(), missing.end(), proc_of[k]) != missing.end())
+        devs.push_back(session.names()[static_cast<size_t>(members[k])]);
+    }
+    fail(session, inst,
+         cat(op, mine, " timed out after ", timeout_s,
+             " s (MESHRT_COLLECTIVE_TIMEOUT): process(es) ", procs_str(missing), " (holding ",
+             detail::join(devs, ", ", [](const std::string& s) { return s; }),
+             ") never made this call (they stopped calling, are stuck, or died). ", kSameCalls,
+             "; raise MESHRT_COLLECTIVE_TIMEOUT if their work is just slow"),
+         true);
+  }
+  if (std::any_of(theirs.begin(), theirs.end(), [&](const std::string& s) { return s != mine; })) {
+    std::ostringstream os;
+    os << op << "processes disagree on a collective across processes: ";
+    for (size_t k = 0; k < procs.size(); ++k)
+      os << (k ? "; " : "") << "process " << procs[k] << " called " << theirs[k];
+    os << ". " << kSameCalls;
+    fail(session, inst, os.str(), false);
+  }
+
+  // 2. The data.
+  const int64_t bytes = input_bytes(c);
+  const int64_t n = count(c.shape);
+  std::vector<int64_t> local;  // group indices of this process's members
+  for (int64_t k = 0; k < N; ++k) {
+    if (proc_of[static_cast<size_t>(k)] == cp.rank) local.push_back(k);
+  }
+  const auto data_failed = [&](const char* what) {
+    fail(session, inst,
+         cat(op, mine, ": the ", what, " across processes ", procs_str(procs),
+             " did not complete within MESHRT_COLLECTIVE_TIMEOUT (", timeout_s,
+             " s) after every process had arrived; a process died or the job is overloaded"),
+         true);
+  };
+  if (is_reduction(c.kind) && !c.deterministic) {
+    // Fold this process's inputs (pmean sums first, in the input dtype), one all-reduce.
+    auto stage =
+        std::shared_ptr<char[]>(new char[static_cast<size_t>(std::max<int64_t>(bytes, 1))]);
+    std::vector<const void*> srcs;
+    for (int64_t k : local) srcs.push_back(inst.slot(k).in);
+    const Kind fold_kind = c.kind == Kind::pmean ? Kind::psum : c.kind;
+    pl.fold(fold_kind, c.dtype, c.dtype, stage.get(), srcs, n);
+    if (!comm.all_reduce(procs, key, fold_op(fold_kind), c.dtype, stage.get(), n, deadline))
+      data_failed("all-reduce");
+    const DType od = out_dtype(c);
+    for (int64_t k : local) {
+      if (c.kind == Kind::pmean)
+        pl.mean_from_sum(c.dtype, od, out_ptr(inst, k), stage.get(), n, N);
+      else
+        pl.copy(out_ptr(inst, k), stage.get(), static_cast<size_t>(bytes));
+    }
+    return;
+  }
+  // Every member's input, gathered process by process (each process's members in group order).
+  std::vector<int64_t> counts(procs.size(), 0), first(procs.size(), 0);
+  std::vector<int64_t> slot_in_proc(members.size());
+  for (size_t k = 0; k < members.size(); ++k) {
+    const auto p = static_cast<size_t>(std::lower_bound(procs.begin(), procs.end(), proc_of[k]) -
+                                       procs.begin());
+    slot_in_proc[k] = counts[p] / std::max<int64_t>(bytes, 1);
+    counts[p] += bytes;
+  }
+  for (size_t p = 1; p < procs.size(); ++p) first[p] = first[p - 1] + counts[p - 1];
+  const int64_t total = first.back() + counts.back();
+  std::vector<char> packed(
+      static_cast<size_t>(std::max<int64_t>(bytes, 1) * static_cast<int64_t>(local.size())));
+  for (size_t i = 0; i < local.size(); ++i)
+    pl.copy(packed.data() + static_cast<int64_t>(i) * bytes, inst.slot(local[i]).in,
+            static_cast<size_t>(bytes));
+  auto all = std::shared_ptr<char[]>(new char[static_cast<size_t>(std::max<int64_t>(total, 1))]);
+  if (!comm.all_gather(procs, key, packed.data(), all.get(), counts, deadline))
+    data_failed("all-gather");
+  for (size_t k = 0; k < members.size(); ++k) {
+    if (proc_of[k] == cp.rank) continue;
+    const auto p = static_cast<size_t>(std::lower_bound(procs.begin(), procs.end(), proc_of[k]) -
+                                       procs.begin());
+    inst.set_remote_input(static_cast<int64_t>(k), all.get() + first[p] + slot_in_proc[k] * bytes,
+                          std::shared_ptr<const void>(all, all.get()));
+  }
+  if (is_reduction(c.kind)) {  // deterministic: fold every input in group order, as direct
+    std::vector<const void*> srcs(members.size());
+    for (size_t k = 0; k < members.size(); ++k) srcs[k] = inst.slot(static_cast<int64_t>(k)).in;
+    const DType od = out_dtype(c);
+    char* out0 = out_ptr(inst, local.front());
+    pl.fold(c.kind, c.dtype, od, out0, srcs, n);
+    const size_t out_bytes = static_cast<size_t>(n) * dtype_size(od);
+    for (size_t i = 1; i < local.size(); ++i) pl.copy(out_ptr(inst, local[i]), out0, out_bytes);
+  }
+}
+
+}  // namespace meshrt::coll
