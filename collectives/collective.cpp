@@ -93,7 +93,8 @@ void finish(Pending& p) {
   try {
     p.session_->wait_ready(p.pos_, inst);
     if (inst.spans_processes()) {  // every input is here now (collectives/cross.h)
-      if (!cross_done_at_arrival(inst.call())) direct_collective(inst, me, p.out_shape_);
+      if (!cross_done_at_arrival(*p.session_, inst))
+        cross_finish(*p.session_, inst, me, p.out_shape_);
       p.inst_.reset();
       return;
     }

@@ -5,9 +5,11 @@
 #include <sstream>
 
 #include "backends/process_comm.h"
+#include "collectives/direct.h"
 #include "collectives/pieces.h"
 #include "core/error.h"
 #include "core/strings.h"
+#include "core/threads/wait.h"
 
 namespace meshrt::coll {
 
@@ -29,9 +31,96 @@ std::string procs_str(const std::vector<int>& procs) {
   throw Error(message);
 }
 
+// Group indices of this process's members.
+std::vector<int64_t> local_members(const Session& session, const Instance& inst) {
+  const CrossProcess& cp = *session.cross();
+  std::vector<int64_t> local;
+  for (size_t k = 0; k < inst.members().size(); ++k) {
+    if (cp.process_of[static_cast<size_t>(inst.members()[k])] == cp.rank)
+      local.push_back(static_cast<int64_t>(k));
+  }
+  return local;
+}
+
+// A large reduction whose local work the process's members share (cross_finish).
+bool shared_reduction(const Session& session, const Instance& inst) {
+  const Call& c = inst.call();
+  return is_reduction(c.kind) && !c.deterministic && input_bytes(c) > kSmallReduceBytes &&
+         local_members(session, inst).size() > 1;
+}
+
+// The staging of a shared reduction: the process's sum, then the sum over processes.
+struct Stage {
+  std::unique_ptr<char[]> data;
+  std::vector<int> procs;
+  int key = 0;
+  std::chrono::steady_clock::time_point deadline;
+  std::string error;  // written by the member making the all-reduce before it releases the others
+};
+
 }  // namespace
 
-bool cross_done_at_arrival(const Call& call) { return is_reduction(call.kind); }
+bool cross_done_at_arrival(const Session& session, const Instance& inst) {
+  return is_reduction(inst.call().kind) && !shared_reduction(session, inst);
+}
+
+void cross_finish(Session& session, Instance& inst, int64_t me, const Shape& out_shape) {
+  if (!shared_reduction(session, inst)) {
+    if (!is_reduction(inst.call().kind)) direct_collective(inst, me, out_shape);
+    return;
+  }
+  const Call& c = inst.call();
+  auto& stage = *static_cast<Stage*>(inst.cross_stage().get());
+  const std::vector<int64_t> local = local_members(session, inst);
+  const auto L = static_cast<int64_t>(local.size());
+  const int64_t li = std::find(local.begin(), local.end(), me) - local.begin();
+  const Plane pl = plane_of(inst, me);
+  const int64_t n = count(c.shape);
+  const size_t ie = dtype_size(c.dtype);
+  const Kind fold_kind = c.kind == Kind::pmean ? Kind::psum : c.kind;
+  // 1. Slice li of the process's sum.
+  const int64_t slice = (n + L - 1) / L;
+  const int64_t lo = std::min(n, li * slice), hi = std::min(n, lo + slice);
+  std::vector<const void*> srcs;
+  for (int64_t k : local) srcs.push_back(in_ptr(inst, k) + lo * static_cast<int64_t>(ie));
+  pl.fold(fold_kind, c.dtype, c.dtype, stage.data.get() + lo * static_cast<int64_t>(ie), srcs,
+          hi - lo);
+  // 2. Every slice done: the first local member makes the one call across processes.
+  std::atomic<uint32_t>& phase = inst.phase_counter();
+  const auto all = static_cast<uint32_t>(L);
+  if (phase.fetch_add(1, std::memory_order_acq_rel) + 1 == all) core::wake_all(phase);
+  // Bounded: every local member reached finish() unless one left its body in between.
+  const auto limit = stage.deadline + session.timeout();
+  const auto wait_for = [&](uint32_t target) {
+    for (uint32_t v; (v = phase.load(std::memory_order_acquire)) < target;) {
+      core::wait_while(phase, v, std::chrono::milliseconds(100), inst.oversubscribed());
+      if (std::chrono::steady_clock::now() > limit) {
+        throw Error(cat("[", kind_name(c.kind), "] ", c.str(), " (", inst.where(session.names()),
+                        "): a device of this process left its body without finishing its part"));
+      }
+    }
+  };
+  wait_for(all);
+  if (li == 0) {
+    if (!session.cross()->comm->all_reduce(stage.procs, stage.key, fold_op(fold_kind), c.dtype,
+                                           stage.data.get(), n, stage.deadline)) {
+      stage.error = cat("[", kind_name(c.kind), "] ", c.str(), " (", inst.where(session.names()),
+                        "): the all-reduce across processes ", procs_str(stage.procs),
+                        " did not complete within MESHRT_COLLECTIVE_TIMEOUT after every process "
+                        "had arrived; a process died or the job is overloaded");
+      session.cross()->comm->mark_broken(stage.error);
+    }
+    phase.store(all + 1, std::memory_order_release);
+    core::wake_all(phase);
+  }
+  wait_for(all + 1);
+  if (!stage.error.empty()) throw Error(stage.error);
+  // 3. Every member its copy (pmean: the mean, in the output dtype).
+  if (c.kind == Kind::pmean)
+    pl.mean_from_sum(c.dtype, out_dtype(c), out_ptr(inst, me), stage.data.get(), n, inst.size());
+  else
+    pl.copy(out_ptr(inst, me), stage.data.get(), static_cast<size_t>(n) * ie);
+}
 
 void cross_complete(Session& session, Instance& inst, const Plane& pl) {
   const CrossProcess& cp = *session.cross();
@@ -71,10 +160,29 @@ void cross_complete(Session& session, Instance& inst, const Plane& pl) {
   const auto deadline = std::chrono::steady_clock::now() + session.timeout();
   const double timeout_s = std::chrono::duration<double>(session.timeout()).count();
 
+  const int64_t bytes = input_bytes(c);
+  const int64_t n = count(c.shape);
+  std::vector<int64_t> local;  // group indices of this process's members
+  for (int64_t k = 0; k < N; ++k) {
+    if (proc_of[static_cast<size_t>(k)] == cp.rank) local.push_back(k);
+  }
+  const Kind fold_kind = c.kind == Kind::pmean ? Kind::psum : c.kind;
+  // A small reduction sends its process's partial result with the description: one round trip.
+  const bool small = is_reduction(c.kind) && !c.deterministic && bytes <= kSmallReduceBytes;
+
   // 1. Agreement: every process of the group describes the call it makes.
   const std::string mine = cat(cp.launch, ", ", inst.where(session.names()), ": ", c.str());
+  std::string message = mine;
+  // The partial result starts 16-byte aligned in the message (descriptions hold no NUL).
+  const size_t header = (mine.size() + 1 + 15) / 16 * 16;
+  if (small) {
+    std::vector<const void*> srcs;
+    for (int64_t k : local) srcs.push_back(inst.slot(k).in);
+    message.resize(header + static_cast<size_t>(bytes), '\0');
+    pl.fold(fold_kind, c.dtype, c.dtype, message.data() + header, srcs, n);
+  }
   std::vector<std::string> theirs;
-  std::vector<int> missing = comm.exchange(procs, key, mine, theirs, deadline, mine);
+  std::vector<int> missing = comm.exchange(procs, key, message, theirs, deadline, mine);
   if (!missing.empty()) {
     std::vector<std::string> devs;
     for (size_t k = 0; k < members.size(); ++k) {
@@ -89,21 +197,33 @@ void cross_complete(Session& session, Instance& inst, const Plane& pl) {
              "; raise MESHRT_COLLECTIVE_TIMEOUT if their work is just slow"),
          true);
   }
-  if (std::any_of(theirs.begin(), theirs.end(), [&](const std::string& s) { return s != mine; })) {
+  std::vector<std::string_view> described(theirs.size());
+  for (size_t k = 0; k < theirs.size(); ++k)
+    described[k] = std::string_view(theirs[k]).substr(0, theirs[k].find('\0'));
+  if (std::any_of(described.begin(), described.end(),
+                  [&](std::string_view s) { return s != mine; })) {
     std::ostringstream os;
     os << op << "processes disagree on a collective across processes: ";
     for (size_t k = 0; k < procs.size(); ++k)
-      os << (k ? "; " : "") << "process " << procs[k] << " called " << theirs[k];
+      os << (k ? "; " : "") << "process " << procs[k] << " called " << described[k];
     os << ". " << kSameCalls;
     fail(session, inst, os.str(), false);
   }
 
   // 2. The data.
-  const int64_t bytes = input_bytes(c);
-  const int64_t n = count(c.shape);
-  std::vector<int64_t> local;  // group indices of this process's members
-  for (int64_t k = 0; k < N; ++k) {
-    if (proc_of[static_cast<size_t>(k)] == cp.rank) local.push_back(k);
+  if (small) {  // the partial results arrived with the descriptions: fold them in process order
+    std::vector<const void*> partials;
+    for (const std::string& t : theirs) partials.push_back(t.data() + header);
+    const DType od = out_dtype(c);
+    std::vector<char> sum(static_cast<size_t>(bytes));
+    pl.fold(fold_kind, c.dtype, c.dtype, sum.data(), partials, n);
+    for (int64_t k : local) {
+      if (c.kind == Kind::pmean)
+        pl.mean_from_sum(c.dtype, od, out_ptr(inst, k), sum.data(), n, N);
+      else
+        pl.copy(out_ptr(inst, k), sum.data(), static_cast<size_t>(bytes));
+    }
+    return;
   }
   const auto data_failed = [&](const char* what) {
     fail(session, inst,
@@ -112,13 +232,21 @@ void cross_complete(Session& session, Instance& inst, const Plane& pl) {
              " s) after every process had arrived; a process died or the job is overloaded"),
          true);
   };
+  if (shared_reduction(session, inst)) {  // the local members share the rest (cross_finish)
+    auto stage = std::make_shared<Stage>();
+    stage->data = std::make_unique<char[]>(static_cast<size_t>(bytes));
+    stage->procs = procs;
+    stage->key = key;
+    stage->deadline = deadline;
+    inst.cross_stage() = std::move(stage);
+    return;
+  }
   if (is_reduction(c.kind) && !c.deterministic) {
     // Fold this process's inputs (pmean sums first, in the input dtype), one all-reduce.
     auto stage =
         std::shared_ptr<char[]>(new char[static_cast<size_t>(std::max<int64_t>(bytes, 1))]);
     std::vector<const void*> srcs;
     for (int64_t k : local) srcs.push_back(inst.slot(k).in);
-    const Kind fold_kind = c.kind == Kind::pmean ? Kind::psum : c.kind;
     pl.fold(fold_kind, c.dtype, c.dtype, stage.get(), srcs, n);
     if (!comm.all_reduce(procs, key, fold_op(fold_kind), c.dtype, stage.get(), n, deadline))
       data_failed("all-reduce");

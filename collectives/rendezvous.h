@@ -73,6 +73,8 @@ class Instance {
   int64_t seq() const { return seq_; }
   // Whether some members belong to other processes (they count as arrived; see CrossProcess).
   bool spans_processes() const { return spans_processes_; }
+  // The step across processes' staging, shared by the local members (collectives/cross.cpp).
+  std::shared_ptr<void>& cross_stage() { return cross_stage_; }
   // The step across processes: a remote member's input, gathered into this process (before the
   // instance is published; `keep` keeps it alive as long as the instance).
   void set_remote_input(int64_t index, const void* in, std::shared_ptr<const void> keep) {
@@ -116,9 +118,10 @@ class Instance {
   const GroupLayout* layout_ = nullptr;
   int64_t group_ = 0;
   bool spans_processes_ = false;
-  std::vector<Part> parts_;    // guarded by Session::mu_ until state_ leaves kGathering
-  int64_t arrived_count_ = 0;  // guarded by Session::mu_
-  std::string error_;          // written before state_ = kFailed
+  std::shared_ptr<void> cross_stage_;  // written by the completer before publishing
+  std::vector<Part> parts_;            // guarded by Session::mu_ until state_ leaves kGathering
+  int64_t arrived_count_ = 0;          // guarded by Session::mu_
+  std::string error_;                  // written before state_ = kFailed
   std::atomic<uint32_t> state_{kGathering};
   std::atomic<uint32_t> sleepers_{0};  // waiters in a futex sleep on state_
   std::atomic<uint32_t> phase_{0};

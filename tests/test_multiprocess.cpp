@@ -133,6 +133,11 @@ TEST(Multiprocess, ReductionsMatchHost) {
     for (int64_t i = 0; i < n; ++i)
       want[static_cast<size_t>(i)] += v[static_cast<size_t>(d * n + i)];
   EXPECT_EQ(gathered<int32_t>(s), want);
+  Array m = shard_map([](Context& c, const Tensor& t) { return c.pmean(t, "x"); }, mesh, {P("x")},
+                      P())(x);
+  std::vector<float> want_mean(want.begin(), want.end());
+  for (float& e : want_mean) e /= 8.f;
+  EXPECT_EQ(gathered<float>(m), want_mean);
 }
 
 TEST(Multiprocess, ReductionsOverPartOfA2DMesh) {
