@@ -255,6 +255,32 @@ TEST(Multiprocess, MakeArrayFromCallbackAndLocalData) {
   EXPECT_EQ(gathered<float>(y), v);
 }
 
+// The global view over Arrays spanning processes: elementwise ops, a sum over a sharded
+// dimension (a pending sum read through psum) and a matmul, against host arithmetic.
+TEST(Multiprocess, GlobalViewOps) {
+  Mesh mesh = make_mesh({4, 2}, {"a", "b"});
+  std::vector<float> v = iota(8 * 4, -5.f);
+  Array x = device_put(v, {8, 4}, NamedSharding(mesh, P("a", "b")));
+  Array y = x * x + x;
+  std::vector<float> want(v.size());
+  for (size_t i = 0; i < v.size(); ++i) want[i] = v[i] * v[i] + v[i];
+  EXPECT_EQ(gathered<float>(y), want);
+  Array s = sum(x, 0);
+  std::vector<float> cols(4, 0.f);
+  for (int r = 0; r < 8; ++r)
+    for (int c = 0; c < 4; ++c) cols[static_cast<size_t>(c)] += v[static_cast<size_t>(r * 4 + c)];
+  EXPECT_EQ(gathered<float>(s), cols);
+  Array w = device_put(iota(4 * 2), {4, 2}, NamedSharding(mesh, P("b")));
+  Array m = matmul(x, w);
+  std::vector<float> mm(16, 0.f);
+  for (int r = 0; r < 8; ++r)
+    for (int c = 0; c < 2; ++c)
+      for (int k = 0; k < 4; ++k)
+        mm[static_cast<size_t>(r * 2 + c)] +=
+            v[static_cast<size_t>(r * 4 + k)] * static_cast<float>(k * 2 + c);
+  EXPECT_EQ(gathered<float>(m), mm);
+}
+
 TEST(Multiprocess, MismatchIsAnErrorOnEveryProcess) {
   if (process_count() == 1) GTEST_SKIP() << "needs several processes";
   Mesh mesh = make_mesh({8}, {"x"});
