@@ -27,6 +27,8 @@ class ProcessComm {
   virtual std::string name() const = 0;
   virtual int rank() const = 0;
   virtual int size() const = 0;
+  // The largest tag and key the library takes (MPI_TAG_UB).
+  virtual int max_tag() const = 0;
 
   // Sends `mine` to every other process of `procs` (sorted ranks, this one included) and
   // receives theirs into out[k] (procs order; out[k] = mine for this process). `tag` separates

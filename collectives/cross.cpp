@@ -51,7 +51,7 @@ bool shared_reduction(const Session& session, const Instance& inst) {
 
 // The staging of a shared reduction: the process's sum, then the sum over processes.
 struct Stage {
-  std::unique_ptr<char[]> data;
+  std::unique_ptr<char[]> data;  // pmean's sum (other reductions sum into an output)
   std::vector<int> procs;
   int key = 0;
   std::chrono::steady_clock::time_point deadline;
@@ -78,13 +78,16 @@ void cross_finish(Session& session, Instance& inst, int64_t me, const Shape& out
   const int64_t n = count(c.shape);
   const size_t ie = dtype_size(c.dtype);
   const Kind fold_kind = c.kind == Kind::pmean ? Kind::psum : c.kind;
+  // The sum lives in the first local member's output (pmean: in the stage, whose dtype may
+  // differ from the output's).
+  char* const sum = c.kind == Kind::pmean ? stage.data.get() : out_ptr(inst, local.front());
   // 1. Slice li of the process's sum.
   const int64_t slice = (n + L - 1) / L;
   const int64_t lo = std::min(n, li * slice), hi = std::min(n, lo + slice);
+  const int64_t at = lo * static_cast<int64_t>(ie);
   std::vector<const void*> srcs;
-  for (int64_t k : local) srcs.push_back(in_ptr(inst, k) + lo * static_cast<int64_t>(ie));
-  pl.fold(fold_kind, c.dtype, c.dtype, stage.data.get() + lo * static_cast<int64_t>(ie), srcs,
-          hi - lo);
+  for (int64_t k : local) srcs.push_back(in_ptr(inst, k) + at);
+  pl.fold(fold_kind, c.dtype, c.dtype, sum + at, srcs, hi - lo);
   // 2. Every slice done: the first local member makes the one call across processes.
   std::atomic<uint32_t>& phase = inst.phase_counter();
   const auto all = static_cast<uint32_t>(L);
@@ -102,8 +105,8 @@ void cross_finish(Session& session, Instance& inst, int64_t me, const Shape& out
   };
   wait_for(all);
   if (li == 0) {
-    if (!session.cross()->comm->all_reduce(stage.procs, stage.key, fold_op(fold_kind), c.dtype,
-                                           stage.data.get(), n, stage.deadline)) {
+    if (!session.cross()->comm->all_reduce(stage.procs, stage.key, fold_op(fold_kind), c.dtype, sum,
+                                           n, stage.deadline)) {
       stage.error = cat("[", kind_name(c.kind), "] ", c.str(), " (", inst.where(session.names()),
                         "): the all-reduce across processes ", procs_str(stage.procs),
                         " did not complete within MESHRT_COLLECTIVE_TIMEOUT after every process "
@@ -115,11 +118,19 @@ void cross_finish(Session& session, Instance& inst, int64_t me, const Shape& out
   }
   wait_for(all + 1);
   if (!stage.error.empty()) throw Error(stage.error);
-  // 3. Every member its copy (pmean: the mean, in the output dtype).
-  if (c.kind == Kind::pmean)
-    pl.mean_from_sum(c.dtype, out_dtype(c), out_ptr(inst, me), stage.data.get(), n, inst.size());
-  else
-    pl.copy(out_ptr(inst, me), stage.data.get(), static_cast<size_t>(n) * ie);
+  // 3. Slice li of the result into every local output while it is hot (pmean: the mean, in the
+  // output dtype), then wait until every slice is out: peers write this member's output.
+  const size_t oe = dtype_size(out_dtype(c));
+  for (int64_t k : local) {
+    if (c.kind == Kind::pmean) {
+      pl.mean_from_sum(c.dtype, out_dtype(c), out_ptr(inst, k) + lo * static_cast<int64_t>(oe),
+                       sum + at, hi - lo, inst.size());
+    } else if (k != local.front()) {
+      pl.copy(out_ptr(inst, k) + at, sum + at, static_cast<size_t>(hi - lo) * ie);
+    }
+  }
+  if (phase.fetch_add(1, std::memory_order_acq_rel) + 1 == 2 * all + 1) core::wake_all(phase);
+  wait_for(2 * all + 1);
 }
 
 void cross_complete(Session& session, Instance& inst, const Plane& pl) {
@@ -149,11 +160,12 @@ void cross_complete(Session& session, Instance& inst, const Plane& pl) {
   // may be in flight at once (MPI tags and communicator creation).
   const int64_t key64 =
       inst.layout().axes_key * static_cast<int64_t>(inst.layout().members.size()) + inst.group();
-  if (key64 >= (int64_t{1} << 30)) {
+  if (key64 + 1 > comm.max_tag()) {
     fail(session, inst,
          cat(op, c.str(),
              ": the mesh has too many axes or groups to name this group across "
-             "processes; use fewer mesh axes"),
+             "processes within the MPI library's tag range (",
+             comm.max_tag(), "); use fewer mesh axes or devices"),
          false);
   }
   const int key = static_cast<int>(key64) + 1;  // tag 0 is initialize()'s
@@ -234,7 +246,7 @@ void cross_complete(Session& session, Instance& inst, const Plane& pl) {
   };
   if (shared_reduction(session, inst)) {  // the local members share the rest (cross_finish)
     auto stage = std::make_shared<Stage>();
-    stage->data = std::make_unique<char[]>(static_cast<size_t>(bytes));
+    if (c.kind == Kind::pmean) stage->data = std::make_unique<char[]>(static_cast<size_t>(bytes));
     stage->procs = procs;
     stage->key = key;
     stage->deadline = deadline;

@@ -260,7 +260,8 @@ Array device_put(const Array& x, const Sharding& to) {
                          extents(*part), elem);
         continue;
       }
-      const int this_tag = tag++;
+      // Messages with one tag match in posting order, which both sides share: tags may wrap.
+      const int this_tag = tag++ % (backend::process_comm()->max_tag() + 1);
       const Shape ext = extents(*part);
       const auto bytes = static_cast<int64_t>(static_cast<size_t>(shape_size(ext)) * elem);
       if (mine) {

@@ -134,20 +134,6 @@ void initialize() {
 
 }  // namespace distributed
 
-namespace {
-
-Shape starts_of(const Index& idx) {
-  Shape s;
-  for (auto& [a, b] : idx) s.push_back(a);
-  return s;
-}
-Shape extents_of(const Index& idx) {
-  Shape s;
-  for (auto& [a, b] : idx) s.push_back(b - a);
-  return s;
-}
-
-}  // namespace
 
 Array make_array_from_callback(Shape shape, const Sharding& sharding,
                                std::function<Tensor(const Index&)> callback) {

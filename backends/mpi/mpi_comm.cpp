@@ -153,6 +153,10 @@ class MpiComm final : public ProcessComm {
     MESHRT_MPI_CHECK(MPI_Comm_dup(MPI_COMM_WORLD, &p2p_));
     MESHRT_MPI_CHECK(MPI_Comm_dup(MPI_COMM_WORLD, &exit_));
     MESHRT_MPI_CHECK(MPI_Comm_group(MPI_COMM_WORLD, &world_group_));
+    int* tag_ub = nullptr;
+    int found = 0;
+    MESHRT_MPI_CHECK(MPI_Comm_get_attr(MPI_COMM_WORLD, MPI_TAG_UB, &tag_ub, &found));
+    if (found && tag_ub != nullptr) max_tag_ = *tag_ub;
     char version[MPI_MAX_LIBRARY_VERSION_STRING];
     int len = 0;
     MPI_Get_library_version(version, &len);
@@ -165,6 +169,7 @@ class MpiComm final : public ProcessComm {
   std::string name() const override { return name_; }
   int rank() const override { return rank_; }
   int size() const override { return size_; }
+  int max_tag() const override { return max_tag_; }
 
   std::vector<int> exchange(const std::vector<int>& procs, int tag, const std::string& mine,
                             std::vector<std::string>& out, Deadline deadline,
@@ -368,6 +373,7 @@ class MpiComm final : public ProcessComm {
 
   std::chrono::milliseconds timeout_;
   int rank_ = 0, size_ = 1;
+  int max_tag_ = 32767;  // the MPI standard's guaranteed minimum
   bool owns_mpi_ = false;
   std::string name_;
   MPI_Comm check_ = MPI_COMM_NULL, p2p_ = MPI_COMM_NULL, exit_ = MPI_COMM_NULL;
