@@ -15,6 +15,7 @@
 #include "backends/process_comm.h"
 #include "core/error.h"
 #include "core/strings.h"
+#include "core/threads/fiber_executor.h"
 
 namespace meshrt::backend {
 namespace {
@@ -78,18 +79,27 @@ struct Waiting {  // marks a bounded wait for the SIGTERM diagnostic
   ~Waiting() { g_waiting.fetch_sub(1); }
 };
 
-// Polls without burning a core another device thread needs: yield first, then short sleeps.
+// Polls without burning a core another device needs: on a fiber, the other devices sharing the
+// thread run between polls (a device of another group may be the one a peer process waits
+// for); on a thread, yield first, then short sleeps.
 class Poll {
  public:
   explicit Poll(ProcessComm::Deadline deadline) : deadline_(deadline) {}
   // False once the deadline has passed.
   bool next() {
+    const auto now = std::chrono::steady_clock::now();
+    if (now >= deadline_) return false;
+    if (core::on_fiber()) {
+      static const std::atomic<uint32_t> never{0};
+      core::cooperative_wait(never, 0, std::min(deadline_, now + std::chrono::microseconds(20)));
+      return true;
+    }
     if (++n_ < 4096) {
       std::this_thread::yield();
-      return (n_ & 255) != 0 || std::chrono::steady_clock::now() < deadline_;
+      return true;
     }
     std::this_thread::sleep_for(std::chrono::microseconds(50));
-    return std::chrono::steady_clock::now() < deadline_;
+    return true;
   }
 
  private:
