@@ -134,7 +134,6 @@ void initialize() {
 
 }  // namespace distributed
 
-
 Array make_array_from_callback(Shape shape, const Sharding& sharding,
                                std::function<Tensor(const Index&)> callback) {
   std::vector<Index> idx = detail::indices(sharding, shape, "make_array_from_callback");
