@@ -57,6 +57,12 @@ class ProcessComm {
   virtual std::vector<int> send_recv(const std::vector<Transfer>& sends,
                                      const std::vector<Transfer>& recvs, Deadline deadline,
                                      const std::string& what) = 0;
+  // The same on the communicator of (procs, key) (all_reduce's), whose messages no other group
+  // sees: tags need only be distinct within the call. Peers are job ranks in `procs`.
+  virtual std::vector<int> send_recv_group(const std::vector<int>& procs, int key,
+                                           const std::vector<Transfer>& sends,
+                                           const std::vector<Transfer>& recvs, Deadline deadline,
+                                           const std::string& what) = 0;
 
   // A cross-process wait failed: the job's message state is undefined from here on. Later calls
   // throw at once, and the process ends the job at exit (MPI_Abort) so no peer is left waiting.

@@ -271,6 +271,30 @@ void cross_complete(Session& session, Instance& inst, const Plane& pl) {
     }
     return;
   }
+  if (c.kind == Kind::ppermute) {  // point to point: only the pairs that cross processes move
+    std::vector<backend::ProcessComm::Transfer> sends, recvs;
+    std::vector<int64_t> sources;
+    for (size_t i = 0; i < c.perm.size(); ++i) {
+      const auto [src, dst] = c.perm[i];
+      const int ps = proc_of[static_cast<size_t>(src)], pd = proc_of[static_cast<size_t>(dst)];
+      if (ps == pd) continue;
+      if (ps == cp.rank) {
+        sends.push_back({pd, static_cast<int>(i), const_cast<void*>(inst.slot(src).in), bytes});
+      } else if (pd == cp.rank) {
+        recvs.push_back({ps, static_cast<int>(i), nullptr, bytes});
+        sources.push_back(src);
+      }
+    }
+    auto buf = std::shared_ptr<char[]>(new char[static_cast<size_t>(
+        std::max<int64_t>(1, bytes * static_cast<int64_t>(recvs.size())))]);
+    for (size_t r = 0; r < recvs.size(); ++r) {
+      recvs[r].data = buf.get() + static_cast<int64_t>(r) * bytes;
+      inst.set_remote_input(sources[r], recvs[r].data, std::shared_ptr<const void>(buf, buf.get()));
+    }
+    if (!comm.send_recv_group(procs, key, sends, recvs, deadline, mine).empty())
+      data_failed("exchange");
+    return;
+  }
   // Every member's input, gathered process by process (each process's members in group order).
   std::vector<int64_t> counts(procs.size(), 0), first(procs.size(), 0);
   std::vector<int64_t> slot_in_proc(members.size());

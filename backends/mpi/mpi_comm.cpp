@@ -3,6 +3,7 @@
 #include <mpi.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <csignal>
 #include <cstdio>
@@ -89,12 +90,14 @@ class Poll {
   bool next() {
     const auto now = std::chrono::steady_clock::now();
     if (now >= deadline_) return false;
-    if (core::on_fiber()) {
+    ++n_;
+    // A fiber whose thread has nothing else to run sleeps out its slice: poll first.
+    if (core::on_fiber() && n_ > 256) {
       static const std::atomic<uint32_t> never{0};
       core::cooperative_wait(never, 0, std::min(deadline_, now + std::chrono::microseconds(20)));
       return true;
     }
-    if (++n_ < 4096) {
+    if (n_ < 4096) {
       std::this_thread::yield();
       return true;
     }
@@ -217,34 +220,14 @@ class MpiComm final : public ProcessComm {
   std::vector<int> send_recv(const std::vector<Transfer>& sends, const std::vector<Transfer>& recvs,
                              Deadline deadline, const std::string& what) override {
     throw_if_broken();
-    std::vector<MPI_Request> reqs;
-    std::vector<int> peers;
-    for (const Transfer& t : sends) {
-      reqs.emplace_back();
-      peers.push_back(t.peer);
-      MESHRT_MPI_CHECK(MPI_Isend(t.data, checked_int(t.bytes, "a message size"), MPI_BYTE, t.peer,
-                                 t.tag, p2p_, &reqs.back()));
-    }
-    for (const Transfer& t : recvs) {
-      reqs.emplace_back();
-      peers.push_back(t.peer);
-      MESHRT_MPI_CHECK(MPI_Irecv(t.data, checked_int(t.bytes, "a message size"), MPI_BYTE, t.peer,
-                                 t.tag, p2p_, &reqs.back()));
-    }
-    Waiting waiting(what);
-    Poll poll(deadline);
-    for (;;) {
-      int done = 0;
-      MESHRT_MPI_CHECK(
-          MPI_Testall(static_cast<int>(reqs.size()), reqs.data(), &done, MPI_STATUSES_IGNORE));
-      if (done) return {};
-      if (!poll.next()) break;
-    }
-    std::vector<int> missing;
-    for (size_t i = 0; i < reqs.size(); ++i) {
-      if (reqs[i] != MPI_REQUEST_NULL) missing.push_back(peers[i]);
-    }
-    return missing;
+    return post_and_wait(p2p_, {}, sends, recvs, deadline, what);
+  }
+
+  std::vector<int> send_recv_group(const std::vector<int>& procs, int key,
+                                   const std::vector<Transfer>& sends,
+                                   const std::vector<Transfer>& recvs, Deadline deadline,
+                                   const std::string& what) override {
+    return post_and_wait(group_comm(procs, key), procs, sends, recvs, deadline, what);
   }
 
   void mark_broken(const std::string& why) override {
@@ -297,6 +280,46 @@ class MpiComm final : public ProcessComm {
                       "); the job cannot communicate any more: end the program (it ends the job "
                       "at exit)"));
     }
+  }
+
+  // Posts every transfer on `comm` (peers are job ranks; `procs` maps them to the communicator's
+  // ranks, empty: the job's), waits for all; returns the peers of those not done by `deadline`.
+  std::vector<int> post_and_wait(MPI_Comm comm, const std::vector<int>& procs,
+                                 const std::vector<Transfer>& sends,
+                                 const std::vector<Transfer>& recvs, Deadline deadline,
+                                 const std::string& what) {
+    const auto rank_in = [&](int peer) {
+      if (procs.empty()) return peer;
+      return static_cast<int>(std::lower_bound(procs.begin(), procs.end(), peer) - procs.begin());
+    };
+    std::vector<MPI_Request> reqs;
+    std::vector<int> peers;
+    for (const Transfer& t : sends) {
+      reqs.emplace_back();
+      peers.push_back(t.peer);
+      MESHRT_MPI_CHECK(MPI_Isend(t.data, checked_int(t.bytes, "a message size"), MPI_BYTE,
+                                 rank_in(t.peer), t.tag, comm, &reqs.back()));
+    }
+    for (const Transfer& t : recvs) {
+      reqs.emplace_back();
+      peers.push_back(t.peer);
+      MESHRT_MPI_CHECK(MPI_Irecv(t.data, checked_int(t.bytes, "a message size"), MPI_BYTE,
+                                 rank_in(t.peer), t.tag, comm, &reqs.back()));
+    }
+    Waiting waiting(what);
+    Poll poll(deadline);
+    for (;;) {
+      int done = 0;
+      MESHRT_MPI_CHECK(
+          MPI_Testall(static_cast<int>(reqs.size()), reqs.data(), &done, MPI_STATUSES_IGNORE));
+      if (done) return {};
+      if (!poll.next()) break;
+    }
+    std::vector<int> missing;
+    for (size_t i = 0; i < reqs.size(); ++i) {
+      if (reqs[i] != MPI_REQUEST_NULL) missing.push_back(peers[i]);
+    }
+    return missing;
   }
 
   bool wait(MPI_Request& req, Deadline deadline) {
