@@ -82,7 +82,7 @@ struct Waiting {  // marks a bounded wait for the SIGTERM diagnostic
 
 // Polls without burning a core another device needs: on a fiber, the other devices sharing the
 // thread run between polls (a device of another group may be the one a peer process waits
-// for); on a thread, yield first, then short sleeps.
+// for); then the thread yields, and after a while sleeps briefly.
 class Poll {
  public:
   explicit Poll(ProcessComm::Deadline deadline) : deadline_(deadline) {}
@@ -90,14 +90,13 @@ class Poll {
   bool next() {
     const auto now = std::chrono::steady_clock::now();
     if (now >= deadline_) return false;
-    ++n_;
-    // A fiber whose thread has nothing else to run sleeps out its slice: poll first.
-    if (core::on_fiber() && n_ > 256) {
+    // On a fiber: the thread's other devices run first (a deadline already passed makes this
+    // fiber runnable again at once, with no sleep), then the thread yields as below.
+    if (core::on_fiber()) {
       static const std::atomic<uint32_t> never{0};
-      core::cooperative_wait(never, 0, std::min(deadline_, now + std::chrono::microseconds(20)));
-      return true;
+      core::cooperative_wait(never, 0, now);
     }
-    if (n_ < 4096) {
+    if (++n_ < 4096) {
       std::this_thread::yield();
       return true;
     }
