@@ -11,6 +11,11 @@
 // all_to_all: the input). meshrt's collectives are out-of-place (JAX semantics): the in-place
 // columns read N/A. #wrong counts elements that differ from a host reference on every size.
 // With --link-model the modelled time and busbw of the same algorithm follow.
+//
+// Several processes (runtime/distributed.h): launch under mpirun with --procs, e.g.
+//   mpirun -np 2 -x MESHRT_CPU_DEVICES=4 meshrt-bench all_reduce -b 4 -e 64M --procs
+// The mesh spans every process's devices (-g defaults to all of them); process 0 prints one
+// table, each row timed on its devices (the closing psum synchronises every process).
 #include <meshrt/meshrt.h>
 
 #include <algorithm>
@@ -45,6 +50,8 @@ struct Options {
   int iters = 20, warmup = 5, check = 1;
   std::optional<bench::LinkModel> model;
   std::string json, plot;
+  bool procs = false;  // --procs: one of several processes under mpirun
+  bool devices_given = false;
 };
 
 [[noreturn]] void usage(const std::string& why) {
@@ -58,7 +65,8 @@ struct Options {
       "list)\n"
       "  --platform cpu|cuda (cuda: MESHRT_CUDA_DEVICES_PER_GPU=k splits each GPU into k devices)\n"
       "  --link-model TOPO:LATENCY:BANDWIDTH (ring|torus2d|full, e.g. ring:5us:100GBps)\n"
-      "  --json FILE   --plot FILE.png (needs gnuplot)\n",
+      "  --json FILE   --plot FILE.png (needs gnuplot)\n"
+      "  --procs (under mpirun: the mesh spans every process's devices; process 0 prints)\n",
       why.c_str());
   std::exit(2);
 }
@@ -132,8 +140,11 @@ Options parse(int argc, char** argv) {
       o.factor = std::stod(next());
     else if (a == "-i")
       o.step_bytes = parse_size(next());
-    else if (a == "-g")
+    else if (a == "-g") {
       o.devices = std::stoi(next());
+      o.devices_given = true;
+    } else if (a == "--procs")
+      o.procs = true;
     else if (a == "-n")
       o.iters = std::stoi(next());
     else if (a == "-w")
@@ -191,10 +202,13 @@ int64_t input_elems(const std::string& op, int64_t size_elems, int64_t n) {
   return op == "all_gather" ? size_elems / n : size_elems;
 }
 
-// The sizes measured, from -b to -e by -f or -i, rounded down to whole elements divisible by the
-// device count, as nccl-tests does.
+// The sizes measured, from -b to -e by -f or -i, rounded down to whole elements (divisible by the
+// device count where the collective splits or gathers them), as nccl-tests does.
 std::vector<int64_t> sizes_of(const Options& o) {
-  const int64_t n = o.devices, elem = static_cast<int64_t>(dtype_size(o.dtype));
+  const int64_t elem = static_cast<int64_t>(dtype_size(o.dtype));
+  // all_reduce and ppermute take any count (4 B is one float per device); the others split or
+  // gather it over the devices.
+  const int64_t n = o.op == "all_reduce" || o.op == "ppermute" ? 1 : o.devices;
   std::vector<int64_t> sizes;
   for (int64_t s = o.min_bytes; s <= o.max_bytes;) {
     int64_t e = std::max<int64_t>(n, (s / elem) / n * n);
@@ -247,6 +261,10 @@ std::string fmt(double v) {
 void print_header(const Options& o, const Mesh& mesh) {
   std::printf("# meshrt-bench (nccl-tests format)\n# Collective test starting: %s_perf\n",
               o.op.c_str());
+  if (o.procs) {
+    std::printf("# Processes: %d x %zu %s devices (mpirun)\n", process_count(),
+                local_devices(o.platform).size(), o.platform.c_str());
+  }
   std::printf(
       "# nThread 1 nGpus %d minBytes %lld maxBytes %lld step: %g(factor) warmup iters: %d iters: "
       "%d "
@@ -255,8 +273,8 @@ void print_header(const Options& o, const Mesh& mesh) {
       o.warmup, o.iters, o.check);
   for (const Device& d : mesh.devices()) {
     std::printf("#  Rank %2d Group  0 on %s device %2d [%s, %u hardware threads]\n",
-                d.local_index(), d.platform().data(), d.local_index(), d.str().c_str(),
-                std::thread::hardware_concurrency());
+                static_cast<int>(&d - mesh.devices().data()), d.platform().data(), d.local_index(),
+                d.str().c_str(), std::thread::hardware_concurrency());
   }
   if (o.model) std::printf("# Link model: %s\n", o.model->str().c_str());
 }
@@ -366,13 +384,21 @@ Result measure(const Options& o, const Mesh& mesh, CollectiveAlgo algo, int64_t 
         return t;
       },
       mesh, {P("x")}, P("x"))(x);
+  // This process's devices (every device with one process).
   double t = 0;
-  for (double v : per_device) t += v;
-  t /= static_cast<double>(n);
+  int64_t mine = 0;
+  for (int64_t d = 0; d < n; ++d) {
+    if (mesh.devices()[static_cast<size_t>(d)].process_index() != process_index()) continue;
+    t += per_device[static_cast<size_t>(d)];
+    ++mine;
+  }
+  t /= static_cast<double>(mine);
   int64_t wrong = 0;
   if (o.check > 0) {
-    for (int64_t d = 0; d < n; ++d)
-      wrong += count_wrong(o, host, per, d, checked[static_cast<size_t>(d)]);
+    for (int64_t d = 0; d < n; ++d) {
+      if (checked[static_cast<size_t>(d)].valid())
+        wrong += count_wrong(o, host, per, d, checked[static_cast<size_t>(d)]);
+    }
   }
   Result res{algo, size, size / elem, t * 1e6, size / t / 1e9, size / t / 1e9 * bus_factor(o.op, n),
              wrong};
@@ -391,9 +417,12 @@ void sweep_sizes(const Options& o, const Mesh& mesh, CollectiveAlgo algo,
                  const std::vector<int64_t>& sizes, size_t& done, std::vector<Result>& results) {
   print_table_header(o, algo);
   for (int64_t size : sizes) {
-    std::fprintf(stderr, "\r[meshrt-bench] %s %s %lld B (%zu/%zu)   ", o.op.c_str(),
-                 name_of(algo).c_str(), static_cast<long long>(size), ++done,
-                 sizes.size() * o.algos.size());
+    ++done;
+    if (process_index() == 0) {
+      std::fprintf(stderr, "\r[meshrt-bench] %s %s %lld B (%zu/%zu)   ", o.op.c_str(),
+                   name_of(algo).c_str(), static_cast<long long>(size), done,
+                   sizes.size() * o.algos.size());
+    }
     results.push_back(measure(o, mesh, algo, size));
     print_row(o, results.back());
   }
@@ -494,9 +523,16 @@ bool write_plot(const Options& o, const std::vector<Result>& results) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  const Options o = parse(argc, argv);
+  Options o = parse(argc, argv);
   try {
-    if (o.platform == "cpu") set_cpu_device_count(std::max(o.devices, 1));
+    if (o.procs) {
+      // Each process's devices come from its environment (mpirun -x MESHRT_CPU_DEVICES=n).
+      distributed::initialize();
+      if (process_index() != 0 && !std::freopen("/dev/null", "w", stdout)) return 1;
+      if (!o.devices_given) o.devices = static_cast<int>(devices(o.platform).size());
+    } else if (o.platform == "cpu") {
+      set_cpu_device_count(std::max(o.devices, 1));
+    }
     const Mesh mesh = make_mesh({o.devices}, {"x"}, o.platform);
     print_header(o, mesh);
     const std::vector<int64_t> sizes = sizes_of(o);
@@ -509,7 +545,7 @@ int main(int argc, char** argv) {
     std::vector<Result> results;
     size_t done = 0;
     for (CollectiveAlgo algo : o.algos) sweep_sizes(o, mesh, algo, sizes, done, results);
-    std::fprintf(stderr, "\r%60s\r", "");
+    if (process_index() == 0) std::fprintf(stderr, "\r%60s\r", "");
     const int64_t total_wrong = print_footer(o, results, copy_bw);
     if (!o.json.empty()) write_json(o, results, copy_bw);
     if (!o.plot.empty() && !write_plot(o, results)) return 1;

@@ -4,6 +4,7 @@
 
 #include <mutex>
 
+#include "collectives/cross.h"
 #include "collectives/direct.h"
 #include "collectives/native.h"
 #include "collectives/pieces.h"
@@ -75,8 +76,12 @@ Pending start(Session& session, int64_t pos, const GroupLayout& layout, const Ca
   Session::Arrival a = session.arrive(pos, layout, call, std::move(slot));
   p.inst_ = std::move(a.instance);
   if (a.completed) {
-    // A group the platform cannot serve with direct is refused in finish(), with the reason.
-    if (direct_done_at_arrival(call) && pl.direct_ok(*p.inst_)) direct_reduce_small(*p.inst_, pl);
+    if (p.inst_->spans_processes()) {
+      cross_complete(session, *p.inst_, pl);  // members in other processes: the second level
+    } else if (direct_done_at_arrival(call) && pl.direct_ok(*p.inst_)) {
+      // A group the platform cannot serve with direct is refused in finish(), with the reason.
+      direct_reduce_small(*p.inst_, pl);
+    }
     session.publish(*p.inst_);
   }
   return p;
@@ -87,6 +92,12 @@ void finish(Pending& p) {
   const int64_t me = p.index_;
   try {
     p.session_->wait_ready(p.pos_, inst);
+    if (inst.spans_processes()) {  // every input is here now (collectives/cross.h)
+      if (!cross_done_at_arrival(*p.session_, inst))
+        cross_finish(*p.session_, inst, me, p.out_shape_);
+      p.inst_.reset();
+      return;
+    }
     // GPUs without peer access cannot run direct or ring: an error, not a fault.
     if (inst.call().algo != Algo::native) plane_of(inst, me).require_direct(inst);
     switch (inst.call().algo) {

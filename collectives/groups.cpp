@@ -12,6 +12,7 @@ GroupLayout make_group_layout(const std::vector<int64_t>& mesh_shape,
   std::vector<bool> named(rank, false);
   GroupLayout g;
   for (int a : axes) {
+    g.axes_key = g.axes_key * static_cast<int64_t>(rank + 1) + a + 1;
     named[static_cast<size_t>(a)] = true;
     g.group_size *= mesh_shape[static_cast<size_t>(a)];
   }

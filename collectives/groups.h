@@ -17,6 +17,9 @@ struct GroupLayout {
   std::vector<int64_t> group_of;              // per mesh position
   std::vector<int64_t> index_of;              // per mesh position: index within its group
   std::vector<std::vector<int64_t>> members;  // per group: mesh positions by group index
+  // The named axes' positions as digits base (mesh rank + 1): equal on every process for the
+  // same axes tuple, distinct between tuples (names groups across processes).
+  int64_t axes_key = 0;
 };
 
 // `axes`: positions (in the mesh shape) of the named axes, in the order written; distinct.

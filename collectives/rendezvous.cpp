@@ -66,11 +66,19 @@ void Instance::set_state(uint32_t s) {
 }
 
 Session::Session(std::vector<std::string> names, std::chrono::milliseconds timeout,
-                 bool oversubscribed)
+                 bool oversubscribed, std::shared_ptr<const CrossProcess> cross)
     : names_(std::move(names)),
       timeout_(timeout),
       oversubscribed_(oversubscribed),
+      cross_(std::move(cross)),
       devs_(names_.size()) {}
+
+void Session::fail_completed(Instance& inst, const std::string& message) {
+  std::lock_guard<core::YieldLock> lock(mu_);
+  if (inst.state_.load(std::memory_order_relaxed) == Instance::kFailed) return;
+  inst.error_ = message;
+  inst.set_state(Instance::kFailed);
+}
 
 std::string Session::members_str(const std::vector<int64_t>& pos) const {
   std::string s;
@@ -155,7 +163,17 @@ Session::Arrival Session::arrive(int64_t pos, const GroupLayout& layout, const C
     inst->call_ = call;
     inst->seq_ = seq;
     inst->members_ = &layout.members[static_cast<size_t>(group)];
+    inst->layout_ = &layout;
+    inst->group_ = group;
     inst->parts_.resize(inst->members_->size());
+    if (cross_) {  // members in other processes never arrive here: they count as arrived
+      for (size_t k = 0; k < inst->parts_.size(); ++k) {
+        if (cross_->process_of[static_cast<size_t>(inst->member(k))] == cross_->rank) continue;
+        inst->parts_[k].arrived = true;
+        ++inst->arrived_count_;
+        inst->spans_processes_ = true;
+      }
+    }
     if (call.algo != Algo::direct) {  // ring progress; native: "launched" marks
       inst->progress_ = std::make_unique<std::atomic<uint32_t>[]>(inst->members_->size());
       inst->progress_sleepers_ = std::make_unique<std::atomic<uint32_t>[]>(inst->members_->size());
@@ -271,7 +289,10 @@ void Session::wait_ready(int64_t pos, Instance& inst) {
       if (inst.state_.load(std::memory_order_acquire) != Instance::kGathering) break;
       check_deadlock_locked();
       if (inst.state_.load(std::memory_order_acquire) != Instance::kGathering) break;
-      if (std::chrono::steady_clock::now() - start >= timeout_) {
+      // A complete instance is being finished by its completer (across processes: bounded by
+      // its own deadline), which publishes or fails it.
+      if (inst.arrived_count_ < inst.size() &&
+          std::chrono::steady_clock::now() - start >= timeout_) {
         timeout_locked(inst);
         break;
       }

@@ -24,7 +24,21 @@
 #include "collectives/groups.h"
 #include "core/threads/yield_lock.h"
 
+namespace meshrt::backend {
+class ProcessComm;  // backends/process_comm.h
+}
+
 namespace meshrt::coll {
+
+// A launch whose mesh spans several processes: which process holds each mesh position. Members
+// of other processes never arrive at this process's rendezvous; the member completing the local
+// part of a group runs the step across processes (collectives/cross.h).
+struct CrossProcess {
+  backend::ProcessComm* comm = nullptr;
+  std::vector<int> process_of;  // per mesh position
+  int rank = 0;                 // this process
+  std::string launch;           // "shard_map #3 over mesh (2, 4) ('x', 'y')": the same everywhere
+};
 
 // One participant's buffers. The shared_ptrs keep them alive as long as any peer may read them.
 struct Slot {
@@ -52,6 +66,21 @@ class Instance {
   std::string where(const std::vector<std::string>& names) const;
   int64_t size() const { return static_cast<int64_t>(members_->size()); }
   const Slot& slot(int64_t index) const { return parts_[static_cast<size_t>(index)].slot; }
+  // Mesh positions by group index, and the group's place in its layout.
+  const std::vector<int64_t>& members() const { return *members_; }
+  const GroupLayout& layout() const { return *layout_; }
+  int64_t group() const { return group_; }
+  int64_t seq() const { return seq_; }
+  // Whether some members belong to other processes (they count as arrived; see CrossProcess).
+  bool spans_processes() const { return spans_processes_; }
+  // The step across processes' staging, shared by the local members (collectives/cross.cpp).
+  std::shared_ptr<void>& cross_stage() { return cross_stage_; }
+  // The step across processes: a remote member's input, gathered into this process (before the
+  // instance is published; `keep` keeps it alive as long as the instance).
+  void set_remote_input(int64_t index, const void* in, std::shared_ptr<const void> keep) {
+    parts_[static_cast<size_t>(index)].slot.in = in;
+    parts_[static_cast<size_t>(index)].slot.keep_in = std::move(keep);
+  }
   std::atomic<uint32_t>& phase_counter() { return phase_; }  // free for two-phase algorithms
   // Per-member progress counters and sleeper counts for Transport's signal/wait.
   std::atomic<uint32_t>& progress(int64_t index) { return progress_[static_cast<size_t>(index)]; }
@@ -86,9 +115,13 @@ class Instance {
   Call call_;                            // the first arrival's; every later arrival's equals it
   int64_t seq_ = 0;                      // which call of its members on this group
   const std::vector<int64_t>* members_;  // mesh positions by group index (the layout's)
-  std::vector<Part> parts_;              // guarded by Session::mu_ until state_ leaves kGathering
-  int64_t arrived_count_ = 0;            // guarded by Session::mu_
-  std::string error_;                    // written before state_ = kFailed
+  const GroupLayout* layout_ = nullptr;
+  int64_t group_ = 0;
+  bool spans_processes_ = false;
+  std::shared_ptr<void> cross_stage_;  // written by the completer before publishing
+  std::vector<Part> parts_;            // guarded by Session::mu_ until state_ leaves kGathering
+  int64_t arrived_count_ = 0;          // guarded by Session::mu_
+  std::string error_;                  // written before state_ = kFailed
   std::atomic<uint32_t> state_{kGathering};
   std::atomic<uint32_t> sleepers_{0};  // waiters in a futex sleep on state_
   std::atomic<uint32_t> phase_{0};
@@ -101,8 +134,13 @@ class Instance {
 
 class Session {
  public:
-  // names: one per mesh position ("cpu:3"); timeout: MESHRT_COLLECTIVE_TIMEOUT.
-  Session(std::vector<std::string> names, std::chrono::milliseconds timeout, bool oversubscribed);
+  // names: one per mesh position ("cpu:3"); timeout: MESHRT_COLLECTIVE_TIMEOUT; cross: set when
+  // the mesh spans several processes.
+  Session(std::vector<std::string> names, std::chrono::milliseconds timeout, bool oversubscribed,
+          std::shared_ptr<const CrossProcess> cross = nullptr);
+  const std::vector<std::string>& names() const { return names_; }
+  std::chrono::milliseconds timeout() const { return timeout_; }
+  const CrossProcess* cross() const { return cross_.get(); }
 
   // Registers device `pos`'s call on its group of `layout` (built for `call.axes`). Never blocks.
   // Returns the instance and whether this arrival completed it (then the caller must finish any
@@ -123,6 +161,9 @@ class Session {
   void wait_progress(int64_t pos, Instance& inst, int64_t index, uint32_t unit);
   // The device's body ended: peers still waiting for it get an error now.
   void device_finished(int64_t pos, bool threw);
+  // The completer of `inst` could not finish it (the step across processes failed): its local
+  // members waiting in wait_ready get `message` as their error.
+  void fail_completed(Instance& inst, const std::string& message);
 
  private:
   enum class DevState { running, waiting, finished, threw };
@@ -146,6 +187,7 @@ class Session {
   const std::vector<std::string> names_;
   const std::chrono::milliseconds timeout_;
   const bool oversubscribed_;
+  const std::shared_ptr<const CrossProcess> cross_;
   mutable core::YieldLock mu_;
   std::vector<Dev> devs_;  // guarded by mu_
   int64_t left_ = 0;       // guarded by mu_: devices out of their body

@@ -12,6 +12,7 @@
 #include "global/layout.h"
 #include "global/reshard.h"
 #include "global/rules.h"
+#include "runtime/detail/platform.h"
 #include "runtime/detail/sharding_impl.h"
 #include "runtime/detail/trace.h"
 
@@ -357,9 +358,21 @@ Array creation(const Shape& shape, const Sharding& s,
                const std::function<Tensor(Device, const Shape&, const Index&)>& make) {
   const Shape block = s.shard_shape(shape);
   std::vector<Tensor> blocks;
-  for (auto& [dev, idx] : s.devices_indices_map(shape)) blocks.push_back(make(dev, block, idx));
-  const DType dt = blocks.front().dtype();
-  return Array(shape, dt, s, std::move(blocks));
+  std::optional<DType> dt;
+  for (auto& [dev, idx] : s.devices_indices_map(shape)) {
+    if (!detail::is_local(dev)) {  // another process's device makes its own block
+      blocks.emplace_back();
+      continue;
+    }
+    blocks.push_back(make(dev, block, idx));
+    dt = blocks.back().dtype();
+  }
+  if (!dt) {
+    throw Error(cat("[array] ", s.str(),
+                    " has no device in this process: every process must hold a device of each "
+                    "mesh it computes on"));
+  }
+  return Array(shape, *dt, s, std::move(blocks));
 }
 
 // Reading an Array with pending sums sums them (psum), logged as the op "read".

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <optional>
 
 #include "core/error.h"
 #include "core/strings.h"
@@ -24,7 +25,10 @@ std::string sharding_text(const Sharding& s) {
 }
 
 int64_t block_bytes(const Array& x) {
-  return x.blocks().empty() ? 0 : static_cast<int64_t>(x.blocks().front().nbytes());
+  for (const Tensor& t : x.blocks()) {  // the first this process holds
+    if (t.valid()) return static_cast<int64_t>(t.nbytes());
+  }
+  return 0;
 }
 
 double since(std::chrono::steady_clock::time_point t0) {
@@ -227,15 +231,22 @@ std::vector<Array> run_local(const Mesh& mesh, const std::vector<Array>& placed,
   const size_t n = static_cast<size_t>(mesh.size());
   std::vector<std::vector<Tensor>> blocks(out.size(), std::vector<Tensor>(n));
   std::vector<Tensor> args(placed.size());
+  std::optional<size_t> first;  // the first position this process holds
   for (size_t pos = 0; pos < n; ++pos) {
+    if (mesh.devices()[pos].process_index() != process_index()) continue;  // another process's
+    if (!first) first = pos;
     for (size_t j = 0; j < placed.size(); ++j) args[j] = placed[j].blocks()[pos];
     std::vector<Tensor> r = fn(args);
     MESHRT_DCHECK(r.size() == out.size());
     for (size_t o = 0; o < r.size(); ++o) blocks[o][pos] = std::move(r[o]);
   }
   std::vector<Array> res;
+  if (!first) {
+    throw Error(cat("[global] this process (", process_index(),
+                    ") holds no device of the operands' mesh; every process must hold some"));
+  }
   for (size_t o = 0; o < out.size(); ++o) {
-    const DType dt = blocks[o].front().dtype();
+    const DType dt = blocks[o][*first].dtype();
     res.emplace_back(out_shapes[o], dt, NamedSharding(mesh, spec_of(out[o])), std::move(blocks[o]),
                      out[o].partial);
   }

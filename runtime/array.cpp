@@ -8,9 +8,12 @@
 #include <optional>
 #include <set>
 
+#include "backends/process_comm.h"
+#include "core/config.h"
 #include "core/error.h"
 #include "core/strings.h"
 #include "runtime/detail/copy.h"
+#include "runtime/detail/platform.h"
 #include "runtime/detail/sharding_impl.h"
 #include "runtime/detail/trace.h"
 
@@ -64,6 +67,13 @@ Array::Array(Shape shape, DType dtype, Sharding sharding, std::vector<Tensor> bl
   }
   for (size_t i = 0; i < devs.size(); ++i) {
     const Tensor& t = blocks_[i];
+    if (!detail::is_local(devs[i])) {  // another process's device: its block lives there
+      if (t.valid()) {
+        throw Error(cat("[array] block ", i, " is given for ", devs[i].str(),
+                        ", a device of another process; leave it empty (Tensor())"));
+      }
+      continue;
+    }
     if (!t.valid() || t.device() != devs[i] || t.dtype() != dtype_ || t.shape() != block) {
       throw Error(cat("[array] block ", i, " is ", t.valid() ? t.str() : "empty", " but ",
                       sharding_.str(), " of ", dtype_name(dtype_), shape_str(shape_), " needs ",
@@ -122,6 +132,7 @@ std::vector<Shard> Array::addressable_shards() const {
   std::vector<Index> idx = detail::indices(sharding_, shape_, "array");
   std::vector<Shard> out;
   for (size_t i = 0; i < blocks_.size(); ++i) {
+    if (!blocks_[i].valid()) continue;  // another process's device
     out.push_back(Shard{sharding_.device_list()[i], std::move(idx[i]), blocks_[i]});
   }
   return out;
@@ -140,9 +151,28 @@ void Array::copy_to_host(void* dst, DType expected) const {
                     "> (or astype first)"));
   }
   std::vector<Index> idx = detail::indices(sharding_, shape_, "array");
-  std::set<Index> done;  // replicated boxes come from the first holder in mesh order
+  if (detail::process_layout().size > 1) {  // every box must have a holder in this process
+    std::set<Index> held, remote;
+    std::vector<std::string> where;
+    for (size_t i = 0; i < blocks_.size(); ++i) {
+      if (blocks_[i].valid()) held.insert(idx[i]);
+    }
+    for (size_t i = 0; i < blocks_.size(); ++i) {
+      if (!held.count(idx[i]) && remote.insert(idx[i]).second)
+        where.push_back(sharding_.device_list()[i].str());
+    }
+    if (!remote.empty()) {
+      throw Error(
+          cat("[array] to_vector of an Array that spans non-addressable devices: its shards on ",
+              detail::join(where, ", ", [](const std::string& s) { return s; }),
+              " belong to other processes (this is process ", detail::process_layout().rank,
+              "); use process_allgather(x) to get the global value on every process, or "
+              "addressable_shards() for this process's shards"));
+    }
+  }
+  std::set<Index> done;  // replicated boxes come from the first local holder in mesh order
   for (size_t i = 0; i < blocks_.size(); ++i) {
-    if (!done.insert(idx[i]).second) continue;
+    if (!blocks_[i].valid() || !done.insert(idx[i]).second) continue;
     const Tensor& t = blocks_[i];
     detail::copy_box({dst, shape_, starts(idx[i]), t.device(), true},
                      {t.data(), t.shape(), Shape(t.shape().size(), 0), t.device(), false},
@@ -160,6 +190,10 @@ Array device_put(const void* data, int64_t count, DType dtype, Shape shape, cons
   std::vector<Tensor> blocks;
   const auto& devs = to.device_list();
   for (size_t i = 0; i < devs.size(); ++i) {
+    if (!detail::is_local(devs[i])) {  // every process holds the host value: each copies its own
+      blocks.emplace_back();
+      continue;
+    }
     Tensor t = empty(block, dtype, devs[i]);
     detail::copy_box({t.data(), block, Shape(block.size(), 0), devs[i], false},
                      {data, shape, starts(idx[i]), devs[i], true}, block, dtype_size(dtype));
@@ -192,13 +226,25 @@ Array reshard_to(const Array& x, const Sharding& to) {
 
   Shape block = to.shard_shape(shape);
   const size_t elem = dtype_size(x.dtype());
+  // Ranges held only by another process's devices cross by message: every process walks the same
+  // plan in the same order, so the n-th crossing has tag n on both sides.
+  struct Incoming {
+    size_t block;
+    Shape at, extent;
+    std::vector<char> data;
+  };
+  std::vector<Incoming> incoming;
+  std::vector<std::vector<char>> outgoing;
+  std::vector<backend::ProcessComm::Transfer> sends, recvs;
+  int tag = 0;
   std::vector<Tensor> blocks;
   const auto& devs = to.device_list();
   for (size_t j = 0; j < devs.size(); ++j) {
     const Device dev = devs[j];
+    const bool mine = detail::is_local(dev);
     // Already held by this device: share the block, move nothing.
     auto same = holders.find(dst_idx[j]);
-    if (same != holders.end()) {
+    if (mine && same != holders.end()) {
       bool reused = false;
       for (size_t i : same->second) {
         if (src_devs[i] == dev) {
@@ -209,20 +255,77 @@ Array reshard_to(const Array& x, const Sharding& to) {
       }
       if (reused) continue;
     }
-    Tensor t = empty(block, x.dtype(), dev);
+    Tensor t = mine ? empty(block, x.dtype(), dev) : Tensor();
     for (auto& [box, who] : holders) {
       std::optional<Index> part = intersect(box, dst_idx[j]);
       if (!part) continue;
+      // A local copy beats a transfer; a holder in the destination's process beats a message.
       size_t from = who.front();
+      bool same_process = false;
       for (size_t i : who) {
-        if (src_devs[i] == dev) from = i;  // a local copy beats a transfer
+        if (src_devs[i] == dev) {
+          from = i;
+          same_process = true;
+          break;
+        }
+        if (!same_process && src_devs[i].process_index() == dev.process_index()) {
+          from = i;
+          same_process = true;
+        }
       }
-      const Tensor& s = x.blocks()[from];
-      detail::copy_box({t.data(), block, offset_in(*part, dst_idx[j]), dev, false},
-                       {s.data(), s.shape(), offset_in(*part, box), s.device(), false},
-                       extents(*part), elem);
+      const Device src_dev = src_devs[from];
+      if (src_dev.process_index() == dev.process_index()) {
+        if (!mine) continue;
+        const Tensor& s = x.blocks()[from];
+        detail::copy_box({t.data(), block, offset_in(*part, dst_idx[j]), dev, false},
+                         {s.data(), s.shape(), offset_in(*part, box), s.device(), false},
+                         extents(*part), elem);
+        continue;
+      }
+      // Messages with one tag match in posting order, which both sides share: tags may wrap.
+      const int this_tag = tag++ % (backend::process_comm()->max_tag() + 1);
+      const Shape ext = extents(*part);
+      const auto bytes = static_cast<int64_t>(static_cast<size_t>(shape_size(ext)) * elem);
+      if (mine) {
+        incoming.push_back(
+            {j, offset_in(*part, dst_idx[j]), ext, std::vector<char>(static_cast<size_t>(bytes))});
+        recvs.push_back({src_dev.process_index(), this_tag, nullptr, bytes});
+      } else if (detail::is_local(src_dev)) {
+        const Tensor& s = x.blocks()[from];
+        std::vector<char> buf(static_cast<size_t>(bytes));
+        detail::copy_box({buf.data(), ext, Shape(ext.size(), 0), src_dev, true},
+                         {s.data(), s.shape(), offset_in(*part, box), s.device(), false}, ext,
+                         elem);
+        outgoing.push_back(std::move(buf));
+        sends.push_back({dev.process_index(), this_tag, outgoing.back().data(), bytes});
+      }
     }
     blocks.push_back(std::move(t));
+  }
+  if (!sends.empty() || !recvs.empty()) {
+    for (size_t k = 0; k < recvs.size(); ++k) recvs[k].data = incoming[k].data.data();
+    backend::ProcessComm* comm = backend::process_comm();
+    const std::string what =
+        cat("device_put of ", dtype_name(x.dtype()), shape_str(shape), " onto ", to.str());
+    std::vector<int> missing = comm->send_recv(
+        sends, recvs, std::chrono::steady_clock::now() + config::collective_timeout(), what);
+    if (!missing.empty()) {
+      std::sort(missing.begin(), missing.end());
+      missing.erase(std::unique(missing.begin(), missing.end()), missing.end());
+      const std::string msg =
+          cat("[device_put] ", what,
+              " timed out after MESHRT_COLLECTIVE_TIMEOUT waiting for process(es) ",
+              detail::join(missing, ", ", [](int r) { return cat(r); }),
+              "; every process must make the same device_put calls in the same order");
+      comm->mark_broken(msg);
+      throw Error(msg);
+    }
+    for (Incoming& in : incoming) {
+      Tensor& t = blocks[in.block];
+      detail::copy_box({t.data(), block, in.at, t.device(), false},
+                       {in.data.data(), in.extent, Shape(in.extent.size(), 0), t.device(), true},
+                       in.extent, elem);
+    }
   }
   return Array(shape, x.dtype(), to, std::move(blocks));
 }

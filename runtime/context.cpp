@@ -1,12 +1,14 @@
 // Context: what a shard_map body calls. Checks arguments exactly as JAX does, then hands the
 // call to the collectives layer.
 #include <algorithm>
+#include <atomic>
 #include <cstdlib>
 #include <functional>
 #include <optional>
 #include <set>
 
 #include "backends/backend.h"
+#include "backends/process_comm.h"
 #include "collectives/algo.h"
 #include "collectives/collective.h"
 #include "collectives/reduce.h"
@@ -24,6 +26,31 @@ using detail::cat;
 
 namespace detail {
 
+namespace {
+
+// Several processes: who holds each mesh position, when the mesh spans more than this process.
+// Launches on such meshes are numbered (every process makes the same ones, in order), so the
+// agreement check across processes tells launches apart.
+std::shared_ptr<const coll::CrossProcess> cross_process(const Mesh& mesh) {
+  const ProcessLayout& layout = process_layout();
+  if (layout.size == 1) return nullptr;
+  auto cp = std::make_shared<coll::CrossProcess>();
+  bool others = false;
+  for (const Device& d : mesh.devices()) {
+    cp->process_of.push_back(d.process_index());
+    others = others || d.process_index() != layout.rank;
+  }
+  if (!others) return nullptr;
+  static std::atomic<int64_t> launches{0};  // run_bodies serialises launches
+  cp->comm = backend::process_comm();
+  cp->rank = layout.rank;
+  cp->launch = cat("shard_map #", ++launches, " over mesh ", shape_str(mesh.shape()), " ",
+                   names_tuple(mesh.axis_names()));
+  return cp;
+}
+
+}  // namespace
+
 Launch::Launch(Mesh m, std::chrono::milliseconds timeout, bool oversubscribed)
     : mesh(std::move(m)),
       session(
@@ -32,8 +59,8 @@ Launch::Launch(Mesh m, std::chrono::milliseconds timeout, bool oversubscribed)
             for (const Device& d : mesh.devices()) names.push_back(d.str());
             return names;
           }(),
-          timeout, oversubscribed),
-      host_addressable(backend_of(mesh.devices().front()).host_addressable()) {
+          timeout, oversubscribed, cross_process(mesh)),
+      host_addressable(backend_of(mesh.devices().front().kind()).host_addressable()) {
   env_algo = config::collective_algo();
   env_deterministic = config::deterministic();
 }
@@ -200,9 +227,15 @@ std::string why_not_native(const detail::Launch& launch, const coll::GroupLayout
   const auto& members =
       layout.members[static_cast<size_t>(layout.group_of[static_cast<size_t>(pos)])];
   std::vector<int> group;
-  for (int64_t m : members)
-    group.push_back(launch.mesh.devices()[static_cast<size_t>(m)].local_index());
-  return detail::backend_of(launch.mesh.devices().front()).native_unavailable(group);
+  for (int64_t m : members) {
+    const Device& d = launch.mesh.devices()[static_cast<size_t>(m)];
+    if (!detail::is_local(d))
+      return cat(d.str(),
+                 " belongs to another process (the library's path across processes is not "
+                 "built yet)");
+    group.push_back(d.local_index());
+  }
+  return detail::backend_of(launch.mesh.devices().front().kind()).native_unavailable(group);
 }
 
 // The call's fingerprint: op, operand, axes, and how its data moves.

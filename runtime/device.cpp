@@ -31,7 +31,11 @@ struct Registry {
   std::atomic<backend::Backend*> cpu{nullptr};  // published once cpu_owner is built
   std::once_flag cuda_once;
   std::unique_ptr<backend::Backend> cuda;  // written once under cuda_once
-  std::vector<Device> cuda_devices;        // written once under cuda_once
+  // Device lists (global, and this process's), built on first use after the process layout.
+  std::once_flag cpu_lists_once, cuda_lists_once;
+  std::vector<Device> cpu_local, cuda_devices, cuda_local;
+  std::atomic<bool> lists_built{false};
+  detail::ProcessLayout layout;  // written by set_process_layout before any list is built
 };
 
 // Leaked on purpose: executors may still run while static destructors do.
@@ -40,12 +44,21 @@ Registry& registry() {
   return *r;
 }
 
-// A platform's device list, built once with its backend: devices() hands out this storage.
-std::vector<Device> devices_of(Device::Kind kind, const backend::Backend& b) {
-  std::vector<Device> out;
-  out.reserve(static_cast<size_t>(b.device_count()));
-  for (int i = 0; i < b.device_count(); ++i) out.emplace_back(kind, i);
-  return out;
+// A platform's device lists, built once: every process's devices ordered (process, local
+// index), and this process's. devices() and local_devices() hand out this storage.
+void build_lists(Device::Kind kind, const backend::Backend& b, std::vector<Device>& all,
+                 std::vector<Device>& local) {
+  Registry& r = registry();
+  r.lists_built.store(true);
+  std::vector<int> counts = kind == Device::Kind::cpu ? r.layout.cpu_counts : r.layout.cuda_counts;
+  if (counts.empty()) counts.assign(static_cast<size_t>(r.layout.size), b.device_count());
+  counts[static_cast<size_t>(r.layout.rank)] = b.device_count();
+  for (int p = 0; p < r.layout.size; ++p) {
+    for (int i = 0; i < counts[static_cast<size_t>(p)]; ++i) {
+      all.emplace_back(kind, i, p);
+      if (p == r.layout.rank) local.push_back(all.back());
+    }
+  }
 }
 
 backend::Backend& cpu_backend() {
@@ -55,7 +68,6 @@ backend::Backend& cpu_backend() {
   if (!r.cpu_owner) {
     int n = r.requested_cpu > 0 ? r.requested_cpu : config::cpu_devices();
     r.cpu_owner = backend::make_cpu_backend(n);
-    r.cpu_devices = devices_of(Device::Kind::cpu, *r.cpu_owner);
     r.cpu.store(r.cpu_owner.get(), std::memory_order_release);
   }
   return *r.cpu_owner;
@@ -63,24 +75,24 @@ backend::Backend& cpu_backend() {
 
 backend::Backend& cuda_backend() {
   Registry& r = registry();
-  std::call_once(r.cuda_once, [&] {
-    r.cuda = backend::make_cuda_backend();
-    r.cuda_devices = devices_of(Device::Kind::cuda, *r.cuda);
-  });
+  std::call_once(r.cuda_once, [&] { r.cuda = backend::make_cuda_backend(); });
   return *r.cuda;
 }
 
 }  // namespace
 
-Device::Device(Kind kind, int local_index)
-    : id_(kind == Kind::cpu ? local_index : kCudaIdBase + local_index),
+Device::Device(Kind kind, int local_index, int process_index)
+    : id_((kind == Kind::cpu ? 0 : kCudaIdBase) + process_index * kProcessIdStride + local_index),
       local_index_(local_index),
+      process_index_(process_index),
       kind_(kind) {}
 
 std::string_view Device::platform() const { return kind_ == Kind::cpu ? "cpu" : "cuda"; }
 
 std::string Device::str() const {
   if (id_ < 0) return "<no device>";
+  if (registry().layout.size > 1)
+    return cat("p", process_index_, ":", platform(), ":", local_index_);
   return cat(platform(), ":", local_index_);
 }
 
@@ -125,11 +137,16 @@ std::string default_platform() {
   return cuda_backend().device_count() > 0 ? "cuda" : "cpu";
 }
 
-const std::vector<Device>& devices(std::string_view platform) {
+namespace {
+// The global and local lists of a platform.
+std::pair<const std::vector<Device>*, const std::vector<Device>*> lists(std::string_view platform) {
   std::string p = platform.empty() ? default_platform() : std::string(platform);
+  Registry& r = registry();
   if (p == "cpu") {
-    cpu_backend();
-    return registry().cpu_devices;
+    backend::Backend& b = cpu_backend();
+    std::call_once(r.cpu_lists_once,
+                   [&] { build_lists(Device::Kind::cpu, b, r.cpu_devices, r.cpu_local); });
+    return {&r.cpu_devices, &r.cpu_local};
   }
   if (p == "cuda") {
     backend::Backend& b = cuda_backend();
@@ -137,12 +154,22 @@ const std::vector<Device>& devices(std::string_view platform) {
       throw Error(cat("[devices] the cuda platform has no usable devices: ", b.unavailable_reason(),
                       "; use devices(\"cpu\") (platforms() lists what is usable)"));
     }
-    return registry().cuda_devices;
+    std::call_once(r.cuda_lists_once,
+                   [&] { build_lists(Device::Kind::cuda, b, r.cuda_devices, r.cuda_local); });
+    return {&r.cuda_devices, &r.cuda_local};
   }
   throw Error(cat("[devices] unknown platform '", p,
                   "'; meshrt platforms are \"cpu\" and "
                   "\"cuda\" (platforms() lists the usable ones)"));
 }
+}  // namespace
+
+const std::vector<Device>& devices(std::string_view platform) { return *lists(platform).first; }
+const std::vector<Device>& local_devices(std::string_view platform) {
+  return *lists(platform).second;
+}
+int process_index() { return registry().layout.rank; }
+int process_count() { return registry().layout.size; }
 
 namespace detail {
 backend::Backend& backend_of(Device::Kind kind) {
@@ -153,6 +180,17 @@ backend::Backend& backend_of(const Device& d) {
     throw Error("[devices] use of a default-constructed Device; take one from devices()");
   return backend_of(d.kind());
 }
+void set_process_layout(ProcessLayout layout) {
+  Registry& r = registry();
+  if (r.lists_built.load()) {
+    throw Error(
+        "[distributed] initialize() was called after devices were listed (devices(), make_mesh, "
+        "device_put ...); call distributed::initialize() first thing in main()");
+  }
+  r.layout = std::move(layout);
+}
+const ProcessLayout& process_layout() { return registry().layout; }
+int local_device_count(Device::Kind kind) { return backend_of(kind).device_count(); }
 bool oversubscribed(int64_t devices) {
   // Read once: glibc answers hardware_concurrency from /sys on every call.
   static const int64_t cores = std::max(1u, std::thread::hardware_concurrency());

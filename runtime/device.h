@@ -3,6 +3,10 @@
 // The cpu platform simulates N devices in this process, each with its own executor (a worker
 // thread), like XLA's forced host device count. The cuda platform lists GPUs (and, later,
 // several logical devices per GPU). Platform state is process-wide and thread-safe.
+//
+// Under mpirun, after distributed::initialize() (runtime/distributed.h), devices() lists every
+// process's devices ordered (process, local index), as jax.devices(); local_devices() lists this
+// process's, the only ones that hold data here (addressable).
 #pragma once
 
 #include <cstddef>
@@ -17,28 +21,33 @@ namespace meshrt {
 class Device {
  public:
   Device() = default;
-  // Unique in the process: cpu devices are 0..N-1, cuda devices start at kCudaIdBase.
+  // Unique in the job: cpu devices are process * kProcessIdStride + local index, cuda devices
+  // the same plus kCudaIdBase (one process: cpu 0..N-1).
   int id() const { return id_; }
+  // The process whose device this is (0 when the program runs as one process).
+  int process_index() const { return process_index_; }
   // "cpu" or "cuda".
   std::string_view platform() const;
-  // Index within its platform.
+  // Index within its platform in its process.
   int local_index() const { return local_index_; }
-  // "cpu:3", "cuda:0".
+  // "cpu:3", "cuda:0"; with several processes the process comes first: "p1:cpu:3".
   std::string str() const;
 
   friend bool operator==(const Device& a, const Device& b) { return a.id_ == b.id_; }
   friend auto operator<=>(const Device& a, const Device& b) { return a.id_ <=> b.id_; }
 
   static constexpr int kCudaIdBase = 1 << 20;
+  static constexpr int kProcessIdStride = 4096;
 
   // Internal: devices are made by the platform registry.
   enum class Kind : unsigned char { cpu, cuda };
-  Device(Kind kind, int local_index);
+  Device(Kind kind, int local_index, int process_index = 0);
   Kind kind() const { return kind_; }
 
  private:
   int id_ = -1;
   int local_index_ = -1;
+  int process_index_ = 0;
   Kind kind_ = Kind::cpu;
 };
 
@@ -68,6 +77,15 @@ struct MemoryStats {
 };
 MemoryStats memory_stats();
 void reset_peak_memory_stats();
+
+// This process's devices of a platform (devices() filtered to process_index()), in local index
+// order; the same storage on every call, like devices(). One process: the same as devices().
+const std::vector<Device>& local_devices(std::string_view platform = "");
+
+// This process's index in the job, 0..process_count()-1 (jax.process_index); 0 and 1 when the
+// program runs as one process or before distributed::initialize().
+int process_index();
+int process_count();
 
 }  // namespace meshrt
 

@@ -54,6 +54,11 @@ void check_shape(const Shape& shape, std::string_view component) {
 Tensor empty(Shape shape, DType dtype, Device device) {
   check_shape(shape, "tensor");
   size_t bytes = static_cast<size_t>(shape_size(shape)) * dtype_size(dtype);
+  if (!detail::is_local(device) && device.id() >= 0) {
+    throw Error(cat("[tensor] ", device.str(), " belongs to process ", device.process_index(),
+                    " and this is process ", detail::process_layout().rank,
+                    ": only this process's devices (local_devices()) hold data here"));
+  }
   auto buf = detail::backend_of(device).allocate(device.local_index(), bytes);
   return Tensor(std::move(buf), 0, std::move(shape), dtype, device);
 }

@@ -15,7 +15,15 @@ Tensor relu_mask(const Tensor& z, const Tensor& dh) {
   return where(z > zero, dh, zero);
 }
 
-std::vector<float> host(const Array& a) { return a.to_vector<float>(); }
+// Several processes: gradients sharded over other processes' devices are gathered first (an
+// Array on this process's devices alone, as the single-device reference, is read as it is).
+std::vector<float> host(const Array& a) {
+  bool local = true;
+  for (const Device& d : a.sharding().device_list())
+    local = local && d.process_index() == process_index();
+  if (local) return a.to_vector<float>();
+  return process_allgather(a).to_vector<float>();
+}
 
 // Forward and backward on one device's blocks. `gather` turns a layer's parameter blocks into
 // what the local matmul needs (FSDP: all_gather); `mix` turns the local matmul into the layer's

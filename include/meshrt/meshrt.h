@@ -23,6 +23,7 @@
 #include "runtime/collective_matmul.h"
 #include "runtime/context.h"
 #include "runtime/device.h"
+#include "runtime/distributed.h"
 #include "runtime/mesh.h"
 #include "runtime/partition_spec.h"
 #include "runtime/random.h"

@@ -167,7 +167,7 @@ void check_replication(const Mesh& mesh, const PartitionSpec& spec,
   }
   if (free_names.empty()) return;
   // Device memory (cuda) is compared in host copies, made once per block that needs it.
-  const bool host = backend_of(mesh.devices().front()).host_addressable();
+  const bool host = backend_of(mesh.devices().front().kind()).host_addressable();
   std::vector<std::vector<char>> copies(host ? 0 : blocks.size());
   auto bytes = [&](size_t i) -> const char* {
     const Tensor& t = blocks[i];
@@ -185,6 +185,9 @@ void check_replication(const Mesh& mesh, const PartitionSpec& spec,
     int64_t rep = 0;  // same coordinates, 0 on every free axis
     for (size_t a = 0; a < c.size(); ++a) rep = rep * mesh.shape()[a] + (free_axis[a] ? 0 : c[a]);
     if (rep == pos) continue;
+    // Several processes: each checks the pairs it holds (the representative may be remote).
+    if (!blocks[static_cast<size_t>(pos)].valid() || !blocks[static_cast<size_t>(rep)].valid())
+      continue;
     const Tensor& x = blocks[static_cast<size_t>(pos)];
     const char* xb = bytes(static_cast<size_t>(pos));
     const char* rb = bytes(static_cast<size_t>(rep));
@@ -282,14 +285,17 @@ std::vector<std::vector<Tensor>> run_bodies(const Mesh& mesh, const ErasedBody& 
   // other's body.
   std::lock_guard<std::mutex> serial(launch_mutex());
   const auto n = static_cast<size_t>(mesh.size());
-  auto launch = std::make_shared<Launch>(mesh, config::collective_timeout(),
-                                         oversubscribed(static_cast<int64_t>(n)));
+  // Several processes: this one runs the bodies of its own devices only.
+  int64_t local = 0;
+  for (const Device& d : mesh.devices()) local += is_local(d) ? 1 : 0;
+  auto launch = std::make_shared<Launch>(mesh, config::collective_timeout(), oversubscribed(local));
   Outcome outcome;
-  outcome.remaining = static_cast<int64_t>(n);
+  outcome.remaining = local;
   outcome.errors.resize(n);
   outcome.outputs.resize(n);
   for (size_t pos = 0; pos < n; ++pos) {
     const Device dev = mesh.devices()[pos];
+    if (!is_local(dev)) continue;
     backend_of(dev).submit(dev.local_index(), [&, pos] {
       bool threw = false;
       try {
@@ -311,7 +317,7 @@ std::vector<std::vector<Tensor>> run_bodies(const Mesh& mesh, const ErasedBody& 
       if (--outcome.remaining == 0) outcome.cv.notify_all();
     });
   }
-  {
+  if (local > 0) {
     std::unique_lock<std::mutex> lock(outcome.mu);
     outcome.cv.wait(lock, [&] { return outcome.remaining == 0; });
   }
@@ -331,9 +337,14 @@ std::vector<Array> assemble_outputs(const Mesh& mesh, const std::vector<Partitio
   for (size_t k = 0; k < out_specs.size(); ++k) {
     std::vector<Tensor> blocks;
     blocks.reserve(n);
+    const Tensor* first = nullptr;  // the first local block: shape and dtype
     for (size_t pos = 0; pos < n; ++pos) {
       std::vector<Tensor>& outs = outputs[pos];
       const Device dev = mesh.devices()[pos];
+      if (!is_local(dev)) {  // another process's device: its block lives there
+        blocks.emplace_back();
+        continue;
+      }
       if (outs.size() != out_specs.size()) {
         throw Error(cat("[shard_map] the body on ", dev.str(), " returned ", outs.size(),
                         " outputs but out_specs "
@@ -348,23 +359,29 @@ std::vector<Array> assemble_outputs(const Mesh& mesh, const std::vector<Partitio
                         t.device().str(),
                         "; a body returns tensors of its own device (ctx.device())"));
       }
-      if (!blocks.empty() && (t.shape() != blocks[0].shape() || t.dtype() != blocks[0].dtype())) {
-        throw Error(cat("[shard_map] output ", k, " is ",
-                        aval_str(blocks[0].dtype(), blocks[0].shape()), " on ",
-                        mesh.devices()[0].str(), " but ", aval_str(t.dtype(), t.shape()), " on ",
-                        dev.str(), "; every device must return blocks of one shape and dtype"));
+      if (first != nullptr && (t.shape() != first->shape() || t.dtype() != first->dtype())) {
+        throw Error(cat("[shard_map] output ", k, " is ", aval_str(first->dtype(), first->shape()),
+                        " on ", first->device().str(), " but ", aval_str(t.dtype(), t.shape()),
+                        " on ", dev.str(),
+                        "; every device must return blocks of one shape and dtype"));
       }
       blocks.push_back(std::move(t));
+      if (first == nullptr) first = &blocks.back();
     }
+    if (first == nullptr) {
+      throw Error(cat("[shard_map] this process (", process_layout().rank,
+                      ") holds no device of the mesh, so it cannot run the call; make every "
+                      "process's mesh include some of its devices"));
+    }
+    const Tensor ref = *first;
     const PartitionSpec& spec = out_specs[k];
-    check_rank(spec, blocks[0].shape(), blocks[0].dtype(), cat("out_specs[", k, "]"), true,
-               fn_name(options));
+    check_rank(spec, ref.shape(), ref.dtype(), cat("out_specs[", k, "]"), true, fn_name(options));
     if (options.check_replication) check_replication(mesh, spec, blocks, k);
-    Shape global = blocks[0].shape();
+    Shape global = ref.shape();
     for (size_t d = 0; d < global.size(); ++d) {
       for (const std::string& a : spec[d]) global[d] *= mesh.axis_size(a);
     }
-    results.emplace_back(global, blocks[0].dtype(), NamedSharding(mesh, spec), std::move(blocks));
+    results.emplace_back(global, ref.dtype(), NamedSharding(mesh, spec), std::move(blocks));
   }
   return results;
 }

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include "backends/backend.h"
 #include "runtime/device.h"
@@ -16,5 +17,20 @@ backend::Backend& backend_of(Device::Kind kind);
 // that waits (for a peer in a collective) blocks after a short spin instead of spinning on, so it
 // never burns a core another device needs. The one answer to this question in the runtime.
 bool oversubscribed(int64_t devices);
+
+// The job's processes and their device counts (distributed::initialize; one process otherwise).
+struct ProcessLayout {
+  int rank = 0;
+  int size = 1;
+  std::vector<int> cpu_counts;   // per process; empty: this process's count
+  std::vector<int> cuda_counts;  // per process; empty: this process's count
+};
+// Installs it before any device list is built; an Error once devices() has been used.
+void set_process_layout(ProcessLayout layout);
+const ProcessLayout& process_layout();
+// This process's device counts, as devices() will list them (starts the platforms).
+int local_device_count(Device::Kind kind);
+// Whether `d` belongs to this process (holds data here).
+inline bool is_local(const Device& d) { return d.process_index() == process_layout().rank; }
 
 }  // namespace meshrt::detail

@@ -1,0 +1,35 @@
+// collectives/cross.h: a collective whose group spans several processes, in two levels.
+//
+// The members of each process rendezvous as usual (collectives/rendezvous.h: members of other
+// processes count as arrived). The member completing that local rendezvous then, before it
+// publishes the instance:
+//   1. checks that every process of the group makes the same call: each sends the others its
+//      call's description (launch, call number, op, operand, axes, group), with a deadline;
+//   2. reductions (psum, pmean, pmax, pmin): folds its process's inputs, makes one all-reduce
+//      across processes, and writes every local output; above kSmallReduceBytes the local
+//      members share that work instead (cross_finish): each folds a slice of the process's
+//      inputs, one of them makes the all-reduce, each copies the result to its output;
+//      the rest (all_gather, psum_scatter, ppermute, all_to_all, and deterministic reductions):
+//      one all-gather across processes of the members' inputs, after which the members run the
+//      direct algorithm as if every input were local (the same code, the same bits).
+// A mismatch, a process that does not come or a process that dies is an error on every process
+// of the group, naming the processes and what each called.
+#pragma once
+
+#include "collectives/plane.h"
+#include "collectives/rendezvous.h"
+
+namespace meshrt::coll {
+
+// Steps 1 and 2 for `inst` (inst.spans_processes()), by its completing member through `pl`.
+// On failure fails the instance (its local members get the same error) and throws.
+void cross_complete(Session& session, Instance& inst, const Plane& pl);
+
+// Whether the step above already wrote every local output (then members skip the algorithm).
+bool cross_done_at_arrival(const Session& session, const Instance& inst);
+
+// A member's part of a published instance that spans processes: the shared large reduction, or
+// the direct algorithm over the gathered inputs. Throws when the step across processes fails.
+void cross_finish(Session& session, Instance& inst, int64_t me, const Shape& out_shape);
+
+}  // namespace meshrt::coll

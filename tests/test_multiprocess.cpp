@@ -1,0 +1,329 @@
+// The same programs over several processes (CTest runs this under mpirun as 1x8, 2x4, 4x2 and
+// 8x1: processes x cpu devices each). Every result is compared with host arithmetic, exactly
+// (integer-valued data): the bits a single-process run gives. Every process runs every test in
+// the same order (the SPMD contract).
+#include <gtest/gtest.h>
+#include <meshrt/meshrt.h>
+
+#include <cstdlib>
+#include <numeric>
+#include <string>
+#include <vector>
+
+namespace meshrt {
+namespace {
+
+int env_int(const char* name, int dflt) {
+  const char* v = std::getenv(name);
+  return v != nullptr && *v != '\0' ? std::atoi(v) : dflt;
+}
+
+std::vector<float> iota(int64_t n, float start = 0.f) {
+  std::vector<float> v(static_cast<size_t>(n));
+  std::iota(v.begin(), v.end(), start);
+  return v;
+}
+
+// The global value, on every process.
+template <class T>
+std::vector<T> gathered(const Array& x) {
+  Tensor t = process_allgather(x);
+  return t.to_vector<T>();
+}
+
+TEST(Multiprocess, ProcessesAndDevicesInGlobalOrder) {
+  const int procs = env_int("OMPI_COMM_WORLD_SIZE", 1);
+  ASSERT_EQ(process_count(), procs);
+  EXPECT_EQ(process_index(), env_int("OMPI_COMM_WORLD_RANK", 0));
+  EXPECT_EQ(distributed::is_initialized(), procs > 1);
+  const auto& all = devices("cpu");
+  const auto& local = local_devices("cpu");
+  ASSERT_EQ(all.size(), 8u);
+  ASSERT_EQ(local.size() * static_cast<size_t>(procs), 8u);
+  const int per = static_cast<int>(local.size());
+  for (int i = 0; i < 8; ++i) {
+    EXPECT_EQ(all[static_cast<size_t>(i)].process_index(), i / per);
+    EXPECT_EQ(all[static_cast<size_t>(i)].local_index(), i % per);
+  }
+  for (const Device& d : local) EXPECT_EQ(d.process_index(), process_index());
+  if (procs > 1) EXPECT_EQ(all[static_cast<size_t>(per)].str(), "p1:cpu:0");
+}
+
+TEST(Multiprocess, DevicePutHoldsLocalShardsOnly) {
+  Mesh mesh = make_mesh({8}, {"x"});
+  std::vector<float> v = iota(16);
+  Array x = device_put(v, {16}, NamedSharding(mesh, P("x")));
+  std::vector<Shard> shards = x.addressable_shards();
+  ASSERT_EQ(shards.size(), local_devices("cpu").size());
+  for (const Shard& s : shards) {
+    EXPECT_EQ(s.device.process_index(), process_index());
+    const int64_t lo = s.index[0].first;
+    EXPECT_EQ(s.data.to_vector<float>(),
+              (std::vector<float>{static_cast<float>(lo), static_cast<float>(lo + 1)}));
+  }
+  EXPECT_EQ(gathered<float>(x), v);
+  if (process_count() > 1) {
+    try {
+      x.to_vector<float>();
+      ADD_FAILURE() << "to_vector of a non-addressable Array did not throw";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("process_allgather"), std::string::npos) << e.what();
+    }
+  } else {
+    EXPECT_EQ(x.to_vector<float>(), v);
+  }
+  // Replicated: every process holds the whole value and may read it.
+  Array r = device_put(v, {16}, NamedSharding(mesh, P()));
+  EXPECT_EQ(r.to_vector<float>(), v);
+}
+
+TEST(Multiprocess, ReshardAcrossProcesses) {
+  Mesh mesh = make_mesh({4, 2}, {"a", "b"});
+  std::vector<float> v = iota(8 * 8);
+  Array x = device_put(v, {8, 8}, NamedSharding(mesh, P("a", "b")));
+  for (const PartitionSpec& to : {P("b", "a"), P(), P(None, "b"), P(Axes{"a", "b"})}) {
+    Array y = device_put(x, NamedSharding(mesh, to));
+    EXPECT_EQ(gathered<float>(y), v) << to.str();
+    for (const Shard& s : y.addressable_shards()) {
+      std::vector<float> want;
+      for (int64_t i = s.index[0].first; i < s.index[0].second; ++i)
+        for (int64_t j = s.index[1].first; j < s.index[1].second; ++j)
+          want.push_back(v[static_cast<size_t>(i * 8 + j)]);
+      EXPECT_EQ(s.data.to_vector<float>(), want) << to.str() << " on " << s.device.str();
+    }
+  }
+}
+
+// Each collective over a 1-D mesh of all 8 devices and over a (4, 2) mesh whose groups are
+// partly within a process, against host arithmetic.
+TEST(Multiprocess, ReductionsMatchHost) {
+  for (bool deterministic : {false, true}) {
+    Mesh mesh = make_mesh({8}, {"x"});
+    std::vector<float> v = iota(8 * 4, -7.f);
+    Array x = device_put(v, {8 * 4}, NamedSharding(mesh, P("x")));
+    CollectiveOptions o;
+    o.deterministic = deterministic;
+    auto run = [&](auto op) { return gathered<float>(shard_map(op, mesh, {P("x")}, P())(x)); };
+    std::vector<float> sum(4, 0.f), mx(4, -1e9f), mn(4, 1e9f);
+    for (int d = 0; d < 8; ++d) {
+      for (int i = 0; i < 4; ++i) {
+        const float e = v[static_cast<size_t>(d * 4 + i)];
+        sum[static_cast<size_t>(i)] += e;
+        mx[static_cast<size_t>(i)] = std::max(mx[static_cast<size_t>(i)], e);
+        mn[static_cast<size_t>(i)] = std::min(mn[static_cast<size_t>(i)], e);
+      }
+    }
+    std::vector<float> mean = sum;
+    for (float& m : mean) m /= 8.f;
+    EXPECT_EQ(run([&](Context& c, const Tensor& t) { return c.psum(t, "x", o); }), sum);
+    EXPECT_EQ(run([&](Context& c, const Tensor& t) { return c.pmean(t, "x", o); }), mean);
+    EXPECT_EQ(run([&](Context& c, const Tensor& t) { return c.pmax(t, "x", o); }), mx);
+    EXPECT_EQ(run([&](Context& c, const Tensor& t) { return c.pmin(t, "x", o); }), mn);
+  }
+  // Large enough for the big-message paths; int32 exact.
+  Mesh mesh = make_mesh({8}, {"x"});
+  const int64_t n = 1 << 14;
+  std::vector<int32_t> v(static_cast<size_t>(8 * n));
+  for (size_t i = 0; i < v.size(); ++i) v[i] = static_cast<int32_t>(i % 1000) - 500;
+  Array x = device_put(v, {8 * n}, NamedSharding(mesh, P("x")));
+  Array s =
+      shard_map([](Context& c, const Tensor& t) { return c.psum(t, "x"); }, mesh, {P("x")}, P())(x);
+  std::vector<int32_t> want(static_cast<size_t>(n), 0);
+  for (int d = 0; d < 8; ++d)
+    for (int64_t i = 0; i < n; ++i)
+      want[static_cast<size_t>(i)] += v[static_cast<size_t>(d * n + i)];
+  EXPECT_EQ(gathered<int32_t>(s), want);
+  Array m = shard_map([](Context& c, const Tensor& t) { return c.pmean(t, "x"); }, mesh, {P("x")},
+                      P())(x);
+  std::vector<float> want_mean(want.begin(), want.end());
+  for (float& e : want_mean) e /= 8.f;
+  EXPECT_EQ(gathered<float>(m), want_mean);
+}
+
+TEST(Multiprocess, ReductionsOverPartOfA2DMesh) {
+  Mesh mesh = make_mesh({4, 2}, {"a", "b"});
+  std::vector<float> v = iota(4 * 2 * 3);
+  Array x = device_put(v, {4, 6}, NamedSharding(mesh, P("a", "b")));
+  // psum over 'a' (spans processes unless 8x1... always 4 devices), over 'b', over both.
+  for (std::vector<std::string> axes :
+       {std::vector<std::string>{"a"}, {"b"}, {"a", "b"}, {"b", "a"}}) {
+    Array s = shard_map([&](Context& c, const Tensor& t) { return c.psum(t, AxisNames(axes)); },
+                        mesh, {P("a", "b")}, P("a", "b"))(x);
+    std::vector<float> got = gathered<float>(s);
+    std::vector<float> want(24, 0.f);
+    for (int i = 0; i < 4; ++i) {
+      for (int j = 0; j < 2; ++j) {
+        for (int e = 0; e < 3; ++e) {
+          float acc = 0;
+          for (int i2 = 0; i2 < 4; ++i2) {
+            for (int j2 = 0; j2 < 2; ++j2) {
+              const bool in_a = std::find(axes.begin(), axes.end(), "a") != axes.end();
+              const bool in_b = std::find(axes.begin(), axes.end(), "b") != axes.end();
+              if ((in_a || i2 == i) && (in_b || j2 == j))
+                acc += v[static_cast<size_t>(i2 * 6 + j2 * 3 + e)];
+            }
+          }
+          want[static_cast<size_t>(i * 6 + j * 3 + e)] = acc;
+        }
+      }
+    }
+    EXPECT_EQ(got, want) << axes.size() << " axes, first " << axes[0];
+  }
+}
+
+TEST(Multiprocess, DataMovementMatchesHost) {
+  Mesh mesh = make_mesh({8}, {"x"});
+  std::vector<float> v = iota(8 * 8);
+  Array x = device_put(v, {8, 8}, NamedSharding(mesh, P("x")));  // one row per device
+  // all_gather tiled: every device holds the whole array.
+  Array g = shard_map([](Context& c, const Tensor& t) { return c.all_gather(t, "x", 0, true); },
+                      mesh, {P("x")}, P())(x);
+  EXPECT_EQ(gathered<float>(g), v);
+  // all_gather stacked along axis 1 of the [1, 8] block: [1, 8, 8], device d's row at [0, d].
+  Array g1 = shard_map([](Context& c, const Tensor& t) { return c.all_gather(t, "x", 1); }, mesh,
+                       {P("x")}, P())(x);
+  EXPECT_EQ(gathered<float>(g1), v);
+  // psum_scatter: block [1, 8] -> device d keeps column d of the sum over rows.
+  Array rs = shard_map([](Context& c, const Tensor& t) { return c.psum_scatter(t, "x", 1, true); },
+                       mesh, {P("x")}, P(None, "x"))(x);
+  std::vector<float> colsum(8, 0.f);
+  for (int r = 0; r < 8; ++r)
+    for (int col = 0; col < 8; ++col)
+      colsum[static_cast<size_t>(col)] += v[static_cast<size_t>(r * 8 + col)];
+  EXPECT_EQ(gathered<float>(rs), colsum);
+  // ppermute: a shift by 3, and a partial permutation (others get zeros).
+  Array sh = shard_map(
+      [](Context& c, const Tensor& t) {
+        std::vector<std::pair<int64_t, int64_t>> perm;
+        for (int64_t i = 0; i < 8; ++i) perm.push_back({i, (i + 3) % 8});
+        return c.ppermute(t, "x", perm);
+      },
+      mesh, {P("x")}, P("x"))(x);
+  std::vector<float> want(64);
+  for (int d = 0; d < 8; ++d)
+    for (int e = 0; e < 8; ++e)
+      want[static_cast<size_t>(((d + 3) % 8) * 8 + e)] = v[static_cast<size_t>(d * 8 + e)];
+  EXPECT_EQ(gathered<float>(sh), want);
+  Array part = shard_map(
+      [](Context& c, const Tensor& t) {
+        return c.ppermute(t, "x", {{0, 7}, {5, 1}});
+      },
+      mesh, {P("x")}, P("x"))(x);
+  std::vector<float> pw(64, 0.f);
+  for (int e = 0; e < 8; ++e) {
+    pw[static_cast<size_t>(7 * 8 + e)] = v[static_cast<size_t>(e)];
+    pw[static_cast<size_t>(1 * 8 + e)] = v[static_cast<size_t>(5 * 8 + e)];
+  }
+  EXPECT_EQ(gathered<float>(part), pw);
+  // all_to_all: the [1, 8] block split along axis 1, concatenated along axis 0: a transpose.
+  Array t = shard_map([](Context& c, const Tensor& b) { return c.all_to_all(b, "x", 1, 0, true); },
+                      mesh, {P("x")}, P(None, "x"))(x);
+  EXPECT_EQ(gathered<float>(t), v);
+  Array tt = shard_map([](Context& c, const Tensor& b) { return c.all_to_all(b, "x", 1, 0, true); },
+                       mesh, {P("x")}, P("x"))(x);
+  std::vector<float> tr(64);
+  for (int r = 0; r < 8; ++r)
+    for (int col = 0; col < 8; ++col)
+      tr[static_cast<size_t>(col * 8 + r)] = v[static_cast<size_t>(r * 8 + col)];
+  EXPECT_EQ(gathered<float>(tt), tr);
+}
+
+TEST(Multiprocess, MakeArrayFromCallbackAndLocalData) {
+  Mesh mesh = make_mesh({4, 2}, {"a", "b"});
+  NamedSharding sh(mesh, P("a"));  // rows split over 'a', replicated over 'b'
+  std::vector<float> v = iota(8 * 3);
+  Array x = make_array_from_callback({8, 3}, sh, [&](const Index& idx) {
+    std::vector<float> part;
+    for (int64_t i = idx[0].first; i < idx[0].second; ++i)
+      for (int64_t j = idx[1].first; j < idx[1].second; ++j)
+        part.push_back(v[static_cast<size_t>(i * 3 + j)]);
+    return tensor(part, {idx[0].second - idx[0].first, idx[1].second - idx[1].first},
+                  local_devices("cpu")[0]);
+  });
+  EXPECT_EQ(gathered<float>(x), v);
+  // Local data: this process's rows, in order (or the whole value with one process).
+  std::vector<int64_t> rows;
+  for (const Shard& s : x.addressable_shards())
+    for (int64_t i = s.index[0].first; i < s.index[0].second; ++i) rows.push_back(i);
+  std::sort(rows.begin(), rows.end());
+  rows.erase(std::unique(rows.begin(), rows.end()), rows.end());
+  std::vector<float> mine;
+  for (int64_t i : rows)
+    for (int j = 0; j < 3; ++j) mine.push_back(v[static_cast<size_t>(i * 3 + j)]);
+  Tensor local = tensor(mine, {static_cast<int64_t>(rows.size()), 3}, local_devices("cpu")[0]);
+  Array y = make_array_from_process_local_data(sh, local, {8, 3});
+  EXPECT_EQ(gathered<float>(y), v);
+}
+
+// The global view over Arrays spanning processes: elementwise ops, a sum over a sharded
+// dimension (a pending sum read through psum) and a matmul, against host arithmetic.
+TEST(Multiprocess, GlobalViewOps) {
+  Mesh mesh = make_mesh({4, 2}, {"a", "b"});
+  std::vector<float> v = iota(8 * 4, -5.f);
+  Array x = device_put(v, {8, 4}, NamedSharding(mesh, P("a", "b")));
+  Array y = x * x + x;
+  std::vector<float> want(v.size());
+  for (size_t i = 0; i < v.size(); ++i) want[i] = v[i] * v[i] + v[i];
+  EXPECT_EQ(gathered<float>(y), want);
+  Array s = sum(x, 0);
+  std::vector<float> cols(4, 0.f);
+  for (int r = 0; r < 8; ++r)
+    for (int c = 0; c < 4; ++c) cols[static_cast<size_t>(c)] += v[static_cast<size_t>(r * 4 + c)];
+  EXPECT_EQ(gathered<float>(s), cols);
+  Array w = device_put(iota(4 * 2), {4, 2}, NamedSharding(mesh, P("b")));
+  Array m = matmul(x, w);
+  std::vector<float> mm(16, 0.f);
+  for (int r = 0; r < 8; ++r)
+    for (int c = 0; c < 2; ++c)
+      for (int k = 0; k < 4; ++k)
+        mm[static_cast<size_t>(r * 2 + c)] +=
+            v[static_cast<size_t>(r * 4 + k)] * static_cast<float>(k * 2 + c);
+  EXPECT_EQ(gathered<float>(m), mm);
+}
+
+TEST(Multiprocess, MismatchIsAnErrorOnEveryProcess) {
+  if (process_count() == 1) GTEST_SKIP() << "needs several processes";
+  Mesh mesh = make_mesh({8}, {"x"});
+  Array x = device_put(iota(8 * 3), {8 * 3}, NamedSharding(mesh, P("x")));
+  const bool odd = process_index() % 2 == 1;
+  try {
+    shard_map(
+        [&](Context& c, const Tensor& t) {
+          return odd ? c.pmax(t, "x") : c.psum(t, "x");  // different ops on different processes
+        },
+        mesh, {P("x")}, P())(x);
+    ADD_FAILURE() << "a mismatched collective across processes did not throw";
+  } catch (const Error& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find("processes disagree"), std::string::npos) << m;
+    EXPECT_NE(m.find("process 0 called"), std::string::npos) << m;
+    EXPECT_NE(m.find("process 1 called"), std::string::npos) << m;
+    EXPECT_NE(m.find("pmax(float32[3]"), std::string::npos) << m;
+    EXPECT_NE(m.find("psum(float32[3]"), std::string::npos) << m;
+  }
+  // Shapes that differ between processes.
+  try {
+    Array y = device_put(iota(8 * 4), {8 * 4}, NamedSharding(mesh, P("x")));
+    shard_map([&](Context& c, const Tensor& t) { return c.psum(odd ? t : t[0], "x"); }, mesh,
+              {P("x")}, P(), {.check_replication = false})(y);
+    ADD_FAILURE() << "a shape mismatch across processes did not throw";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("processes disagree"), std::string::npos) << e.what();
+  }
+  // The job is still usable afterwards.
+  Array s =
+      shard_map([](Context& c, const Tensor& t) { return c.psum(t, "x"); }, mesh, {P("x")}, P())(x);
+  std::vector<float> want(3, 0.f);
+  for (int d = 0; d < 8; ++d)
+    for (int e = 0; e < 3; ++e) want[static_cast<size_t>(e)] += static_cast<float>(d * 3 + e);
+  EXPECT_EQ(gathered<float>(s), want);
+}
+
+}  // namespace
+}  // namespace meshrt
+
+int main(int argc, char** argv) {
+  meshrt::distributed::initialize();
+  ::testing::InitGoogleTest(&argc, argv);
+  return RUN_ALL_TESTS();
+}
