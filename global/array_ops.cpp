@@ -85,6 +85,25 @@ struct Kernel {
   global::Body body;
 };
 
+// Ops on small blocks run device after device from the caller's thread (a launch would cost
+// more than the work); from this many bytes of operands per device, the devices compute
+// concurrently on their executors, so every core works (one BLAS call per device at once).
+constexpr size_t kConcurrentBytes = size_t{1} << 20;
+
+bool concurrent(const Mesh& mesh, const std::vector<Array>& placed) {
+  if (mesh.size() < 2) return false;
+  size_t bytes = 0;
+  for (const Array& a : placed) {
+    for (const Tensor& b : a.blocks()) {
+      if (b.valid()) {
+        bytes += b.nbytes();
+        break;  // one device's operands
+      }
+    }
+  }
+  return bytes >= kConcurrentBytes;
+}
+
 std::vector<Array> apply(std::string_view op, const std::vector<Array>& xs, const Plan& plan,
                          const std::vector<Layout>& computed, const std::vector<Shape>& out_shapes,
                          const Kernel& kernel) {
@@ -93,10 +112,16 @@ std::vector<Array> apply(std::string_view op, const std::vector<Array>& xs, cons
   for (size_t i = 0; i < xs.size(); ++i) {
     placed.push_back(global::place(global::on_mesh(xs[i], m), m.mesh, plan.need[i], op));
   }
-  std::vector<Array> res =
-      kernel.local
-          ? global::run_local(m.mesh, placed, computed, out_shapes, kernel.local)
-          : global::run_blocks(m.mesh, placed, plan.need, computed, out_shapes, kernel.body);
+  std::vector<Array> res;
+  if (kernel.local && !concurrent(m.mesh, placed)) {
+    res = global::run_local(m.mesh, placed, computed, out_shapes, kernel.local);
+  } else if (kernel.local) {  // large blocks: every device computes at once, on its executor
+    const global::LocalFn& f = kernel.local;
+    res = global::run_blocks(m.mesh, placed, plan.need, computed, out_shapes,
+                             [&f](Context&, const std::vector<Tensor>& b) { return f(b); });
+  } else {
+    res = global::run_blocks(m.mesh, placed, plan.need, computed, out_shapes, kernel.body);
+  }
   for (size_t i = 0; i < res.size(); ++i) {
     if (i < plan.out.size() && plan.out[i].dims != computed[i].dims) {
       res[i] = global::reshard(res[i], m.mesh, plan.out[i], op, /*implicit=*/false);
