@@ -29,6 +29,10 @@
 #include "tests/test_util.h"
 
 using namespace meshrt;
+using test::view_data::parse_dtype;
+using test::view_data::parse_shape;
+using test::view_data::parse_spec;
+using test::view_data::split_top;
 
 namespace {
 
@@ -39,55 +43,6 @@ const std::map<std::string, std::string>& known_failures() {
 }
 
 // ------------------------------------------------------------------ the data file
-
-std::vector<std::string> split_top(const std::string& s, char sep) {
-  std::vector<std::string> out;
-  std::string cur;
-  int depth = 0;
-  for (char c : s) {
-    if (c == '(') ++depth;
-    if (c == ')') --depth;
-    if (c == sep && depth == 0) {
-      out.push_back(cur);
-      cur.clear();
-    } else {
-      cur += c;
-    }
-  }
-  out.push_back(cur);
-  return out;
-}
-
-PartitionSpec parse_spec(const std::string& s) {
-  if (s == "-") return P();
-  std::vector<PartitionSpec::Entry> entries;
-  for (const std::string& e : split_top(s, '|')) {
-    if (e == "None") {
-      entries.emplace_back();
-    } else if (e.front() == '(') {
-      entries.push_back(split_top(e.substr(1, e.size() - 2), ','));
-    } else {
-      entries.push_back({e});
-    }
-  }
-  return PartitionSpec(entries);
-}
-
-Shape parse_shape(const std::string& s) {
-  if (s == "scalar") return {};
-  Shape out;
-  for (const std::string& v : split_top(s, ',')) out.push_back(std::stoll(v));
-  return out;
-}
-
-DType parse_dtype(const std::string& s) {
-  if (s == "f32") return DType::f32;
-  if (s == "f64") return DType::f64;
-  if (s == "i32") return DType::i32;
-  if (s == "i64") return DType::i64;
-  if (s == "bool") return DType::bool_;
-  throw std::runtime_error("unknown dtype " + s);
-}
 
 struct Val {
   DType dtype = DType::f32;

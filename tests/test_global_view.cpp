@@ -17,56 +17,12 @@
 #include "tests/test_util.h"
 
 using namespace meshrt;
+using test::view_data::parse_dtype;
+using test::view_data::parse_shape;
+using test::view_data::parse_spec;
+using test::view_data::split_top;
 
 namespace {
-
-std::vector<std::string> split_on(const std::string& s, char sep) {
-  std::vector<std::string> out;
-  std::string cur;
-  int depth = 0;
-  for (char c : s) {
-    if (c == '(') ++depth;
-    if (c == ')') --depth;
-    if (c == sep && depth == 0) {
-      out.push_back(cur);
-      cur.clear();
-    } else {
-      cur += c;
-    }
-  }
-  out.push_back(cur);
-  return out;
-}
-
-PartitionSpec parse_spec(const std::string& s) {
-  if (s == "-") return P();
-  std::vector<PartitionSpec::Entry> entries;
-  for (const std::string& e : split_on(s, '|')) {
-    if (e == "None") {
-      entries.emplace_back();
-    } else if (e.front() == '(') {
-      entries.push_back(split_on(e.substr(1, e.size() - 2), ','));
-    } else {
-      entries.push_back({e});
-    }
-  }
-  return PartitionSpec(entries);
-}
-
-Shape parse_shape(const std::string& s) {
-  if (s == "scalar") return {};
-  Shape out;
-  for (const std::string& v : split_on(s, ',')) out.push_back(std::stoll(v));
-  return out;
-}
-
-DType parse_dtype(const std::string& s) {
-  if (s == "f32") return DType::f32;
-  if (s == "f64") return DType::f64;
-  if (s == "i32") return DType::i32;
-  if (s == "i64") return DType::i64;
-  return DType::bool_;
-}
 
 std::vector<PartitionSpec::Entry> trimmed(const PartitionSpec& p) {
   std::vector<PartitionSpec::Entry> e = p.entries();
@@ -115,7 +71,7 @@ std::vector<Case> load() {
       std::string shape, names;
       ls >> shape >> names;
       c.mesh_shape = parse_shape(shape);
-      c.names = split_on(names, ',');
+      c.names = split_top(names, ',');
     } else if (kw == "op") {
       ls >> c.op;
       std::string kv;
@@ -174,12 +130,12 @@ Array make_input(const In& in, int k, const Mesh& mesh) {
 std::vector<int> int_list(const std::string& s) {
   std::vector<int> out;
   if (s == "none") return out;
-  for (const std::string& v : split_on(s, ',')) out.push_back(std::stoi(v));
+  for (const std::string& v : split_top(s, ',')) out.push_back(std::stoi(v));
   return out;
 }
 Shape i64_list(const std::string& s) {
   Shape out;
-  for (const std::string& v : split_on(s, ',')) out.push_back(std::stoll(v));
+  for (const std::string& v : split_top(s, ',')) out.push_back(std::stoll(v));
   return out;
 }
 std::optional<int> opt_axis(const std::map<std::string, std::string>& p) {

@@ -8,6 +8,7 @@
 #include <fstream>
 #include <initializer_list>
 #include <sstream>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -127,5 +128,63 @@ std::vector<T> host_slice(const std::vector<T>& global, const Shape& shape, cons
     }
   }
 }
+
+// ---- the notation of gen_global_view.py and gen_autodiff.py (specs "x|None|(x,y)", "-" = P(),
+// shapes "8,4" or "scalar")
+namespace view_data {
+
+// Splits at `sep` outside parentheses.
+inline std::vector<std::string> split_top(const std::string& s, char sep) {
+  std::vector<std::string> out;
+  std::string cur;
+  int depth = 0;
+  for (char c : s) {
+    if (c == '(') ++depth;
+    if (c == ')') --depth;
+    if (c == sep && depth == 0) {
+      out.push_back(cur);
+      cur.clear();
+    } else {
+      cur += c;
+    }
+  }
+  out.push_back(cur);
+  return out;
+}
+
+// "-" is P(); entries separated by '|', "None", a name, or "(a,b)".
+inline PartitionSpec parse_spec(const std::string& s) {
+  if (s == "-") return P();
+  std::vector<PartitionSpec::Entry> entries;
+  for (const std::string& e : split_top(s, '|')) {
+    if (e == "None") {
+      entries.emplace_back();
+    } else if (e.front() == '(') {
+      entries.push_back(split_top(e.substr(1, e.size() - 2), ','));
+    } else {
+      entries.push_back({e});
+    }
+  }
+  return PartitionSpec(entries);
+}
+
+// "scalar" or comma-separated dimensions.
+inline Shape parse_shape(const std::string& s) {
+  if (s == "scalar") return {};
+  Shape out;
+  for (const std::string& v : split_top(s, ',')) out.push_back(std::stoll(v));
+  return out;
+}
+
+inline DType parse_dtype(const std::string& s) {
+  if (s == "f32") return DType::f32;
+  if (s == "f64") return DType::f64;
+  if (s == "i32") return DType::i32;
+  if (s == "i64") return DType::i64;
+  if (s == "bool") return DType::bool_;
+  throw std::runtime_error("unknown dtype " + s);
+}
+
+}  // namespace view_data
 
 }  // namespace meshrt::test
