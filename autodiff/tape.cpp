@@ -486,23 +486,24 @@ bool through_outer_tapes(T& x) {
   x = tr(T(x));
   return x.trace_id() != 0;
 }
+
+// Both kinds of leaf: float only; keeps the id an outer tape gave it, else a fresh one.
+template <class T>
+void watch_leaf(autodiff::Tape& tape, T& x, const std::string& path, const char* api) {
+  check_float(x.dtype(), path, api);
+  if (through_outer_tapes(x)) {
+    tape.watch_keeping_id(x, path);
+  } else {
+    tape.watch(x, path);
+  }
+}
 }  // namespace
 
 void Recording::watch(Tensor& x, const std::string& path, const char* api) {
-  check_float(x.dtype(), path, api);
-  if (through_outer_tapes(x)) {
-    tape_->watch_keeping_id(x, path);
-  } else {
-    tape_->watch(x, path);
-  }
+  watch_leaf(*tape_, x, path, api);
 }
 void Recording::watch(Array& x, const std::string& path, const char* api) {
-  check_float(x.dtype(), path, api);
-  if (through_outer_tapes(x)) {
-    tape_->watch_keeping_id(x, path);
-  } else {
-    tape_->watch(x, path);
-  }
+  watch_leaf(*tape_, x, path, api);
 }
 void Recording::start() { active_ = std::make_unique<Active>(*tape_); }
 void Recording::stop() { active_.reset(); }
