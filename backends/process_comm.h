@@ -5,7 +5,8 @@
 // mpirun with several processes; process_comm() is null otherwise, and nothing above pays for it.
 // Every wait has a deadline: a call returns what did not complete instead of blocking forever, so
 // the layers above turn a missing or dead process into an error naming it. Thread-safe: device
-// executors call concurrently, each on its own group; calls on one (procs, key) are sequential.
+// executors call concurrently; on one (procs, key), concurrent send_recv_group calls use distinct
+// tags (a shared reduction's members), and the group's other calls are sequential.
 #pragma once
 
 #include <chrono>
@@ -38,11 +39,11 @@ class ProcessComm {
   virtual std::vector<int> exchange(const std::vector<int>& procs, int tag, const std::string& mine,
                                     std::vector<std::string>& out, Deadline deadline,
                                     const std::string& what) = 0;
-  // In place: `data` (count elements of dtype) becomes the fold over `procs` (sum, max, min).
-  // The communicator of (procs, key) is created on first use and cached; every process of
-  // `procs` must call with the same key. False when `deadline` passed first.
-  virtual bool all_reduce(const std::vector<int>& procs, int key, FoldOp op, DType dtype,
-                          void* data, int64_t count, Deadline deadline) = 0;
+  // Creates the communicator of (procs, key) unless it exists (collective over `procs`: every
+  // process of the group calls it with the same key, and before several of its threads use the
+  // group at once). Cached for the job's life; all_gather and send_recv_group open it too.
+  // False when the other processes had not joined by `deadline`.
+  virtual bool open_group(const std::vector<int>& procs, int key, Deadline deadline) = 0;
   // out = each process's `counts[k]` bytes (procs order) concatenated; `in` holds this one's.
   virtual bool all_gather(const std::vector<int>& procs, int key, const void* in, void* out,
                           const std::vector<int64_t>& counts, Deadline deadline) = 0;

@@ -1,7 +1,9 @@
 #include "collectives/cross.h"
 
 #include <algorithm>
+#include <atomic>
 #include <memory>
+#include <mutex>
 #include <sstream>
 
 #include "backends/process_comm.h"
@@ -42,20 +44,28 @@ std::vector<int64_t> local_members(const Session& session, const Instance& inst)
   return local;
 }
 
-// A large reduction whose local work the process's members share (cross_finish).
+// A large reduction whose work the process's members share (cross_finish).
 bool shared_reduction(const Session& session, const Instance& inst) {
   const Call& c = inst.call();
   return is_reduction(c.kind) && !c.deterministic && input_bytes(c) > kSmallReduceBytes &&
-         local_members(session, inst).size() > 1;
+         !local_members(session, inst).empty();
 }
 
-// The staging of a shared reduction: the process's sum, then the sum over processes.
+// The pieces of the exchange across processes: each member moves its slice in pieces of this
+// size, so a piece's transfer, fold and return stay in cache and the buffers stay small.
+constexpr int64_t kPieceBytes = int64_t{1} << 20;
+
+// The staging of a shared reduction.
 struct Stage {
   std::unique_ptr<char[]> data;  // pmean's sum (other reductions sum into an output)
-  std::vector<int> procs;
+  std::vector<int> procs;        // the group's processes, sorted
+  int me = 0;                    // this process's index in procs
+  int64_t slices = 1;            // slices of the exchange: the fewest members any process has
   int key = 0;
   std::chrono::steady_clock::time_point deadline;
-  std::string error;  // written by the member making the all-reduce before it releases the others
+  std::once_flag failed_once;
+  std::atomic<bool> failed{false};
+  std::string error;  // written once, before `failed` is set
 };
 
 }  // namespace
@@ -64,6 +74,16 @@ bool cross_done_at_arrival(const Session& session, const Instance& inst) {
   return is_reduction(inst.call().kind) && !shared_reduction(session, inst);
 }
 
+// A shared reduction, for each local member li of L (at least one on every process):
+//   1. fold slice li (of L) of the process's inputs into the process's sum;
+//   2. (members li < S, S = the fewest members a process of the group has; after every local fold
+//      when L > S) all-reduce slice li (of S) with the same member of every other process, piece
+//      by piece: each process reduces part p of a piece for the group (sent to it by the others,
+//      folded in process order) and sends the result back, so every process ends with the same
+//      bits;
+//   3. write that slice into every local output (pmean: the mean, in the output dtype);
+//   4. wait until every local member is done (peers write this member's output).
+// No member waits for another process's slowest member, only for its own peers.
 void cross_finish(Session& session, Instance& inst, int64_t me, const Shape& out_shape) {
   if (!shared_reduction(session, inst)) {
     if (!is_reduction(inst.call().kind)) direct_collective(inst, me, out_shape);
@@ -71,66 +91,134 @@ void cross_finish(Session& session, Instance& inst, int64_t me, const Shape& out
   }
   const Call& c = inst.call();
   auto& stage = *static_cast<Stage*>(inst.cross_stage().get());
+  backend::ProcessComm& comm = *session.cross()->comm;
   const std::vector<int64_t> local = local_members(session, inst);
   const auto L = static_cast<int64_t>(local.size());
+  const int64_t S = stage.slices;
   const int64_t li = std::find(local.begin(), local.end(), me) - local.begin();
   const Plane pl = plane_of(inst, me);
   const int64_t n = count(c.shape);
-  const size_t ie = dtype_size(c.dtype);
+  const auto ie = static_cast<int64_t>(dtype_size(c.dtype));
   const Kind fold_kind = c.kind == Kind::pmean ? Kind::psum : c.kind;
   // The sum lives in the first local member's output (pmean: in the stage, whose dtype may
   // differ from the output's).
   char* const sum = c.kind == Kind::pmean ? stage.data.get() : out_ptr(inst, local.front());
-  // 1. Slice li of the process's sum.
-  const int64_t slice = (n + L - 1) / L;
-  const int64_t lo = std::min(n, li * slice), hi = std::min(n, lo + slice);
-  const int64_t at = lo * static_cast<int64_t>(ie);
-  std::vector<const void*> srcs;
-  for (int64_t k : local) srcs.push_back(in_ptr(inst, k) + at);
-  pl.fold(fold_kind, c.dtype, c.dtype, sum + at, srcs, hi - lo);
-  // 2. Every slice done: the first local member makes the one call across processes.
   std::atomic<uint32_t>& phase = inst.phase_counter();
   const auto all = static_cast<uint32_t>(L);
-  if (phase.fetch_add(1, std::memory_order_acq_rel) + 1 == all) core::wake_all(phase);
   // Bounded: every local member reached finish() unless one left its body in between.
   const auto limit = stage.deadline + session.timeout();
   const auto wait_for = [&](uint32_t target) {
     for (uint32_t v; (v = phase.load(std::memory_order_acquire)) < target;) {
+      if (stage.failed.load(std::memory_order_acquire)) throw Error(stage.error);
       core::wait_while(phase, v, std::chrono::milliseconds(100), inst.oversubscribed());
       if (std::chrono::steady_clock::now() > limit) {
         throw Error(cat("[", kind_name(c.kind), "] ", c.str(), " (", inst.where(session.names()),
                         "): a device of this process left its body without finishing its part"));
       }
     }
+    if (stage.failed.load(std::memory_order_acquire)) throw Error(stage.error);
   };
-  wait_for(all);
-  if (li == 0) {
-    if (!session.cross()->comm->all_reduce(stage.procs, stage.key, fold_op(fold_kind), c.dtype, sum,
-                                           n, stage.deadline)) {
+  const auto arrive = [&](uint32_t target) {
+    if (phase.fetch_add(1, std::memory_order_acq_rel) + 1 == target) core::wake_all(phase);
+  };
+  const auto slice_of = [n](int64_t k, int64_t parts) {
+    const int64_t len = (n + parts - 1) / parts;
+    const int64_t lo = std::min(n, k * len);
+    return std::pair{lo, std::min(n, lo + len)};
+  };
+  const auto fold_local = [&](int64_t a, int64_t b) {
+    std::vector<const void*> srcs;
+    for (int64_t k : local) srcs.push_back(in_ptr(inst, k) + a * ie);
+    pl.fold(fold_kind, c.dtype, c.dtype, sum + a * ie, srcs, b - a);
+  };
+  const size_t oe = dtype_size(out_dtype(c));
+  const auto fan_out = [&](int64_t a, int64_t b) {
+    for (int64_t k : local) {
+      if (c.kind == Kind::pmean) {
+        pl.mean_from_sum(c.dtype, out_dtype(c), out_ptr(inst, k) + a * static_cast<int64_t>(oe),
+                         sum + a * ie, b - a, inst.size());
+      } else if (k != local.front()) {
+        pl.copy(out_ptr(inst, k) + a * ie, sum + a * ie, static_cast<size_t>((b - a) * ie));
+      }
+    }
+  };
+  const auto fail_exchange = [&]() {
+    std::call_once(stage.failed_once, [&] {
       stage.error = cat("[", kind_name(c.kind), "] ", c.str(), " (", inst.where(session.names()),
                         "): the all-reduce across processes ", procs_str(stage.procs),
                         " did not complete within MESHRT_COLLECTIVE_TIMEOUT after every process "
                         "had arrived; a process died or the job is overloaded");
-      session.cross()->comm->mark_broken(stage.error);
-    }
-    phase.store(all + 1, std::memory_order_release);
+      comm.mark_broken(stage.error);
+      stage.failed.store(true, std::memory_order_release);
+    });
     core::wake_all(phase);
-  }
-  wait_for(all + 1);
-  if (!stage.error.empty()) throw Error(stage.error);
-  // 3. Slice li of the result into every local output while it is hot (pmean: the mean, in the
-  // output dtype), then wait until every slice is out: peers write this member's output.
-  const size_t oe = dtype_size(out_dtype(c));
-  for (int64_t k : local) {
-    if (c.kind == Kind::pmean) {
-      pl.mean_from_sum(c.dtype, out_dtype(c), out_ptr(inst, k) + lo * static_cast<int64_t>(oe),
-                       sum + at, hi - lo, inst.size());
-    } else if (k != local.front()) {
-      pl.copy(out_ptr(inst, k) + at, sum + at, static_cast<size_t>(hi - lo) * ie);
+    throw Error(stage.error);
+  };
+  // The exchange's slice of this member and its pieces.
+  const auto [lo, hi] = li < S ? slice_of(li, S) : std::pair<int64_t, int64_t>{0, 0};
+  const auto P = static_cast<int64_t>(stage.procs.size());
+  const int64_t piece = std::max<int64_t>(P, kPieceBytes / ie);
+  const int64_t part_max = (std::min(piece, std::max<int64_t>(hi - lo, 1)) + P - 1) / P;
+  std::unique_ptr<char[]> parts(new char[static_cast<size_t>(P * part_max * ie)]);
+  const int tag = static_cast<int>(2 * li);
+  // Step 2 for sum[p0, p0 + m).
+  const auto all_reduce_piece = [&](int64_t p0, int64_t m) {
+    const int64_t part = (m + P - 1) / P;
+    const auto range = [&](int64_t j) {
+      const int64_t a = std::min(m, j * part);
+      return std::pair{p0 + a, p0 + std::min(m, a + part)};
+    };
+    const auto [mine_lo, mine_hi] = range(stage.me);
+    const int64_t mine_len = mine_hi - mine_lo;
+    char* const reduced = parts.get() + stage.me * part_max * ie;
+    std::vector<backend::ProcessComm::Transfer> sends, recvs;
+    for (int64_t j = 0; j < P; ++j) {  // the others' parts of my sum; my part of theirs
+      const auto [a, b] = range(j);
+      if (j == stage.me) continue;
+      sends.push_back({stage.procs[static_cast<size_t>(j)], tag, sum + a * ie, (b - a) * ie});
+      recvs.push_back({stage.procs[static_cast<size_t>(j)], tag, parts.get() + j * part_max * ie,
+                       mine_len * ie});
     }
+    if (!comm.send_recv_group(stage.procs, stage.key, sends, recvs, stage.deadline, c.str())
+             .empty())
+      fail_exchange();
+    std::vector<const void*> srcs;
+    for (int64_t j = 0; j < P; ++j)
+      srcs.push_back(j == stage.me ? sum + mine_lo * ie : parts.get() + j * part_max * ie);
+    pl.fold(fold_kind, c.dtype, c.dtype, reduced, srcs, mine_len);
+    sends.clear();
+    recvs.clear();
+    for (int64_t j = 0; j < P; ++j) {  // my reduced part to the others; theirs into my sum
+      const auto [a, b] = range(j);
+      if (j == stage.me) continue;
+      sends.push_back({stage.procs[static_cast<size_t>(j)], tag + 1, reduced, mine_len * ie});
+      recvs.push_back({stage.procs[static_cast<size_t>(j)], tag + 1, sum + a * ie, (b - a) * ie});
+    }
+    pl.copy(sum + mine_lo * ie, reduced, static_cast<size_t>(mine_len * ie));
+    if (!comm.send_recv_group(stage.procs, stage.key, sends, recvs, stage.deadline, c.str())
+             .empty())
+      fail_exchange();
+  };
+  uint32_t done = all;
+  if (L == S) {  // 1-3 piece by piece, each piece in cache from its fold to its last copy
+    for (int64_t p0 = lo; p0 < hi; p0 += piece) {
+      const int64_t p1 = std::min(hi, p0 + piece);
+      fold_local(p0, p1);
+      all_reduce_piece(p0, p1 - p0);
+      fan_out(p0, p1);
+    }
+  } else {  // the folds' slices are not the exchange's: every fold first
+    const auto [a, b] = slice_of(li, L);
+    fold_local(a, b);
+    arrive(all);
+    wait_for(all);
+    for (int64_t p0 = lo; p0 < hi; p0 += piece) all_reduce_piece(p0, std::min(piece, hi - p0));
+    fan_out(lo, hi);
+    done = 2 * all;
   }
-  if (phase.fetch_add(1, std::memory_order_acq_rel) + 1 == 2 * all + 1) core::wake_all(phase);
-  wait_for(2 * all + 1);
+  // 4.
+  arrive(done);
+  wait_for(done);
 }
 
 void cross_complete(Session& session, Instance& inst, const Plane& pl) {
@@ -248,27 +336,18 @@ void cross_complete(Session& session, Instance& inst, const Plane& pl) {
     auto stage = std::make_shared<Stage>();
     if (c.kind == Kind::pmean) stage->data = std::make_unique<char[]>(static_cast<size_t>(bytes));
     stage->procs = procs;
+    stage->me =
+        static_cast<int>(std::lower_bound(procs.begin(), procs.end(), cp.rank) - procs.begin());
+    std::vector<int64_t> per_proc(procs.size(), 0);
+    for (int p : proc_of)
+      ++per_proc[static_cast<size_t>(std::lower_bound(procs.begin(), procs.end(), p) -
+                                     procs.begin())];
+    stage->slices = *std::min_element(per_proc.begin(), per_proc.end());
     stage->key = key;
     stage->deadline = deadline;
+    // The group's communicator exists before its members use it from several threads.
+    if (!comm.open_group(procs, key, deadline)) data_failed("communicator's creation");
     inst.cross_stage() = std::move(stage);
-    return;
-  }
-  if (is_reduction(c.kind) && !c.deterministic) {
-    // Fold this process's inputs (pmean sums first, in the input dtype), one all-reduce.
-    auto stage =
-        std::shared_ptr<char[]>(new char[static_cast<size_t>(std::max<int64_t>(bytes, 1))]);
-    std::vector<const void*> srcs;
-    for (int64_t k : local) srcs.push_back(inst.slot(k).in);
-    pl.fold(fold_kind, c.dtype, c.dtype, stage.get(), srcs, n);
-    if (!comm.all_reduce(procs, key, fold_op(fold_kind), c.dtype, stage.get(), n, deadline))
-      data_failed("all-reduce");
-    const DType od = out_dtype(c);
-    for (int64_t k : local) {
-      if (c.kind == Kind::pmean)
-        pl.mean_from_sum(c.dtype, od, out_ptr(inst, k), stage.get(), n, N);
-      else
-        pl.copy(out_ptr(inst, k), stage.get(), static_cast<size_t>(bytes));
-    }
     return;
   }
   if (c.kind == Kind::ppermute) {  // point to point: only the pairs that cross processes move

@@ -140,6 +140,54 @@ TEST(Multiprocess, ReductionsMatchHost) {
   EXPECT_EQ(gathered<float>(m), want_mean);
 }
 
+// Large reductions (several of the exchange's 1 MiB pieces, and an odd length) over all 8
+// devices, and over groups whose processes hold unequal numbers of members: the devices in the
+// order 0 1 2 4 | 3 5 6 7 make each row of a (2, 4) mesh span processes unevenly (2x4: 3 + 1
+// and 1 + 3 members; 4x2: 2 + 1 + 1; 8x1: 1 each).
+TEST(Multiprocess, LargeReductionsOverEvenAndUnevenGroups) {
+  const std::vector<Device>& all = devices("cpu");
+  std::vector<Device> order;
+  for (int i : {0, 1, 2, 4, 3, 5, 6, 7}) order.push_back(all[static_cast<size_t>(i)]);
+  const int64_t n = (int64_t{1} << 19) + 3;  // int32 per device: 2 MiB and 12 B
+  for (const Mesh& mesh : {make_mesh({8}, {"x"}), Mesh(order, {2, 4}, {"a", "x"})}) {
+    const int64_t rows = mesh.shape().size() == 1 ? 1 : 2, per = 8 / rows;
+    std::vector<int32_t> v(static_cast<size_t>(8 * n));
+    for (size_t i = 0; i < v.size(); ++i) v[i] = static_cast<int32_t>((i * 7) % 1999) - 999;
+    const Shape shape = rows == 1 ? Shape{8 * n} : Shape{2, 4 * n};
+    const PartitionSpec in = rows == 1 ? P("x") : P("a", "x");
+    const PartitionSpec out = rows == 1 ? P() : P("a");
+    Array x = device_put(v, shape, NamedSharding(mesh, in));
+    // Row r of the result: the fold over the row's `per` blocks of n.
+    const auto want_of = [&](auto init, auto f) {
+      std::vector<decltype(init)> w(static_cast<size_t>(rows * n), init);
+      for (int64_t r = 0; r < rows; ++r)
+        for (int64_t d = 0; d < per; ++d)
+          for (int64_t i = 0; i < n; ++i) {
+            auto& e = w[static_cast<size_t>(r * n + i)];
+            e = f(e, v[static_cast<size_t>((r * per + d) * n + i)]);
+          }
+      return w;
+    };
+    const auto run = [&](auto op) { return shard_map(op, mesh, {in}, out)(x); };
+    const std::string where = mesh.str();
+    EXPECT_EQ(gathered<int32_t>(run([](Context& c, const Tensor& t) { return c.psum(t, "x"); })),
+              want_of(int32_t{0}, [](int32_t a, int32_t b) { return a + b; }))
+        << where;
+    EXPECT_EQ(gathered<int32_t>(run([](Context& c, const Tensor& t) { return c.pmax(t, "x"); })),
+              want_of(INT32_MIN, [](int32_t a, int32_t b) { return std::max(a, b); }))
+        << where;
+    EXPECT_EQ(gathered<int32_t>(run([](Context& c, const Tensor& t) { return c.pmin(t, "x"); })),
+              want_of(INT32_MAX, [](int32_t a, int32_t b) { return std::min(a, b); }))
+        << where;
+    std::vector<int32_t> sum = want_of(int32_t{0}, [](int32_t a, int32_t b) { return a + b; });
+    std::vector<float> mean(sum.begin(), sum.end());
+    for (float& m : mean) m /= static_cast<float>(per);
+    EXPECT_EQ(gathered<float>(run([](Context& c, const Tensor& t) { return c.pmean(t, "x"); })),
+              mean)
+        << where;
+  }
+}
+
 TEST(Multiprocess, ReductionsOverPartOfA2DMesh) {
   Mesh mesh = make_mesh({4, 2}, {"a", "b"});
   std::vector<float> v = iota(4 * 2 * 3);

@@ -8,6 +8,7 @@
 #include <csignal>
 #include <cstdio>
 #include <cstring>
+#include <future>
 #include <map>
 #include <mutex>
 #include <thread>
@@ -109,33 +110,6 @@ class Poll {
   int64_t n_ = 0;
 };
 
-MPI_Datatype mpi_type(DType t) {
-  switch (t) {
-    case DType::f32:
-      return MPI_FLOAT;
-    case DType::f64:
-      return MPI_DOUBLE;
-    case DType::i32:
-      return MPI_INT32_T;
-    case DType::i64:
-      return MPI_INT64_T;
-    case DType::bool_:
-      return MPI_UINT8_T;
-  }
-  return MPI_BYTE;
-}
-
-MPI_Op mpi_op(FoldOp op) {
-  switch (op) {
-    case FoldOp::max:
-      return MPI_MAX;
-    case FoldOp::min:
-      return MPI_MIN;
-    default:
-      return MPI_SUM;
-  }
-}
-
 int checked_int(int64_t v, const char* what) {
   if (v < 0 || v > INT32_MAX) {
     throw Error(cat("[mpi] ", what, " of ", v,
@@ -189,18 +163,14 @@ class MpiComm final : public ProcessComm {
     return exchange_on(check_, procs, tag, mine, out, deadline, what);
   }
 
-  bool all_reduce(const std::vector<int>& procs, int key, FoldOp op, DType dtype, void* data,
-                  int64_t count, Deadline deadline) override {
-    MPI_Comm comm = group_comm(procs, key);
-    MPI_Request req;
-    MESHRT_MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, data, checked_int(count, "an all-reduce count"),
-                                    mpi_type(dtype), mpi_op(op), comm, &req));
-    return wait(req, deadline);
+  bool open_group(const std::vector<int>& procs, int key, Deadline deadline) override {
+    return group_comm(procs, key, deadline) != MPI_COMM_NULL;
   }
 
   bool all_gather(const std::vector<int>& procs, int key, const void* in, void* out,
                   const std::vector<int64_t>& counts, Deadline deadline) override {
-    MPI_Comm comm = group_comm(procs, key);
+    MPI_Comm comm = group_comm(procs, key, deadline);
+    if (comm == MPI_COMM_NULL) return false;
     std::vector<int> c(counts.size()), displs(counts.size());
     int64_t at = 0;
     int me = 0;
@@ -226,7 +196,14 @@ class MpiComm final : public ProcessComm {
                                    const std::vector<Transfer>& sends,
                                    const std::vector<Transfer>& recvs, Deadline deadline,
                                    const std::string& what) override {
-    return post_and_wait(group_comm(procs, key), procs, sends, recvs, deadline, what);
+    MPI_Comm comm = group_comm(procs, key, deadline);
+    if (comm == MPI_COMM_NULL) {  // the group's creation did not complete: every peer is missing
+      std::vector<int> missing;
+      for (int p : procs)
+        if (p != rank_) missing.push_back(p);
+      return missing;
+    }
+    return post_and_wait(comm, procs, sends, recvs, deadline, what);
   }
 
   void mark_broken(const std::string& why) override {
@@ -382,25 +359,43 @@ class MpiComm final : public ProcessComm {
   }
 
   // The communicator of one process group, created by its members only (MPI_Comm_create_group,
-  // `key` as the tag keeps concurrent creations apart), after the caller's exchange has shown
-  // every member is here: creation never waits for a process that is not coming.
-  MPI_Comm group_comm(const std::vector<int>& procs, int key) {
+  // `key` as the tag keeps concurrent creations apart) on first use, after the caller's exchange
+  // has shown every member is here, and cached; MPI_COMM_NULL when its creation did not complete
+  // by `deadline`. MPI_Comm_create_group blocks until every process of
+  // the group has called it, so it runs on a thread of its own while the caller polls: a device
+  // on a fiber must not block the thread its sibling devices (maybe creating another group that
+  // the other processes create first) run on.
+  MPI_Comm group_comm(const std::vector<int>& procs, int key, Deadline deadline) {
     throw_if_broken();
-    std::pair<std::vector<int>, int> k{procs, key};
+    std::shared_future<MPI_Comm> comm;
     {
       std::lock_guard<std::mutex> lock(mu_);
+      std::pair<std::vector<int>, int> k{procs, key};
       auto it = comms_.find(k);
-      if (it != comms_.end()) return it->second;
+      if (it == comms_.end()) {
+        auto made = std::make_shared<std::promise<MPI_Comm>>();
+        it = comms_.emplace(std::move(k), made->get_future().share()).first;
+        std::thread([this, procs, key, made] {
+          try {
+            MPI_Group g;
+            MESHRT_MPI_CHECK(
+                MPI_Group_incl(world_group_, static_cast<int>(procs.size()), procs.data(), &g));
+            MPI_Comm c;
+            MESHRT_MPI_CHECK(MPI_Comm_create_group(MPI_COMM_WORLD, g, key, &c));
+            MPI_Group_free(&g);
+            made->set_value(c);
+          } catch (...) {
+            made->set_exception(std::current_exception());
+          }
+        }).detach();
+      }
+      comm = it->second;
     }
-    MPI_Group g;
-    MESHRT_MPI_CHECK(
-        MPI_Group_incl(world_group_, static_cast<int>(procs.size()), procs.data(), &g));
-    MPI_Comm c;
-    MESHRT_MPI_CHECK(MPI_Comm_create_group(MPI_COMM_WORLD, g, key, &c));
-    MPI_Group_free(&g);
-    std::lock_guard<std::mutex> lock(mu_);
-    comms_.emplace(std::move(k), c);
-    return c;
+    Poll poll(deadline);
+    while (comm.wait_for(std::chrono::seconds(0)) != std::future_status::ready) {
+      if (!poll.next()) return MPI_COMM_NULL;
+    }
+    return comm.get();
   }
 
   std::chrono::milliseconds timeout_;
@@ -411,8 +406,8 @@ class MpiComm final : public ProcessComm {
   MPI_Comm check_ = MPI_COMM_NULL, p2p_ = MPI_COMM_NULL, exit_ = MPI_COMM_NULL;
   MPI_Group world_group_;
   mutable std::mutex mu_;
-  std::string broken_;                                          // guarded by mu_
-  std::map<std::pair<std::vector<int>, int>, MPI_Comm> comms_;  // guarded by mu_
+  std::string broken_;  // guarded by mu_
+  std::map<std::pair<std::vector<int>, int>, std::shared_future<MPI_Comm>> comms_;  // by mu_
 };
 
 MpiComm* g_comm = nullptr;  // for the exit step; owned by the process_comm registry
