@@ -115,6 +115,10 @@ class Backend {
   // Runs `task` on the device's executor, in submission order. Returns at once; the task must
   // not throw (callers wrap it and carry exceptions back themselves).
   virtual void submit(int device, std::function<void()> task) = 0;
+  // Lets a thread that waits for tasks it submitted run them itself until done != 0, where the
+  // executor allows it (cpu's fibers: core::FiberPool::drive). False when it cannot: then the
+  // caller waits as usual.
+  virtual bool drive(int /*device*/, const std::atomic<uint32_t>& /*done*/) { return false; }
 
   // ---- collective primitives: the data movement every collective algorithm is written against
   // (collectives/plane.h). `device` is the member doing the work; pointers may belong to any

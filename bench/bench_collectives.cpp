@@ -143,6 +143,16 @@ void BM_ppermute(benchmark::State& state) {
   state.SetBytesProcessed(state.iterations() * kCalls * state.range(0));
 }
 
+// A whole shard_map call whose body is one psum of one float: placing the inputs, waking the
+// devices, the psum, assembling the output (issue 18's launch overhead).
+void BM_shard_map_call_psum_1_float(benchmark::State& state) {
+  Mesh mesh = make_mesh({8}, {"x"});
+  Array x = device_put(std::vector<float>(8, 1.f), {8}, NamedSharding(mesh, P("x")));
+  auto f =
+      shard_map([](Context& c, const Tensor& t) { return c.psum(t, "x"); }, mesh, {P("x")}, P());
+  for (auto _ : state) benchmark::DoNotOptimize(f(x));
+}
+
 void sizes_and_algos(benchmark::internal::Benchmark* b) {
   for (int64_t bytes : {int64_t{4} << 10, int64_t{256} << 10, int64_t{16} << 20}) {
     for (int64_t a : {0, 1, 2}) b->Args({bytes, a});
@@ -157,6 +167,11 @@ void sizes_and_algos(benchmark::internal::Benchmark* b) {
       ->Repetitions(5)                \
       ->ReportAggregatesOnly(true)
 MESHRT_BENCH(BENCHMARK(BM_rendezvous_psum_1_float));
+BENCHMARK(BM_shard_map_call_psum_1_float)
+    ->UseRealTime()
+    ->Unit(benchmark::kMicrosecond)
+    ->Repetitions(9)
+    ->ReportAggregatesOnly(true);
 MESHRT_BENCH(BENCHMARK(BM_psum)->Apply(sizes_and_algos));
 MESHRT_BENCH(BENCHMARK(BM_all_gather)->Apply(sizes_and_algos));
 MESHRT_BENCH(BENCHMARK(BM_psum_scatter)->Apply(sizes_and_algos));

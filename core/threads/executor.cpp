@@ -11,7 +11,7 @@ thread_local bool t_on_executor = false;
 }  // namespace
 
 bool on_executor() { return t_on_executor; }
-void mark_executor_thread() { t_on_executor = true; }
+void mark_executor_thread(bool on) { t_on_executor = on; }
 
 Executor::~Executor() {
   {

@@ -34,7 +34,8 @@ class Executor {
 
 // True on a device executor's thread (thread or fiber worker), i.e. inside a device's task.
 bool on_executor();
-// Called once by each executor thread when it starts.
-void mark_executor_thread();
+// Called once by each executor thread when it starts; also around a caller thread driving a
+// fiber worker (FiberPool::drive), whose bodies must see that they run on an executor.
+void mark_executor_thread(bool on = true);
 
 }  // namespace meshrt::core

@@ -8,6 +8,8 @@
 
 #include <cstring>
 #include <string>
+#include <tuple>
+#include <utility>
 
 #include "core/error.h"
 #include "core/threads/executor.h"
@@ -26,6 +28,7 @@ namespace meshrt::core {
 namespace {
 using Clock = std::chrono::steady_clock;
 constexpr size_t kStackSize = size_t{8} << 20;  // like a thread's; committed lazily
+constexpr std::chrono::microseconds kIdleSpin{100};
 }  // namespace
 
 struct FiberPool::Fiber {
@@ -53,15 +56,28 @@ struct FiberPool::Worker {
   std::condition_variable cv;
   std::atomic<int> queued{0};  // tasks queued on this worker's fibers
   bool stop = false;           // guarded by mu
+  // Whether a thread is running this worker's fibers: its own thread, or a caller driving it
+  // while it waits for a launch (FiberPool::drive). Taken and released with acquire/release.
+  std::atomic<bool> owned{false};
+  std::atomic<int> busy{0};  // fibers in the middle of a task (some may be switched out)
   std::vector<Fiber*> fibers;
   ucontext_t ctx{};
   Fiber* current = nullptr;
+  // The running thread's: its stack (AddressSanitizer) and fiber handle (ThreadSanitizer).
   void* stack_lo = nullptr;
   size_t stack_size = 0;
 #ifdef MESHRT_FIBER_TSAN
   void* tsan = nullptr;
 #endif
   void loop();
+  // One pass over the fibers, running each runnable one until it waits or idles.
+  enum class Pass { ran, waiting, idle };  // waiting: busy fibers, none runnable
+  Pass pass();
+  bool try_own();
+  void disown();
+  bool has_work() const {
+    return queued.load(std::memory_order_relaxed) > 0 || busy.load(std::memory_order_relaxed) > 0;
+  }
 };
 
 namespace {
@@ -97,9 +113,15 @@ static void switch_to_fiber(FiberPool::Worker* w, FiberPool::Fiber* f) {
   t_task_slot = nullptr;
 }
 
+// The running thread's task slot. A fiber may resume on another thread than the one it left
+// (a caller driving its worker, then the worker's own thread): thread-local addresses must be
+// taken afresh after a switch, never kept from before it: this accessor is opaque to the
+// optimiser (noipa), which would otherwise treat it as a constant and reuse the old address.
+[[gnu::noipa]] static void*& current_task_slot() { return t_task_slot; }
+
 static void switch_to_worker(FiberPool::Fiber* f) {
   FiberPool::Worker* w = f->worker;
-  void* const slot = t_task_slot;  // this fiber's, back when it resumes
+  void* const slot = current_task_slot();  // this fiber's, back when it resumes
 #ifdef MESHRT_FIBER_TSAN
   __tsan_switch_to_fiber(w->tsan, 0);
 #endif
@@ -111,7 +133,7 @@ static void switch_to_worker(FiberPool::Fiber* f) {
 #ifdef MESHRT_FIBER_ASAN
   __sanitizer_finish_switch_fiber(fake, nullptr, nullptr);
 #endif
-  t_task_slot = slot;
+  current_task_slot() = slot;
 }
 
 static void fiber_entry(unsigned hi, unsigned lo) {
@@ -136,73 +158,143 @@ void FiberPool::Fiber::run() {
       }
     }
     if (!task) {
+      if (busy) worker->busy.fetch_sub(1, std::memory_order_relaxed);
       busy = false;
       switch_to_worker(this);
       continue;
     }
+    if (!busy) worker->busy.fetch_add(1, std::memory_order_relaxed);
     busy = true;
     task();
     task = nullptr;  // release captures on this fiber, before it idles
   }
 }
 
-void FiberPool::Worker::loop() {
-  t_worker = this;
-  mark_executor_thread();
-  pthread_attr_t attr;
-  if (pthread_getattr_np(pthread_self(), &attr) == 0) {
-    pthread_attr_getstack(&attr, &stack_lo, &stack_size);
-    pthread_attr_destroy(&attr);
+namespace {
+// The calling thread's stack bounds, for AddressSanitizer's fiber switches.
+std::pair<void*, size_t> thread_stack() {
+  thread_local std::pair<void*, size_t> stack{nullptr, 0};
+  if (stack.first == nullptr) {
+    pthread_attr_t attr;
+    if (pthread_getattr_np(pthread_self(), &attr) == 0) {
+      pthread_attr_getstack(&attr, &stack.first, &stack.second);
+      pthread_attr_destroy(&attr);
+    }
   }
+  return stack;
+}
+}  // namespace
+
+bool FiberPool::Worker::try_own() {
+  bool expected = false;
+  if (!owned.compare_exchange_strong(expected, true, std::memory_order_acquire)) return false;
+  std::tie(stack_lo, stack_size) = thread_stack();
 #ifdef MESHRT_FIBER_TSAN
   tsan = __tsan_get_current_fiber();
 #endif
-  uint64_t idle_passes = 0;
-  for (;;) {
-    bool ran = false, active = false;
-    Clock::time_point now{};
-    bool have_now = false;
-    for (Fiber* f : fibers) {
-      bool runnable;
-      if (f->busy) {
-        active = true;
-        runnable = f->word == nullptr || f->word->load(std::memory_order_acquire) != f->value;
-        if (!runnable) {
-          if (!have_now) {
-            now = Clock::now();
-            have_now = true;
-          }
-          runnable = now >= f->deadline;
+  t_worker = this;
+  return true;
+}
+
+void FiberPool::Worker::disown() {
+  t_worker = nullptr;
+  owned.store(false, std::memory_order_release);
+}
+
+FiberPool::Worker::Pass FiberPool::Worker::pass() {
+  bool ran = false, active = false;
+  Clock::time_point now{};
+  bool have_now = false;
+  for (Fiber* f : fibers) {
+    bool runnable;
+    if (f->busy) {
+      active = true;
+      runnable = f->word == nullptr || f->word->load(std::memory_order_acquire) != f->value;
+      if (!runnable) {
+        if (!have_now) {
+          now = Clock::now();
+          have_now = true;
         }
-      } else {
-        runnable = f->queued.load(std::memory_order_acquire) > 0;
+        runnable = now >= f->deadline;
       }
-      if (runnable) {
-        ran = true;
-        switch_to_fiber(this, f);
-      }
-    }
-    if (ran) {
-      idle_passes = 0;
-      continue;
-    }
-    if (!active) {  // no device has work: sleep until a task arrives
-      std::unique_lock<std::mutex> lock(mu);
-      cv.wait(lock, [&] { return stop || queued.load(std::memory_order_relaxed) > 0; });
-      if (stop && queued.load(std::memory_order_relaxed) == 0) return;
-      continue;
-    }
-    // Every device here waits for a peer on another worker: back off, gently at first.
-    ++idle_passes;
-    if (idle_passes < 64) {
-      cpu_relax();
-    } else if (idle_passes < 4096) {
-      sched_yield();
     } else {
-      timespec ts{0, 20000};
-      nanosleep(&ts, nullptr);
+      runnable = f->queued.load(std::memory_order_acquire) > 0;
+    }
+    if (runnable) {
+      ran = true;
+      switch_to_fiber(this, f);
     }
   }
+  return ran ? Pass::ran : active ? Pass::waiting : Pass::idle;
+}
+
+namespace {
+// Backing off while every fiber of a worker waits for a peer on another thread, gently at first.
+void back_off(uint64_t& idle_passes) {
+  ++idle_passes;
+  if (idle_passes < 64) {
+    cpu_relax();
+  } else if (idle_passes < 4096) {
+    sched_yield();
+  } else {
+    timespec ts{0, 20000};
+    nanosleep(&ts, nullptr);
+  }
+}
+}  // namespace
+
+void FiberPool::Worker::loop() {
+  mark_executor_thread();
+  for (;;) {
+    // Sleep until a task arrives and no caller drives this worker; then own it.
+    {
+      std::unique_lock<std::mutex> lock(mu);
+      cv.wait(lock, [&] { return stop || (!owned.load(std::memory_order_acquire) && has_work()); });
+      if (stop && queued.load(std::memory_order_relaxed) == 0) return;
+    }
+    if (!try_own()) continue;  // a caller took it in between
+    uint64_t idle_passes = 0;
+    for (;;) {
+      const Pass p = pass();
+      if (p == Pass::ran) {
+        idle_passes = 0;
+        continue;
+      }
+      if (p == Pass::waiting) {
+        back_off(idle_passes);
+        continue;
+      }
+      break;  // no device has work
+    }
+    disown();
+    // Launches often come back to back and a futex wake-up costs more than a short body: yield a
+    // while before sleeping (not owning the worker, so a waiting caller may drive it instead).
+    const auto until = Clock::now() + kIdleSpin;
+    while (!has_work() && Clock::now() < until) sched_yield();
+  }
+}
+
+bool FiberPool::drive(int device, const std::atomic<uint32_t>& done) {
+  Worker* w = fibers_[static_cast<size_t>(device)]->worker;
+  if (t_worker != nullptr || !w->try_own()) return false;  // on a worker, or its thread runs it
+  const bool was_executor = on_executor();
+  mark_executor_thread(true);      // bodies run here: nested launches must see an executor
+  void* const slot = t_task_slot;  // the caller's own (fiber switches reset it)
+  uint64_t idle_passes = 0;
+  while (done.load(std::memory_order_acquire) == 0) {
+    if (w->pass() == Worker::Pass::ran)
+      idle_passes = 0;
+    else
+      back_off(idle_passes);
+  }
+  mark_executor_thread(was_executor);
+  t_task_slot = slot;
+  w->disown();
+  // Work left (a task queued meanwhile, a device of another launch mid-task): the worker's
+  // thread takes over. Checked under the lock submit() queues under, so none is missed.
+  std::lock_guard<std::mutex> lock(w->mu);
+  if (w->has_work()) w->cv.notify_one();
+  return true;
 }
 
 // getcontext returns twice like setjmp; kept out of the constructor's loop (-Wclobbered).
@@ -272,7 +364,8 @@ void FiberPool::submit(int device, std::function<void()> task) {
     f->queued.fetch_add(1, std::memory_order_release);
     w->queued.fetch_add(1, std::memory_order_release);
   }
-  w->cv.notify_one();
+  // A thread running the worker sees the task on its next pass; drive() hands leftovers back.
+  if (!w->owned.load(std::memory_order_acquire)) w->cv.notify_one();
 }
 
 bool fiber_executors_in_use() { return g_fibers_in_use.load(std::memory_order_relaxed); }

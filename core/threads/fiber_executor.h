@@ -2,7 +2,8 @@
 //
 // With more simulated devices than cores, a thread per device pays a kernel context switch
 // (several microseconds here) every time a device waits for a peer. A FiberPool instead runs
-// each device as a fiber pinned to one of `workers` threads (device d on worker d % workers);
+// each device as a fiber on one of `workers` (device d on worker d % workers), run by that
+// worker's thread or, while it waits for a launch, by the launching thread (drive);
 // a device that waits in a collective hands its thread to the next runnable device of that
 // worker in ~100 ns, and the worker checks waiting devices' conditions without switching into
 // them. Tasks of one device still run one at a time, in submission order.
@@ -32,6 +33,14 @@ class FiberPool {
   FiberPool& operator=(const FiberPool&) = delete;
   ~FiberPool();
   void submit(int device, std::function<void()> task);
+  // Called by a thread waiting for tasks it submitted (a launch): runs the fibers of `device`'s
+  // worker on this thread until done != 0, instead of waking that worker's thread and then
+  // being woken itself (two futex round trips that cost more than a short body). False at once
+  // when the worker's own thread is running it (then wait as usual) or the caller is a worker.
+  // A task still runs start to end on one thread: the caller returns only once `done`, set when
+  // every task it waits for has ended; only idle fibers move between the caller and the
+  // worker's thread.
+  bool drive(int device, const std::atomic<uint32_t>& done);
 
   struct Fiber;
   struct Worker;

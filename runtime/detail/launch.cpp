@@ -13,6 +13,7 @@
 #include "core/error.h"
 #include "core/strings.h"
 #include "core/threads/executor.h"
+#include "core/threads/wait.h"
 #include "runtime/detail/copy.h"
 #include "runtime/detail/platform.h"
 
@@ -34,17 +35,23 @@ std::string manual_axes(const Mesh& mesh) {
 }
 
 // JAX's shard_map errors, worded as JAX words them: unknown axes, duplicates, rank, divisibility.
-void check_spec_axes(const Mesh& mesh, const PartitionSpec& spec, const std::string& what) {
-  for (const std::string& a : spec.axes()) {
+// `kind` is "in_specs" or "out_specs", `i` the entry; messages are built only on failure (a
+// launch checks every spec).
+void check_spec_axes(const Mesh& mesh, const PartitionSpec& spec, const char* kind, size_t i) {
+  bool dup = false;
+  const std::vector<std::string>& axes = spec.axes();
+  for (size_t k = 0; k < axes.size(); ++k) {
+    const std::string& a = axes[k];
     if (mesh.axis_position(a) < 0) {
-      throw Error(cat("[shard_map] shard_map ", what.substr(0, what.find('[')),
+      throw Error(cat("[shard_map] shard_map ", kind,
                       " argument must refer to an "
                       "axis marked as manual (",
-                      manual_axes(mesh), "), but: ", what, " refers to ", quote(a), ". Check the ",
-                      what.substr(0, what.find('[')), " values passed to shard_map."));
+                      manual_axes(mesh), "), but: ", kind, "[", i, "] refers to ", quote(a),
+                      ". Check the ", kind, " values passed to shard_map."));
     }
+    for (size_t j = 0; j < k; ++j) dup = dup || axes[j] == a;
   }
-  NamedSharding(mesh, spec);  // duplicate axes: DuplicateSpecError's text
+  if (dup) NamedSharding(mesh, spec);  // duplicate axes: DuplicateSpecError's text
 }
 
 std::string aval_str(DType dtype, const Shape& shape) {
@@ -58,9 +65,11 @@ std::string fn_name(const ShardMapOptions& options) {
   return quote(options.name.empty() ? std::string("body") : options.name);
 }
 
-void check_rank(const PartitionSpec& spec, const Shape& shape, DType dtype, const std::string& what,
-                bool output, const std::string& fn) {
+void check_rank(const PartitionSpec& spec, const Shape& shape, DType dtype, size_t i, bool output,
+                const ShardMapOptions& options) {
   if (spec.size() <= shape.size()) return;
+  const std::string fn = fn_name(options);
+  const std::string what = cat(output ? "out_specs[" : "in_specs[", i, "]");
   std::string msg =
       cat("[shard_map] shard_map applied to the function ", fn, " was given an ",
           output ? "out_specs" : "in_specs",
@@ -85,13 +94,14 @@ void check_rank(const PartitionSpec& spec, const Shape& shape, DType dtype, cons
 }
 
 void check_divisible(const Mesh& mesh, const PartitionSpec& spec, const Array& x, size_t i,
-                     const std::string& fn) {
+                     const ShardMapOptions& options) {
   for (size_t d = 0; d < x.shape().size(); ++d) {
     const auto& names = spec[d];
     if (names.empty()) continue;
     int64_t t = 1;
     for (const std::string& a : names) t *= mesh.axis_size(a);
     if (x.shape()[d] % t == 0) continue;
+    const std::string fn = fn_name(options);
     std::string to = names.size() == 1
                          ? cat("mesh axis ", quote(names[0]), " (of size ", t, ")")
                          : cat("mesh axes ", names_tuple(names), " (of total size ", t, ")");
@@ -216,6 +226,7 @@ struct Outcome {
   std::mutex mu;
   std::condition_variable cv;
   int64_t remaining = 0;                     // guarded by mu
+  std::atomic<uint32_t> done{0};             // 1 once remaining == 0; set under mu
   std::vector<std::exception_ptr> errors;    // guarded by mu
   std::vector<int64_t> order;                // guarded by mu: positions in the order they failed
   std::vector<std::vector<Tensor>> outputs;  // slot `pos` written by device pos's task only
@@ -234,6 +245,20 @@ struct Outcome {
   }
 }
 
+// Whether x's blocks are already those of NamedSharding(mesh, spec) (specs equal up to trailing
+// unsharded dimensions), with nothing pending.
+bool placed_as(const Array& x, const Mesh& mesh, const PartitionSpec& spec) {
+  const Mesh* xm = x.sharding().mesh_or_null();
+  if (xm == nullptr || !x.pending_sum_axes().empty() || !(*xm == mesh)) return false;
+  const auto& a = x.sharding().spec_or_empty().entries();
+  const auto& b = spec.entries();
+  for (size_t d = 0; d < std::max(a.size(), b.size()); ++d) {
+    const bool ea = d >= a.size() || a[d].empty(), eb = d >= b.size() || b[d].empty();
+    if (ea != eb || (!ea && a[d] != b[d])) return false;
+  }
+  return true;
+}
+
 }  // namespace
 
 void check_call(const Mesh& mesh, const std::vector<PartitionSpec>& in_specs,
@@ -250,15 +275,12 @@ void check_call(const Mesh& mesh, const std::vector<PartitionSpec>& in_specs,
             in_specs.size(), " entries but ", arg_count,
             " arguments were passed; give one PartitionSpec per argument"));
   }
-  for (size_t i = 0; i < in_specs.size(); ++i)
-    check_spec_axes(mesh, in_specs[i], cat("in_specs[", i, "]"));
-  for (size_t i = 0; i < out_specs.size(); ++i)
-    check_spec_axes(mesh, out_specs[i], cat("out_specs[", i, "]"));
+  for (size_t i = 0; i < in_specs.size(); ++i) check_spec_axes(mesh, in_specs[i], "in_specs", i);
+  for (size_t i = 0; i < out_specs.size(); ++i) check_spec_axes(mesh, out_specs[i], "out_specs", i);
 }
 
 std::vector<Array> place_inputs(const Mesh& mesh, const std::vector<PartitionSpec>& in_specs,
                                 const std::vector<Array>& args, const ShardMapOptions& options) {
-  const std::string fn = fn_name(options);
   std::vector<Array> placed;
   placed.reserve(args.size());
   for (size_t i = 0; i < args.size(); ++i) {
@@ -272,9 +294,12 @@ std::vector<Array> place_inputs(const Mesh& mesh, const std::vector<PartitionSpe
                       "device_put(x, NamedSharding(mesh, in_specs[",
                       i, "]))"));
     }
-    check_rank(in_specs[i], x.shape(), x.dtype(), cat("in_specs[", i, "]"), false, fn);
-    check_divisible(mesh, in_specs[i], x, i, fn);
-    placed.push_back(device_put(x, NamedSharding(mesh, in_specs[i])));
+    check_rank(in_specs[i], x.shape(), x.dtype(), i, false, options);
+    check_divisible(mesh, in_specs[i], x, i, options);
+    if (placed_as(x, mesh, in_specs[i]))
+      placed.push_back(x);  // already there (the common case): no sharding to build or compare
+    else
+      placed.push_back(device_put(x, NamedSharding(mesh, in_specs[i])));
   }
   return placed;
 }
@@ -314,10 +339,20 @@ std::vector<std::vector<Tensor>> run_bodies(const Mesh& mesh, const ErasedBody& 
       // Record first, then release peers: their errors come after this device's own.
       launch->session.device_finished(static_cast<int64_t>(pos), threw);
       std::lock_guard<std::mutex> lock(outcome.mu);
-      if (--outcome.remaining == 0) outcome.cv.notify_all();
+      if (--outcome.remaining == 0) {
+        outcome.done.store(1, std::memory_order_release);
+        outcome.cv.notify_all();
+      }
     });
   }
   if (local > 0) {
+    // A short body ends within microseconds, sooner than a futex sleep and wake-up: the caller
+    // runs the first local device's fibers itself where the executor allows it, else waits
+    // without sleeping for a while, then sleeps. Taking the lock at the end also waits for the
+    // last task to leave its critical section before `outcome` goes.
+    const Device& first = *std::find_if(mesh.devices().begin(), mesh.devices().end(), is_local);
+    if (!backend_of(first).drive(first.local_index(), outcome.done))
+      core::spin_while(outcome.done, 0, core::kSpinBudget, true);
     std::unique_lock<std::mutex> lock(outcome.mu);
     outcome.cv.wait(lock, [&] { return outcome.remaining == 0; });
   }
@@ -375,7 +410,7 @@ std::vector<Array> assemble_outputs(const Mesh& mesh, const std::vector<Partitio
     }
     const Tensor ref = *first;
     const PartitionSpec& spec = out_specs[k];
-    check_rank(spec, ref.shape(), ref.dtype(), cat("out_specs[", k, "]"), true, fn_name(options));
+    check_rank(spec, ref.shape(), ref.dtype(), k, true, options);
     if (options.check_replication) check_replication(mesh, spec, blocks, k);
     Shape global = ref.shape();
     for (size_t d = 0; d < global.size(); ++d) {
