@@ -33,7 +33,8 @@ void settle_after_error(const std::shared_ptr<Instance>& instance, int64_t me) n
   Instance& inst = *instance;
   const Plane pl = plane_of(inst, me);
   if (pl.host()) return;  // host memory: nothing is left queued
-  if (inst.call().algo != Algo::native || !native_launch_unjoined(inst, me)) {
+  const bool native = inst.call().algo == Algo::native || inst.spans_processes();
+  if (!native || !native_launch_unjoined(inst, me)) {
     try {
       pl.fence();
       return;
@@ -92,15 +93,18 @@ void finish(Pending& p) {
   const int64_t me = p.index_;
   try {
     p.session_->wait_ready(p.pos_, inst);
-    if (inst.spans_processes()) {  // every input is here now (collectives/cross.h)
+    const bool spans = inst.spans_processes();
+    if (spans && plane_of(inst, me).host()) {  // every input is here now (collectives/cross.h)
       if (!cross_done_at_arrival(*p.session_, inst))
         cross_finish(*p.session_, inst, me, p.out_shape_);
       p.inst_.reset();
       return;
     }
+    // A device platform across processes: its library, over the group's spanning communicators.
+    const Algo algo = spans ? Algo::native : inst.call().algo;
     // GPUs without peer access cannot run direct or ring: an error, not a fault.
-    if (inst.call().algo != Algo::native) plane_of(inst, me).require_direct(inst);
-    switch (inst.call().algo) {
+    if (algo != Algo::native) plane_of(inst, me).require_direct(inst);
+    switch (algo) {
       case Algo::ring:
       case Algo::bidi_ring:
         ring_collective(*p.session_, p.pos_, inst, me, p.out_shape_);

@@ -6,7 +6,9 @@
 #include <mutex>
 #include <sstream>
 
+#include "backends/native_comm.h"
 #include "backends/process_comm.h"
+#include "collectives/collective.h"
 #include "collectives/direct.h"
 #include "collectives/pieces.h"
 #include "core/error.h"
@@ -68,7 +70,132 @@ struct Stage {
   std::string error;  // written once, before `failed` is set
 };
 
+// The cuda path's part of a process's agreement message: its members' devices (group order)
+// and why its library cannot serve them ("" when it can): "3,5|".
+std::string device_report(const Instance& inst, const Plane& pl,
+                          const std::vector<int64_t>& local) {
+  std::vector<int> devices;
+  for (int64_t k : local) devices.push_back(inst.slot(k).device);
+  backend::NativeComm* nc = pl.backend()->native_comm();
+  const std::string why =
+      nc == nullptr ? "the platform has no collective library" : nc->unavailable(devices);
+  return cat(detail::join(devices, ",", [](int d) { return cat(d); }), "|", why);
+}
+
+// After the agreement, on a device platform: the group as its library names it (every process's
+// devices, from the agreement messages), its communicators opened on first use (the process of
+// member 0 makes the library's token, the others receive it over the ProcessComm), and work
+// buffers for the library's algorithm where the call was set up for another. The members then
+// run the native algorithm (collectives/collective.cpp).
+void open_spanning(Session& session, Instance& inst, const Plane& pl,
+                   const std::vector<int>& proc_of, const std::vector<int>& procs, int key,
+                   backend::ProcessComm::Deadline deadline, const std::vector<std::string>& theirs,
+                   size_t header, const std::string& mine) {
+  const CrossProcess& cp = *session.cross();
+  const Call& c = inst.call();
+  const std::string op = cat("[", kind_name(c.kind), "] ");
+  auto group = std::make_shared<backend::CommGroup>();
+  group->processes = proc_of;
+  group->devices.assign(proc_of.size(), -1);
+  std::string refused;
+  for (size_t p = 0; p < procs.size(); ++p) {
+    const std::string_view report =
+        std::string_view(theirs[p]).substr(std::min(header, theirs[p].size()));
+    const size_t bar = std::min(report.find('|'), report.size());
+    std::vector<int> devs;
+    for (size_t at = 0; at < bar;) {
+      const size_t end = std::min(report.find(',', at), bar);
+      devs.push_back(std::atoi(std::string(report.substr(at, end - at)).c_str()));
+      at = end + 1;
+    }
+    if (bar + 1 < report.size())
+      refused +=
+          cat(refused.empty() ? "" : "; ", "process ", procs[p], ": ", report.substr(bar + 1));
+    size_t next = 0;
+    for (size_t k = 0; k < proc_of.size(); ++k) {
+      if (proc_of[k] != procs[p]) continue;
+      if (next < devs.size()) group->devices[k] = devs[next];
+      ++next;
+    }
+    if (next != devs.size()) {
+      fail(session, inst,
+           cat(op, mine, ": process ", procs[p], " reported ", devs.size(), " devices for its ",
+               next, " members of this group; every process must run the same meshrt build"),
+           false);
+    }
+  }
+  backend::NativeComm& nc = pl.native_comm();
+  if (!refused.empty()) {
+    fail(session, inst,
+         cat(op, mine, ": ", nc.name(), " cannot serve this group across processes (", refused,
+             "). Across processes every member is a ", nc.name(),
+             " rank of its own GPU: run with MESHRT_CUDA_DEVICES_PER_GPU=1, or use a mesh whose "
+             "groups across processes hold at most one logical device per GPU"),
+         false);
+  }
+  if (!nc.spanning_open(*group)) {
+    backend::ProcessComm& comm = *cp.comm;
+    const int root = proc_of.front();
+    const double timeout_s = std::chrono::duration<double>(session.timeout()).count();
+    std::string token = "-";  // 'T' + the token, 'E' + why it could not be made, '-': not root
+    if (root == cp.rank) {
+      try {
+        token = "T" + nc.new_token();
+      } catch (const Error& e) {
+        token = std::string("E") + e.what();
+      }
+    }
+    std::vector<std::string> tokens;
+    if (!comm.exchange(procs, key, token, tokens, deadline, mine).empty()) {
+      fail(session, inst,
+           cat(op, mine, ": the exchange of ", nc.name(), "'s unique id across processes ",
+               procs_str(procs), " did not complete within MESHRT_COLLECTIVE_TIMEOUT (", timeout_s,
+               " s) after every process had arrived; a process died or the job is overloaded"),
+           true);
+    }
+    const std::string& got = tokens[static_cast<size_t>(
+        std::lower_bound(procs.begin(), procs.end(), root) - procs.begin())];
+    if (got.empty() || got[0] == '-') {
+      fail(session, inst,
+           cat(op, mine, ": process ", root, " holds ", nc.name(),
+               " communicators for this group and this process does not (an earlier creation "
+               "failed on some processes); end the job"),
+           true);
+    }
+    if (got[0] == 'E') {
+      fail(session, inst, cat(op, mine, ": process ", root, ": ", got.substr(1)), false);
+    }
+    try {
+      nc.open_spanning(*group, cp.rank, got.substr(1));
+    } catch (const Error& e) {
+      fail(session, inst, cat(op, mine, ": ", e.what()), true);
+    }
+  }
+  if (c.algo != Algo::native) {  // the call was set up for another algorithm
+    Call native = c;
+    native.algo = Algo::native;
+    if (const int64_t wb = work_bytes(native, inst.size()); wb > 0) {
+      try {
+        for (int64_t k : local_members(session, inst)) {
+          const Slot& s = inst.slot(k);
+          std::shared_ptr<backend::Buffer> buf =
+              s.backend->allocate(s.device, static_cast<size_t>(wb));
+          void* data = buf->data();
+          inst.set_work(k, data, std::move(buf));
+        }
+      } catch (const Error& e) {
+        fail(session, inst, cat(op, mine, ": ", e.what()), false);
+      }
+    }
+  }
+  inst.cross_stage() = std::move(group);
+}
+
 }  // namespace
+
+const backend::CommGroup& spanning_group(Instance& inst) {
+  return *static_cast<const backend::CommGroup*>(inst.cross_stage().get());
+}
 
 bool cross_done_at_arrival(const Session& session, const Instance& inst) {
   return is_reduction(inst.call().kind) && !shared_reduction(session, inst);
@@ -226,14 +353,6 @@ void cross_complete(Session& session, Instance& inst, const Plane& pl) {
   backend::ProcessComm& comm = *cp.comm;
   const Call& c = inst.call();
   const std::string op = cat("[", kind_name(c.kind), "] ");
-  if (!pl.host()) {
-    fail(session, inst,
-         cat(op, c.str(),
-             ": collectives across processes run on host memory (Open MPI) only for now; the "
-             "cuda platform's path across processes (NCCL communicators spanning processes) is "
-             "not built yet. Use a mesh within one process on cuda, or the cpu platform"),
-         false);
-  }
   const std::vector<int64_t>& members = inst.members();
   const auto N = static_cast<int64_t>(members.size());
   std::vector<int> proc_of(members.size());
@@ -268,7 +387,8 @@ void cross_complete(Session& session, Instance& inst, const Plane& pl) {
   }
   const Kind fold_kind = c.kind == Kind::pmean ? Kind::psum : c.kind;
   // A small reduction sends its process's partial result with the description: one round trip.
-  const bool small = is_reduction(c.kind) && !c.deterministic && bytes <= kSmallReduceBytes;
+  const bool small =
+      pl.host() && is_reduction(c.kind) && !c.deterministic && bytes <= kSmallReduceBytes;
 
   // 1. Agreement: every process of the group describes the call it makes.
   const std::string mine = cat(cp.launch, ", ", inst.where(session.names()), ": ", c.str());
@@ -280,6 +400,9 @@ void cross_complete(Session& session, Instance& inst, const Plane& pl) {
     for (int64_t k : local) srcs.push_back(inst.slot(k).in);
     message.resize(header + static_cast<size_t>(bytes), '\0');
     pl.fold(fold_kind, c.dtype, c.dtype, message.data() + header, srcs, n);
+  } else if (!pl.host()) {  // what the library path needs to know of every process
+    message.resize(header, '\0');
+    message += device_report(inst, pl, local);
   }
   std::vector<std::string> theirs;
   std::vector<int> missing = comm.exchange(procs, key, message, theirs, deadline, mine);
@@ -311,6 +434,10 @@ void cross_complete(Session& session, Instance& inst, const Plane& pl) {
   }
 
   // 2. The data.
+  if (!pl.host()) {  // a device platform: its library, over communicators spanning processes
+    open_spanning(session, inst, pl, proc_of, procs, key, deadline, theirs, header, mine);
+    return;
+  }
   if (small) {  // the partial results arrived with the descriptions: fold them in process order
     std::vector<const void*> partials;
     for (const std::string& t : theirs) partials.push_back(t.data() + header);

@@ -3,6 +3,7 @@
 #include <vector>
 
 #include "backends/native_comm.h"
+#include "collectives/cross.h"
 #include "collectives/pieces.h"
 
 namespace meshrt::coll {
@@ -27,18 +28,26 @@ struct Member {
         elem(static_cast<int64_t>(dtype_size(call.dtype))),
         in(in_ptr(i, m)),
         out(out_ptr(i, m)),
-        work(work_of(i, m)) {
-    group.resize(static_cast<size_t>(i.size()));
-    for (int64_t j = 0; j < i.size(); ++j) group[static_cast<size_t>(j)] = i.slot(j).device;
+        work(work_of(i, m)),
+        group(i.spans_processes() ? spanning_group(i) : local_group(i)) {}
+
+  static backend::CommGroup local_group(const Instance& inst) {
+    backend::CommGroup g;
+    g.devices.resize(static_cast<size_t>(inst.size()));
+    for (int64_t j = 0; j < inst.size(); ++j)
+      g.devices[static_cast<size_t>(j)] = inst.slot(j).device;
+    return g;
   }
 
   // Every member has launched its part of the library call, so waiting for the stream cannot
   // hang on a peer that is itself waiting elsewhere (asynchronous collectives waited in different
   // orders on different devices): that shows up here, in the host's wait-for graph, as an error.
+  // Members in other processes are not seen here; the agreement across processes came first.
   void await_launches() const {
     inst.advance(me, kLaunched);
     for (int64_t j = 0; j < inst.size(); ++j) {
-      if (j != me) session.wait_progress(pos, inst, j, kLaunched);
+      if (j != me && inst.slot(j).backend != nullptr)
+        session.wait_progress(pos, inst, j, kLaunched);
     }
   }
 
@@ -50,11 +59,11 @@ struct Member {
   Plane pl;
   backend::NativeComm& nc;
   int dev;
-  std::vector<int> group;  // the members' devices, in group order
-  int64_t n, elem;         // input elements, element bytes
+  int64_t n, elem;  // input elements, element bytes
   const char* in;
   char* out;
   char* work;
+  backend::CommGroup group;  // the members (with their processes when the group spans several)
 };
 
 // Every member's input into the work buffer, block j = member j's (the deterministic forms).

@@ -174,7 +174,8 @@ Session::Arrival Session::arrive(int64_t pos, const GroupLayout& layout, const C
         inst->spans_processes_ = true;
       }
     }
-    if (call.algo != Algo::direct) {  // ring progress; native: "launched" marks
+    // ring progress; native (and a device platform's groups across processes): "launched" marks
+    if (call.algo != Algo::direct || inst->spans_processes_) {
       inst->progress_ = std::make_unique<std::atomic<uint32_t>[]>(inst->members_->size());
       inst->progress_sleepers_ = std::make_unique<std::atomic<uint32_t>[]>(inst->members_->size());
     }

@@ -81,6 +81,12 @@ class Instance {
     parts_[static_cast<size_t>(index)].slot.in = in;
     parts_[static_cast<size_t>(index)].slot.keep_in = std::move(keep);
   }
+  // The step across processes: a work buffer for member `index` (before the instance is
+  // published; the library path's, when the call was set up for another algorithm).
+  void set_work(int64_t index, void* work, std::shared_ptr<void> keep) {
+    parts_[static_cast<size_t>(index)].slot.work = work;
+    parts_[static_cast<size_t>(index)].slot.keep_work = std::move(keep);
+  }
   std::atomic<uint32_t>& phase_counter() { return phase_; }  // free for two-phase algorithms
   // Per-member progress counters and sleeper counts for Transport's signal/wait.
   std::atomic<uint32_t>& progress(int64_t index) { return progress_[static_cast<size_t>(index)]; }

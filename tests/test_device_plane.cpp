@@ -211,26 +211,32 @@ class LazyStreams final : public backend::Backend {
     explicit Native(LazyStreams& s) : s_(s) {}
     std::string_view name() const override { return "stand-in"; }
     std::string unavailable(const std::vector<int>&) override { return ""; }
-    void all_reduce(int device, const std::vector<int>& group, backend::FoldOp op, DType dtype,
+    // Groups within one process only (tests/test_multiprocess_native.cpp has the spanning ones).
+    bool spanning_open(const backend::CommGroup&) override { return false; }
+    std::string new_token() override { throw Error("not used"); }
+    void open_spanning(const backend::CommGroup&, int, const std::string&) override {
+      throw Error("not used");
+    }
+    void all_reduce(int device, const backend::CommGroup& group, backend::FoldOp op, DType dtype,
                     const void* in, void* out, int64_t count) override {
-      s_.launch(device, group, {in, out, {}, {}}, [=](const Round& r, size_t) {
+      s_.launch(device, group.devices, {in, out, {}, {}}, [=](const Round& r, size_t) {
         std::vector<const void*> srcs;
         for (const Entry& e : r.entries) srcs.push_back(e.in);
         cpu::fold(op, dtype, dtype, out, srcs, count);
       });
     }
-    void all_gather(int device, const std::vector<int>& group, const void* in, void* out,
+    void all_gather(int device, const backend::CommGroup& group, const void* in, void* out,
                     int64_t bytes) override {
-      s_.launch(device, group, {in, out, {}, {}}, [=](const Round& r, size_t) {
+      s_.launch(device, group.devices, {in, out, {}, {}}, [=](const Round& r, size_t) {
         for (size_t j = 0; j < r.entries.size(); ++j) {
           std::memcpy(static_cast<char*>(out) + static_cast<int64_t>(j) * bytes, r.entries[j].in,
                       static_cast<size_t>(bytes));
         }
       });
     }
-    void reduce_scatter(int device, const std::vector<int>& group, DType dtype, const void* in,
+    void reduce_scatter(int device, const backend::CommGroup& group, DType dtype, const void* in,
                         void* out, int64_t count) override {
-      s_.launch(device, group, {in, out, {}, {}}, [=](const Round& r, size_t me) {
+      s_.launch(device, group.devices, {in, out, {}, {}}, [=](const Round& r, size_t me) {
         std::vector<const void*> srcs;
         for (const Entry& e : r.entries) {
           srcs.push_back(static_cast<const char*>(e.in) +
@@ -240,20 +246,21 @@ class LazyStreams final : public backend::Backend {
         cpu::fold(backend::FoldOp::sum, dtype, dtype, out, srcs, count);
       });
     }
-    void send_recv(int device, const std::vector<int>& group, const std::vector<Transfer>& sends,
+    void send_recv(int device, const backend::CommGroup& group, const std::vector<Transfer>& sends,
                    const std::vector<Transfer>& recvs) override {
-      s_.launch(device, group, {nullptr, nullptr, sends, recvs}, [=](const Round& r, size_t me) {
-        for (const Transfer& rv : recvs) {
-          bool found = false;
-          for (const Transfer& sd : r.entries[static_cast<size_t>(rv.peer)].sends) {
-            if (sd.peer != static_cast<int64_t>(me)) continue;
-            EXPECT_EQ(sd.bytes, rv.bytes);
-            std::memcpy(rv.data, sd.data, static_cast<size_t>(rv.bytes));
-            found = true;
-          }
-          EXPECT_TRUE(found) << "a receive with no matching send";
-        }
-      });
+      s_.launch(device, group.devices, {nullptr, nullptr, sends, recvs},
+                [=](const Round& r, size_t me) {
+                  for (const Transfer& rv : recvs) {
+                    bool found = false;
+                    for (const Transfer& sd : r.entries[static_cast<size_t>(rv.peer)].sends) {
+                      if (sd.peer != static_cast<int64_t>(me)) continue;
+                      EXPECT_EQ(sd.bytes, rv.bytes);
+                      std::memcpy(rv.data, sd.data, static_cast<size_t>(rv.bytes));
+                      found = true;
+                    }
+                    EXPECT_TRUE(found) << "a receive with no matching send";
+                  }
+                });
     }
 
    private:

@@ -7,13 +7,20 @@
 // member can still use them; a parent only when no cached group was split from it). Logical
 // devices sharing a GPU are never passed to NCCL as distinct ranks: every call goes through a
 // communicator whose creation refused such a group.
+//
+// Groups spanning processes (under mpirun): one communicator per local member, made by
+// ncclCommInitRank (rank = group index, every local member inside one ncclGroupStart/End) from
+// the unique id the process holding member 0 made; the collectives layer sends the id over the
+// ProcessComm after its agreement check (backends/native_comm.h). Kept for the job's life.
 #include <cuda_runtime.h>
 #include <nccl.h>
 
 #include <algorithm>
+#include <cstring>
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -25,6 +32,7 @@
 namespace meshrt::cuda {
 namespace {
 
+using backend::CommGroup;
 using backend::FoldOp;
 using Transfer = backend::NativeComm::Transfer;
 
@@ -35,6 +43,16 @@ constexpr size_t kMaxIdleParents = 4;
 std::string group_str(const std::vector<int>& group) {
   std::string s = "{";
   for (size_t i = 0; i < group.size(); ++i) s += (i ? ", " : "") + dev_name(group[i]);
+  return s + "}";
+}
+
+std::string group_str(const CommGroup& group) {
+  if (!group.spans()) return group_str(group.devices);
+  std::string s = "{";
+  for (size_t i = 0; i < group.devices.size(); ++i) {
+    s += (i ? ", " : "") + std::string("p") + std::to_string(group.processes[i]) +
+         ":cuda:" + std::to_string(group.devices[i]);
+  }
   return s + "}";
 }
 
@@ -119,41 +137,101 @@ class NcclComm final : public backend::NativeComm {
     return "";
   }
 
-  void all_reduce(int device, const std::vector<int>& group, FoldOp op, DType dtype, const void* in,
+  bool spanning_open(const CommGroup& group) override {
+    std::lock_guard<std::mutex> lock(spanning_mu_);
+    return spanning_.count(group) != 0;
+  }
+
+  std::string new_token() override {
+    ncclUniqueId id;
+    const ncclResult_t r = ncclGetUniqueId(&id);
+    if (r != ncclSuccess) {
+      throw Error("[nccl] ncclGetUniqueId failed: " + nccl_detail(r, nullptr) +
+                  "; check that NCCL can open a socket on this host (NCCL_SOCKET_IFNAME)");
+    }
+    return std::string(reinterpret_cast<const char*>(&id), sizeof id);
+  }
+
+  void open_spanning(const CommGroup& group, int me, const std::string& token) override {
+    std::vector<int> local;  // group indices of this process's members
+    std::vector<int> devices;
+    for (size_t k = 0; k < group.devices.size(); ++k) {
+      if (group.processes[k] != me) continue;
+      local.push_back(static_cast<int>(k));
+      devices.push_back(group.devices[k]);
+    }
+    if (std::string why = unavailable(devices); !why.empty())
+      throw Error("[nccl] cannot create a communicator for " + group_str(group) + ": " + why);
+    ncclUniqueId id;
+    if (token.size() != sizeof id) {
+      throw Error("[nccl] the unique id received for " + group_str(group) + " has " +
+                  std::to_string(token.size()) + " bytes, not " + std::to_string(sizeof id) +
+                  "; every process must run a meshrt built against the same NCCL");
+    }
+    std::memcpy(&id, token.data(), sizeof id);
+    const int n = static_cast<int>(group.devices.size());
+    std::vector<ncclComm_t> comms(local.size(), nullptr);
+    ncclResult_t r = ncclSuccess;
+    {
+      // Init synchronizes with the other ranks: a process driving several GPUs inits them in one
+      // group. Every local rank is asked even after a failure, or the others would wait for it.
+      NcclGroup g;
+      for (size_t i = 0; i < local.size(); ++i) {
+        be_.set(devices[i]);
+        const ncclResult_t ri = ncclCommInitRank(&comms[i], n, id, local[i]);
+        if (r == ncclSuccess) r = ri;
+      }
+      const ncclResult_t end = g.end();
+      if (r == ncclSuccess) r = end;
+    }
+    if (r != ncclSuccess) {
+      abort_all(comms);
+      throw Error("[nccl] ncclCommInitRank failed for the group " + group_str(group) +
+                  " spanning processes: " + nccl_detail(r, nullptr) +
+                  "; two processes using one GPU (check CUDA_VISIBLE_DEVICES per process) or a "
+                  "network NCCL cannot use (NCCL_SOCKET_IFNAME) are the usual causes");
+    }
+    std::map<int, ncclComm_t> by_device;
+    for (size_t i = 0; i < local.size(); ++i) by_device[devices[i]] = comms[i];
+    std::lock_guard<std::mutex> lock(spanning_mu_);
+    spanning_[group] = std::move(by_device);
+  }
+
+  void all_reduce(int device, const CommGroup& group, FoldOp op, DType dtype, const void* in,
                   void* out, int64_t count) override {
-    auto lease = groups_.acquire(group, device);
+    Use use = comm_for(group, device);
     const ncclRedOp_t r = op == FoldOp::max ? ncclMax : op == FoldOp::min ? ncclMin : ncclSum;
     be_.set(device);
     MESHRT_NCCL_CHECK(ncclAllReduce(in, out, static_cast<size_t>(count), nccl_type(dtype), r,
-                                    lease.comm(), be_.dev(device).comm),
-                      device, lease.comm());
-    lease.launched();
+                                    use.comm, be_.dev(device).comm),
+                      device, use.comm);
+    use.launched();
   }
 
-  void all_gather(int device, const std::vector<int>& group, const void* in, void* out,
+  void all_gather(int device, const CommGroup& group, const void* in, void* out,
                   int64_t bytes) override {
-    auto lease = groups_.acquire(group, device);
+    Use use = comm_for(group, device);
     be_.set(device);
-    MESHRT_NCCL_CHECK(ncclAllGather(in, out, static_cast<size_t>(bytes), ncclUint8, lease.comm(),
+    MESHRT_NCCL_CHECK(ncclAllGather(in, out, static_cast<size_t>(bytes), ncclUint8, use.comm,
                                     be_.dev(device).comm),
-                      device, lease.comm());
-    lease.launched();
+                      device, use.comm);
+    use.launched();
   }
 
-  void reduce_scatter(int device, const std::vector<int>& group, DType dtype, const void* in,
-                      void* out, int64_t count) override {
-    auto lease = groups_.acquire(group, device);
+  void reduce_scatter(int device, const CommGroup& group, DType dtype, const void* in, void* out,
+                      int64_t count) override {
+    Use use = comm_for(group, device);
     be_.set(device);
     MESHRT_NCCL_CHECK(ncclReduceScatter(in, out, static_cast<size_t>(count), nccl_type(dtype),
-                                        ncclSum, lease.comm(), be_.dev(device).comm),
-                      device, lease.comm());
-    lease.launched();
+                                        ncclSum, use.comm, be_.dev(device).comm),
+                      device, use.comm);
+    use.launched();
   }
 
-  void send_recv(int device, const std::vector<int>& group, const std::vector<Transfer>& sends,
+  void send_recv(int device, const CommGroup& group, const std::vector<Transfer>& sends,
                  const std::vector<Transfer>& recvs) override {
-    auto lease = groups_.acquire(group, device);
-    ncclComm_t c = lease.comm();
+    Use use = comm_for(group, device);
+    ncclComm_t c = use.comm;
     be_.set(device);
     cudaStream_t s = be_.dev(device).comm;
     NcclGroup g;
@@ -168,10 +246,38 @@ class NcclComm final : public backend::NativeComm {
           device, c);
     }
     MESHRT_NCCL_CHECK(g.end(), device, c);
-    lease.launched();
+    use.launched();
   }
 
  private:
+  // A member's communicator for one call: an in-process group's under a lease of the group
+  // cache; a spanning group's from the job-long map.
+  struct Use {
+    std::optional<backend::CommCache<ncclComm_t>::Lease> lease;
+    ncclComm_t comm = nullptr;
+    void launched() {
+      if (lease) lease->launched();
+    }
+  };
+  Use comm_for(const CommGroup& group, int device) {
+    Use use;
+    if (!group.spans()) {
+      use.lease.emplace(groups_.acquire(group.devices, device));
+      use.comm = use.lease->comm();
+      return use;
+    }
+    std::lock_guard<std::mutex> lock(spanning_mu_);
+    auto it = spanning_.find(group);
+    auto at =
+        it == spanning_.end() ? std::map<int, ncclComm_t>::iterator{} : it->second.find(device);
+    if (it == spanning_.end() || at == it->second.end()) {
+      throw Error("[nccl] " + dev_name(device) + " called for the group " + group_str(group) +
+                  " spanning processes before its communicators were opened; this is a meshrt bug");
+    }
+    use.comm = at->second;
+    return use;
+  }
+
   struct Parent {
     std::vector<ncclComm_t> comms;  // rank r on the r-th GPU of the set (ascending)
     int children = 0;               // cached groups split from it
@@ -313,6 +419,9 @@ class NcclComm final : public backend::NativeComm {
   std::map<std::vector<int>, Parent> parents_;  // guarded by parents_mu_; nodes stay put
   uint64_t clock_ = 0;                          // guarded by parents_mu_
   backend::CommCache<ncclComm_t> groups_;
+  std::mutex spanning_mu_;
+  // Groups spanning processes: per local member's device, its communicator. Never evicted.
+  std::map<CommGroup, std::map<int, ncclComm_t>> spanning_;  // guarded by spanning_mu_
 };
 
 }  // namespace
