@@ -226,14 +226,12 @@ std::string why_not_native(const detail::Launch& launch, const coll::GroupLayout
                            int64_t pos) {
   const auto& members =
       layout.members[static_cast<size_t>(layout.group_of[static_cast<size_t>(pos)])];
+  // Members in other processes are checked there (a group spanning processes runs on the
+  // library's communicators across processes, collectives/cross.h).
   std::vector<int> group;
   for (int64_t m : members) {
     const Device& d = launch.mesh.devices()[static_cast<size_t>(m)];
-    if (!detail::is_local(d))
-      return cat(d.str(),
-                 " belongs to another process (the library's path across processes is not "
-                 "built yet)");
-    group.push_back(d.local_index());
+    if (detail::is_local(d)) group.push_back(d.local_index());
   }
   return detail::backend_of(launch.mesh.devices().front().kind()).native_unavailable(group);
 }
