@@ -147,4 +147,15 @@ bool prng_legacy_stream() {
   return choice("MESHRT_PRNG_STREAM", "random.key", {"current", "legacy"}) == "legacy";
 }
 
+int launcher_local_processes() {
+  for (const char* name : {"OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS"}) {
+    if (auto v = raw(name)) {
+      char* end = nullptr;
+      const long n = std::strtol(v->c_str(), &end, 10);
+      if (*end == '\0' && n >= 1 && n <= 1 << 20) return static_cast<int>(n);
+    }
+  }
+  return 1;
+}
+
 }  // namespace meshrt::config

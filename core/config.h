@@ -55,4 +55,9 @@ bool require_cuda();
 // "current" (default, JAX >= 0.5), true for "legacy" (JAX 0.4.x).
 bool prng_legacy_stream();
 
+// Not meshrt's own: how many processes of this job the launcher started on this host
+// (OMPI_COMM_WORLD_LOCAL_SIZE under Open MPI's mpirun, MPI_LOCALNRANKS under MPICH's); 1 when
+// none says so or the value is not a positive number.
+int launcher_local_processes();
+
 }  // namespace meshrt::config

@@ -13,6 +13,7 @@
 #include "core/config.h"
 #include "core/error.h"
 #include "core/strings.h"
+#include "core/threads/executor.h"
 #include "runtime/detail/platform.h"
 
 namespace meshrt {
@@ -191,11 +192,7 @@ void set_process_layout(ProcessLayout layout) {
 }
 const ProcessLayout& process_layout() { return registry().layout; }
 int local_device_count(Device::Kind kind) { return backend_of(kind).device_count(); }
-bool oversubscribed(int64_t devices) {
-  // Read once: glibc answers hardware_concurrency from /sys on every call.
-  static const int64_t cores = std::max(1u, std::thread::hardware_concurrency());
-  return devices > cores;
-}
+bool oversubscribed(int64_t devices) { return devices > core::process_cores(); }
 }  // namespace detail
 
 MemoryStats memory_stats() {

@@ -36,7 +36,7 @@ bool use_fibers(int devices) {
     case config::CpuExecutor::automatic:
       break;
   }
-  return devices > static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  return devices > core::process_cores();
 }
 
 class CpuBackend final : public backend::Backend {
@@ -47,8 +47,7 @@ class CpuBackend final : public backend::Backend {
           std::make_unique<backend::BlockCache>(kCacheLimit, [](void* p) { std::free(p); }));
     configure_blas_threads(n);
     if (use_fibers(n)) {
-      const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-      fibers_ = std::make_unique<core::FiberPool>(n, std::min(n, cores));
+      fibers_ = std::make_unique<core::FiberPool>(n, std::min(n, core::process_cores()));
     } else {
       executors_.resize(static_cast<size_t>(n));
       for (auto& e : executors_) e = std::make_unique<core::Executor>();

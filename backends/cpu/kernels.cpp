@@ -14,6 +14,7 @@
 
 #include "backends/scalar_ops.h"
 #include "core/error.h"
+#include "core/threads/executor.h"
 
 namespace meshrt::cpu {
 
@@ -36,8 +37,7 @@ constexpr bool kUseTbb = true;
 #endif
 
 tbb::task_arena& arena() {
-  static tbb::task_arena* a =
-      new tbb::task_arena(static_cast<int>(std::max(1u, std::thread::hardware_concurrency())));
+  static tbb::task_arena* a = new tbb::task_arena(core::process_cores());
   return *a;
 }
 
@@ -391,7 +391,7 @@ void fill(DType dtype, int64_t n, double value, bool iota, void* y) {
 }
 
 void configure_blas_threads(int devices) {
-  const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  const int cores = core::process_cores();
   openblas_set_num_threads(devices >= cores ? 1 : std::max(1, cores / devices));
 }
 

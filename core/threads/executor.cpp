@@ -1,14 +1,22 @@
 #include "core/threads/executor.h"
 
+#include <algorithm>
 #include <utility>
 
-#include "core/threads/executor.h"
+#include "core/config.h"
 
 namespace meshrt::core {
 
 namespace {
 thread_local bool t_on_executor = false;
 }  // namespace
+
+int process_cores() {
+  static const int cores =
+      std::max(1, static_cast<int>(std::max(1u, std::thread::hardware_concurrency())) /
+                      config::launcher_local_processes());
+  return cores;
+}
 
 bool on_executor() { return t_on_executor; }
 void mark_executor_thread(bool on) { t_on_executor = on; }

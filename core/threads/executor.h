@@ -33,6 +33,10 @@ class Executor {
 };
 
 // True on a device executor's thread (thread or fiber worker), i.e. inside a device's task.
+// The cores this process may count on: the host's, shared evenly with the other processes the
+// launcher started on this host (several processes under mpirun on one machine). Executors,
+// kernels and BLAS size their threads from it.
+int process_cores();
 bool on_executor();
 // Called once by each executor thread when it starts; also around a caller thread driving a
 // fiber worker (FiberPool::drive), whose bodies must see that they run on an executor.
