@@ -119,6 +119,9 @@ class Backend {
   // executor allows it (cpu's fibers: core::FiberPool::drive). False when it cannot: then the
   // caller waits as usual.
   virtual bool drive(int /*device*/, const std::atomic<uint32_t>& /*done*/) { return false; }
+  // Optional first step of drive(), before submitting: keeps the submissions from waking the
+  // executor's own thread. A true answer must be followed by drive() on the same thread.
+  virtual bool claim(int /*device*/) { return false; }
 
   // ---- collective primitives: the data movement every collective algorithm is written against
   // (collectives/plane.h). `device` is the member doing the work; pointers may belong to any

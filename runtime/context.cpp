@@ -4,8 +4,11 @@
 #include <atomic>
 #include <cstdlib>
 #include <functional>
+#include <map>
+#include <mutex>
 #include <optional>
 #include <set>
+#include <tuple>
 
 #include "backends/backend.h"
 #include "backends/process_comm.h"
@@ -65,14 +68,30 @@ Launch::Launch(Mesh m, std::chrono::milliseconds timeout, bool oversubscribed)
   env_deterministic = config::deterministic();
 }
 
+namespace {
+// Group layouts by (mesh shape, axes positions, axes names), kept for the process's life: a
+// program uses a handful, and every launch of it the same ones.
+const coll::GroupLayout* shared_layout(const Shape& shape, const std::vector<std::string>& names,
+                                       const std::vector<int>& axes) {
+  using Key = std::tuple<Shape, std::vector<int>, std::vector<std::string>>;
+  static std::mutex mu;
+  static auto* layouts = new std::map<Key, std::unique_ptr<coll::GroupLayout>>;  // leaked: used
+                                                                                 // until exit
+  std::lock_guard<std::mutex> lock(mu);
+  auto& slot = (*layouts)[Key{shape, axes, names}];
+  if (!slot) {
+    slot = std::make_unique<coll::GroupLayout>(coll::make_group_layout(shape, axes));
+    slot->axis_names = names;
+  }
+  return slot.get();
+}
+}  // namespace
+
 const coll::GroupLayout& Launch::layout(const std::vector<std::string>& names,
                                         const std::vector<int>& axes) {
   std::lock_guard<std::mutex> lock(mu_);
   auto& slot = layouts_[axes];
-  if (!slot) {
-    slot = std::make_unique<coll::GroupLayout>(coll::make_group_layout(mesh.shape(), axes));
-    slot->axis_names = names;
-  }
+  if (slot == nullptr) slot = shared_layout(mesh.shape(), names, axes);
   return *slot;
 }
 

@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <memory>
 #include <mutex>
+#include <string>
 #include <thread>
 
 #include "backends/backend.h"
@@ -92,9 +93,13 @@ std::string_view Device::platform() const { return kind_ == Kind::cpu ? "cpu" : 
 
 std::string Device::str() const {
   if (id_ < 0) return "<no device>";
-  if (registry().layout.size > 1)
-    return cat("p", process_index_, ":", platform(), ":", local_index_);
-  return cat(platform(), ":", local_index_);
+  // Plain appends, no stream: every launch names its devices.
+  std::string s;
+  if (registry().layout.size > 1) s += "p" + std::to_string(process_index_) + ":";
+  s += platform();
+  s += ':';
+  s += std::to_string(local_index_);
+  return s;
 }
 
 void set_cpu_device_count(int n) {

@@ -117,6 +117,7 @@ class CpuBackend final : public backend::Backend {
   bool drive(int device, const std::atomic<uint32_t>& done) override {
     return fibers_ && fibers_->drive(device, done);
   }
+  bool claim(int device) override { return fibers_ && fibers_->claim(device); }
 
   // ---- collective primitives on host memory (coll_primitives.h): done when they return, so
   // there is nothing to begin, fence or signal.

@@ -274,9 +274,14 @@ void FiberPool::Worker::loop() {
   }
 }
 
+bool FiberPool::claim(int device) {
+  Worker* w = fibers_[static_cast<size_t>(device)]->worker;
+  return t_worker == nullptr && w->try_own();  // not on a worker, and its thread does not run it
+}
+
 bool FiberPool::drive(int device, const std::atomic<uint32_t>& done) {
   Worker* w = fibers_[static_cast<size_t>(device)]->worker;
-  if (t_worker != nullptr || !w->try_own()) return false;  // on a worker, or its thread runs it
+  if (t_worker != w && !claim(device)) return false;
   const bool was_executor = on_executor();
   mark_executor_thread(true);      // bodies run here: nested launches must see an executor
   void* const slot = t_task_slot;  // the caller's own (fiber switches reset it)

@@ -41,6 +41,10 @@ class FiberPool {
   // every task it waits for has ended; only idle fibers move between the caller and the
   // worker's thread.
   bool drive(int device, const std::atomic<uint32_t>& done);
+  // drive() in two steps: claim the worker of `device` before submitting (so the submissions
+  // do not wake its thread), then drive it. False when it cannot be claimed; a successful claim
+  // must be followed by drive() on the same thread.
+  bool claim(int device);
 
   struct Fiber;
   struct Worker;

@@ -318,6 +318,11 @@ std::vector<std::vector<Tensor>> run_bodies(const Mesh& mesh, const ErasedBody& 
   outcome.remaining = local;
   outcome.errors.resize(n);
   outcome.outputs.resize(n);
+  // The caller runs the first local device's executor while it waits, where the executor allows
+  // it (see below); claimed before the submissions so that they do not wake its thread.
+  const auto first = std::find_if(mesh.devices().begin(), mesh.devices().end(), is_local);
+  backend::Backend* const driven = local > 0 ? &backend_of(*first) : nullptr;
+  const bool claimed = driven != nullptr && driven->claim(first->local_index());
   for (size_t pos = 0; pos < n; ++pos) {
     const Device dev = mesh.devices()[pos];
     if (!is_local(dev)) continue;
@@ -347,11 +352,10 @@ std::vector<std::vector<Tensor>> run_bodies(const Mesh& mesh, const ErasedBody& 
   }
   if (local > 0) {
     // A short body ends within microseconds, sooner than a futex sleep and wake-up: the caller
-    // runs the first local device's fibers itself where the executor allows it, else waits
+    // runs the first local device's fibers itself where it could claim them, else waits
     // without sleeping for a while, then sleeps. Taking the lock at the end also waits for the
     // last task to leave its critical section before `outcome` goes.
-    const Device& first = *std::find_if(mesh.devices().begin(), mesh.devices().end(), is_local);
-    if (!backend_of(first).drive(first.local_index(), outcome.done))
+    if (!(claimed && driven->drive(first->local_index(), outcome.done)))
       core::spin_while(outcome.done, 0, core::kSpinBudget, true);
     std::unique_lock<std::mutex> lock(outcome.mu);
     outcome.cv.wait(lock, [&] { return outcome.remaining == 0; });

@@ -33,8 +33,8 @@ namespace meshrt::detail {
 // the device groups of each tuple of axes. Lives while any body, or a PendingTensor one made, does.
 struct Launch {
   Launch(Mesh m, std::chrono::milliseconds timeout, bool oversubscribed);
-  // The device groups for a tuple of mesh axes (names and their positions in the mesh), built
-  // once per launch.
+  // The device groups for a tuple of mesh axes (names and their positions in the mesh): built
+  // once per process for each mesh shape and axes, and kept (launches reuse them).
   const coll::GroupLayout& layout(const std::vector<std::string>& names,
                                   const std::vector<int>& axes);
 
@@ -46,7 +46,7 @@ struct Launch {
 
  private:
   std::mutex mu_;
-  std::map<std::vector<int>, std::unique_ptr<coll::GroupLayout>> layouts_;  // guarded by mu_
+  std::map<std::vector<int>, const coll::GroupLayout*> layouts_;  // guarded by mu_
 };
 
 // One device's part of a run, behind its Context: the launch, the device's mesh position, and
