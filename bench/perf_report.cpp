@@ -83,6 +83,25 @@ double time_op(int64_t n, int64_t elems, int iters, int reps,
   return median(samples);
 }
 
+// Seconds per whole shard_map call whose body is one psum of one float per device (placing the
+// input, running the 8 bodies, assembling the output): the median over every call of all reps.
+double shard_map_call_latency(int64_t n, int iters, int reps) {
+  Mesh mesh = make_mesh({n}, {"x"});
+  Array x = device_put(std::vector<float>(static_cast<size_t>(n), 1.0f), {n},
+                       NamedSharding(mesh, P("x")));
+  auto f =
+      shard_map([](Context& c, const Tensor& t) { return c.psum(t, "x"); }, mesh, {P("x")}, P());
+  for (int i = 0; i < iters / 10; ++i) f(x);  // warm-up
+  std::vector<double> calls;
+  calls.reserve(static_cast<size_t>(iters) * reps);
+  for (int r = 0; r < reps * iters; ++r) {
+    auto t0 = Clock::now();
+    f(x);
+    calls.push_back(seconds_since(t0));
+  }
+  return median(calls);
+}
+
 // Per-call latency of op (one float per device): every call timed on device 0, which returns
 // only once all devices arrived. Returns {median, mean} over all calls of all reps.
 std::pair<double, double> latency_op(int64_t n, int iters, int reps,
@@ -241,6 +260,9 @@ int main(int argc, char** argv) {
     row("psum of one float: median per call", t_small, "Open MPI MPI_Allreduce (mean)",
         mpi_allreduce(static_cast<int>(n), 4, 20000, 5), "< 8 us");
   row("psum of one float: mean per call", t_small_mean, "", -1, "");
+  row("whole shard_map call, psum of one float",
+      shard_map_call_latency(n, quick ? 1000 : 5000, reps), "the psum alone (median above)",
+      t_small, "<= 25 us");
   auto [thr_med, thr_mean] = latency_with_threads(argv[0], quick);
   row("psum of one float: median, threads executor", thr_med, "", -1, "(compare)");
   (void)thr_mean;
