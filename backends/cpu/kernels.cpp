@@ -6,6 +6,7 @@
 #include <oneapi/tbb/task_arena.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -334,6 +335,67 @@ void reduce(ReduceOp op, DType dtype, int64_t outer, int64_t len, int64_t inner,
   });
 }
 
+namespace {
+
+// C[m, n] = A[m, k] @ B[k, n] (row-major, leading dimensions k, n, n) for rows [r0, r1) and
+// columns [c0, c1), one BLAS call on the calling thread.
+template <class T>
+void gemm_block(const T* A, const T* B, T* C, int64_t n, int64_t k, int64_t r0, int64_t r1,
+                int64_t c0, int64_t c1) {
+  const auto rows = static_cast<int>(r1 - r0), cols = static_cast<int>(c1 - c0);
+  if constexpr (std::is_same_v<T, float>) {
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, cols, static_cast<int>(k), 1.0f,
+                A + r0 * k, static_cast<int>(k), B + c0, static_cast<int>(n), 0.0f, C + r0 * n + c0,
+                static_cast<int>(n));
+  } else {
+    cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, cols, static_cast<int>(k), 1.0,
+                A + r0 * k, static_cast<int>(k), B + c0, static_cast<int>(n), 0.0, C + r0 * n + c0,
+                static_cast<int>(n));
+  }
+}
+
+// Products this large are split into blocks that run in the shared oneTBB arena, whose threads
+// are the process's cores: a device alone gets every core, devices busy at once share them (each
+// calling thread runs its own blocks when the others are taken). BLAS itself runs one thread
+// per call (configure_blas_threads), so the arena is the only place cores are handed out.
+constexpr int64_t kParallelGemmFlops = int64_t{1} << 24;
+
+// Products being computed right now, process-wide: when they already keep every core busy
+// (devices multiplying at once), splitting one more would only add scheduling.
+std::atomic<int> g_gemms{0};
+
+template <class T>
+void blocked_gemm(const T* A, const T* B, T* C, int64_t m, int64_t n, int64_t k) {
+  const int64_t cores = core::process_cores();
+  struct Count {
+    Count() { g_gemms.fetch_add(1, std::memory_order_relaxed); }
+    ~Count() { g_gemms.fetch_sub(1, std::memory_order_relaxed); }
+  } counted;
+  if (!kUseTbb || cores == 1 || m * n * k < kParallelGemmFlops ||
+      g_gemms.load(std::memory_order_relaxed) >= cores) {
+    gemm_block(A, B, C, n, k, 0, m, 0, n);
+    return;
+  }
+  // Rows when there are enough (each block then shares B), else columns.
+  const bool by_rows = m >= 8 * cores || m >= n;
+  const int64_t extent = by_rows ? m : n;
+  const int64_t parts = std::min(extent, 2 * cores);  // two per core: blocks finish unevenly
+  arena().execute([&] {
+    tbb::parallel_for(tbb::blocked_range<int64_t>(0, parts, 1),
+                      [&](const tbb::blocked_range<int64_t>& r) {
+                        for (int64_t p = r.begin(); p != r.end(); ++p) {
+                          const int64_t lo = extent * p / parts, hi = extent * (p + 1) / parts;
+                          if (by_rows)
+                            gemm_block(A, B, C, n, k, lo, hi, 0, n);
+                          else
+                            gemm_block(A, B, C, n, k, 0, m, lo, hi);
+                        }
+                      });
+  });
+}
+
+}  // namespace
+
 void matmul(DType dtype, int64_t batch, int64_t m, int64_t n, int64_t k, const void* a,
             const void* b, void* c) {
   with_type(dtype, [&](auto tv) {
@@ -353,14 +415,8 @@ void matmul(DType dtype, int64_t batch, int64_t m, int64_t n, int64_t k, const v
           std::fill(C, C + m * n, T(0));
           continue;
         }
-        if constexpr (std::is_same_v<T, float>) {
-          cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, static_cast<int>(m),
-                      static_cast<int>(n), static_cast<int>(k), 1.0f, A, static_cast<int>(k), B,
-                      static_cast<int>(n), 0.0f, C, static_cast<int>(n));
-        } else if constexpr (std::is_same_v<T, double>) {
-          cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, static_cast<int>(m),
-                      static_cast<int>(n), static_cast<int>(k), 1.0, A, static_cast<int>(k), B,
-                      static_cast<int>(n), 0.0, C, static_cast<int>(n));
+        if constexpr (std::is_floating_point_v<T>) {
+          blocked_gemm(A, B, C, m, n, k);
         } else {
           // Integers (no BLAS): i-k-j order, wrapping like XLA.
           std::fill(C, C + m * n, T(0));
@@ -390,9 +446,10 @@ void fill(DType dtype, int64_t n, double value, bool iota, void* y) {
   });
 }
 
-void configure_blas_threads(int devices) {
-  const int cores = core::process_cores();
-  openblas_set_num_threads(devices >= cores ? 1 : std::max(1, cores / devices));
+void configure_blas_threads(int /*devices*/) {
+  // Large products are split across the arena's threads (blocked_gemm) instead: OpenBLAS's own
+  // threads would come on top of busy devices' threads, and it cannot know how many are busy.
+  openblas_set_num_threads(1);
 }
 
 }  // namespace meshrt::cpu

@@ -23,7 +23,8 @@ void reduce(backend::ReduceOp op, DType dtype, int64_t outer, int64_t len, int64
 void matmul(DType dtype, int64_t batch, int64_t m, int64_t n, int64_t k, const void* a,
             const void* b, void* c);
 void fill(DType dtype, int64_t n, double value, bool iota, void* y);
-// Makes BLAS calls single-threaded when simulated devices already keep every core busy.
+// Makes BLAS calls single-threaded: large products are split across the shared oneTBB arena
+// instead (matmul), which hands out the process's cores among the devices busy at the time.
 void configure_blas_threads(int devices);
 
 }  // namespace meshrt::cpu

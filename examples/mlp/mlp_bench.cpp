@@ -104,6 +104,24 @@ int main(int argc, char** argv) {
                   static_cast<double>(peak) / hand_m);
     }
   }
+  // One device of the same 8: it alone is busy, and should use every core (the hand-written
+  // step, against the 8-device data-parallel one above).
+  {
+    const Mesh one({mesh.devices().front()}, {1}, {"batch"});
+    (void)mlp::loss_and_grad(p, Strategy::single, one, Style::hand_written);  // warm-up
+    std::vector<double> t, dp;
+    for (int r = 0; r < repeats; ++r) {
+      auto t0 = std::chrono::steady_clock::now();
+      (void)mlp::loss_and_grad(p, Strategy::single, one, Style::hand_written);
+      t.push_back(seconds_since(t0));
+      t0 = std::chrono::steady_clock::now();
+      (void)mlp::loss_and_grad(p, Strategy::data_parallel, mesh, Style::hand_written);
+      dp.push_back(seconds_since(t0));
+    }
+    std::printf("%-16s %-30s %8.1f ms %8.2fx of the data-parallel step (%.1f ms, interleaved)\n",
+                "single device", "hand-written", median(t) * 1e3, median(t) / median(dp),
+                median(dp) * 1e3);
+  }
   // The devices share this machine's cores: the bound is the step's FLOPs at the rate the
   // devices' sgemms reach together here.
   std::printf("compute bound: %.1f GFLOP / %.1f GFLOP/s = %.1f ms\n", flops / 1e9, rate,
