@@ -38,6 +38,7 @@ struct FiberPool::Fiber {
   void* stack_lo = nullptr;
   std::deque<std::function<void()>> queue;  // guarded by worker->mu
   std::atomic<int> queued{0};               // queue.size(), readable without the lock
+  bool listed = false;  // guarded by worker->mu: in the worker's `incoming` or `active` list
   // Worker-thread-only state: whether a task is in progress, and while the fiber is switched
   // out inside cooperative_wait, what it waits for.
   bool busy = false;
@@ -61,6 +62,12 @@ struct FiberPool::Worker {
   std::atomic<bool> owned{false};
   std::atomic<int> busy{0};  // fibers in the middle of a task (some may be switched out)
   std::vector<Fiber*> fibers;
+  // Only fibers with work are visited: submit() lists a fiber in `incoming` (under mu), a pass
+  // moves those into `active` (the owner's), and a fiber leaves `active` once it has no task in
+  // progress or queued. A pass costs the busy devices, not all of the worker's devices.
+  std::vector<Fiber*> incoming;  // guarded by mu
+  std::atomic<bool> has_incoming{false};
+  std::vector<Fiber*> active;  // the owning thread's
   ucontext_t ctx{};
   Fiber* current = nullptr;
   // The running thread's: its stack (AddressSanitizer) and fiber handle (ThreadSanitizer).
@@ -202,13 +209,19 @@ void FiberPool::Worker::disown() {
 }
 
 FiberPool::Worker::Pass FiberPool::Worker::pass() {
-  bool ran = false, active = false;
+  if (has_incoming.load(std::memory_order_acquire)) {
+    std::lock_guard<std::mutex> lock(mu);
+    active.insert(active.end(), incoming.begin(), incoming.end());
+    incoming.clear();
+    has_incoming.store(false, std::memory_order_relaxed);
+  }
+  bool ran = false, waiting = false;
   Clock::time_point now{};
   bool have_now = false;
-  for (Fiber* f : fibers) {
+  for (size_t i = 0; i < active.size();) {
+    Fiber* f = active[i];
     bool runnable;
     if (f->busy) {
-      active = true;
       runnable = f->word == nullptr || f->word->load(std::memory_order_acquire) != f->value;
       if (!runnable) {
         if (!have_now) {
@@ -224,8 +237,22 @@ FiberPool::Worker::Pass FiberPool::Worker::pass() {
       ran = true;
       switch_to_fiber(this, f);
     }
+    if (f->busy) {
+      waiting = waiting || !runnable;
+      ++i;
+      continue;
+    }
+    // Idle: it leaves the list unless a task arrived meanwhile (checked under submit's lock).
+    std::lock_guard<std::mutex> lock(mu);
+    if (f->queued.load(std::memory_order_relaxed) > 0) {
+      ++i;
+      continue;
+    }
+    f->listed = false;
+    active[i] = active.back();
+    active.pop_back();
   }
-  return ran ? Pass::ran : active ? Pass::waiting : Pass::idle;
+  return ran ? Pass::ran : waiting || !active.empty() ? Pass::waiting : Pass::idle;
 }
 
 namespace {
@@ -368,6 +395,11 @@ void FiberPool::submit(int device, std::function<void()> task) {
     f->queue.push_back(std::move(task));
     f->queued.fetch_add(1, std::memory_order_release);
     w->queued.fetch_add(1, std::memory_order_release);
+    if (!f->listed) {
+      f->listed = true;
+      w->incoming.push_back(f);
+      w->has_incoming.store(true, std::memory_order_release);
+    }
   }
   // A thread running the worker sees the task on its next pass; drive() hands leftovers back.
   if (!w->owned.load(std::memory_order_acquire)) w->cv.notify_one();
