@@ -126,12 +126,17 @@ bool operator==(const Sharding& a, const Sharding& b) {
     return ma == mb && a.device_list() == b.device_list();
   }
   if (!(*ma == *mb)) return false;
-  auto trimmed = [](const PartitionSpec& p) {
-    std::vector<PartitionSpec::Entry> e = p.entries();
-    while (!e.empty() && e.back().empty()) e.pop_back();
-    return e;
-  };
-  return trimmed(a.spec_or_empty()) == trimmed(b.spec_or_empty());
+  return detail::same_placement(a.spec_or_empty(), b.spec_or_empty());
+}
+
+bool detail::same_placement(const PartitionSpec& a, const PartitionSpec& b) {
+  const auto& ea = a.entries();
+  const auto& eb = b.entries();
+  for (size_t d = 0; d < std::max(ea.size(), eb.size()); ++d) {
+    const bool none_a = d >= ea.size() || ea[d].empty(), none_b = d >= eb.size() || eb[d].empty();
+    if (none_a != none_b || (!none_a && ea[d] != eb[d])) return false;
+  }
+  return true;
 }
 
 bool Sharding::is_fully_replicated() const {

@@ -58,6 +58,12 @@ class Sharding {
 // same device.
 bool operator==(const Sharding& a, const Sharding& b);
 
+namespace detail {
+// Whether two specs place blocks alike: equal up to trailing unsharded dimensions (the spec half
+// of Sharding ==).
+bool same_placement(const PartitionSpec& a, const PartitionSpec& b);
+}  // namespace detail
+
 // Blocks placed by a PartitionSpec over a Mesh. The constructor checks the spec against the
 // mesh (unknown axes, an axis used twice); shapes are checked when they are given.
 class NamedSharding : public Sharding {

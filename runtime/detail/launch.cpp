@@ -249,14 +249,8 @@ struct Outcome {
 // unsharded dimensions), with nothing pending.
 bool placed_as(const Array& x, const Mesh& mesh, const PartitionSpec& spec) {
   const Mesh* xm = x.sharding().mesh_or_null();
-  if (xm == nullptr || !x.pending_sum_axes().empty() || !(*xm == mesh)) return false;
-  const auto& a = x.sharding().spec_or_empty().entries();
-  const auto& b = spec.entries();
-  for (size_t d = 0; d < std::max(a.size(), b.size()); ++d) {
-    const bool ea = d >= a.size() || a[d].empty(), eb = d >= b.size() || b[d].empty();
-    if (ea != eb || (!ea && a[d] != b[d])) return false;
-  }
-  return true;
+  return xm != nullptr && x.pending_sum_axes().empty() && *xm == mesh &&
+         same_placement(x.sharding().spec_or_empty(), spec);
 }
 
 }  // namespace
