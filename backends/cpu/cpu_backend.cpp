@@ -45,7 +45,7 @@ class CpuBackend final : public backend::Backend {
     for (int d = 0; d < n; ++d)
       caches_.push_back(
           std::make_unique<backend::BlockCache>(kCacheLimit, [](void* p) { std::free(p); }));
-    configure_blas_threads(n);
+    configure_blas_threads();
     if (use_fibers(n)) {
       fibers_ = std::make_unique<core::FiberPool>(n, std::min(n, core::process_cores()));
     } else {

@@ -446,7 +446,7 @@ void fill(DType dtype, int64_t n, double value, bool iota, void* y) {
   });
 }
 
-void configure_blas_threads(int /*devices*/) {
+void configure_blas_threads() {
   // Large products are split across the arena's threads (blocked_gemm) instead: OpenBLAS's own
   // threads would come on top of busy devices' threads, and it cannot know how many are busy.
   openblas_set_num_threads(1);

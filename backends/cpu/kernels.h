@@ -25,6 +25,6 @@ void matmul(DType dtype, int64_t batch, int64_t m, int64_t n, int64_t k, const v
 void fill(DType dtype, int64_t n, double value, bool iota, void* y);
 // Makes BLAS calls single-threaded: large products are split across the shared oneTBB arena
 // instead (matmul), which hands out the process's cores among the devices busy at the time.
-void configure_blas_threads(int devices);
+void configure_blas_threads();
 
 }  // namespace meshrt::cpu
