@@ -27,6 +27,7 @@
 #include "collectives/reduce.h"
 #include "collectives/rendezvous.h"
 #include "core/error.h"
+#include "tests/fake_device_backend.h"
 
 namespace meshrt {
 namespace {
@@ -34,42 +35,15 @@ namespace {
 using coll::Algo;
 using coll::Kind;
 
-class LazyStreams final : public backend::Backend {
+class LazyStreams final : public test::CollectivesOnlyBackend {
  public:
   using Transfer = backend::NativeComm::Transfer;
-  explicit LazyStreams(int n)
-      : Backend(/*host_memory=*/false), streams_(static_cast<size_t>(n)), native_(*this) {}
+  explicit LazyStreams(int n) : streams_(static_cast<size_t>(n)), native_(*this) {}
 
   std::string_view platform() const override { return "lazy-streams"; }
   int device_count() const override { return static_cast<int>(streams_.size()); }
-  std::string unavailable_reason() const override { return ""; }
   std::shared_ptr<backend::Buffer> allocate(int, size_t) override { throw Error("not used"); }
   void deallocate(int, void*, size_t) noexcept override {}
-  void copy_2d(void*, int, size_t, const void*, int, size_t, size_t, size_t) override {
-    throw Error("not used");
-  }
-  void unary(int, backend::UnaryOp, DType, DType, const std::vector<int64_t>&,
-             const backend::Strided&, void*) override {
-    throw Error("not used");
-  }
-  void binary(int, backend::BinaryOp, DType, DType, const std::vector<int64_t>&,
-              const backend::Strided&, const backend::Strided&, void*) override {
-    throw Error("not used");
-  }
-  void select(int, DType, const std::vector<int64_t>&, const backend::Strided&,
-              const backend::Strided&, const backend::Strided&, void*) override {
-    throw Error("not used");
-  }
-  void reduce(int, backend::ReduceOp, DType, int64_t, int64_t, int64_t, const void*,
-              void*) override {
-    throw Error("not used");
-  }
-  void matmul(int, DType, int64_t, int64_t, int64_t, int64_t, const void*, const void*,
-              void*) override {
-    throw Error("not used");
-  }
-  void fill(int, DType, int64_t, double, bool, void*) override { throw Error("not used"); }
-  void submit(int, std::function<void()>) override { throw Error("not used"); }
 
   void coll_begin(int device) override { ++stream(device).begins; }
   void coll_copy_2d(int device, void* dst, size_t dpitch, const void* src, size_t spitch,
@@ -270,44 +244,8 @@ class LazyStreams final : public backend::Backend {
   std::vector<int> no_direct_;
 };
 
-struct Case {
-  Kind kind;
-  DType dtype;
-  Shape shape;  // per member
-  int64_t axis = 0, axis2 = 0;
-  bool tiled = false;
-};
-
-Shape out_shape_of(const Case& c, int64_t n) {
-  Shape s = c.shape;
-  const auto a = static_cast<size_t>(c.axis);
-  switch (c.kind) {
-    case Kind::all_gather:
-      if (c.tiled)
-        s[a] *= n;
-      else
-        s.insert(s.begin() + static_cast<std::ptrdiff_t>(a), n);
-      break;
-    case Kind::psum_scatter:
-      if (c.tiled)
-        s[a] /= n;
-      else
-        s.erase(s.begin() + static_cast<std::ptrdiff_t>(a));
-      break;
-    case Kind::all_to_all:
-      if (c.tiled) {
-        s[a] /= n;
-        s[static_cast<size_t>(c.axis2)] *= n;
-      } else {
-        s.erase(s.begin() + static_cast<std::ptrdiff_t>(a));
-        s.insert(s.begin() + c.axis2, n);
-      }
-      break;
-    default:
-      break;
-  }
-  return s;
-}
+using Case = test::CollectiveCase;
+using test::out_shape_of;
 
 // The cpu backend's host-memory primitives: the reference every lazy-stream run must match.
 backend::Backend* host_memory() {
@@ -326,19 +264,7 @@ struct Group {
   Group(const Case& c, Algo algo, bool det, int64_t n) : n(n), session(names(n), kTimeout, false) {
     layout = coll::make_group_layout({n}, {0});
     layout.axis_names = {"x"};
-    call.kind = c.kind;
-    call.dtype = c.dtype;
-    call.shape = c.shape;
-    call.axes = &layout.axis_names;
-    call.axis = c.axis;
-    call.axis2 = c.axis2;
-    call.tiled = c.tiled;
-    call.algo = algo;
-    call.deterministic = det;
-    if (c.kind == Kind::ppermute) {
-      for (int64_t i = 0; i + 1 < n; ++i)
-        call.perm.emplace_back(i, (i + 2) % n);  // one member receives nothing
-    }
+    call = test::call_of(c, algo, det, layout.axis_names, n);
     const DType od = c.kind == Kind::pmean ? coll::pmean_dtype(c.dtype) : c.dtype;
     out_shape = out_shape_of(c, n);
     int64_t in_elems = 1, out_elems = 1;

@@ -28,6 +28,7 @@
 #include "collectives/reduce.h"
 #include "collectives/rendezvous.h"
 #include "core/error.h"
+#include "tests/fake_device_backend.h"
 
 namespace meshrt {
 namespace {
@@ -205,43 +206,16 @@ class SpanningNative final : public backend::NativeComm {
 
 // Two devices whose collective primitives complete at once, on memory the collectives layer must
 // treat as a device's (host_addressable() is false).
-class FakeDevices final : public backend::Backend {
+class FakeDevices final : public test::CollectivesOnlyBackend {
  public:
-  FakeDevices() : Backend(/*host_memory=*/false) {}
   std::string_view platform() const override { return "fake-gpu"; }
   int device_count() const override { return 2; }
-  std::string unavailable_reason() const override { return ""; }
   std::shared_ptr<backend::Buffer> allocate(int device, size_t bytes) override {
     ++allocations;
     return std::make_shared<backend::Buffer>(this, device, std::malloc(std::max<size_t>(bytes, 1)),
                                              bytes);
   }
   void deallocate(int, void* data, size_t) noexcept override { std::free(data); }
-  void copy_2d(void*, int, size_t, const void*, int, size_t, size_t, size_t) override {
-    throw Error("not used");
-  }
-  void unary(int, backend::UnaryOp, DType, DType, const std::vector<int64_t>&,
-             const backend::Strided&, void*) override {
-    throw Error("not used");
-  }
-  void binary(int, backend::BinaryOp, DType, DType, const std::vector<int64_t>&,
-              const backend::Strided&, const backend::Strided&, void*) override {
-    throw Error("not used");
-  }
-  void select(int, DType, const std::vector<int64_t>&, const backend::Strided&,
-              const backend::Strided&, const backend::Strided&, void*) override {
-    throw Error("not used");
-  }
-  void reduce(int, backend::ReduceOp, DType, int64_t, int64_t, int64_t, const void*,
-              void*) override {
-    throw Error("not used");
-  }
-  void matmul(int, DType, int64_t, int64_t, int64_t, int64_t, const void*, const void*,
-              void*) override {
-    throw Error("not used");
-  }
-  void fill(int, DType, int64_t, double, bool, void*) override { throw Error("not used"); }
-  void submit(int, std::function<void()>) override { throw Error("not used"); }
 
   void coll_begin(int) override {}
   void coll_copy_2d(int, void* dst, size_t dpitch, const void* src, size_t spitch, size_t width,
@@ -270,44 +244,8 @@ class FakeDevices final : public backend::Backend {
   std::atomic<int> allocations{0};
 };
 
-struct Case {
-  Kind kind;
-  DType dtype;
-  Shape shape;  // per member
-  int64_t axis = 0, axis2 = 0;
-  bool tiled = false;
-};
-
-Shape out_shape_of(const Case& c, int64_t n) {
-  Shape s = c.shape;
-  const auto a = static_cast<size_t>(c.axis);
-  switch (c.kind) {
-    case Kind::all_gather:
-      if (c.tiled)
-        s[a] *= n;
-      else
-        s.insert(s.begin() + static_cast<std::ptrdiff_t>(a), n);
-      break;
-    case Kind::psum_scatter:
-      if (c.tiled)
-        s[a] /= n;
-      else
-        s.erase(s.begin() + static_cast<std::ptrdiff_t>(a));
-      break;
-    case Kind::all_to_all:
-      if (c.tiled) {
-        s[a] /= n;
-        s[static_cast<size_t>(c.axis2)] *= n;
-      } else {
-        s.erase(s.begin() + static_cast<std::ptrdiff_t>(a));
-        s.insert(s.begin() + c.axis2, n);
-      }
-      break;
-    default:
-      break;
-  }
-  return s;
-}
+using Case = test::CollectiveCase;
+using test::out_shape_of;
 
 constexpr int64_t kMembers = 4;
 
@@ -336,20 +274,7 @@ Outcome run(const Case& c, Algo algo, bool det, backend::Backend* be,
   coll::Session session(names, std::chrono::seconds(30), false, cross);
   coll::GroupLayout layout = coll::make_group_layout({kMembers}, {0});
   layout.axis_names = {"x"};
-  coll::Call call;
-  call.kind = c.kind;
-  call.dtype = c.dtype;
-  call.shape = c.shape;
-  call.axes = &layout.axis_names;
-  call.axis = c.axis;
-  call.axis2 = c.axis2;
-  call.tiled = c.tiled;
-  call.algo = algo;
-  call.deterministic = det;
-  if (c.kind == Kind::ppermute) {
-    for (int64_t i = 0; i + 1 < kMembers; ++i)
-      call.perm.emplace_back(i, (i + 2) % kMembers);  // one member receives nothing
-  }
+  const coll::Call call = test::call_of(c, algo, det, layout.axis_names, kMembers);
   const Shape out_shape = out_shape_of(c, kMembers);
   int64_t in_elems = 1, out_elems = 1;
   for (int64_t d : c.shape) in_elems *= d;
