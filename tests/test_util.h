@@ -68,11 +68,15 @@ std::vector<double> host_values(const X& x) {
   return {};
 }
 
-inline std::vector<std::string> split(const std::string& s, char sep) {
+// Splits at `sep`; with `outside_parens`, only where no parenthesis is open.
+inline std::vector<std::string> split(const std::string& s, char sep, bool outside_parens = false) {
   std::vector<std::string> out;
   std::string cur;
+  int depth = 0;
   for (char c : s) {
-    if (c == sep) {
+    if (outside_parens && c == '(') ++depth;
+    if (outside_parens && c == ')') --depth;
+    if (c == sep && depth == 0) {
       out.push_back(cur);
       cur.clear();
     } else {
@@ -135,21 +139,7 @@ namespace view_data {
 
 // Splits at `sep` outside parentheses.
 inline std::vector<std::string> split_top(const std::string& s, char sep) {
-  std::vector<std::string> out;
-  std::string cur;
-  int depth = 0;
-  for (char c : s) {
-    if (c == '(') ++depth;
-    if (c == ')') --depth;
-    if (c == sep && depth == 0) {
-      out.push_back(cur);
-      cur.clear();
-    } else {
-      cur += c;
-    }
-  }
-  out.push_back(cur);
-  return out;
+  return split(s, sep, true);
 }
 
 // "-" is P(); entries separated by '|', "None", a name, or "(a,b)".
