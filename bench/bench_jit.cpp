@@ -42,7 +42,7 @@ Array program20_over(const Array& x, const Array& y, int over) {
   Array o = log(n);           // 16
   Array p = max(o, 1, true);  // 17
   Array q = o - p;            // 18
-  Array r = sum(q, 0);        // 19: over the sharded dim (a psum)
+  Array r = sum(q, over);     // 19: over the sharded dim 0 (a psum), or dim 1
   return tanh(r);             // 20
 }
 

@@ -118,7 +118,8 @@ std::vector<Array> apply(std::string_view op, const std::vector<Array>& xs, cons
   } else if (kernel.local) {  // large blocks: every device computes at once, on its executor
     const global::LocalFn& f = kernel.local;
     res = global::run_blocks(m.mesh, placed, plan.need, computed, out_shapes,
-                             [&f](Context&, const std::vector<Tensor>& b) { return f(b); });
+                             [&f](Context&, const std::vector<Tensor>& b) { return f(b); },
+                             {.local = &f});
   } else {
     res = global::run_blocks(m.mesh, placed, plan.need, computed, out_shapes, kernel.body);
   }

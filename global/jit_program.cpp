@@ -2,18 +2,26 @@
 #include "global/jit_program.h"
 
 #include <algorithm>
+#include <array>
+#include <charconv>
 #include <map>
+#include <mutex>
 #include <optional>
 #include <set>
 #include <tuple>
 #include <unordered_set>
 
+#include "collectives/direct.h"
+#include "collectives/groups.h"
+#include "core/config.h"
 #include "core/error.h"
 #include "core/strings.h"
 #include "global/collective_log.h"
 #include "global/jit_record.h"
 #include "global/layout.h"
+#include "runtime/detail/kernel_tape.h"
 #include "runtime/detail/launch.h"
+#include "runtime/detail/platform.h"
 #include "runtime/detail/trace.h"
 
 namespace meshrt::detail {
@@ -51,27 +59,52 @@ struct JitValue {
   std::vector<Tensor> blocks;  // constants only
   bool keep_to_end = false;    // read from another position or returned: never dropped early
   size_t block_bytes = 0;      // the largest block
+  size_t first = 0;            // its first block's index in a replay's flat tables
+  // Made by a compiled step and read only by compiled steps at the same position: its blocks
+  // live in the program's planned buffers (no Tensor per call); else every block is a Tensor.
+  bool planned = false;
 };
 
 struct JitStep {
   enum Kind { local, blocks, reshard } kind = local;
   std::optional<Mesh> mesh;  // local, blocks
+  int mesh_index = -1;       // local, blocks: into JitProgram::meshes
   global::LocalFn fn;
+  bool concurrent = false;  // local: large blocks, computed on every device's executor at once
+  // local: the kernels fn calls, recorded at trace time (null: fn itself runs; why_not says why)
+  std::shared_ptr<const KernelProgram> kernels;
+  std::string why_not;
+  // per temporary of `kernels`: its planned buffer (an index into the mesh's buffers), or -1 - j
+  // when it holds a result that leaves the compiled steps (the j-th of `fresh` buffers allocated
+  // per call, since a Tensor keeps it)
+  std::vector<int> temp_home;
+  size_t fresh = 0;
   global::Body body;
-  std::vector<std::vector<Ref>> in;  // per operand, per position
-  std::vector<int> out;              // value ids
+  // blocks: a psum of the operand over mesh axes that the replay folds from the caller's thread
+  // (host memory, every device in this process, small blocks): the direct algorithm's fold, in
+  // the same member order, so the same bits, without waking the executors.
+  bool host_psum = false;
+  std::vector<std::vector<int64_t>> groups;  // host_psum: per group, its members' positions
+  Shape block_shape;                         // host_psum: of every block
+  std::vector<std::vector<Ref>> in;          // per operand, per position
+  std::vector<int> out;                      // value ids
   // reshard: the operand's metadata and the target
   Shape shape;
   DType dtype = DType::f32;
   std::optional<Sharding> from, to;
   std::vector<std::string> pending;
   std::vector<int> drop;  // values whose blocks at the running position are not read again
+  // Flat table indices (JitValue::first + position), computed once: in_flat[pos * operands + i]
+  // is operand i's block at pos; out_first[o] is result o's first block.
+  std::vector<uint32_t> in_flat;
+  std::vector<uint32_t> out_first;
 };
 
 struct JitSegment {
   size_t begin = 0, end = 0;  // steps [begin, end)
   bool host = false;          // a reshard run from the caller
   bool inline_run = false;  // every device's steps from the caller's thread (tiny, no collectives)
+  bool fold = false;        // one host_psum step
 };
 
 struct JitLine {
@@ -90,9 +123,32 @@ struct JitOutput {
   std::vector<std::string> pending;
 };
 
+// One call's working memory, kept by the program and reused by later calls (a call takes one
+// that is free, or makes one): the flat tables of blocks, the planned buffers of each mesh
+// position, the kernels' stride scratch.
+struct JitArena {
+  std::vector<Tensor> vals;  // per value and position (value.first + pos)
+  std::vector<char*> ptrs;   // the same blocks' addresses
+  std::vector<std::vector<std::vector<std::shared_ptr<backend::Buffer>>>> bufs;  // [mesh][pos][k]
+  std::vector<std::vector<std::vector<backend::Strided>>> scratch;               // [step][pos]
+};
+
+// A mesh position's device, its backend (null for another process's) and local index.
+struct JitPlace {
+  Device device;
+  backend::Backend* backend = nullptr;
+  int local = 0;
+};
+
 class JitProgram {
  public:
   std::string name;
+  std::vector<Mesh> meshes;                   // of the steps
+  std::vector<std::vector<JitPlace>> places;  // per mesh, per position
+  std::vector<std::vector<size_t>> planned;   // per mesh: the planned buffers' sizes
+  size_t flat = 0;                            // blocks over all values
+  mutable std::mutex arenas_mu;
+  mutable std::vector<std::unique_ptr<JitArena>> arenas;  // free ones
   std::vector<JitValue> values;
   std::vector<JitStep> steps;
   std::vector<int> input_vids;
@@ -275,23 +331,94 @@ void JitTracer::record(std::string_view op, std::span<const Array* const> inputs
 
 // ---- the hooks (global/jit_record.h)
 
+namespace {
+
+// Records the kernels `fn` calls on the first position this process holds, when every position
+// here has operands and results of the same shapes and dtypes (then one program serves all).
+void compile_local(JitStep& s, const std::vector<Array>& placed, const std::vector<Array>& outs) {
+  const std::vector<Device>& devs = s.mesh->devices();
+  std::optional<size_t> first;
+  for (size_t pos = 0; pos < devs.size(); ++pos) {
+    if (!is_local(devs[pos])) continue;
+    if (!first) {
+      first = pos;
+      continue;
+    }
+    auto same = [&](const std::vector<Array>& arrays) {
+      for (const Array& a : arrays) {
+        const Tensor& x = a.blocks()[*first];
+        const Tensor& y = a.blocks()[pos];
+        if (x.shape() != y.shape() || x.dtype() != y.dtype()) return false;
+      }
+      return true;
+    };
+    if (!same(placed) || !same(outs)) {
+      s.why_not = "blocks of different shapes on different devices";
+      return;
+    }
+  }
+  if (!first) return;
+  std::vector<Tensor> ins;
+  for (const Array& a : placed) ins.push_back(a.blocks()[*first]);
+  KernelRecord r = record_kernels(s.fn, ins);
+  s.kernels = std::move(r.program);
+  s.why_not = std::move(r.why_not);
+}
+
+}  // namespace
+
 void jit_record_local(const Mesh& mesh, const std::vector<Array>& placed, const global::LocalFn& fn,
-                      const std::vector<Array>& outs) {
+                      const std::vector<Array>& outs, bool concurrent) {
   if (t_recorder == nullptr) return;
   JitStep s;
   s.kind = JitStep::local;
   s.mesh = mesh;
   s.fn = fn;
+  s.concurrent = concurrent;
+  compile_local(s, placed, outs);
   t_recorder->add_step(std::move(s), placed, outs);
 }
 
+namespace {
+
+// Whether the replay may fold the psum over `axes` itself (see JitStep::host_psum).
+void plan_host_psum(JitStep& s, const Array& x, const global::AxisList& axes) {
+  const std::vector<Device>& devs = s.mesh->devices();
+  for (const Device& d : devs) {
+    if (!is_local(d)) return;
+  }
+  if (!backend_of(devs.front()).host_addressable()) return;
+  const Tensor& b = x.blocks().front();
+  if (static_cast<int64_t>(b.nbytes()) > coll::kSmallReduceBytes) return;
+  for (const Tensor& t : x.blocks()) {
+    if (t.shape() != b.shape() || t.dtype() != b.dtype()) return;
+  }
+  const std::string algo = config::collective_algo();
+  if (algo != "auto" && algo != "direct") return;  // another algorithm folds in another order
+  std::vector<int> positions;
+  for (const std::string& a : axes) {
+    positions.push_back(s.mesh->axis_position(a));
+    if (positions.back() < 0) return;
+  }
+  coll::GroupLayout g = coll::make_group_layout(s.mesh->shape(), positions);
+  s.groups = std::move(g.members);
+  s.block_shape = b.shape();
+  s.dtype = b.dtype();
+  s.host_psum = true;
+}
+
+}  // namespace
+
 void jit_record_blocks(const Mesh& mesh, const std::vector<Array>& placed, const global::Body& body,
-                       const std::vector<Array>& outs) {
+                       const std::vector<Array>& outs, const global::AxisList* psum) {
   if (t_recorder == nullptr) return;
   JitStep s;
   s.kind = JitStep::blocks;
   s.mesh = mesh;
   s.body = body;
+  if (psum != nullptr && !psum->empty() && placed.size() == 1) {
+    plan_host_psum(s, placed.front(), *psum);
+  }
   t_recorder->add_step(std::move(s), placed, outs);
 }
 
@@ -338,6 +465,119 @@ JitTrace::~JitTrace() {
 }
 
 namespace {
+
+// Which values live in planned buffers, and the buffers: per mesh, greedily, a buffer of the same
+// size freed by an earlier step is reused (a value's buffer is free after its last reader, a
+// temporary's after its own step). `last`: each value's last reading step, or -1.
+void plan_buffers(JitProgram& p, const std::vector<int>& last) {
+  for (JitStep& s : p.steps) {
+    if (s.kind == JitStep::reshard) continue;
+    auto it = std::find(p.meshes.begin(), p.meshes.end(), *s.mesh);
+    s.mesh_index = static_cast<int>(it - p.meshes.begin());
+    if (it == p.meshes.end()) p.meshes.push_back(*s.mesh);
+  }
+  // Planned: made by a compiled step, read only by compiled steps on the same mesh at the same
+  // position (keep_to_end covers the rest: results, reshards, other positions).
+  std::vector<int> maker(p.values.size(), -1);
+  for (size_t i = 0; i < p.steps.size(); ++i) {
+    for (int v : p.steps[i].out) maker[static_cast<size_t>(v)] = static_cast<int>(i);
+  }
+  for (size_t v = 0; v < p.values.size(); ++v) {
+    const int m = maker[v];
+    p.values[v].planned =
+        m >= 0 && p.steps[static_cast<size_t>(m)].kernels != nullptr && !p.values[v].keep_to_end;
+  }
+  for (const JitStep& s : p.steps) {
+    for (const auto& refs : s.in) {
+      for (const Ref& r : refs) {
+        JitValue& v = p.values[static_cast<size_t>(r.vid)];
+        if (!v.planned) continue;
+        const JitStep& m = p.steps[static_cast<size_t>(maker[static_cast<size_t>(r.vid)])];
+        if ((s.kernels == nullptr && !s.host_psum) || s.mesh_index != m.mesh_index) {
+          v.planned = false;
+        }
+      }
+    }
+  }
+  // Results sharing a temporary share its fate: one that leaves makes them all leave.
+  for (JitStep& s : p.steps) {
+    if (s.kernels == nullptr) continue;
+    const KernelProgram& k = *s.kernels;
+    for (size_t r = 0; r < k.results.size(); ++r) {
+      for (size_t q = 0; q < k.results.size(); ++q) {
+        if (k.results[r].slot == k.results[q].slot &&
+            !p.values[static_cast<size_t>(s.out[q])].planned) {
+          p.values[static_cast<size_t>(s.out[r])].planned = false;
+        }
+      }
+    }
+  }
+  p.planned.assign(p.meshes.size(), {});
+  std::vector<std::multimap<size_t, int>> free(p.meshes.size());
+  std::vector<std::vector<std::pair<int, int>>> release(p.steps.size());  // (mesh, buffer)
+  for (size_t i = 0; i < p.steps.size(); ++i) {
+    JitStep& s = p.steps[i];
+    if (s.kernels != nullptr) {
+      const KernelProgram& k = *s.kernels;
+      const size_t m = static_cast<size_t>(s.mesh_index);
+      s.temp_home.assign(k.temp_bytes.size(), 0);
+      std::vector<int> until(k.temp_bytes.size(), static_cast<int>(i));
+      for (size_t r = 0; r < k.results.size(); ++r) {
+        const size_t t = static_cast<size_t>(k.results[r].slot - k.operands);
+        const int v = s.out[r];
+        if (!p.values[static_cast<size_t>(v)].planned && s.temp_home[t] >= 0) {
+          s.temp_home[t] = -1 - static_cast<int>(s.fresh++);
+        }
+        until[t] = std::max(until[t], last[static_cast<size_t>(v)]);
+      }
+      for (size_t t = 0; t < k.temp_bytes.size(); ++t) {
+        if (s.temp_home[t] < 0) continue;
+        const size_t bytes = k.temp_bytes[t];
+        auto f = free[m].find(bytes);
+        int b = 0;
+        if (f != free[m].end()) {
+          b = f->second;
+          free[m].erase(f);
+        } else {
+          b = static_cast<int>(p.planned[m].size());
+          p.planned[m].push_back(bytes);
+        }
+        s.temp_home[t] = b;
+        release[static_cast<size_t>(until[t])].push_back({static_cast<int>(m), b});
+      }
+    }
+    for (auto [m, b] : release[i]) {
+      free[static_cast<size_t>(m)].emplace(
+          p.planned[static_cast<size_t>(m)][static_cast<size_t>(b)], b);
+    }
+    // Planned blocks hold no Tensor to drop.
+    std::erase_if(s.drop, [&](int v) { return p.values[static_cast<size_t>(v)].planned; });
+  }
+  for (JitValue& v : p.values) {
+    v.first = p.flat;
+    p.flat += static_cast<size_t>(v.npos);
+  }
+  for (JitStep& s : p.steps) {
+    const size_t npos = s.in.empty() ? 0 : s.in.front().size();
+    s.in_flat.assign(npos * s.in.size(), 0);
+    for (size_t i = 0; i < s.in.size(); ++i) {
+      for (size_t pos = 0; pos < npos; ++pos) {
+        const Ref& r = s.in[i][pos];
+        s.in_flat[pos * s.in.size() + i] = static_cast<uint32_t>(
+            p.values[static_cast<size_t>(r.vid)].first + static_cast<size_t>(r.pos));
+      }
+    }
+    for (int v : s.out) {
+      s.out_first.push_back(static_cast<uint32_t>(p.values[static_cast<size_t>(v)].first));
+    }
+  }
+  p.places.resize(p.meshes.size());
+  for (size_t m = 0; m < p.meshes.size(); ++m) {
+    for (const Device& d : p.meshes[m].devices()) {
+      p.places[m].push_back(JitPlace{d, is_local(d) ? &backend_of(d) : nullptr, d.local_index()});
+    }
+  }
+}
 
 // Drops steps whose results are never used, plans when blocks can be dropped, and groups the
 // steps into launches.
@@ -410,27 +650,34 @@ void plan(JitProgram& p) {
     }
     for (int v : s.out) made_in[static_cast<size_t>(v)] = static_cast<int>(p.segments.size()) - 1;
   }
-  // Steps without collectives run from the caller's thread, device after device (as eager ops
-  // do, minus their planning): on cpu each kernel then has every core (measured faster than one
-  // task per device for both tiny programs and a DP MLP step, bench/bench_jit.cpp), and waking
-  // every executor is paid only where a collective needs all devices at once. Consecutive steps
-  // with collectives run as one task per device.
+  // A launch with a collective (or with large blocks, which eager ops compute on every device's
+  // executor at once) runs as one task per device, all of its steps inside, so the executors are
+  // woken once per launch. A launch of small device-local steps runs from the caller's thread,
+  // device after device (as eager ops do, minus their planning): waking executors would cost
+  // more than the work.
+  // A psum the replay folds itself reads every position's block: a launch of its own, between the
+  // steps before it (for every position) and after it.
   std::vector<JitSegment> split;
   for (const JitSegment& seg : p.segments) {
-    if (seg.host) {
-      split.push_back(seg);
-      continue;
-    }
+    size_t from = seg.begin;
     for (size_t i = seg.begin; i < seg.end; ++i) {
-      const bool inl = p.steps[i].kind == JitStep::local;
-      if (i > seg.begin && split.back().inline_run == inl) {
-        split.back().end = i + 1;
-      } else {
-        split.push_back(JitSegment{i, i + 1, false, inl});
-      }
+      if (!p.steps[i].host_psum) continue;
+      if (from < i) split.push_back(JitSegment{from, i, seg.host, false, false});
+      split.push_back(JitSegment{i, i + 1, false, false, true});
+      from = i + 1;
     }
+    if (from < seg.end) split.push_back(JitSegment{from, seg.end, seg.host, false, false});
   }
   p.segments = std::move(split);
+  for (JitSegment& seg : p.segments) {
+    if (seg.host || seg.fold) continue;
+    seg.inline_run = true;
+    for (size_t i = seg.begin; i < seg.end; ++i) {
+      const JitStep& s = p.steps[i];
+      if (s.kind != JitStep::local || s.concurrent) seg.inline_run = false;
+    }
+  }
+  plan_buffers(p, last);
 }
 
 }  // namespace
@@ -473,29 +720,177 @@ std::shared_ptr<const JitProgram> JitTrace::finish(const std::vector<Array>& out
 
 namespace {
 
-using Values = std::vector<std::vector<Tensor>>;
-
-void run_step_at(const JitStep& s, Values& vals, size_t pos, Context* ctx) {
-  std::vector<Tensor> ins;
-  ins.reserve(s.in.size());
-  for (const auto& refs : s.in) {
-    const Ref& r = refs[pos];
-    ins.push_back(vals[static_cast<size_t>(r.vid)][static_cast<size_t>(r.pos)]);
+std::unique_ptr<JitArena> make_arena(const JitProgram& p) {
+  auto a = std::make_unique<JitArena>();
+  a->vals.resize(p.flat);
+  a->ptrs.resize(p.flat);
+  a->bufs.resize(p.meshes.size());
+  for (size_t m = 0; m < p.meshes.size(); ++m) {
+    const std::vector<Device>& devs = p.meshes[m].devices();
+    a->bufs[m].resize(devs.size());
+    for (size_t pos = 0; pos < devs.size(); ++pos) {
+      if (!is_local(devs[pos])) continue;
+      backend::Backend& be = backend_of(devs[pos]);
+      for (size_t bytes : p.planned[m]) {
+        a->bufs[m][pos].push_back(be.allocate(devs[pos].local_index(), bytes));
+      }
+    }
   }
-  std::vector<Tensor> outs = s.kind == JitStep::local ? s.fn(ins) : s.body(*ctx, ins);
-  for (size_t o = 0; o < s.out.size(); ++o) {
-    vals[static_cast<size_t>(s.out[o])][pos] = std::move(outs[o]);
+  a->scratch.resize(p.steps.size());
+  for (size_t i = 0; i < p.steps.size(); ++i) {
+    const JitStep& s = p.steps[i];
+    if (s.kernels == nullptr) continue;
+    const std::vector<Device>& devs = s.mesh->devices();
+    a->scratch[i].resize(devs.size());
+    for (size_t pos = 0; pos < devs.size(); ++pos) {
+      if (is_local(devs[pos])) a->scratch[i][pos] = s.kernels->make_scratch();
+    }
   }
-  for (int v : s.drop) vals[static_cast<size_t>(v)][pos] = Tensor();
+  return a;
 }
 
-Array gather(const std::vector<Ref>& refs, const Values& vals, const Shape& shape, DType dtype,
-             const Sharding& sharding, const std::vector<std::string>& pending) {
+// Takes a free arena of the program (or makes one) for one call and gives it back, emptied of
+// the call's Tensors, when the call ends.
+class ArenaLease {
+ public:
+  explicit ArenaLease(const JitProgram& p) : p_(p) {
+    {
+      std::lock_guard<std::mutex> lock(p.arenas_mu);
+      if (!p.arenas.empty()) {
+        a_ = std::move(p.arenas.back());
+        p.arenas.pop_back();
+      }
+    }
+    if (!a_) a_ = make_arena(p);
+  }
+  ArenaLease(const ArenaLease&) = delete;
+  ArenaLease& operator=(const ArenaLease&) = delete;
+  ~ArenaLease() {
+    for (Tensor& t : a_->vals) {
+      if (t.valid()) t = Tensor();
+    }
+    std::lock_guard<std::mutex> lock(p_.arenas_mu);
+    p_.arenas.push_back(std::move(a_));
+  }
+  JitArena& operator*() const { return *a_; }
+
+ private:
+  const JitProgram& p_;
+  std::unique_ptr<JitArena> a_;
+};
+
+size_t flat_of(const JitProgram& p, const Ref& r) {
+  return p.values[static_cast<size_t>(r.vid)].first + static_cast<size_t>(r.pos);
+}
+
+void set_block(const JitProgram& p, JitArena& a, int vid, size_t pos, Tensor t) {
+  const size_t f = p.values[static_cast<size_t>(vid)].first + pos;
+  a.ptrs[f] = static_cast<char*>(t.data());
+  a.vals[f] = std::move(t);
+}
+
+// A compiled step at one position: the recorded kernels on the blocks' addresses, results in
+// planned buffers, or in buffers allocated now for those that leave the compiled steps.
+void run_kernels(const JitProgram& p, size_t step, JitArena& a, size_t pos) {
+  const JitStep& s = p.steps[step];
+  const KernelProgram& k = *s.kernels;
+  const JitPlace& place = p.places[static_cast<size_t>(s.mesh_index)][pos];
+  backend::Backend& be = *place.backend;
+  const int dev = place.local;
+  // Slot addresses (operands, then temporaries) and the buffers allocated now, on the stack for
+  // the common sizes (not zeroed: every entry used is written first).
+  constexpr size_t kSlots = 32;
+  const size_t nslots = static_cast<size_t>(k.operands) + k.temp_bytes.size();
+  std::array<char*, kSlots> base_small;  // NOLINT(cppcoreguidelines-pro-type-member-init)
+  std::vector<char*> base_big(nslots > kSlots ? nslots : 0);
+  char** base = nslots > kSlots ? base_big.data() : base_small.data();
+  std::array<std::shared_ptr<backend::Buffer>, 2> fresh_small;
+  std::vector<std::shared_ptr<backend::Buffer>> fresh_big(s.fresh > 2 ? s.fresh : 0);
+  std::shared_ptr<backend::Buffer>* fresh = s.fresh > 2 ? fresh_big.data() : fresh_small.data();
+  const uint32_t* in = s.in_flat.data() + pos * static_cast<size_t>(k.operands);
+  for (size_t i = 0; i < static_cast<size_t>(k.operands); ++i) base[i] = a.ptrs[in[i]];
+  const std::vector<std::shared_ptr<backend::Buffer>>& bufs =
+      a.bufs[static_cast<size_t>(s.mesh_index)][pos];
+  for (size_t t = 0; t < k.temp_bytes.size(); ++t) {
+    const size_t slot = static_cast<size_t>(k.operands) + t;
+    const int home = s.temp_home[t];
+    if (home >= 0) {
+      base[slot] = static_cast<char*>(bufs[static_cast<size_t>(home)]->data());
+    } else {
+      std::shared_ptr<backend::Buffer>& b = fresh[static_cast<size_t>(-1 - home)];
+      b = be.allocate(dev, k.temp_bytes[t]);
+      base[slot] = static_cast<char*>(b->data());
+    }
+  }
+  k.run(be, dev, base, a.scratch[step][pos]);
+  for (size_t r = 0; r < k.results.size(); ++r) {
+    const size_t f = s.out_first[r] + pos;
+    const KernelAddr& at = k.results[r];
+    a.ptrs[f] = base[at.slot] + at.offset;
+    const int home = s.temp_home[static_cast<size_t>(at.slot - k.operands)];
+    if (home < 0) {
+      a.vals[f] = Tensor(fresh[static_cast<size_t>(-1 - home)], static_cast<size_t>(at.offset),
+                         k.result_shapes[r], k.result_dtypes[r], place.device);
+    }
+  }
+}
+
+void run_step_at(const JitProgram& p, size_t step, JitArena& a, size_t pos, Context* ctx) {
+  const JitStep& s = p.steps[step];
+  if (s.kernels != nullptr) {
+    run_kernels(p, step, a, pos);
+  } else {
+    std::vector<Tensor> ins;
+    ins.reserve(s.in.size());
+    for (const auto& refs : s.in) ins.push_back(a.vals[flat_of(p, refs[pos])]);
+    std::vector<Tensor> outs = s.kind == JitStep::local ? s.fn(ins) : s.body(*ctx, ins);
+    for (size_t o = 0; o < s.out.size(); ++o) set_block(p, a, s.out[o], pos, std::move(outs[o]));
+  }
+  for (int v : s.drop) {
+    Tensor& t = a.vals[p.values[static_cast<size_t>(v)].first + pos];
+    if (t.valid()) t = Tensor();
+  }
+}
+
+// A host_psum step: per group, the members' blocks folded in group order into the first member's
+// new block (as the direct algorithm's small reduction does), copied to the others'.
+void fold_psum(const JitProgram& p, size_t step, JitArena& a) {
+  const JitStep& s = p.steps[step];
+  const std::vector<Device>& devs = s.mesh->devices();
+  backend::Backend& be = backend_of(devs.front());
+  const int64_t n = shape_size(s.block_shape);
+  const size_t bytes = static_cast<size_t>(n) * dtype_size(s.dtype);
+  std::vector<const void*> srcs;
+  for (const std::vector<int64_t>& members : s.groups) {
+    srcs.clear();
+    for (int64_t m : members) srcs.push_back(a.ptrs[flat_of(p, s.in[0][static_cast<size_t>(m)])]);
+    const size_t first = static_cast<size_t>(members.front());
+    Tensor sum = empty(s.block_shape, s.dtype, devs[first]);
+    if (n != 0) {
+      be.coll_fold(devs[first].local_index(), backend::FoldOp::sum, s.dtype, s.dtype, sum.data(),
+                   srcs, n);
+    }
+    for (size_t j = 1; j < members.size(); ++j) {
+      const size_t m = static_cast<size_t>(members[j]);
+      Tensor copy = empty(s.block_shape, s.dtype, devs[m]);
+      if (bytes != 0) {
+        be.coll_copy_2d(devs[m].local_index(), copy.data(), bytes, sum.data(), bytes, bytes, 1);
+      }
+      set_block(p, a, s.out[0], m, std::move(copy));
+    }
+    set_block(p, a, s.out[0], first, std::move(sum));
+  }
+  for (size_t pos = 0; pos < devs.size(); ++pos) {
+    for (int v : s.drop) a.vals[p.values[static_cast<size_t>(v)].first + pos] = Tensor();
+  }
+}
+
+Array gather(const JitProgram& p, const std::vector<Ref>& refs, const JitArena& a,
+             const Shape& shape, DType dtype, const Sharding& sharding,
+             const std::vector<std::string>& pending) {
   std::vector<Tensor> blocks;
   blocks.reserve(refs.size());
-  for (const Ref& r : refs) {
-    blocks.push_back(vals[static_cast<size_t>(r.vid)][static_cast<size_t>(r.pos)]);
-  }
+  for (const Ref& r : refs) blocks.push_back(a.vals[flat_of(p, r)]);
   return Array(shape, dtype, sharding, std::move(blocks), pending);
 }
 
@@ -504,52 +899,58 @@ Array gather(const std::vector<Ref>& refs, const Values& vals, const Shape& shap
 std::vector<Array> jit_replay(const JitProgram& p, std::vector<Array> inputs,
                               const std::vector<bool>& donated) {
   (void)donated;
-  Values vals(p.values.size());
-  for (size_t v = 0; v < p.values.size(); ++v) {
-    const JitValue& jv = p.values[v];
-    if (jv.constant) {
-      vals[v] = jv.blocks;
-    } else {
-      vals[v].resize(static_cast<size_t>(jv.npos));
-    }
-  }
   if (inputs.size() != p.input_vids.size()) {
     throw Error(
         cat("[jit] internal: ", inputs.size(), " inputs for a program of ", p.input_vids.size()));
   }
-  for (size_t i = 0; i < inputs.size(); ++i) {
-    std::vector<Tensor>& dst = vals[static_cast<size_t>(p.input_vids[i])];
-    const std::vector<Tensor>& src = inputs[i].blocks();
-    if (src.size() != dst.size()) {
-      throw Error(cat("[jit] internal: input ", i, " has ", src.size(), " blocks, the program ",
-                      dst.size()));
+  ArenaLease lease(p);
+  JitArena& a = *lease;
+  for (size_t v = 0; v < p.values.size(); ++v) {
+    const JitValue& jv = p.values[v];
+    if (!jv.constant) continue;
+    for (size_t pos = 0; pos < jv.blocks.size(); ++pos) {
+      set_block(p, a, static_cast<int>(v), pos, jv.blocks[pos]);
     }
-    dst = src;
+  }
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    const int vid = p.input_vids[i];
+    const std::vector<Tensor>& src = inputs[i].blocks();
+    if (src.size() != static_cast<size_t>(p.values[static_cast<size_t>(vid)].npos)) {
+      throw Error(cat("[jit] internal: input ", i, " has ", src.size(), " blocks, the program ",
+                      p.values[static_cast<size_t>(vid)].npos));
+    }
+    for (size_t pos = 0; pos < src.size(); ++pos) set_block(p, a, vid, pos, src[pos]);
   }
   inputs.clear();  // the program's copies are the only ones it keeps (donated buffers can go)
 
   for (const JitSegment& seg : p.segments) {
     if (seg.host) {
       const JitStep& s = p.steps[seg.begin];
-      Array x = gather(s.in.front(), vals, s.shape, s.dtype, *s.from, s.pending);
+      Array x = gather(p, s.in.front(), a, s.shape, s.dtype, *s.from, s.pending);
       Array y = device_put(x, *s.to);
-      vals[static_cast<size_t>(s.out.front())] = y.blocks();
-      continue;
-    }
-    const Mesh& mesh = *p.steps[seg.begin].mesh;
-    const size_t n = static_cast<size_t>(mesh.size());
-    if (seg.inline_run) {
-      for (size_t pos = 0; pos < n; ++pos) {
-        for (size_t i = seg.begin; i < seg.end; ++i) run_step_at(p.steps[i], vals, pos, nullptr);
+      for (size_t pos = 0; pos < y.blocks().size(); ++pos) {
+        set_block(p, a, s.out.front(), pos, y.blocks()[pos]);
       }
       continue;
     }
+    const Mesh& mesh = *p.steps[seg.begin].mesh;
     const std::vector<Device>& devs = mesh.devices();
+    if (seg.inline_run) {
+      for (size_t pos = 0; pos < devs.size(); ++pos) {
+        if (!is_local(devs[pos])) continue;
+        for (size_t i = seg.begin; i < seg.end; ++i) run_step_at(p, i, a, pos, nullptr);
+      }
+      continue;
+    }
+    if (seg.fold) {
+      fold_psum(p, seg.begin, a);
+      continue;
+    }
     ErasedBody body = [&](Context& ctx, const std::vector<Tensor>&) {
       const Device d = ctx.device();
       size_t pos = 0;
       while (pos < devs.size() && devs[pos] != d) ++pos;
-      for (size_t i = seg.begin; i < seg.end; ++i) run_step_at(p.steps[i], vals, pos, &ctx);
+      for (size_t i = seg.begin; i < seg.end; ++i) run_step_at(p, i, a, pos, &ctx);
       return std::vector<Tensor>{};
     };
     (void)run_bodies(mesh, body, {});
@@ -558,7 +959,7 @@ std::vector<Array> jit_replay(const JitProgram& p, std::vector<Array> inputs,
   std::vector<Array> out;
   out.reserve(p.outputs.size());
   for (const JitOutput& o : p.outputs) {
-    out.push_back(gather(o.refs, vals, o.shape, o.dtype, *o.sharding, o.pending));
+    out.push_back(gather(p, o.refs, a, o.shape, o.dtype, *o.sharding, o.pending));
   }
   return out;
 }
@@ -598,15 +999,35 @@ std::string jit_text(const JitProgram& p) {
     s += cat("  out ", p.out_paths[i], " = ", line_ref(p, p.output_from[i]), ": ", p.out_avals[i],
              "\n");
   }
-  size_t host = 0, device = 0, inline_runs = 0, collectives = 0;
+  size_t host = 0, device = 0, inline_runs = 0, folds = 0, collectives = 0;
   for (const JitSegment& seg : p.segments) {
-    (seg.host ? host : seg.inline_run ? inline_runs : device) += 1;
+    (seg.host ? host : seg.fold ? folds : seg.inline_run ? inline_runs : device) += 1;
   }
-  for (const JitStep& st : p.steps) collectives += st.kind == JitStep::blocks ? 1 : 0;
+  size_t compiled = 0, kernels = 0, buffers = 0, buffer_bytes = 0;
+  std::map<std::string, size_t> why_not;  // of device-local steps not compiled
+  for (const JitStep& st : p.steps) {
+    collectives += st.kind == JitStep::blocks ? 1 : 0;
+    if (st.kernels != nullptr) {
+      ++compiled;
+      kernels += st.kernels->size();
+    } else if (st.kind == JitStep::local) {
+      ++why_not[st.why_not.empty() ? "not recorded" : st.why_not];
+    }
+  }
+  for (const std::vector<size_t>& m : p.planned) {
+    buffers += m.size();
+    for (size_t b : m) buffer_bytes += b;
+  }
   s += cat("  replay: ", p.steps.size(), " steps (", collectives, " with collectives) in ",
            p.segments.size(), " launches per call: ", device, " as one task per device, ",
-           inline_runs, " on small blocks from the caller's thread, ", host,
-           " reshards from the caller\n");
+           inline_runs, " on small blocks from the caller's thread, ", folds,
+           " small psums folded from the caller's thread, ", host, " reshards from the caller\n");
+  s += cat("  compiled: ", compiled, " device-local steps as ", kernels,
+           " kernel calls; intermediates in ", buffers, " planned buffers per device (",
+           buffer_bytes, " bytes), reused by every call\n");
+  for (const auto& [why, n] : why_not) {
+    s += cat("  not compiled: ", n, n == 1 ? " step" : " steps", " (", why, ")\n");
+  }
   return s;
 }
 
@@ -665,12 +1086,44 @@ std::string jit_dot(const JitProgram& p) {
 
 bool jit_inside_transform() { return tracing(); }
 
+namespace {
+void put_int(std::string& s, int64_t v) {
+  char buf[24];
+  auto [end, ec] = std::to_chars(buf, buf + sizeof buf, v);
+  (void)ec;
+  s.append(buf, end);
+  s += ',';
+}
+void put_names(std::string& s, const std::vector<std::string>& names) {
+  for (const std::string& n : names) {
+    s += n;
+    s += '\x1f';  // a byte no axis name needs, so that ("a", "b") and ("a,b") differ
+  }
+  s += '|';
+}
+}  // namespace
+
+// Built by hand (no streams): it is computed for every argument of every call.
 std::string jit_signature(const Array& x) {
-  std::string s = cat(dtype_name(x.dtype()), shape_str(x.shape()), "|");
+  std::string s;
+  s.reserve(64);
+  s += dtype_name(x.dtype());
+  s += '[';
+  for (int64_t d : x.shape()) put_int(s, d);
+  s += "]|";
   const Sharding& sh = x.sharding();
-  for (const Device& d : sh.device_list()) s += d.str() + ",";
-  s += "|" + sh.str();
-  for (const std::string& a : x.pending_sum_axes()) s += "+" + a;
+  for (const Device& d : sh.device_list()) {
+    put_int(s, static_cast<int64_t>(d.kind()));
+    put_int(s, d.id());
+  }
+  s += '|';
+  if (const Mesh* m = sh.mesh_or_null()) {
+    for (int64_t d : m->shape()) put_int(s, d);
+    put_names(s, m->axis_names());
+    for (const PartitionSpec::Entry& e : sh.spec_or_empty().entries()) put_names(s, e);
+  }
+  s += '+';
+  put_names(s, x.pending_sum_axes());
   return s;
 }
 

@@ -71,7 +71,8 @@ Array resolve(const Array& x, const Mesh& mesh, const Layout& to, std::string_vi
                                           t = ctx.psum_scatter(t, axis, dim, /*tiled=*/true);
                                         if (!rest.empty()) t = ctx.psum(t, AxisNames(rest));
                                         return std::vector<Tensor>{t};
-                                      });
+                                      },
+                                      {.psum = scatters.empty() ? &rest : nullptr});
   const double secs = since(t0);
   // Ring traffic per device: psum_scatter receives (n-1)/n of its input, psum twice that.
   int64_t bytes = in_bytes;
@@ -191,7 +192,7 @@ Array place(const Array& x, const Mesh& mesh, const Layout& need, std::string_vi
 
 std::vector<Array> run_blocks(const Mesh& mesh, const std::vector<Array>& placed,
                               const std::vector<Layout>& in, const std::vector<Layout>& out,
-                              const std::vector<Shape>& out_shapes, const Body& body) {
+                              const std::vector<Shape>& out_shapes, const Body& body, BodyIs is) {
   std::vector<PartitionSpec> in_specs, out_specs;
   for (const Layout& l : in) in_specs.push_back(spec_of(l));
   for (const Layout& l : out) out_specs.push_back(spec_of(l));
@@ -221,7 +222,11 @@ std::vector<Array> run_blocks(const Mesh& mesh, const std::vector<Array>& placed
                                          : Array(got[i].shape(), got[i].dtype(), got[i].sharding(),
                                                  got[i].blocks(), out[i].partial));
   }
-  meshrt::detail::jit_record_blocks(mesh, args, body, res);
+  if (is.local != nullptr) {
+    meshrt::detail::jit_record_local(mesh, args, *is.local, res, /*concurrent=*/true);
+  } else {
+    meshrt::detail::jit_record_blocks(mesh, args, body, res, is.psum);
+  }
   return res;
 }
 
@@ -250,7 +255,7 @@ std::vector<Array> run_local(const Mesh& mesh, const std::vector<Array>& placed,
     res.emplace_back(out_shapes[o], dt, NamedSharding(mesh, spec_of(out[o])), std::move(blocks[o]),
                      out[o].partial);
   }
-  meshrt::detail::jit_record_local(mesh, placed, fn, res);
+  meshrt::detail::jit_record_local(mesh, placed, fn, res, /*concurrent=*/false);
   return res;
 }
 

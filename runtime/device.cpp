@@ -15,6 +15,7 @@
 #include "core/error.h"
 #include "core/strings.h"
 #include "core/threads/executor.h"
+#include "runtime/detail/kernel_tape.h"
 #include "runtime/detail/platform.h"
 
 namespace meshrt {
@@ -179,7 +180,10 @@ int process_count() { return registry().layout.size; }
 
 namespace detail {
 backend::Backend& backend_of(Device::Kind kind) {
-  return kind == Device::Kind::cpu ? cpu_backend() : cuda_backend();
+  backend::Backend& b = kind == Device::Kind::cpu ? cpu_backend() : cuda_backend();
+  // While jit records a device-local function's kernels on this thread (kernel_tape.h).
+  if (backend::Backend* tape = kernel_tape_for(b)) return *tape;
+  return b;
 }
 backend::Backend& backend_of(const Device& d) {
   if (d.id() < 0)

@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <thread>
 #include <vector>
 
 #include "tests/test_util.h"
@@ -67,6 +68,76 @@ TEST(Jit, ReplayIsBitIdenticalToEager) {
     Array got = step(x, y);
     expect_same(got, want);
   }
+  EXPECT_EQ(step.trace_count(), 1u);
+}
+
+// The replay's compiled steps: program20's device-local steps run as their recorded kernels with
+// intermediates in planned buffers, its psum is folded from the caller's thread; every call gives
+// eager's bits, and later calls (reusing the buffers) leave earlier results alone.
+TEST(Jit, CompiledStepsMatchEagerAndLaterCallsKeepEarlierResults) {
+  Mesh m = mesh8();
+  NamedSharding sx(m, P("x"));
+  auto f = [](const Array& x, const Array& y) { return program20(x, y); };
+  auto step = jit(f);
+  std::vector<Array> got, want;
+  for (int round = 0; round < 4; ++round) {
+    Array x = put(iota(64 * 16, 0.1f + 0.02f * round), {64, 16}, sx);
+    Array y = put(iota(64 * 16, -0.5f, 1.0f + round), {64, 16}, sx);
+    want.push_back(f(x, y));
+    got.push_back(step(x, y));
+  }
+  for (size_t i = 0; i < got.size(); ++i) expect_same(got[i], want[i]);
+  Array x = put(iota(64 * 16), {64, 16}, sx);
+  const std::string text = step.lower(x, x).as_text();
+  EXPECT_NE(text.find("compiled: 22 device-local steps"), std::string::npos) << text;
+  EXPECT_NE(text.find("planned buffers per device"), std::string::npos) << text;
+  EXPECT_NE(text.find("1 small psums folded from the caller's thread"), std::string::npos) << text;
+  // m[0] is a view of its operand's block: that step runs as recorded, and the text says why.
+  EXPECT_NE(text.find("not compiled: 1 step (a result that views an operand)"), std::string::npos)
+      << text;
+}
+
+// A psum over one axis of a 2-D mesh, folded by the replay per group: the same bits as the
+// collective the eager op runs.
+TEST(Jit, FoldedPsumOverOneAxisOfTwoMatchesEager) {
+  Mesh m = mesh42();
+  auto f = [](const Array& z) { return exp(sum(sin(z), 1) * 0.5); };
+  auto step = jit(f);
+  for (int round = 0; round < 3; ++round) {
+    Array z = put(iota(8 * 4, 0.3f + round, -1.0f), {8, 4}, NamedSharding(m, P("x", "y")));
+    expect_same(step(z), f(z));
+    Array zi = put(iota(8 * 4, 0.5f, round - 7.0f), {8, 4}, NamedSharding(m, P("y", "x")));
+    expect_same(step(zi), f(zi));
+  }
+  Array z = put(iota(8 * 4), {8, 4}, NamedSharding(m, P("x", "y")));
+  EXPECT_NE(step.lower(z).as_text().find("1 small psums folded"), std::string::npos);
+}
+
+// Calls from several threads at once each take their own working memory.
+TEST(Jit, ConcurrentCallsGiveEachCallersResults) {
+  Mesh m = mesh8();
+  NamedSharding sx(m, P("x"));
+  auto f = [](const Array& x, const Array& y) { return program20(x, y); };
+  auto step = jit(f);
+  constexpr int kThreads = 3, kCalls = 12;
+  std::vector<Array> xs, want;
+  for (int i = 0; i < kThreads * kCalls; ++i) {
+    xs.push_back(put(iota(32 * 8, 0.05f * (i + 1), -1.0f), {32, 8}, sx));
+    want.push_back(f(xs.back(), xs.back()));
+  }
+  (void)step(xs[0], xs[0]);  // traced once, before the threads start
+  std::vector<Array> got(xs.size());
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      for (int c = 0; c < kCalls; ++c) {
+        const size_t i = static_cast<size_t>(t * kCalls + c);
+        got[i] = step(xs[i], xs[i]);
+      }
+    });
+  }
+  for (std::thread& th : threads) th.join();
+  for (size_t i = 0; i < got.size(); ++i) expect_same(got[i], want[i]);
   EXPECT_EQ(step.trace_count(), 1u);
 }
 

@@ -6,6 +6,7 @@
 #include <oneapi/tbb/task_arena.h>
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <cmath>
 #include <cstring>
@@ -73,7 +74,11 @@ void walk(const std::vector<int64_t>& shape,
     return;
   }
   const int64_t inner = shape[rank - 1];
-  std::vector<int64_t> idx(rank);
+  // The index lives on the stack for the usual ranks: a small kernel then allocates nothing.
+  constexpr size_t kRank = 8;
+  std::array<int64_t, kRank> idx_small{};
+  std::vector<int64_t> idx_big(rank > kRank ? rank : 0);
+  int64_t* idx = rank > kRank ? idx_big.data() : idx_small.data();
   int64_t rem = b;
   for (size_t d = rank; d-- > 0;) {
     idx[d] = rem % shape[d];

@@ -1,0 +1,408 @@
+// Recording a device-local function's kernel calls, checking the recording, and replaying it.
+#include "runtime/detail/kernel_tape.h"
+
+#include <cstring>
+
+#include "core/strings.h"
+#include "runtime/detail/platform.h"
+#include "runtime/detail/trace.h"
+
+namespace meshrt::detail {
+
+using backend::BinaryOp;
+using backend::FoldOp;
+using backend::ReduceOp;
+using backend::Strided;
+using backend::UnaryOp;
+
+namespace {
+
+// The recording stand-in: forwards every call to the real backend and writes the kernels down.
+// Anything a straight-line program cannot repeat marks the recording refused (and still runs,
+// so fn finishes normally).
+class Tape final : public backend::Backend {
+ public:
+  Tape(backend::Backend& real, int device, const std::vector<Tensor>& operands)
+      : Backend(real.host_addressable()), real_(real), device_(device) {
+    for (const Tensor& t : operands) {
+      ranges_.push_back({static_cast<const char*>(t.data()), t.nbytes()});
+    }
+    prog_.operands = static_cast<int>(operands.size());
+  }
+  backend::Backend& real() const { return real_; }
+  const std::string& refused() const { return refused_; }
+  KernelProgram& program() { return prog_; }
+  // Where `p` is: an operand's block (its start first), then a buffer fn allocated.
+  std::optional<KernelAddr> find(const void* p) const {
+    const char* c = static_cast<const char*>(p);
+    for (size_t i = 0; i < ranges_.size(); ++i) {
+      if (c == ranges_[i].first) return KernelAddr{static_cast<int32_t>(i), 0};
+    }
+    for (size_t i = 0; i < ranges_.size(); ++i) {
+      if (c > ranges_[i].first && c < ranges_[i].first + ranges_[i].second) {
+        return KernelAddr{static_cast<int32_t>(i), c - ranges_[i].first};
+      }
+    }
+    for (size_t i = 0; i < temps_.size(); ++i) {
+      const char* lo = static_cast<const char*>(temps_[i]->data());
+      if (c >= lo && c < lo + std::max<size_t>(temps_[i]->bytes(), 1)) {
+        return KernelAddr{static_cast<int32_t>(ranges_.size() + i), c - lo};
+      }
+    }
+    return std::nullopt;
+  }
+
+  std::string_view platform() const override { return real_.platform(); }
+  int device_count() const override { return real_.device_count(); }
+  std::string unavailable_reason() const override { return real_.unavailable_reason(); }
+
+  std::shared_ptr<backend::Buffer> allocate(int device, size_t bytes) override {
+    on_device(device, "an allocation");
+    std::shared_ptr<backend::Buffer> b = real_.allocate(device, bytes);
+    if (device == device_) {
+      temps_.push_back(b);  // kept until the recording ends: no address is reused meanwhile
+      prog_.temp_bytes.push_back(bytes);
+    }
+    return b;
+  }
+  void deallocate(int device, void* data, size_t bytes) noexcept override {
+    real_.deallocate(device, data, bytes);
+  }
+  void copy_2d(void* dst, int dst_device, size_t dpitch, const void* src, int src_device,
+               size_t spitch, size_t width, size_t height) override {
+    if (dst_device != device_ || src_device != device_) {
+      refuse("a copy between devices or with the host");
+    }
+    KernelCall c;
+    c.kind = KernelCall::Kind::copy;
+    c.nsrc = 1;
+    c.arg[0] = static_cast<int64_t>(width);
+    c.arg[1] = static_cast<int64_t>(height);
+    c.arg[2] = static_cast<int64_t>(dpitch);
+    c.arg[3] = static_cast<int64_t>(spitch);
+    add(c, {src}, dst);
+    real_.copy_2d(dst, dst_device, dpitch, src, src_device, spitch, width, height);
+  }
+  void unary(int device, UnaryOp op, DType in, DType out, const std::vector<int64_t>& shape,
+             const Strided& x, void* y) override {
+    on_device(device, "a kernel");
+    KernelCall c;
+    c.kind = KernelCall::Kind::unary;
+    c.op = static_cast<int>(op);
+    c.in = in;
+    c.out = out;
+    c.shape = shape;
+    add_strided(c, {&x}, y);
+    real_.unary(device, op, in, out, shape, x, y);
+  }
+  void binary(int device, BinaryOp op, DType in, DType out, const std::vector<int64_t>& shape,
+              const Strided& a, const Strided& b, void* y) override {
+    on_device(device, "a kernel");
+    KernelCall c;
+    c.kind = KernelCall::Kind::binary;
+    c.op = static_cast<int>(op);
+    c.in = in;
+    c.out = out;
+    c.shape = shape;
+    add_strided(c, {&a, &b}, y);
+    real_.binary(device, op, in, out, shape, a, b, y);
+  }
+  void select(int device, DType dtype, const std::vector<int64_t>& shape, const Strided& cond,
+              const Strided& a, const Strided& b, void* y) override {
+    on_device(device, "a kernel");
+    KernelCall c;
+    c.kind = KernelCall::Kind::select;
+    c.in = c.out = dtype;
+    c.shape = shape;
+    add_strided(c, {&cond, &a, &b}, y);
+    real_.select(device, dtype, shape, cond, a, b, y);
+  }
+  void reduce(int device, ReduceOp op, DType dtype, int64_t outer, int64_t len, int64_t inner,
+              const void* x, void* y) override {
+    on_device(device, "a kernel");
+    KernelCall c;
+    c.kind = KernelCall::Kind::reduce;
+    c.op = static_cast<int>(op);
+    c.in = c.out = dtype;
+    c.nsrc = 1;
+    c.arg[0] = outer;
+    c.arg[1] = len;
+    c.arg[2] = inner;
+    add(c, {x}, y);
+    real_.reduce(device, op, dtype, outer, len, inner, x, y);
+  }
+  void matmul(int device, DType dtype, int64_t batch, int64_t m, int64_t n, int64_t k,
+              const void* a, const void* b, void* y) override {
+    on_device(device, "a kernel");
+    KernelCall c;
+    c.kind = KernelCall::Kind::matmul;
+    c.in = c.out = dtype;
+    c.nsrc = 2;
+    c.arg[0] = batch;
+    c.arg[1] = m;
+    c.arg[2] = n;
+    c.arg[3] = k;
+    add(c, {a, b}, y);
+    real_.matmul(device, dtype, batch, m, n, k, a, b, y);
+  }
+  void fill(int device, DType dtype, int64_t n, double value, bool iota, void* y) override {
+    on_device(device, "a kernel");
+    KernelCall c;
+    c.kind = KernelCall::Kind::fill;
+    c.in = c.out = dtype;
+    c.arg[0] = n;
+    c.value = value;
+    c.iota = iota;
+    add(c, {}, y);
+    real_.fill(device, dtype, n, value, iota, y);
+  }
+  void submit(int device, std::function<void()> task) override {
+    refuse("a task on an executor");
+    real_.submit(device, std::move(task));
+  }
+
+  // Collective primitives: never part of a device-local function.
+  void coll_begin(int device) override {
+    refuse("a collective");
+    real_.coll_begin(device);
+  }
+  void coll_copy_2d(int device, void* dst, size_t dpitch, const void* src, size_t spitch,
+                    size_t width, size_t height) override {
+    refuse("a collective");
+    real_.coll_copy_2d(device, dst, dpitch, src, spitch, width, height);
+  }
+  void coll_zero(int device, void* dst, size_t bytes) override {
+    refuse("a collective");
+    real_.coll_zero(device, dst, bytes);
+  }
+  void coll_fold(int device, FoldOp op, DType in, DType out, void* dst,
+                 const std::vector<const void*>& srcs, int64_t len) override {
+    refuse("a collective");
+    real_.coll_fold(device, op, in, out, dst, srcs, len);
+  }
+  void coll_fold_rows(int device, FoldOp op, DType dtype, void* dst, int64_t dpitch,
+                      const std::vector<const void*>& srcs, int64_t spitch, int64_t len,
+                      int64_t rows) override {
+    refuse("a collective");
+    real_.coll_fold_rows(device, op, dtype, dst, dpitch, srcs, spitch, len, rows);
+  }
+  void coll_mean(int device, DType in, DType out, void* dst, const void* sum, int64_t len,
+                 int64_t divisor) override {
+    refuse("a collective");
+    real_.coll_mean(device, in, out, dst, sum, len, divisor);
+  }
+  void coll_fence(int device) override {
+    refuse("a collective");
+    real_.coll_fence(device);
+  }
+  void* coll_signal(int device) override {
+    refuse("a collective");
+    return real_.coll_signal(device);
+  }
+  void coll_wait_token(int device, void* token) override {
+    refuse("a collective");
+    real_.coll_wait_token(device, token);
+  }
+  void coll_release_token(int device, void* token) noexcept override {
+    real_.coll_release_token(device, token);
+  }
+  backend::NativeComm* native_comm() override {
+    refuse("a collective");
+    return real_.native_comm();
+  }
+  std::string direct_unavailable(const std::vector<int>& group) override {
+    return real_.direct_unavailable(group);
+  }
+
+ private:
+  void refuse(const std::string& why) {
+    if (refused_.empty()) refused_ = why;
+  }
+  void on_device(int device, const char* what) {
+    if (device != device_) refuse(cat(what, " on another device"));
+  }
+  KernelAddr addr(const void* p) {
+    std::optional<KernelAddr> a = find(p);
+    if (!a) {
+      refuse("an address that is neither an operand's nor allocated by the function");
+      return {};
+    }
+    return *a;
+  }
+  void set_dst(KernelCall& c, void* dst) {
+    c.dst = addr(dst);
+    if (refused_.empty() && c.dst.slot < prog_.operands) refuse("a kernel writing into an operand");
+  }
+  void add(KernelCall& c, std::initializer_list<const void*> srcs, void* dst) {
+    int i = 0;
+    for (const void* s : srcs) c.src[i++] = addr(s);
+    set_dst(c, dst);
+    prog_.calls.push_back(std::move(c));
+  }
+  void add_strided(KernelCall& c, std::initializer_list<const Strided*> srcs, void* dst) {
+    c.strided = static_cast<int>(prog_.strides.size());
+    for (const Strided* s : srcs) {
+      c.src[c.nsrc++] = addr(s->data);
+      prog_.strides.push_back(s->strides);
+    }
+    set_dst(c, dst);
+    prog_.calls.push_back(std::move(c));
+  }
+
+  backend::Backend& real_;
+  const int device_;
+  std::vector<std::pair<const char*, size_t>> ranges_;
+  std::vector<std::shared_ptr<backend::Buffer>> temps_;
+  KernelProgram prog_;
+  std::string refused_;
+};
+
+thread_local Tape* t_tape = nullptr;
+
+// Installs a tape on this thread (and no tracer: the recording is not part of any trace).
+class TapeScope {
+ public:
+  explicit TapeScope(Tape* tape) : previous_(t_tape), state_(set_trace_state(nullptr)) {
+    t_tape = tape;
+  }
+  TapeScope(const TapeScope&) = delete;
+  TapeScope& operator=(const TapeScope&) = delete;
+  ~TapeScope() {
+    t_tape = previous_;
+    set_trace_state(state_);
+  }
+
+ private:
+  Tape* previous_;
+  TraceState* state_;
+};
+
+KernelRecord refused(std::string why) { return KernelRecord{nullptr, std::move(why)}; }
+
+// Runs `p` on the recording's operands into temporaries filled with `pattern` and compares the
+// results with fn's, byte for byte.
+bool reproduces(const KernelProgram& p, backend::Backend& be, int device,
+                const std::vector<Tensor>& operands, const std::vector<Tensor>& expected,
+                unsigned char pattern) {
+  std::vector<std::shared_ptr<backend::Buffer>> temps;
+  std::vector<char*> base;
+  for (const Tensor& t : operands) base.push_back(static_cast<char*>(t.data()));
+  for (size_t bytes : p.temp_bytes) {
+    temps.push_back(be.allocate(device, bytes));
+    std::memset(temps.back()->data(), pattern, bytes);
+    base.push_back(static_cast<char*>(temps.back()->data()));
+  }
+  std::vector<Strided> scratch = p.make_scratch();
+  p.run(be, device, base.data(), scratch);
+  for (size_t r = 0; r < expected.size(); ++r) {
+    const char* got = base[static_cast<size_t>(p.results[r].slot)] + p.results[r].offset;
+    if (std::memcmp(got, expected[r].data(), expected[r].nbytes()) != 0) return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+std::vector<Strided> KernelProgram::make_scratch() const {
+  std::vector<Strided> s;
+  s.reserve(strides.size());
+  for (const std::vector<int64_t>& st : strides) s.push_back(Strided{nullptr, st});
+  return s;
+}
+
+void KernelProgram::run(backend::Backend& be, int device, char* const* base,
+                        std::vector<Strided>& scratch) const {
+  auto at = [base](const KernelAddr& a) { return base[a.slot] + a.offset; };
+  for (const KernelCall& c : calls) {
+    switch (c.kind) {
+      case KernelCall::Kind::unary: {
+        Strided& x = scratch[static_cast<size_t>(c.strided)];
+        x.data = at(c.src[0]);
+        be.unary(device, static_cast<UnaryOp>(c.op), c.in, c.out, c.shape, x, at(c.dst));
+        break;
+      }
+      case KernelCall::Kind::binary: {
+        Strided& a = scratch[static_cast<size_t>(c.strided)];
+        Strided& b = scratch[static_cast<size_t>(c.strided) + 1];
+        a.data = at(c.src[0]);
+        b.data = at(c.src[1]);
+        be.binary(device, static_cast<BinaryOp>(c.op), c.in, c.out, c.shape, a, b, at(c.dst));
+        break;
+      }
+      case KernelCall::Kind::select: {
+        Strided& k = scratch[static_cast<size_t>(c.strided)];
+        Strided& a = scratch[static_cast<size_t>(c.strided) + 1];
+        Strided& b = scratch[static_cast<size_t>(c.strided) + 2];
+        k.data = at(c.src[0]);
+        a.data = at(c.src[1]);
+        b.data = at(c.src[2]);
+        be.select(device, c.in, c.shape, k, a, b, at(c.dst));
+        break;
+      }
+      case KernelCall::Kind::reduce:
+        be.reduce(device, static_cast<ReduceOp>(c.op), c.in, c.arg[0], c.arg[1], c.arg[2],
+                  at(c.src[0]), at(c.dst));
+        break;
+      case KernelCall::Kind::matmul:
+        be.matmul(device, c.in, c.arg[0], c.arg[1], c.arg[2], c.arg[3], at(c.src[0]), at(c.src[1]),
+                  at(c.dst));
+        break;
+      case KernelCall::Kind::fill:
+        be.fill(device, c.in, c.arg[0], c.value, c.iota, at(c.dst));
+        break;
+      case KernelCall::Kind::copy:
+        be.copy_2d(at(c.dst), device, static_cast<size_t>(c.arg[2]), at(c.src[0]), device,
+                   static_cast<size_t>(c.arg[3]), static_cast<size_t>(c.arg[0]),
+                   static_cast<size_t>(c.arg[1]));
+        break;
+    }
+  }
+}
+
+KernelRecord record_kernels(
+    const std::function<std::vector<Tensor>(const std::vector<Tensor>&)>& fn,
+    const std::vector<Tensor>& operands) {
+  if (operands.empty()) return refused("no operands");
+  for (const Tensor& t : operands) {
+    if (!t.valid()) return refused("an operand this process does not hold");
+    if (t.device() != operands.front().device()) return refused("operands on several devices");
+  }
+  const Device dev = operands.front().device();
+  backend::Backend& real = backend_of(dev);
+  if (!real.host_addressable()) {
+    return refused(cat("the ", real.platform(),
+                       " platform's memory is not host-addressable (the recording is checked "
+                       "by reading it)"));
+  }
+  Tape tape(real, dev.local_index(), operands);
+  std::vector<Tensor> outs;
+  {
+    TapeScope scope(&tape);
+    outs = fn(operands);
+  }
+  if (!tape.refused().empty()) return refused(tape.refused());
+  KernelProgram& p = tape.program();
+  for (const Tensor& y : outs) {
+    if (!y.valid() || y.device() != dev) return refused("a result on another device");
+    std::optional<KernelAddr> a = tape.find(y.data());
+    if (!a) return refused("a result the function did not allocate");
+    if (a->slot < p.operands) return refused("a result that views an operand");
+    p.results.push_back(*a);
+    p.result_shapes.push_back(y.shape());
+    p.result_dtypes.push_back(y.dtype());
+  }
+  if (!reproduces(p, real, dev.local_index(), operands, outs, 0x00) ||
+      !reproduces(p, real, dev.local_index(), operands, outs, 0xff)) {
+    return refused(
+        "the recorded kernels do not reproduce the results (part of the function runs "
+        "outside the backend's kernels)");
+  }
+  return KernelRecord{std::make_shared<const KernelProgram>(std::move(p)), ""};
+}
+
+backend::Backend* kernel_tape_for(backend::Backend& real) {
+  Tape* t = t_tape;
+  return t != nullptr && &t->real() == &real ? t : nullptr;
+}
+
+}  // namespace meshrt::detail

@@ -1,0 +1,89 @@
+// runtime/detail/kernel_tape.h: the backend kernels a device-local function calls, recorded once
+// and replayed without the Tensor ops around them (jit's compiled steps; not installed).
+//
+// record_kernels(fn, operands) runs fn once on the calling thread while backend_of() hands out a
+// recording stand-in for the operands' backend: every kernel call is forwarded and written down,
+// its addresses as slots (an operand, or a buffer fn allocated: a temporary or a result) plus a
+// byte offset. The result is a straight-line program of kernel calls that computes fn's results
+// from any operands of the same shapes and dtypes, with no shape checks, no Tensor objects and
+// buffers the caller provides (jit plans them once and reuses them on every call).
+//
+// The recording is refused, with the reason, when fn did anything a straight-line program cannot
+// repeat: a collective primitive, a copy from or to the host, an executor task, an address that
+// is neither an operand's nor one fn allocated, work on another device, a result that views an
+// operand, or a platform whose memory the host cannot read (the check below needs it). A program
+// is only kept after it was run twice into buffers filled with two different byte patterns and
+// gave fn's results bit for bit both times: a kernel the tape missed leaves a pattern behind.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "backends/backend.h"
+#include "runtime/tensor.h"
+
+namespace meshrt::detail {
+
+// An address inside a program: `slot` < operands is operand `slot`, else temporary
+// `slot - operands`; `offset` in bytes from its start.
+struct KernelAddr {
+  int32_t slot = 0;
+  int64_t offset = 0;
+};
+
+struct KernelCall {
+  enum class Kind : uint8_t { unary, binary, select, reduce, matmul, fill, copy };
+  Kind kind = Kind::unary;
+  int op = 0;  // UnaryOp, BinaryOp or ReduceOp
+  DType in = DType::f32, out = DType::f32;
+  bool iota = false;
+  int nsrc = 0;
+  KernelAddr src[3];
+  KernelAddr dst;
+  int strided = -1;  // unary/binary/select: the first of nsrc Strided scratch entries
+  std::vector<int64_t> shape;
+  // reduce: outer, len, inner; matmul: batch, m, n, k; fill: n; copy: width, height, dpitch,
+  // spitch (bytes)
+  int64_t arg[4] = {0, 0, 0, 0};
+  double value = 0;
+};
+
+class KernelProgram {
+ public:
+  int operands = 0;
+  std::vector<size_t> temp_bytes;             // per temporary
+  std::vector<KernelCall> calls;              // in order
+  std::vector<KernelAddr> results;            // per result of fn: a temporary and an offset
+  std::vector<Shape> result_shapes;           // per result
+  std::vector<DType> result_dtypes;           // per result
+  std::vector<std::vector<int64_t>> strides;  // per Strided scratch entry: its strides
+
+  // Fresh scratch for run(): one Strided per entry, strides filled in (one set per thread).
+  std::vector<backend::Strided> make_scratch() const;
+  // Runs the calls against `device` of `be`; base[s] is slot s's address (operands, then
+  // temporaries), `scratch` from make_scratch().
+  void run(backend::Backend& be, int device, char* const* base,
+           std::vector<backend::Strided>& scratch) const;
+  // Kernel calls, for jit's text ("3 kernels").
+  size_t size() const { return calls.size(); }
+};
+
+struct KernelRecord {
+  std::shared_ptr<const KernelProgram> program;  // null when refused
+  std::string why_not;                           // the reason, when refused
+};
+
+// Records fn(operands) on the calling thread (see the top of this file). fn must be a pure
+// function of its operands' values (as a LocalFn of the global view is); it is run three times.
+KernelRecord record_kernels(
+    const std::function<std::vector<Tensor>(const std::vector<Tensor>&)>& fn,
+    const std::vector<Tensor>& operands);
+
+// Internal (runtime/device.cpp): the recording stand-in for `real` on this thread, or null.
+backend::Backend* kernel_tape_for(backend::Backend& real);
+
+}  // namespace meshrt::detail

@@ -1,0 +1,146 @@
+// The kernel tape (runtime/detail/kernel_tape.h): a device-local function's kernels recorded once
+// and replayed on other operands bit for bit; what it refuses to record, and why.
+#include <gtest/gtest.h>
+#include <meshrt/meshrt.h>
+
+#include <cstring>
+#include <memory>
+#include <vector>
+
+#include "runtime/detail/kernel_tape.h"
+#include "runtime/detail/platform.h"
+
+using namespace meshrt;
+using detail::KernelProgram;
+using detail::KernelRecord;
+using detail::record_kernels;
+
+namespace {
+
+using Fn = std::function<std::vector<Tensor>(const std::vector<Tensor>&)>;
+
+Tensor vec(std::vector<float> v, Shape shape, int device = 0) {
+  return tensor(v, std::move(shape), devices()[static_cast<size_t>(device)]);
+}
+
+std::vector<float> ramp(int64_t n, float scale, float offset) {
+  std::vector<float> v(static_cast<size_t>(n));
+  for (size_t i = 0; i < v.size(); ++i) v[i] = offset + scale * static_cast<float>(i % 13);
+  return v;
+}
+
+// Runs `p` on `operands` (fresh temporaries) and returns its results' bytes.
+std::vector<std::vector<char>> run(const KernelProgram& p, const std::vector<Tensor>& operands) {
+  const Device d = operands.front().device();
+  backend::Backend& be = detail::backend_of(d);
+  std::vector<std::shared_ptr<backend::Buffer>> temps;
+  std::vector<char*> base;
+  for (const Tensor& t : operands) base.push_back(static_cast<char*>(t.data()));
+  for (size_t bytes : p.temp_bytes) {
+    temps.push_back(be.allocate(d.local_index(), bytes));
+    base.push_back(static_cast<char*>(temps.back()->data()));
+  }
+  std::vector<backend::Strided> scratch = p.make_scratch();
+  p.run(be, d.local_index(), base.data(), scratch);
+  std::vector<std::vector<char>> out;
+  for (size_t r = 0; r < p.results.size(); ++r) {
+    const char* at = base[static_cast<size_t>(p.results[r].slot)] + p.results[r].offset;
+    const size_t bytes =
+        static_cast<size_t>(shape_size(p.result_shapes[r])) * dtype_size(p.result_dtypes[r]);
+    out.emplace_back(at, at + bytes);
+  }
+  return out;
+}
+
+void expect_reproduces(const Fn& fn, const std::vector<Tensor>& traced,
+                       const std::vector<Tensor>& other) {
+  KernelRecord r = record_kernels(fn, traced);
+  ASSERT_NE(r.program, nullptr) << r.why_not;
+  std::vector<Tensor> want = fn(other);
+  std::vector<std::vector<char>> got = run(*r.program, other);
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < want.size(); ++i) {
+    EXPECT_EQ(r.program->result_shapes[i], want[i].shape());
+    EXPECT_EQ(r.program->result_dtypes[i], want[i].dtype());
+    ASSERT_EQ(got[i].size(), want[i].nbytes());
+    EXPECT_EQ(0, std::memcmp(got[i].data(), want[i].data(), got[i].size())) << "result " << i;
+  }
+}
+
+TEST(KernelTape, ScalarsBroadcastsAndReductionsReplayOnOtherOperands) {
+  Fn fn = [](const std::vector<Tensor>& t) {
+    Tensor a = t[0] * 2.5 + t[1];                    // scalar fill, then broadcast add
+    Tensor b = exp(a - max(a, 1, true));             // keepdims reduction, broadcast back
+    Tensor c = astype(sum(b, 0), DType::f64) / 3.0;  // cast, reduce, weak-typed scalar
+    return std::vector<Tensor>{b, c, mean(t[0])};
+  };
+  expect_reproduces(fn, {vec(ramp(12, 0.5f, -2.0f), {3, 4}), vec(ramp(4, 1.0f, 0.25f), {4})},
+                    {vec(ramp(12, -0.75f, 3.0f), {3, 4}), vec(ramp(4, 0.125f, -1.0f), {4})});
+}
+
+TEST(KernelTape, MatmulSelectAndComparisonsReplayOnOtherOperands) {
+  Fn fn = [](const std::vector<Tensor>& t) {
+    Tensor h = matmul(t[0], t[1]);
+    Tensor r = where(h > 0.0, h, h * 0.01);
+    return std::vector<Tensor>{r, argmax(r, 1), h < 1.0};
+  };
+  expect_reproduces(fn,
+                    {vec(ramp(6 * 5, 0.3f, -2.0f), {6, 5}), vec(ramp(5 * 7, -0.2f, 1.0f), {5, 7})},
+                    {vec(ramp(6 * 5, -0.4f, 1.5f), {6, 5}), vec(ramp(5 * 7, 0.7f, -3.0f), {5, 7})});
+}
+
+TEST(KernelTape, SlicesAndConcatenationsCopyInsideTheDevice) {
+  Fn fn = [](const std::vector<Tensor>& t) {
+    Tensor s = slice(t[0], {1, 0}, {3, 4});
+    return std::vector<Tensor>{concatenate({s, t[0]}, 0) + 1.0};
+  };
+  expect_reproduces(fn, {vec(ramp(16, 0.5f, 0.0f), {4, 4})}, {vec(ramp(16, -1.5f, 2.0f), {4, 4})});
+}
+
+TEST(KernelTape, RefusesHostData) {
+  Fn fn = [](const std::vector<Tensor>& t) {
+    std::vector<float> host = t[0].to_vector<float>();  // the host reads the operand
+    host[0] += 1.0f;
+    return std::vector<Tensor>{tensor(host, t[0].shape(), t[0].device())};
+  };
+  KernelRecord r = record_kernels(fn, {vec(ramp(4, 1.0f, 0.0f), {4})});
+  EXPECT_EQ(r.program, nullptr);
+  EXPECT_NE(r.why_not.find("host"), std::string::npos) << r.why_not;
+}
+
+TEST(KernelTape, RefusesWritesOutsideTheKernels) {
+  Fn fn = [](const std::vector<Tensor>& t) {
+    Tensor y = empty(t[0].shape(), t[0].dtype(), t[0].device());
+    std::memcpy(y.data(), t[0].data(), t[0].nbytes());  // no backend kernel: the tape cannot see it
+    return std::vector<Tensor>{y * 2.0};
+  };
+  KernelRecord r = record_kernels(fn, {vec(ramp(4, 1.0f, 0.5f), {4})});
+  EXPECT_EQ(r.program, nullptr);
+  EXPECT_NE(r.why_not.find("do not reproduce"), std::string::npos) << r.why_not;
+}
+
+TEST(KernelTape, RefusesResultsThatViewAnOperand) {
+  Fn fn = [](const std::vector<Tensor>& t) { return std::vector<Tensor>{reshape(t[0], {2, 2})}; };
+  KernelRecord r = record_kernels(fn, {vec(ramp(4, 1.0f, 0.5f), {4})});
+  EXPECT_EQ(r.program, nullptr);
+  EXPECT_NE(r.why_not.find("views an operand"), std::string::npos) << r.why_not;
+}
+
+TEST(KernelTape, RefusesWorkOnAnotherDevice) {
+  if (devices().size() < 2) GTEST_SKIP() << "needs two devices";
+  Fn fn = [](const std::vector<Tensor>& t) {
+    Tensor other = zeros(t[0].shape(), t[0].dtype(), devices()[1]);
+    return std::vector<Tensor>{t[0] + 1.0, other};
+  };
+  KernelRecord r = record_kernels(fn, {vec(ramp(4, 1.0f, 0.5f), {4})});
+  EXPECT_EQ(r.program, nullptr);
+  EXPECT_NE(r.why_not.find("another device"), std::string::npos) << r.why_not;
+}
+
+TEST(KernelTape, OnlyTheRecordingThreadSeesTheTape) {
+  // Outside a recording, backend_of is the real backend.
+  backend::Backend& real = detail::backend_of(devices()[0]);
+  EXPECT_EQ(detail::kernel_tape_for(real), nullptr);
+}
+
+}  // namespace
