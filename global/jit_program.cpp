@@ -63,6 +63,8 @@ struct JitValue {
   // Made by a compiled step and read only by compiled steps at the same position: its blocks
   // live in the program's planned buffers (no Tensor per call); else every block is a Tensor.
   bool planned = false;
+  int home = -1;        // planned: its buffer (of its maker's mesh)
+  int64_t home_at = 0;  // planned: its offset in that buffer
 };
 
 struct JitStep {
@@ -79,6 +81,7 @@ struct JitStep {
   // per call, since a Tensor keeps it)
   std::vector<int> temp_home;
   size_t fresh = 0;
+  std::vector<uint32_t> dyn_operands;  // compiled: operands whose address changes per call
   global::Body body;
   // blocks: a psum of the operand over mesh axes that the replay folds from the caller's thread
   // (host memory, every device in this process, small blocks): the direct algorithm's fold, in
@@ -128,7 +131,9 @@ struct JitOutput {
 // position, the kernels' stride scratch.
 struct JitArena {
   std::vector<Tensor> vals;  // per value and position (value.first + pos)
-  std::vector<char*> ptrs;   // the same blocks' addresses
+  std::vector<char*> ptrs;   // the same blocks' addresses (planned blocks': set once)
+  // per compiled step and position: its kernels' slot addresses, the planned ones set once
+  std::vector<std::vector<std::vector<char*>>> base;
   std::vector<std::vector<std::vector<std::shared_ptr<backend::Buffer>>>> bufs;  // [mesh][pos][k]
   std::vector<std::vector<std::vector<backend::Strided>>> scratch;               // [step][pos]
 };
@@ -545,6 +550,12 @@ void plan_buffers(JitProgram& p, const std::vector<int>& last) {
         s.temp_home[t] = b;
         release[static_cast<size_t>(until[t])].push_back({static_cast<int>(m), b});
       }
+      for (size_t r = 0; r < k.results.size(); ++r) {
+        JitValue& v = p.values[static_cast<size_t>(s.out[r])];
+        if (!v.planned) continue;
+        v.home = s.temp_home[static_cast<size_t>(k.results[r].slot - k.operands)];
+        v.home_at = k.results[r].offset;
+      }
     }
     for (auto [m, b] : release[i]) {
       free[static_cast<size_t>(m)].emplace(
@@ -569,6 +580,13 @@ void plan_buffers(JitProgram& p, const std::vector<int>& last) {
     }
     for (int v : s.out) {
       s.out_first.push_back(static_cast<uint32_t>(p.values[static_cast<size_t>(v)].first));
+    }
+    if (s.kernels != nullptr) {
+      for (size_t i = 0; i < s.in.size(); ++i) {
+        bool fixed = true;
+        for (const Ref& r : s.in[i]) fixed = fixed && p.values[static_cast<size_t>(r.vid)].planned;
+        if (!fixed) s.dyn_operands.push_back(static_cast<uint32_t>(i));
+      }
     }
   }
   p.places.resize(p.meshes.size());
@@ -736,14 +754,45 @@ std::unique_ptr<JitArena> make_arena(const JitProgram& p) {
       }
     }
   }
+  // Planned blocks stay where the plan put them: their addresses are set once.
+  std::vector<int> maker_mesh(p.values.size(), -1);
+  for (const JitStep& s : p.steps) {
+    for (int v : s.out) maker_mesh[static_cast<size_t>(v)] = s.mesh_index;
+  }
+  for (size_t v = 0; v < p.values.size(); ++v) {
+    const JitValue& jv = p.values[v];
+    if (!jv.planned) continue;
+    const auto& bufs = a->bufs[static_cast<size_t>(maker_mesh[v])];
+    for (size_t pos = 0; pos < static_cast<size_t>(jv.npos); ++pos) {
+      if (bufs[pos].empty()) continue;  // another process's position
+      a->ptrs[jv.first + pos] =
+          static_cast<char*>(bufs[pos][static_cast<size_t>(jv.home)]->data()) + jv.home_at;
+    }
+  }
   a->scratch.resize(p.steps.size());
+  a->base.resize(p.steps.size());
   for (size_t i = 0; i < p.steps.size(); ++i) {
     const JitStep& s = p.steps[i];
     if (s.kernels == nullptr) continue;
+    const KernelProgram& k = *s.kernels;
     const std::vector<Device>& devs = s.mesh->devices();
     a->scratch[i].resize(devs.size());
+    a->base[i].resize(devs.size());
     for (size_t pos = 0; pos < devs.size(); ++pos) {
-      if (is_local(devs[pos])) a->scratch[i][pos] = s.kernels->make_scratch();
+      if (!is_local(devs[pos])) continue;
+      a->scratch[i][pos] = k.make_scratch();
+      std::vector<char*>& base = a->base[i][pos];
+      base.assign(static_cast<size_t>(k.operands) + k.temp_bytes.size(), nullptr);
+      for (size_t o = 0; o < static_cast<size_t>(k.operands); ++o) {
+        base[o] = a->ptrs[s.in_flat[pos * static_cast<size_t>(k.operands) + o]];
+      }
+      const auto& bufs = a->bufs[static_cast<size_t>(s.mesh_index)][pos];
+      for (size_t t = 0; t < k.temp_bytes.size(); ++t) {
+        if (s.temp_home[t] >= 0) {
+          base[static_cast<size_t>(k.operands) + t] =
+              static_cast<char*>(bufs[static_cast<size_t>(s.temp_home[t])]->data());
+        }
+      }
     }
   }
   return a;
@@ -797,41 +846,33 @@ void run_kernels(const JitProgram& p, size_t step, JitArena& a, size_t pos) {
   const JitPlace& place = p.places[static_cast<size_t>(s.mesh_index)][pos];
   backend::Backend& be = *place.backend;
   const int dev = place.local;
-  // Slot addresses (operands, then temporaries) and the buffers allocated now, on the stack for
-  // the common sizes (not zeroed: every entry used is written first).
-  constexpr size_t kSlots = 32;
-  const size_t nslots = static_cast<size_t>(k.operands) + k.temp_bytes.size();
-  std::array<char*, kSlots> base_small;  // NOLINT(cppcoreguidelines-pro-type-member-init)
-  std::vector<char*> base_big(nslots > kSlots ? nslots : 0);
-  char** base = nslots > kSlots ? base_big.data() : base_small.data();
+  // The slot addresses: planned ones were set when the arena was made; operands that are not
+  // planned change per call, and temporaries holding results that leave get new buffers.
+  char** base = a.base[step][pos].data();
+  const uint32_t* in = s.in_flat.data() + pos * static_cast<size_t>(k.operands);
+  for (uint32_t i : s.dyn_operands) base[i] = a.ptrs[in[i]];
   std::array<std::shared_ptr<backend::Buffer>, 2> fresh_small;
   std::vector<std::shared_ptr<backend::Buffer>> fresh_big(s.fresh > 2 ? s.fresh : 0);
   std::shared_ptr<backend::Buffer>* fresh = s.fresh > 2 ? fresh_big.data() : fresh_small.data();
-  const uint32_t* in = s.in_flat.data() + pos * static_cast<size_t>(k.operands);
-  for (size_t i = 0; i < static_cast<size_t>(k.operands); ++i) base[i] = a.ptrs[in[i]];
-  const std::vector<std::shared_ptr<backend::Buffer>>& bufs =
-      a.bufs[static_cast<size_t>(s.mesh_index)][pos];
-  for (size_t t = 0; t < k.temp_bytes.size(); ++t) {
-    const size_t slot = static_cast<size_t>(k.operands) + t;
-    const int home = s.temp_home[t];
-    if (home >= 0) {
-      base[slot] = static_cast<char*>(bufs[static_cast<size_t>(home)]->data());
-    } else {
+  if (s.fresh != 0) {
+    for (size_t t = 0; t < k.temp_bytes.size(); ++t) {
+      const int home = s.temp_home[t];
+      if (home >= 0) continue;
       std::shared_ptr<backend::Buffer>& b = fresh[static_cast<size_t>(-1 - home)];
       b = be.allocate(dev, k.temp_bytes[t]);
-      base[slot] = static_cast<char*>(b->data());
+      base[static_cast<size_t>(k.operands) + t] = static_cast<char*>(b->data());
     }
   }
   k.run(be, dev, base, a.scratch[step][pos]);
+  if (s.fresh == 0) return;  // every result planned: its address is already known
   for (size_t r = 0; r < k.results.size(); ++r) {
-    const size_t f = s.out_first[r] + pos;
     const KernelAddr& at = k.results[r];
-    a.ptrs[f] = base[at.slot] + at.offset;
     const int home = s.temp_home[static_cast<size_t>(at.slot - k.operands)];
-    if (home < 0) {
-      a.vals[f] = Tensor(fresh[static_cast<size_t>(-1 - home)], static_cast<size_t>(at.offset),
-                         k.result_shapes[r], k.result_dtypes[r], place.device);
-    }
+    if (home >= 0) continue;
+    const size_t f = s.out_first[r] + pos;
+    a.ptrs[f] = base[at.slot] + at.offset;
+    a.vals[f] = Tensor(fresh[static_cast<size_t>(-1 - home)], static_cast<size_t>(at.offset),
+                       k.result_shapes[r], k.result_dtypes[r], place.device);
   }
 }
 

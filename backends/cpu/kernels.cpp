@@ -56,6 +56,21 @@ void parallel_ranges(int64_t n, F&& fn) {
   });
 }
 
+// Runs fn(begin, end) over items [0, n) of `per_item` elements each, in parallel chunks of about
+// kParallelGrain elements when there are more than that in all.
+template <class F>
+void parallel_items(int64_t n, int64_t per_item, F&& fn) {
+  if (!kUseTbb || n * per_item <= kParallelGrain || n < 2) {
+    fn(int64_t{0}, n);
+    return;
+  }
+  const int64_t grain = std::max<int64_t>(1, kParallelGrain / std::max<int64_t>(1, per_item));
+  arena().execute([&] {
+    tbb::parallel_for(tbb::blocked_range<int64_t>(0, n, grain),
+                      [&](const tbb::blocked_range<int64_t>& r) { fn(r.begin(), r.end()); });
+  });
+}
+
 template <class F>
 void with_type(DType t, F&& f) {
   backend::scalar::visit_dtype(t, std::forward<F>(f));
@@ -142,6 +157,48 @@ auto unary_fn(UnaryOp op) {
   return [code = static_cast<int>(op)](T v) -> T { return backend::scalar::unary(code, v); };
 }
 
+// A copy whose last two output dims read the input transposed (x's stride along the last dim is
+// not 1, along the one before it is 1): y[..., i, j] = x[... + i + j * sc]. Read naively, every
+// element is a cache miss; here both sides move in 32 x 32 tiles, parallel over tile rows.
+constexpr int64_t kTile = 32;
+
+bool is_transposed_copy(const std::vector<int64_t>& shape, const Strided& x) {
+  const size_t r = shape.size();
+  return r >= 2 && x.strides[r - 2] == 1 && x.strides[r - 1] > 1 && shape[r - 1] >= kTile &&
+         shape[r - 2] >= kTile;
+}
+
+template <class T>
+void transposed_copy(const std::vector<int64_t>& shape, const Strided& x, T* y) {
+  const size_t r = shape.size();
+  const int64_t rows = shape[r - 2], cols = shape[r - 1], sc = x.strides[r - 1];
+  int64_t outer = 1;
+  for (size_t d = 0; d + 2 < r; ++d) outer *= shape[d];
+  const int64_t row_tiles = (rows + kTile - 1) / kTile;
+  const T* xp = static_cast<const T*>(x.data);
+  // Work items: (outer index, tile row); parallel when the copy is large.
+  parallel_items(outer * row_tiles, kTile * cols, [&](int64_t lo, int64_t hi) {
+    for (int64_t item = lo; item < hi; ++item) {
+      const int64_t o = item / row_tiles, i0 = item % row_tiles * kTile;
+      // The outer index's input offset (mixed radix over the leading dims).
+      int64_t off = 0;
+      for (int64_t rem = o, d = static_cast<int64_t>(r) - 3; d >= 0; --d) {
+        off += rem % shape[static_cast<size_t>(d)] * x.strides[static_cast<size_t>(d)];
+        rem /= shape[static_cast<size_t>(d)];
+      }
+      const T* xo = xp + off;
+      T* yo = y + o * rows * cols;
+      const int64_t i1 = std::min(rows, i0 + kTile);
+      for (int64_t j0 = 0; j0 < cols; j0 += kTile) {
+        const int64_t j1 = std::min(cols, j0 + kTile);
+        for (int64_t i = i0; i < i1; ++i) {
+          for (int64_t j = j0; j < j1; ++j) yo[i * cols + j] = xo[i + j * sc];
+        }
+      }
+    }
+  });
+}
+
 }  // namespace
 
 void unary(UnaryOp op, DType in, DType out, const std::vector<int64_t>& shape, const Strided& x,
@@ -152,6 +209,10 @@ void unary(UnaryOp op, DType in, DType out, const std::vector<int64_t>& shape, c
     return c;
   }();
   if (n == 0) return;
+  if (op == UnaryOp::copy && in == out && is_transposed_copy(shape, x)) {
+    with_type(in, [&](auto v) { transposed_copy(shape, x, static_cast<decltype(v)*>(y)); });
+    return;
+  }
   with_type(in, [&](auto iv) {
     using I = decltype(iv);
     with_type(out, [&](auto ov) {

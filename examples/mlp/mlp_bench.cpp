@@ -124,7 +124,41 @@ int main(int argc, char** argv) {
   }
   // The devices share this machine's cores: the bound is the step's FLOPs at the rate the
   // devices' sgemms reach together here.
+  const double bound = flops / (rate * 1e9);
   std::printf("compute bound: %.1f GFLOP / %.1f GFLOP/s = %.1f ms\n", flops / 1e9, rate,
-              flops / (rate * 1e9) * 1e3);
+              bound * 1e3);
+
+  // The training step as a training loop runs it: parameters and batch placed once, the step
+  // value_and_grad of the global-view loss, eager and jitted (interleaved), results left on the
+  // devices.
+  std::printf("\ndevice-resident step, value_and_grad of the global-view loss (no host copies):\n");
+  std::printf("%-16s %10s %10s %9s %12s\n", "strategy", "eager", "jit", "jit/eager", "jit/bound");
+  const Mesh mesh2 = make_mesh({n / 2, 2}, {"batch", "model"});
+  for (Strategy s : {Strategy::single, Strategy::data_parallel, Strategy::fsdp,
+                     Strategy::tensor_parallel, Strategy::data_tensor_2d}) {
+    if (s == Strategy::data_tensor_2d && n % 2 != 0) continue;
+    const Mesh m = s == Strategy::single           ? Mesh({mesh.devices().front()}, {1}, {"batch"})
+                   : s == Strategy::data_tensor_2d ? mesh2
+                                                   : mesh;
+    const mlp::Placement at = mlp::placement(s, m);
+    const mlp::Params params = mlp::device_put_params(p, s, m);
+    const Array x = device_put(p.x, {p.batch, p.sizes.front()}, NamedSharding(m, at.x));
+    const Array y = device_put(p.y, {p.batch, p.sizes.back()}, NamedSharding(m, at.x));
+    auto eager = value_and_grad(mlp::loss);
+    auto jitted = jit(value_and_grad(mlp::loss));
+    (void)eager(params, x, y);   // warm-up
+    (void)jitted(params, x, y);  // traced
+    std::vector<double> te, tj;
+    for (int r = 0; r < repeats; ++r) {
+      auto t0 = std::chrono::steady_clock::now();
+      (void)eager(params, x, y);
+      te.push_back(seconds_since(t0));
+      t0 = std::chrono::steady_clock::now();
+      (void)jitted(params, x, y);
+      tj.push_back(seconds_since(t0));
+    }
+    std::printf("%-16s %7.1f ms %7.1f ms %8.2fx %11.2fx\n", mlp::name(s), median(te) * 1e3,
+                median(tj) * 1e3, median(tj) / median(te), median(tj) / bound);
+  }
   return 0;
 }
