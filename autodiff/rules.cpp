@@ -76,16 +76,6 @@ T unreduce(T ct, const Meta<T>& in, const std::optional<int>& axis, bool keepdim
   return add(zeros_as(in, ct.dtype()), ct);
 }
 
-template <class T>
-T swap_last_two(const T& x) {
-  const auto n = static_cast<int>(x.shape().size());
-  std::vector<int> perm;
-  for (int d = 0; d < n - 2; ++d) perm.push_back(d);
-  perm.push_back(n - 1);
-  perm.push_back(n - 2);
-  return transpose(x, perm);
-}
-
 // The cotangent of slice(x, start, limit, strides): ct scattered back into x's shape.
 template <class T>
 T unslice(T ct, const Meta<T>& in, const Shape& start, const Shape& limit, const Shape& strides) {
@@ -274,18 +264,45 @@ std::unordered_map<std::string_view, Rule<T>> make_table() {
     if (b_vec) g = expand_dims(g, static_cast<int>(g.shape().size()));
     if (a_vec) g = expand_dims(g, static_cast<int>(g.shape().size()) - 1);
     CtList<T> r(2);
+    // The transposes are read by the product, not copied (dot_general's swapped dims).
     if (n.in[0] != 0) {
-      T ga = matmul(g, swap_last_two(b));
+      T ga = matmul_transposed(g, b, false, true);
       if (a_vec) ga = squeeze(ga, {static_cast<int>(ga.shape().size()) - 2});
       r[0] = ga;
     }
     if (n.in[1] != 0) {
-      T gb = matmul(swap_last_two(a), g);
+      T gb = matmul_transposed(a, g, true, false);
       if (b_vec) gb = squeeze(gb, {static_cast<int>(gb.shape().size()) - 1});
       r[1] = gb;
     }
     return r;
   });
+  // C = op(A) @ op(B), op transposing where asked (ints = {ta, tb}): the cotangents of the stored
+  // operands, each one product of the other operand and G, read transposed as needed.
+  add_rule("matmul_transposed", kIn01, false,
+           [](const Node<T>& n, const CtList<T>& c, Env&) -> CtList<T> {
+             const bool ta = n.attrs.ints.at(0) != 0, tb = n.attrs.ints.at(1) != 0;
+             T a = n.input(0);
+             T b = n.input(1);
+             T g = ct_of(c, 0);
+             const bool a_vec = a.shape().size() == 1, b_vec = b.shape().size() == 1;
+             if (a_vec) a = reshape(a, {1, a.shape()[0]});
+             if (b_vec) b = reshape(b, {b.shape()[0], 1});
+             if (b_vec) g = expand_dims(g, static_cast<int>(g.shape().size()));
+             if (a_vec) g = expand_dims(g, static_cast<int>(g.shape().size()) - 1);
+             CtList<T> r(2);
+             if (n.in[0] != 0) {
+               T ga = ta ? matmul_transposed(b, g, tb, true) : matmul_transposed(g, b, false, !tb);
+               if (a_vec) ga = squeeze(ga, {static_cast<int>(ga.shape().size()) - 2});
+               r[0] = ga;
+             }
+             if (n.in[1] != 0) {
+               T gb = tb ? matmul_transposed(g, a, true, ta) : matmul_transposed(a, g, !ta, false);
+               if (b_vec) gb = squeeze(gb, {static_cast<int>(gb.shape().size()) - 1});
+               r[1] = gb;
+             }
+             return r;
+           });
 
   // ---- shape
   add_rule("transpose", kNone, false, [](const Node<T>& n, const CtList<T>& c, Env&) -> CtList<T> {

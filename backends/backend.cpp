@@ -35,6 +35,21 @@ namespace {
 }
 }  // namespace
 
+void Backend::matmul_t(int device, DType dtype, int64_t batch, int64_t m, int64_t n, int64_t k,
+                       const void* a, bool trans_a, const void* b, bool trans_b, void* c) {
+  // A stored (rows, cols) matrix per batch entry, copied transposed into a new dense buffer.
+  auto transposed = [&](const void* src, int64_t rows, int64_t cols) {
+    std::shared_ptr<Buffer> t =
+        allocate(device, static_cast<size_t>(batch * rows * cols) * dtype_size(dtype));
+    unary(device, UnaryOp::copy, dtype, dtype, {batch, cols, rows},
+          Strided{src, {rows * cols, 1, cols}}, t->data());
+    return t;
+  };
+  std::shared_ptr<Buffer> ta = trans_a ? transposed(a, k, m) : nullptr;
+  std::shared_ptr<Buffer> tb = trans_b ? transposed(b, n, k) : nullptr;
+  matmul(device, dtype, batch, m, n, k, ta ? ta->data() : a, tb ? tb->data() : b, c);
+}
+
 void Backend::coll_begin(int) { unsupported(*this, "collective data movement"); }
 void Backend::coll_copy_2d(int, void*, size_t, const void*, size_t, size_t, size_t) {
   unsupported(*this, "collective data movement");

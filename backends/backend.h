@@ -109,6 +109,12 @@ class Backend {
   // c[b] = a[b] @ b[b] for `batch` dense row-major (m, k) x (k, n) matrices.
   virtual void matmul(int device, DType dtype, int64_t batch, int64_t m, int64_t n, int64_t k,
                       const void* a, const void* b, void* c) = 0;
+  // The same with either operand read transposed: a is stored (m, k), or (k, m) with trans_a; b
+  // is stored (k, n), or (n, k) with trans_b (per batch entry, dense). The default copies a
+  // transposed operand to a temporary first; a platform overrides it with its BLAS's transposed
+  // products (no copy).
+  virtual void matmul_t(int device, DType dtype, int64_t batch, int64_t m, int64_t n, int64_t k,
+                        const void* a, bool trans_a, const void* b, bool trans_b, void* c);
   // y[i] = value (converted to dtype), or y[i] = i when iota.
   virtual void fill(int device, DType dtype, int64_t n, double value, bool iota, void* y) = 0;
 

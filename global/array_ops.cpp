@@ -282,11 +282,27 @@ Array constrain(std::string_view op, const Array& x, const Sharding& s) {
   return global::reshard(x, *xm, l, op, /*implicit=*/false, note);
 }
 
+// Swaps the last two entries (of a shape or a layout's dims): an operand read transposed.
+template <class V>
+V swap_last_two(V v) {
+  if (v.size() >= 2) std::swap(v[v.size() - 2], v[v.size() - 1]);
+  return v;
+}
+
+// matmul, dot and matmul_transposed: `ta`/`tb` read an operand with its last two dims swapped
+// (the placement rule sees the swapped operand; its blocks are placed as stored, and the kernel
+// reads them transposed).
 Array matmul_like(std::string_view op, const Array& a, const Array& b, const OpOptions& options,
-                  Tensor (*f)(const Tensor&, const Tensor&)) {
-  detail::Traced<Array> tr("matmul", {&a, &b});
-  const Shape& sa = a.shape();
-  const Shape& sb = b.shape();
+                  bool ta, bool tb, std::function<Tensor(const Tensor&, const Tensor&)> f) {
+  detail::Traced<Array> tr(ta || tb ? "matmul_transposed" : "matmul", {&a, &b});
+  if (tr && (ta || tb)) tr.attrs().ints = {ta ? 1 : 0, tb ? 1 : 0};
+  if ((ta && a.shape().size() < 2) || (tb && b.shape().size() < 2)) {
+    throw Error(cat("[", op, "] a transposed operand must be at least 2-D, got shapes ",
+                    shape_tuple(a.shape()), " and ", shape_tuple(b.shape()),
+                    "; use matmul for vectors"));
+  }
+  const Shape sa = ta ? swap_last_two(a.shape()) : a.shape();
+  const Shape sb = tb ? swap_last_two(b.shape()) : b.shape();
   if (sa.empty() || sb.empty()) {
     throw Error(cat("[", op, "] operands must be at least 1-D, got shapes ", shape_tuple(sa),
                     " and ", shape_tuple(sb)));
@@ -314,8 +330,12 @@ Array matmul_like(std::string_view op, const Array& a, const Array& b, const OpO
   if (sa.size() >= 2) out.push_back(sa[sa.size() - 2]);
   if (sb.size() >= 2) out.push_back(sb.back());
   const OpMesh m = global::op_mesh(op, {&a, &b});
-  Plan p =
-      global::matmul_rule(m.mesh, {&sa, global::layout_of(a)}, {&sb, global::layout_of(b)}, out);
+  Layout la = global::layout_of(a), lb = global::layout_of(b);
+  if (ta) la.dims = swap_last_two(la.dims);
+  if (tb) lb.dims = swap_last_two(lb.dims);
+  Plan p = global::matmul_rule(m.mesh, {&sa, la}, {&sb, lb}, out);
+  if (ta) p.need[0].dims = swap_last_two(p.need[0].dims);
+  if (tb) p.need[1].dims = swap_last_two(p.need[1].dims);
   Array r = apply(op, {a, b}, p, p.out, {out}, [f](const std::vector<Tensor>& t) {
               return std::vector<Tensor>{f(t[0], t[1])};
             }).front();
@@ -577,10 +597,19 @@ Array log_softmax(const Array& x, int axis) {
 
 // ---- linear algebra
 Array matmul(const Array& a, const Array& b, const OpOptions& o) {
-  return matmul_like("matmul", a, b, o, &matmul);
+  return matmul_like("matmul", a, b, o, false, false,
+                     [](const Tensor& x, const Tensor& y) { return matmul(x, y); });
+}
+Array matmul_transposed(const Array& a, const Array& b, bool transpose_a, bool transpose_b,
+                        const OpOptions& o) {
+  return matmul_like("matmul_transposed", a, b, o, transpose_a, transpose_b,
+                     [transpose_a, transpose_b](const Tensor& x, const Tensor& y) {
+                       return matmul_transposed(x, y, transpose_a, transpose_b);
+                     });
 }
 Array dot(const Array& a, const Array& b, const OpOptions& o) {
-  return matmul_like("dot", a, b, o, &dot);
+  return matmul_like("dot", a, b, o, false, false,
+                     [](const Tensor& x, const Tensor& y) { return dot(x, y); });
 }
 
 Array transpose(const Array& x, std::vector<int> perm) {

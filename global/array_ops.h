@@ -130,6 +130,10 @@ Array log_softmax(const Array& x, int axis = -1);
 
 // ---- linear algebra
 Array matmul(const Array& a, const Array& b, const OpOptions& options = {});
+// matmul with a and/or b read transposed in their last two dims, without a transpose op: the
+// placement rule sees the swapped operand (as jax.jit would for dot_general's swapped dims).
+Array matmul_transposed(const Array& a, const Array& b, bool transpose_a, bool transpose_b,
+                        const OpOptions& options = {});
 Array dot(const Array& a, const Array& b, const OpOptions& options = {});
 Array transpose(const Array& x, std::vector<int> perm = {});
 

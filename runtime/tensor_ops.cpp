@@ -422,33 +422,44 @@ Tensor softmax(const Tensor& x0, int axis) {
 }
 
 // ---- linear algebra
-Tensor matmul(const Tensor& a0, const Tensor& b0) {
-  detail::Traced<Tensor> tr("matmul", {&a0, &b0});
-  check_same_device(a0, b0, "matmul");
+namespace {
+
+// a @ b (jnp.matmul), with a stored (..., k, m) when ta and b stored (..., n, k) when tb.
+Tensor matmul_impl(const Tensor& a0, const Tensor& b0, bool ta, bool tb, const char* name) {
+  check_same_device(a0, b0, name);
   if (a0.ndim() == 0 || b0.ndim() == 0) {
-    throw Error(cat("[ops] matmul: operands must be at least 1-D, got shapes ",
+    throw Error(cat("[ops] ", name, ": operands must be at least 1-D, got shapes ",
                     shape_str(a0.shape()), " and ", shape_str(b0.shape()),
                     " (use multiply for scalars)"));
   }
+  if ((ta && a0.ndim() < 2) || (tb && b0.ndim() < 2)) {
+    throw Error(cat("[ops] ", name, ": a transposed operand must be at least 2-D, got shapes ",
+                    shape_str(a0.shape()), " and ", shape_str(b0.shape()),
+                    "; use matmul for vectors"));
+  }
   const DType t = promote_types(a0.dtype(), b0.dtype());
-  if (t == DType::bool_) throw Error("[ops] matmul of bool tensors: convert with astype first");
+  if (t == DType::bool_) {
+    throw Error(cat("[ops] ", name, " of bool tensors: convert with astype first"));
+  }
   // 1-D operands are promoted to matrices and the added dimension removed afterwards (jnp.matmul).
   Tensor a = cast(a0, t), b = cast(b0, t);
   const bool a_vec = a.ndim() == 1, b_vec = b.ndim() == 1;
   if (a_vec) a = reshape(a, {1, a.shape()[0]});
   if (b_vec) b = reshape(b, {b.shape()[0], 1});
-  const int64_t m = a.shape()[static_cast<size_t>(a.ndim() - 2)], k = a.shape().back();
-  const int64_t k2 = b.shape()[static_cast<size_t>(b.ndim() - 2)], n = b.shape().back();
+  const int64_t ar = a.shape()[static_cast<size_t>(a.ndim() - 2)], ac = a.shape().back();
+  const int64_t br = b.shape()[static_cast<size_t>(b.ndim() - 2)], bc = b.shape().back();
+  const int64_t m = ta ? ac : ar, k = ta ? ar : ac, k2 = tb ? bc : br, n = tb ? br : bc;
   if (k != k2) {
-    throw Error(cat("[ops] matmul: shapes ", shape_str(a0.shape()), " and ", shape_str(b0.shape()),
+    throw Error(cat("[ops] ", name, ": shapes ", shape_str(a0.shape()), " and ",
+                    shape_str(b0.shape()), (ta || tb ? " (read transposed)" : ""),
                     " are not aligned: contracting dimension ", k, " != ", k2));
   }
   const Shape a_batch(a.shape().begin(), a.shape().end() - 2),
       b_batch(b.shape().begin(), b.shape().end() - 2);
-  const Shape batch = broadcast_shapes(a_batch, b_batch, "matmul");
+  const Shape batch = broadcast_shapes(a_batch, b_batch, name);
   Shape a_full = batch, b_full = batch;
-  a_full.insert(a_full.end(), {m, k});
-  b_full.insert(b_full.end(), {k, n});
+  a_full.insert(a_full.end(), {ar, ac});
+  b_full.insert(b_full.end(), {br, bc});
   // Batch dims that broadcast are materialised so the kernel sees dense batches.
   if (a.shape() != a_full) a = gather_view(a, a_full, 0, broadcast_strides(a, a_full));
   if (b.shape() != b_full) b = gather_view(b, b_full, 0, broadcast_strides(b, b_full));
@@ -456,8 +467,25 @@ Tensor matmul(const Tensor& a0, const Tensor& b0) {
   if (!a_vec) out.push_back(m);
   if (!b_vec) out.push_back(n);
   Tensor y = empty(out, t, a.device());
-  be(a).matmul(dev(a), t, shape_size(batch), m, n, k, a.data(), b.data(), y.data());
-  return tr(y);
+  if (!ta && !tb) {
+    be(a).matmul(dev(a), t, shape_size(batch), m, n, k, a.data(), b.data(), y.data());
+  } else {
+    be(a).matmul_t(dev(a), t, shape_size(batch), m, n, k, a.data(), ta, b.data(), tb, y.data());
+  }
+  return y;
+}
+
+}  // namespace
+
+Tensor matmul(const Tensor& a, const Tensor& b) {
+  detail::Traced<Tensor> tr("matmul", {&a, &b});
+  return tr(matmul_impl(a, b, false, false, "matmul"));
+}
+
+Tensor matmul_transposed(const Tensor& a, const Tensor& b, bool transpose_a, bool transpose_b) {
+  detail::Traced<Tensor> tr("matmul_transposed", {&a, &b});
+  if (tr) tr.attrs().ints = {transpose_a ? 1 : 0, transpose_b ? 1 : 0};
+  return tr(matmul_impl(a, b, transpose_a, transpose_b, "matmul_transposed"));
 }
 
 Tensor dot(const Tensor& a, const Tensor& b) {

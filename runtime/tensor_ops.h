@@ -134,6 +134,11 @@ Tensor softmax(const Tensor& x, int axis = -1);
 // ---- linear algebra
 // 2-D, batched (leading dims broadcast) and 1-D operands as jnp.matmul; floats go to a BLAS.
 Tensor matmul(const Tensor& a, const Tensor& b);
+// matmul with a and/or b read transposed in their last two dims, without copying them:
+// matmul_transposed(a, b, true, false) equals matmul(a with its last two dims swapped, b), as
+// jax.lax.dot_general with the contracting dims swapped (what the backward pass of a matmul
+// needs). A transposed operand is at least 2-D; batch dims broadcast as in matmul.
+Tensor matmul_transposed(const Tensor& a, const Tensor& b, bool transpose_a, bool transpose_b);
 // jnp.dot for 1-D and 2-D operands, and N-D . 1-D.
 Tensor dot(const Tensor& a, const Tensor& b);
 // Any permutation; empty reverses the dimensions.

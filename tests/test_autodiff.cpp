@@ -76,6 +76,16 @@ std::vector<OpCase> op_cases() {
       OP_CASE("matmul_vec", (S{{8}, {8, 8}}), false, matmul(v[0], v[1])),
       OP_CASE("matmul_batched", (S{{2, 4, 8}, {8, 8}}), false, matmul(v[0], v[1])),
       OP_CASE("dot_mat_vec", (S{{4, 8}, {8}}), false, dot(v[0], v[1])),
+      OP_CASE("matmul_transposed_a", (S{{8, 4}, {8, 8}}), false,
+              matmul_transposed(v[0], v[1], true, false)),
+      OP_CASE("matmul_transposed_b", (S{{4, 8}, {6, 8}}), false,
+              matmul_transposed(v[0], v[1], false, true)),
+      OP_CASE("matmul_transposed_both", (S{{8, 4}, {6, 8}}), false,
+              matmul_transposed(v[0], v[1], true, true)),
+      OP_CASE("matmul_transposed_batched", (S{{2, 8, 4}, {8, 8}}), false,
+              matmul_transposed(v[0], v[1], true, false)),
+      OP_CASE("matmul_transposed_vec", (S{{8}, {6, 8}}), false,
+              matmul_transposed(v[0], v[1], false, true)),
       OP_CASE("transpose", (S{{4, 8}}), false, transpose(v[0]) * transpose(v[0])),
       OP_CASE("transpose_3d", (S{{2, 4, 8}}), false, sin(transpose(v[0], {1, 2, 0}))),
       OP_CASE("reshape", (S{{4, 8}}), false, sin(reshape(v[0], {8, 4}))),
@@ -180,6 +190,38 @@ TEST(AutodiffFd, EveryArrayOpOnShardings) {
                               weights);
     }
   }
+}
+
+// matmul_transposed reads an operand transposed: the same values as an explicit transpose, on
+// one device and on every sharding of the operands (the placement rule sees the swapped operand).
+TEST(Autodiff, MatmulTransposedEqualsAnExplicitTranspose) {
+  auto close = [](const std::vector<double>& a, const std::vector<double>& b,
+                  const std::string& what) {
+    ASSERT_EQ(a.size(), b.size()) << what;
+    for (size_t i = 0; i < a.size(); ++i) EXPECT_NEAR(a[i], b[i], 1e-9) << what << " " << i;
+  };
+  Mesh mesh = make_mesh({4, 2}, {"x", "y"});
+  const std::vector<PartitionSpec> specs = {P(), P("x"), P(None, "y"), P("x", "y"), P("y", "x")};
+  const Shape sa{8, 4}, sb{4, 8};  // a read as (4, 8), b read as (8, 4)
+  const std::vector<double> va = random_values(32, 3, false), vb = random_values(32, 4, false);
+  const Device d = devices()[0];
+  close(host_values(matmul_transposed(tensor(va, sa, d), tensor(vb, sb, d), true, true)),
+        host_values(matmul(transpose(tensor(va, sa, d)), transpose(tensor(vb, sb, d)))), "tensor");
+  for (const PartitionSpec& pa : specs) {
+    for (const PartitionSpec& pb : specs) {
+      Array a = device_put(va, sa, NamedSharding(mesh, pa));
+      Array b = device_put(vb, sb, NamedSharding(mesh, pb));
+      const std::string what = pa.str() + " " + pb.str();
+      close(host_values(matmul_transposed(a, b, true, true)),
+            host_values(matmul(transpose(a), transpose(b))), what);
+      close(host_values(matmul_transposed(a, transpose(b), true, false)),
+            host_values(matmul(transpose(a), transpose(b))), what);
+    }
+  }
+  EXPECT_MESHRT_ERROR(matmul_transposed(tensor(va, {32}, d), tensor(vb, sb, d), true, false),
+                      "[ops] matmul_transposed", "at least 2-D");
+  EXPECT_MESHRT_ERROR(matmul_transposed(tensor(va, sa, d), tensor(vb, sb, d), false, true),
+                      "[ops] matmul_transposed", "not aligned", "4 != 8");
 }
 
 TEST(Autodiff, TiesSplitAsJax) {

@@ -554,6 +554,35 @@ TEST_P(Ops, Matmul) {
                       "[ops] dot");
 }
 
+// matmul_transposed against matmul of explicit transposes: floats and integers (no BLAS),
+// batched with broadcasting, each operand transposed or not.
+TEST_P(Ops, MatmulTransposed) {
+  auto swapped = [](const Tensor& t) {
+    std::vector<int> perm(static_cast<size_t>(t.ndim()));
+    std::iota(perm.begin(), perm.end(), 0);
+    std::swap(perm[perm.size() - 1], perm[perm.size() - 2]);
+    return transpose(t, perm);
+  };
+  for (DType dt : {DType::f64, DType::i32}) {
+    for (int flags = 0; flags < 4; ++flags) {
+      const bool ta = (flags & 1) != 0, tb = (flags & 2) != 0;
+      const Shape sa = ta ? Shape{2, 7, 5} : Shape{2, 5, 7};  // read as (2, 5, 7)
+      const Shape sb = tb ? Shape{6, 7} : Shape{7, 6};        // read as (7, 6), broadcast
+      Tensor a = make(random_arr(rng_, sa, dt), dt, dev_);
+      Tensor b = make(random_arr(rng_, sb, dt), dt, dev_);
+      Tensor got = matmul_transposed(a, b, ta, tb);
+      Tensor want = matmul(ta ? swapped(a) : a, tb ? swapped(b) : b);
+      ASSERT_EQ(got.shape(), want.shape());
+      if (dt == DType::i32) {
+        EXPECT_EQ(got.to_vector<int32_t>(), want.to_vector<int32_t>()) << flags;
+      } else {
+        const std::vector<double> g = got.to_vector<double>(), w = want.to_vector<double>();
+        for (size_t i = 0; i < g.size(); ++i) EXPECT_NEAR(g[i], w[i], 1e-12) << flags << " " << i;
+      }
+    }
+  }
+}
+
 TEST_P(Ops, Transpose) {
   for (int rep = 0; rep < 20; ++rep) {
     Shape s = random_shape(rng_, 4);

@@ -102,6 +102,10 @@ class CpuBackend final : public backend::Backend {
               const void* b, void* c) override {
     cpu::matmul(dtype, batch, m, n, k, a, b, c);
   }
+  void matmul_t(int, DType dtype, int64_t batch, int64_t m, int64_t n, int64_t k, const void* a,
+                bool trans_a, const void* b, bool trans_b, void* c) override {
+    cpu::matmul(dtype, batch, m, n, k, a, b, c, trans_a, trans_b);
+  }
   void fill(int, DType dtype, int64_t n, double value, bool iota, void* y) override {
     cpu::fill(dtype, n, value, iota, y);
   }

@@ -403,20 +403,29 @@ void reduce(ReduceOp op, DType dtype, int64_t outer, int64_t len, int64_t inner,
 
 namespace {
 
-// C[m, n] = A[m, k] @ B[k, n] (row-major, leading dimensions k, n, n) for rows [r0, r1) and
-// columns [c0, c1), one BLAS call on the calling thread.
+// How a product's operands are stored: A (m, k) or, transposed, (k, m); B (k, n) or (n, k).
+struct GemmLayout {
+  int64_t m, n, k;
+  bool ta, tb;
+};
+
+// C[m, n] = op(A) @ op(B) (row-major) for rows [r0, r1) and columns [c0, c1), one BLAS call on
+// the calling thread; a transposed operand is BLAS's transposed product, not a copy.
 template <class T>
-void gemm_block(const T* A, const T* B, T* C, int64_t n, int64_t k, int64_t r0, int64_t r1,
+void gemm_block(const T* A, const T* B, T* C, const GemmLayout& g, int64_t r0, int64_t r1,
                 int64_t c0, int64_t c1) {
   const auto rows = static_cast<int>(r1 - r0), cols = static_cast<int>(c1 - c0);
+  const T* a = g.ta ? A + r0 : A + r0 * g.k;  // rows r0.. of op(A)
+  const T* b = g.tb ? B + c0 * g.k : B + c0;  // columns c0.. of op(B)
+  const auto lda = static_cast<int>(g.ta ? g.m : g.k), ldb = static_cast<int>(g.tb ? g.k : g.n);
+  const CBLAS_TRANSPOSE ta = g.ta ? CblasTrans : CblasNoTrans;
+  const CBLAS_TRANSPOSE tb = g.tb ? CblasTrans : CblasNoTrans;
   if constexpr (std::is_same_v<T, float>) {
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, cols, static_cast<int>(k), 1.0f,
-                A + r0 * k, static_cast<int>(k), B + c0, static_cast<int>(n), 0.0f, C + r0 * n + c0,
-                static_cast<int>(n));
+    cblas_sgemm(CblasRowMajor, ta, tb, rows, cols, static_cast<int>(g.k), 1.0f, a, lda, b, ldb,
+                0.0f, C + r0 * g.n + c0, static_cast<int>(g.n));
   } else {
-    cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, cols, static_cast<int>(k), 1.0,
-                A + r0 * k, static_cast<int>(k), B + c0, static_cast<int>(n), 0.0, C + r0 * n + c0,
-                static_cast<int>(n));
+    cblas_dgemm(CblasRowMajor, ta, tb, rows, cols, static_cast<int>(g.k), 1.0, a, lda, b, ldb, 0.0,
+                C + r0 * g.n + c0, static_cast<int>(g.n));
   }
 }
 
@@ -431,7 +440,8 @@ constexpr int64_t kParallelGemmFlops = int64_t{1} << 24;
 std::atomic<int> g_gemms{0};
 
 template <class T>
-void blocked_gemm(const T* A, const T* B, T* C, int64_t m, int64_t n, int64_t k) {
+void blocked_gemm(const T* A, const T* B, T* C, const GemmLayout& g) {
+  const int64_t m = g.m, n = g.n, k = g.k;
   const int64_t cores = core::process_cores();
   struct Count {
     Count() { g_gemms.fetch_add(1, std::memory_order_relaxed); }
@@ -439,7 +449,7 @@ void blocked_gemm(const T* A, const T* B, T* C, int64_t m, int64_t n, int64_t k)
   } counted;
   if (!kUseTbb || cores == 1 || m * n * k < kParallelGemmFlops ||
       g_gemms.load(std::memory_order_relaxed) >= cores) {
-    gemm_block(A, B, C, n, k, 0, m, 0, n);
+    gemm_block(A, B, C, g, 0, m, 0, n);
     return;
   }
   // Rows when there are enough (each block then shares B), else columns.
@@ -452,9 +462,9 @@ void blocked_gemm(const T* A, const T* B, T* C, int64_t m, int64_t n, int64_t k)
                         for (int64_t p = r.begin(); p != r.end(); ++p) {
                           const int64_t lo = extent * p / parts, hi = extent * (p + 1) / parts;
                           if (by_rows)
-                            gemm_block(A, B, C, n, k, lo, hi, 0, n);
+                            gemm_block(A, B, C, g, lo, hi, 0, n);
                           else
-                            gemm_block(A, B, C, n, k, 0, m, lo, hi);
+                            gemm_block(A, B, C, g, 0, m, lo, hi);
                         }
                       });
   });
@@ -463,7 +473,7 @@ void blocked_gemm(const T* A, const T* B, T* C, int64_t m, int64_t n, int64_t k)
 }  // namespace
 
 void matmul(DType dtype, int64_t batch, int64_t m, int64_t n, int64_t k, const void* a,
-            const void* b, void* c) {
+            const void* b, void* c, bool trans_a, bool trans_b) {
   with_type(dtype, [&](auto tv) {
     using T = decltype(tv);
     if constexpr (std::is_same_v<T, bool>) {
@@ -482,15 +492,17 @@ void matmul(DType dtype, int64_t batch, int64_t m, int64_t n, int64_t k, const v
           continue;
         }
         if constexpr (std::is_floating_point_v<T>) {
-          blocked_gemm(A, B, C, m, n, k);
+          blocked_gemm(A, B, C, GemmLayout{m, n, k, trans_a, trans_b});
         } else {
           // Integers (no BLAS): i-k-j order, wrapping like XLA.
           std::fill(C, C + m * n, T(0));
           for (int64_t r = 0; r < m; ++r) {
             for (int64_t q = 0; q < k; ++q) {
-              const T av = A[r * k + q];
-              for (int64_t j = 0; j < n; ++j)
-                C[r * n + j] = wrap_add(C[r * n + j], wrap_mul(av, B[q * n + j]));
+              const T av = trans_a ? A[q * m + r] : A[r * k + q];
+              for (int64_t j = 0; j < n; ++j) {
+                const T bv = trans_b ? B[j * k + q] : B[q * n + j];
+                C[r * n + j] = wrap_add(C[r * n + j], wrap_mul(av, bv));
+              }
             }
           }
         }

@@ -20,8 +20,9 @@ void select(DType dtype, const std::vector<int64_t>& shape, const backend::Strid
             const backend::Strided& a, const backend::Strided& b, void* y);
 void reduce(backend::ReduceOp op, DType dtype, int64_t outer, int64_t len, int64_t inner,
             const void* x, void* y);
+// trans_a: a is stored (k, m); trans_b: b is stored (n, k) (Backend::matmul_t).
 void matmul(DType dtype, int64_t batch, int64_t m, int64_t n, int64_t k, const void* a,
-            const void* b, void* c);
+            const void* b, void* c, bool trans_a = false, bool trans_b = false);
 void fill(DType dtype, int64_t n, double value, bool iota, void* y);
 // Makes BLAS calls single-threaded: large products are split across the shared oneTBB arena
 // instead (matmul), which hands out the process's cores among the devices busy at the time.

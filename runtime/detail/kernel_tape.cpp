@@ -145,6 +145,21 @@ class Tape final : public backend::Backend {
     add(c, {a, b}, y);
     real_.matmul(device, dtype, batch, m, n, k, a, b, y);
   }
+  void matmul_t(int device, DType dtype, int64_t batch, int64_t m, int64_t n, int64_t k,
+                const void* a, bool trans_a, const void* b, bool trans_b, void* y) override {
+    on_device(device, "a kernel");
+    KernelCall c;
+    c.kind = KernelCall::Kind::matmul;
+    c.op = (trans_a ? 1 : 0) | (trans_b ? 2 : 0);
+    c.in = c.out = dtype;
+    c.nsrc = 2;
+    c.arg[0] = batch;
+    c.arg[1] = m;
+    c.arg[2] = n;
+    c.arg[3] = k;
+    add(c, {a, b}, y);
+    real_.matmul_t(device, dtype, batch, m, n, k, a, trans_a, b, trans_b, y);
+  }
   void fill(int device, DType dtype, int64_t n, double value, bool iota, void* y) override {
     on_device(device, "a kernel");
     KernelCall c;
@@ -344,8 +359,13 @@ void KernelProgram::run(backend::Backend& be, int device, char* const* base,
                   at(c.src[0]), at(c.dst));
         break;
       case KernelCall::Kind::matmul:
-        be.matmul(device, c.in, c.arg[0], c.arg[1], c.arg[2], c.arg[3], at(c.src[0]), at(c.src[1]),
-                  at(c.dst));
+        if (c.op == 0) {
+          be.matmul(device, c.in, c.arg[0], c.arg[1], c.arg[2], c.arg[3], at(c.src[0]),
+                    at(c.src[1]), at(c.dst));
+        } else {
+          be.matmul_t(device, c.in, c.arg[0], c.arg[1], c.arg[2], c.arg[3], at(c.src[0]),
+                      (c.op & 1) != 0, at(c.src[1]), (c.op & 2) != 0, at(c.dst));
+        }
         break;
       case KernelCall::Kind::fill:
         be.fill(device, c.in, c.arg[0], c.value, c.iota, at(c.dst));
