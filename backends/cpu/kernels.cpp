@@ -89,6 +89,29 @@ void walk(const std::vector<int64_t>& shape,
     return;
   }
   const int64_t inner = shape[rank - 1];
+  // Every input dense (row-major over the dims larger than 1) or one broadcast value: the range
+  // is one run (runs then advance by 1 or 0, which is each input's last stride since inner > 1).
+  if (rank > 1 && inner > 1) {
+    std::array<int64_t, N> off{};
+    bool one_run = true;
+    for (size_t i = 0; i < N && one_run; ++i) {
+      const std::vector<int64_t>& st = *strides[i];
+      bool dense = true, zero = true;
+      int64_t expect = 1;
+      for (size_t d = rank; d-- > 0;) {
+        if (shape[d] == 1) continue;
+        dense = dense && st[d] == expect;
+        zero = zero && st[d] == 0;
+        expect *= shape[d];
+      }
+      one_run = dense || zero;
+      off[i] = dense ? b : 0;
+    }
+    if (one_run) {
+      if (b < e) fn(b, e - b, off);
+      return;
+    }
+  }
   // The index lives on the stack for the usual ranks: a small kernel then allocates nothing.
   constexpr size_t kRank = 8;
   std::array<int64_t, kRank> idx_small{};
