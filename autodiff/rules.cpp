@@ -126,6 +126,35 @@ CtList<T> balanced_scalar(const Node<T>& n, const CtList<T>& c, Env&) {
   return {share<T, kMax>(ct_of(c, 0), n.input(0), Scalar(n.attrs.value))};
 }
 
+// C = op(A) @ op(B) with jnp.matmul's 1-D promotion and batch broadcasting undone, op
+// transposing where asked (matmul: neither; matmul_transposed, kAttrs: ints = {ta, tb}): each
+// stored operand's cotangent is one product of the other operand and G, read transposed as
+// needed, so no transpose is ever copied (dot_general's swapped dims).
+template <class T, bool kAttrs>
+CtList<T> matmul_vjp(const Node<T>& n, const CtList<T>& c, Env&) {
+  const bool ta = kAttrs && n.attrs.ints.at(0) != 0, tb = kAttrs && n.attrs.ints.at(1) != 0;
+  T a = n.input(0);
+  T b = n.input(1);
+  T g = ct_of(c, 0);
+  const bool a_vec = a.shape().size() == 1, b_vec = b.shape().size() == 1;
+  if (a_vec) a = reshape(a, {1, a.shape()[0]});
+  if (b_vec) b = reshape(b, {b.shape()[0], 1});
+  if (b_vec) g = expand_dims(g, static_cast<int>(g.shape().size()));
+  if (a_vec) g = expand_dims(g, static_cast<int>(g.shape().size()) - 1);
+  CtList<T> r(2);
+  if (n.in[0] != 0) {
+    T ga = ta ? matmul_transposed(b, g, tb, true) : matmul_transposed(g, b, false, !tb);
+    if (a_vec) ga = squeeze(ga, {static_cast<int>(ga.shape().size()) - 2});
+    r[0] = ga;
+  }
+  if (n.in[1] != 0) {
+    T gb = tb ? matmul_transposed(g, a, true, ta) : matmul_transposed(a, g, !ta, false);
+    if (b_vec) gb = squeeze(gb, {static_cast<int>(gb.shape().size()) - 1});
+    r[1] = gb;
+  }
+  return r;
+}
+
 template <class T>
 std::unordered_map<std::string_view, Rule<T>> make_table() {
   constexpr bool kArray = std::is_same_v<T, Array>;
@@ -253,56 +282,9 @@ std::unordered_map<std::string_view, Rule<T>> make_table() {
     return {subtract(g, multiply(exp(n.output()), sum(g, n.attrs.axis, true)))};
   });
 
-  // ---- linear algebra (jnp.matmul's 1-D promotion and batch broadcasting undone)
-  add_rule("matmul", kIn01, false, [](const Node<T>& n, const CtList<T>& c, Env&) -> CtList<T> {
-    T a = n.input(0);
-    T b = n.input(1);
-    T g = ct_of(c, 0);
-    const bool a_vec = a.shape().size() == 1, b_vec = b.shape().size() == 1;
-    if (a_vec) a = reshape(a, {1, a.shape()[0]});
-    if (b_vec) b = reshape(b, {b.shape()[0], 1});
-    if (b_vec) g = expand_dims(g, static_cast<int>(g.shape().size()));
-    if (a_vec) g = expand_dims(g, static_cast<int>(g.shape().size()) - 1);
-    CtList<T> r(2);
-    // The transposes are read by the product, not copied (dot_general's swapped dims).
-    if (n.in[0] != 0) {
-      T ga = matmul_transposed(g, b, false, true);
-      if (a_vec) ga = squeeze(ga, {static_cast<int>(ga.shape().size()) - 2});
-      r[0] = ga;
-    }
-    if (n.in[1] != 0) {
-      T gb = matmul_transposed(a, g, true, false);
-      if (b_vec) gb = squeeze(gb, {static_cast<int>(gb.shape().size()) - 1});
-      r[1] = gb;
-    }
-    return r;
-  });
-  // C = op(A) @ op(B), op transposing where asked (ints = {ta, tb}): the cotangents of the stored
-  // operands, each one product of the other operand and G, read transposed as needed.
-  add_rule("matmul_transposed", kIn01, false,
-           [](const Node<T>& n, const CtList<T>& c, Env&) -> CtList<T> {
-             const bool ta = n.attrs.ints.at(0) != 0, tb = n.attrs.ints.at(1) != 0;
-             T a = n.input(0);
-             T b = n.input(1);
-             T g = ct_of(c, 0);
-             const bool a_vec = a.shape().size() == 1, b_vec = b.shape().size() == 1;
-             if (a_vec) a = reshape(a, {1, a.shape()[0]});
-             if (b_vec) b = reshape(b, {b.shape()[0], 1});
-             if (b_vec) g = expand_dims(g, static_cast<int>(g.shape().size()));
-             if (a_vec) g = expand_dims(g, static_cast<int>(g.shape().size()) - 1);
-             CtList<T> r(2);
-             if (n.in[0] != 0) {
-               T ga = ta ? matmul_transposed(b, g, tb, true) : matmul_transposed(g, b, false, !tb);
-               if (a_vec) ga = squeeze(ga, {static_cast<int>(ga.shape().size()) - 2});
-               r[0] = ga;
-             }
-             if (n.in[1] != 0) {
-               T gb = tb ? matmul_transposed(g, a, true, ta) : matmul_transposed(a, g, !ta, false);
-               if (b_vec) gb = squeeze(gb, {static_cast<int>(gb.shape().size()) - 1});
-               r[1] = gb;
-             }
-             return r;
-           });
+  // ---- linear algebra
+  add_rule("matmul", kIn01, false, matmul_vjp<T, false>);
+  add_rule("matmul_transposed", kIn01, false, matmul_vjp<T, true>);
 
   // ---- shape
   add_rule("transpose", kNone, false, [](const Node<T>& n, const CtList<T>& c, Env&) -> CtList<T> {

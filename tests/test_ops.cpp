@@ -584,12 +584,9 @@ TEST_P(Ops, MatmulTransposed) {
 }
 
 TEST_P(Ops, Transpose) {
-  for (int rep = 0; rep < 20; ++rep) {
-    Shape s = random_shape(rng_, 4);
-    std::vector<int> perm(s.size());
-    std::iota(perm.begin(), perm.end(), 0);
-    std::shuffle(perm.begin(), perm.end(), rng_);
-    HostArr h = random_arr(rng_, s, DType::i64);
+  // transpose(random values of shape s and dtype dt, perm) against the host's permutation.
+  auto check = [&](const Shape& s, const std::vector<int>& perm, DType dt, const char* what) {
+    HostArr h = random_arr(rng_, s, dt);
     Shape out;
     for (int p : perm) out.push_back(s[static_cast<size_t>(p)]);
     HostArr want = test::make_arr(out);
@@ -598,25 +595,21 @@ TEST_P(Ops, Transpose) {
       for (size_t d = 0; d < perm.size(); ++d) src[static_cast<size_t>(perm[d])] = idx[d];
       want.v[static_cast<size_t>(want.at(idx))] = h.v[static_cast<size_t>(h.at(src))];
     });
-    expect_close(transpose(make(h, DType::i64, dev_), perm), want, DType::i64, false, "transpose");
+    expect_close(transpose(make(h, dt, dev_), perm), want, dt, false, what);
+  };
+  for (int rep = 0; rep < 20; ++rep) {
+    Shape s = random_shape(rng_, 4);
+    std::vector<int> perm(s.size());
+    std::iota(perm.begin(), perm.end(), 0);
+    std::shuffle(perm.begin(), perm.end(), rng_);
+    check(s, perm, DType::i64, "transpose");
   }
   // Shapes whose last two output dims read the input transposed and are at least a tile (32)
   // wide: the kernel copies them tile by tile (with leading dims of any order before them).
   const std::vector<std::pair<Shape, std::vector<int>>> tiled = {
       {{70, 45}, {1, 0}}, {{3, 40, 33}, {0, 2, 1}}, {{2, 33, 5, 64}, {2, 0, 3, 1}}};
   for (const auto& [s, perm] : tiled) {
-    for (DType dt : {DType::f32, DType::i64}) {
-      HostArr h = random_arr(rng_, s, dt);
-      Shape out;
-      for (int p : perm) out.push_back(s[static_cast<size_t>(p)]);
-      HostArr want = test::make_arr(out);
-      test::for_each_index(out, [&](const std::vector<int64_t>& idx) {
-        std::vector<int64_t> src(s.size());
-        for (size_t d = 0; d < perm.size(); ++d) src[static_cast<size_t>(perm[d])] = idx[d];
-        want.v[static_cast<size_t>(want.at(idx))] = h.v[static_cast<size_t>(h.at(src))];
-      });
-      expect_close(transpose(make(h, dt, dev_), perm), want, dt, false, "tiled transpose");
-    }
+    for (DType dt : {DType::f32, DType::i64}) check(s, perm, dt, "tiled transpose");
   }
   EXPECT_EQ(transpose(ones({2, 3, 4}, DType::f32, dev_)).shape(), (Shape{4, 3, 2}));
   EXPECT_MESHRT_ERROR(transpose(ones({2, 3}, DType::f32, dev_), {0, 0}), "[ops] transpose",

@@ -133,31 +133,12 @@ class Tape final : public backend::Backend {
   }
   void matmul(int device, DType dtype, int64_t batch, int64_t m, int64_t n, int64_t k,
               const void* a, const void* b, void* y) override {
-    on_device(device, "a kernel");
-    KernelCall c;
-    c.kind = KernelCall::Kind::matmul;
-    c.in = c.out = dtype;
-    c.nsrc = 2;
-    c.arg[0] = batch;
-    c.arg[1] = m;
-    c.arg[2] = n;
-    c.arg[3] = k;
-    add(c, {a, b}, y);
+    add_matmul(device, dtype, batch, m, n, k, a, false, b, false, y);
     real_.matmul(device, dtype, batch, m, n, k, a, b, y);
   }
   void matmul_t(int device, DType dtype, int64_t batch, int64_t m, int64_t n, int64_t k,
                 const void* a, bool trans_a, const void* b, bool trans_b, void* y) override {
-    on_device(device, "a kernel");
-    KernelCall c;
-    c.kind = KernelCall::Kind::matmul;
-    c.op = (trans_a ? 1 : 0) | (trans_b ? 2 : 0);
-    c.in = c.out = dtype;
-    c.nsrc = 2;
-    c.arg[0] = batch;
-    c.arg[1] = m;
-    c.arg[2] = n;
-    c.arg[3] = k;
-    add(c, {a, b}, y);
+    add_matmul(device, dtype, batch, m, n, k, a, trans_a, b, trans_b, y);
     real_.matmul_t(device, dtype, batch, m, n, k, a, trans_a, b, trans_b, y);
   }
   void fill(int device, DType dtype, int64_t n, double value, bool iota, void* y) override {
@@ -253,6 +234,20 @@ class Tape final : public backend::Backend {
     for (const void* s : srcs) c.src[i++] = addr(s);
     set_dst(c, dst);
     prog_.calls.push_back(std::move(c));
+  }
+  void add_matmul(int device, DType dtype, int64_t batch, int64_t m, int64_t n, int64_t k,
+                  const void* a, bool trans_a, const void* b, bool trans_b, void* y) {
+    on_device(device, "a kernel");
+    KernelCall c;
+    c.kind = KernelCall::Kind::matmul;
+    c.op = (trans_a ? 1 : 0) | (trans_b ? 2 : 0);
+    c.in = c.out = dtype;
+    c.nsrc = 2;
+    c.arg[0] = batch;
+    c.arg[1] = m;
+    c.arg[2] = n;
+    c.arg[3] = k;
+    add(c, {a, b}, y);
   }
   void add_strided(KernelCall& c, std::initializer_list<const Strided*> srcs, void* dst) {
     c.strided = static_cast<int>(prog_.strides.size());
