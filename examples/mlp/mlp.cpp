@@ -58,9 +58,12 @@ std::vector<Tensor> forward_backward(const std::vector<Tensor>& W, const std::ve
   std::vector<Tensor> dW(L), db(L);
   for (size_t l = L; l-- > 0;) {
     const Tensor dz_full = h.spread(dz);
-    dW[l] = matmul(transpose(hs[l]), dz_full);
+    // h^T @ dz and dz @ W^T, the transposes read by the products (no copies).
+    dW[l] = matmul_transposed(hs[l], dz_full, true, false);
     db[l] = sum(dz, 0);
-    if (l > 0) dz = relu_mask(zs[l - 1], matmul(dz_full, transpose(h.gather_w(W[l]))));
+    if (l > 0) {
+      dz = relu_mask(zs[l - 1], matmul_transposed(dz_full, h.gather_w(W[l]), false, true));
+    }
   }
   std::vector<Tensor> out{loss};
   for (size_t l = 0; l < L; ++l) {
