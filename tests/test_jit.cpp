@@ -113,6 +113,22 @@ TEST(Jit, FoldedPsumOverOneAxisOfTwoMatchesEager) {
   EXPECT_NE(step.lower(z).as_text().find("1 small psums folded"), std::string::npos);
 }
 
+// The same Array passed twice at trace time, then two different ones with the same signature:
+// the program keeps the arguments apart (the trace runs on a copy of the repeated one).
+TEST(Jit, AnArgumentRepeatedAtTraceTimeIsKeptApart) {
+  Mesh m = mesh8();
+  NamedSharding sx(m, P("x"));
+  auto f = [](const Array& x, const Array& y) { return x * 2.0 + sin(y); };
+  auto step = jit(f);
+  Array x = put(iota(64 * 4), {64, 4}, sx);
+  expect_same(step(x, x), f(x, x));
+  Array x2 = put(iota(64 * 4, 0.5f), {64, 4}, sx);
+  Array y2 = put(iota(64 * 4, -1.5f, 7.0f), {64, 4}, sx);
+  expect_same(step(x2, y2), f(x2, y2));
+  expect_same(step(y2, y2), f(y2, y2));
+  EXPECT_EQ(step.trace_count(), 1u);
+}
+
 // Calls from several threads at once each take their own working memory.
 TEST(Jit, ConcurrentCallsGiveEachCallersResults) {
   Mesh m = mesh8();
