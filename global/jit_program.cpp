@@ -366,16 +366,6 @@ void compile_local(JitStep& s, const std::vector<Array>& placed, const std::vect
   if (!first) return;
   std::vector<Tensor> ins;
   for (const Array& a : placed) ins.push_back(a.blocks()[*first]);
-  // Operands that view one another's memory now may be unrelated in a later call: the recorded
-  // addresses could not tell them apart. (The same block twice is the same value every call.)
-  for (size_t i = 0; i < ins.size(); ++i) {
-    for (size_t j = i + 1; j < ins.size(); ++j) {
-      if (ins[i].buffer() == ins[j].buffer() && key_of(ins[i]) != key_of(ins[j])) {
-        s.why_not = "operands that view one another's memory";
-        return;
-      }
-    }
-  }
   KernelRecord r = record_kernels(s.fn, ins);
   s.kernels = std::move(r.program);
   s.why_not = std::move(r.why_not);
@@ -456,22 +446,13 @@ JitTrace::JitTrace(std::vector<Array>& inputs, std::vector<std::string> paths, s
     : rec_(std::make_unique<JitRecorder>(std::move(name))) {
   JitProgram& p = *rec_->prog;
   p.in_paths = std::move(paths);
-  // An argument sharing memory with an earlier one (the same Array passed twice, or a view of
-  // it) is traced on a copy: the program must tell them apart, since a later call may pass
-  // unrelated Arrays with the same signature.
-  std::set<const void*> seen;
+  // Every argument is traced on a copy of its blocks: the program tells its inputs apart from
+  // each other and from Arrays the function captures (its constants) by memory, and a later call
+  // may pass unrelated Arrays where the trace got the same one twice, or a captured one.
   for (Array& in : inputs) {
-    bool shared = false;
-    for (const Tensor& t : in.blocks())
-      shared = shared || (t.valid() && seen.count(t.buffer().get()));
-    if (shared) {
-      std::vector<Tensor> blocks;
-      for (const Tensor& t : in.blocks()) blocks.push_back(t.valid() ? meshrt::copy(t) : Tensor());
-      in = Array(in.shape(), in.dtype(), in.sharding(), std::move(blocks), in.pending_sum_axes());
-    }
-    for (const Tensor& t : in.blocks()) {
-      if (t.valid()) seen.insert(t.buffer().get());
-    }
+    std::vector<Tensor> blocks;
+    for (const Tensor& t : in.blocks()) blocks.push_back(t.valid() ? meshrt::copy(t) : Tensor());
+    in = Array(in.shape(), in.dtype(), in.sharding(), std::move(blocks), in.pending_sum_axes());
   }
   for (size_t i = 0; i < inputs.size(); ++i) {
     const int vid = rec_->new_value(static_cast<int>(inputs[i].blocks().size()));

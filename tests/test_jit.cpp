@@ -114,7 +114,7 @@ TEST(Jit, FoldedPsumOverOneAxisOfTwoMatchesEager) {
 }
 
 // The same Array passed twice at trace time, then two different ones with the same signature:
-// the program keeps the arguments apart (the trace runs on a copy of the repeated one).
+// the program keeps the arguments apart (the trace runs on copies of the arguments).
 TEST(Jit, AnArgumentRepeatedAtTraceTimeIsKeptApart) {
   Mesh m = mesh8();
   NamedSharding sx(m, P("x"));
@@ -126,6 +126,20 @@ TEST(Jit, AnArgumentRepeatedAtTraceTimeIsKeptApart) {
   Array y2 = put(iota(64 * 4, -1.5f, 7.0f), {64, 4}, sx);
   expect_same(step(x2, y2), f(x2, y2));
   expect_same(step(y2, y2), f(y2, y2));
+  EXPECT_EQ(step.trace_count(), 1u);
+}
+
+// An Array the function captures (a constant of the program) that is also passed as the argument
+// at trace time: a later call with another argument still reads the captured Array.
+TEST(Jit, ACapturedArrayPassedAlsoAsTheArgumentStaysAConstant) {
+  Mesh m = mesh8();
+  NamedSharding sx(m, P("x"));
+  Array c = put(iota(64 * 4, 0.75f), {64, 4}, sx);
+  auto f = [c](const Array& x) { return x * 3.0 - c; };
+  auto step = jit(f);
+  expect_same(step(c), f(c));
+  Array x2 = put(iota(64 * 4, -0.5f, 2.0f), {64, 4}, sx);
+  expect_same(step(x2), f(x2));
   EXPECT_EQ(step.trace_count(), 1u);
 }
 
