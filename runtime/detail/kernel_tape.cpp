@@ -85,36 +85,18 @@ class Tape final : public backend::Backend {
   }
   void unary(int device, UnaryOp op, DType in, DType out, const std::vector<int64_t>& shape,
              const Strided& x, void* y) override {
-    on_device(device, "a kernel");
-    KernelCall c;
-    c.kind = KernelCall::Kind::unary;
-    c.op = static_cast<int>(op);
-    c.in = in;
-    c.out = out;
-    c.shape = shape;
-    add_strided(c, {&x}, y);
+    add_elementwise(device, KernelCall::Kind::unary, static_cast<int>(op), in, out, shape, {&x}, y);
     real_.unary(device, op, in, out, shape, x, y);
   }
   void binary(int device, BinaryOp op, DType in, DType out, const std::vector<int64_t>& shape,
               const Strided& a, const Strided& b, void* y) override {
-    on_device(device, "a kernel");
-    KernelCall c;
-    c.kind = KernelCall::Kind::binary;
-    c.op = static_cast<int>(op);
-    c.in = in;
-    c.out = out;
-    c.shape = shape;
-    add_strided(c, {&a, &b}, y);
+    add_elementwise(device, KernelCall::Kind::binary, static_cast<int>(op), in, out, shape,
+                    {&a, &b}, y);
     real_.binary(device, op, in, out, shape, a, b, y);
   }
   void select(int device, DType dtype, const std::vector<int64_t>& shape, const Strided& cond,
               const Strided& a, const Strided& b, void* y) override {
-    on_device(device, "a kernel");
-    KernelCall c;
-    c.kind = KernelCall::Kind::select;
-    c.in = c.out = dtype;
-    c.shape = shape;
-    add_strided(c, {&cond, &a, &b}, y);
+    add_elementwise(device, KernelCall::Kind::select, 0, dtype, dtype, shape, {&cond, &a, &b}, y);
     real_.select(device, dtype, shape, cond, a, b, y);
   }
   void reduce(int device, ReduceOp op, DType dtype, int64_t outer, int64_t len, int64_t inner,
@@ -249,7 +231,17 @@ class Tape final : public backend::Backend {
     c.arg[3] = k;
     add(c, {a, b}, y);
   }
-  void add_strided(KernelCall& c, std::initializer_list<const Strided*> srcs, void* dst) {
+  // unary, binary, select: strided operands, a dense result.
+  void add_elementwise(int device, KernelCall::Kind kind, int op, DType in, DType out,
+                       const std::vector<int64_t>& shape,
+                       std::initializer_list<const Strided*> srcs, void* dst) {
+    on_device(device, "a kernel");
+    KernelCall c;
+    c.kind = kind;
+    c.op = op;
+    c.in = in;
+    c.out = out;
+    c.shape = shape;
     c.strided = static_cast<int>(prog_.strides.size());
     for (const Strided* s : srcs) {
       c.src[c.nsrc++] = addr(s->data);
