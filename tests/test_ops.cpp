@@ -335,6 +335,25 @@ TEST_P(Ops, Where) {
         where(make(c, DType::bool_, dev_), make(a, DType::i32, dev_), make(b, DType::f32, dev_)),
         want, DType::f32, false, "where");
   }
+  // Every value dtype, on the layouts the kernels take without a per-element index (dense
+  // operands, a broadcast scalar either side) and a row-broadcast one, with runs long enough to
+  // vectorise and a random mask.
+  for (DType dt : {DType::f32, DType::f64, DType::i32, DType::i64, DType::bool_}) {
+    const Shape out{3, 37};
+    for (const auto& [sa, sb] :
+         std::vector<std::pair<Shape, Shape>>{{out, out}, {out, {}}, {{}, out}, {{37}, out}}) {
+      HostArr c = random_arr(rng_, out, DType::bool_);
+      HostArr a = random_arr(rng_, sa, dt, -50, 50);
+      HostArr b = random_arr(rng_, sb, dt, -50, 50);
+      HostArr want = test::make_arr(out);
+      test::for_each_index(out, [&](const std::vector<int64_t>& idx) {
+        want.v[static_cast<size_t>(want.at(idx))] =
+            bcast_at(c, idx) != 0 ? bcast_at(a, idx) : bcast_at(b, idx);
+      });
+      expect_close(where(make(c, DType::bool_, dev_), make(a, dt, dev_), make(b, dt, dev_)), want,
+                   dt, false, "where, " + std::string(dtype_name(dt)));
+    }
+  }
   EXPECT_MESHRT_ERROR(
       where(ones({2}, DType::i32, dev_), ones({2}, DType::f32, dev_), ones({2}, DType::f32, dev_)),
       "[ops] where", "condition is int32");

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <array>
 #include <atomic>
+#include <bit>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -175,9 +176,47 @@ void run2(const I* a, int64_t sa, const I* b, int64_t sb, O* y, int64_t n, F f) 
   }
 }
 
+// y = op(x) along one run, the op fixed at compile time (the switch in scalar::unary folds away,
+// so relu, neg and the rest vectorise).
+template <int Code, class T>
+void run_unary(const T* x, int64_t sx, T* y, int64_t n) {
+  run1(x, sx, y, n, [](T v) -> T { return backend::scalar::unary(Code, v); });
+}
+
 template <class T>
-auto unary_fn(UnaryOp op) {
-  return [code = static_cast<int>(op)](T v) -> T { return backend::scalar::unary(code, v); };
+void run_unary(UnaryOp op, const T* x, int64_t sx, T* y, int64_t n) {
+  namespace s = backend::scalar;
+  switch (static_cast<int>(op)) {
+    case s::kNeg:
+      return run_unary<s::kNeg>(x, sx, y, n);
+    case s::kExp:
+      return run_unary<s::kExp>(x, sx, y, n);
+    case s::kLog:
+      return run_unary<s::kLog>(x, sx, y, n);
+    case s::kSin:
+      return run_unary<s::kSin>(x, sx, y, n);
+    case s::kCos:
+      return run_unary<s::kCos>(x, sx, y, n);
+    case s::kTanh:
+      return run_unary<s::kTanh>(x, sx, y, n);
+    case s::kSqrt:
+      return run_unary<s::kSqrt>(x, sx, y, n);
+    case s::kRelu:
+      return run_unary<s::kRelu>(x, sx, y, n);
+    default:
+      return run_unary<0>(x, sx, y, n);
+  }
+}
+
+// c ? a : b on the bits, without a branch: the form the compiler vectorises.
+template <class T>
+inline T pick(bool c, T a, T b) {
+  using U =
+      std::conditional_t<sizeof(T) == 8, uint64_t,
+                         std::conditional_t<sizeof(T) == 4, uint32_t,
+                                            std::conditional_t<sizeof(T) == 2, uint16_t, uint8_t>>>;
+  const U m = static_cast<U>(U{0} - static_cast<U>(c));
+  return std::bit_cast<T>(static_cast<U>((std::bit_cast<U>(a) & m) | (std::bit_cast<U>(b) & ~m)));
 }
 
 // A copy whose last two output dims read the input transposed (x's stride along the last dim is
@@ -250,7 +289,7 @@ void unary(UnaryOp op, DType in, DType out, const std::vector<int64_t>& shape, c
                     run1(xp + off[0], sx, yp + pos, len,
                          [](I v) { return backend::scalar::convert<O>(v); });
                   } else if constexpr (std::is_same_v<I, O>) {
-                    run1(xp + off[0], sx, yp + pos, len, unary_fn<I>(op));
+                    run_unary(op, xp + off[0], sx, yp + pos, len);
                   } else {
                     throw Error("[cpu] unary kernel needs equal input and output dtypes");
                   }
@@ -347,8 +386,34 @@ void select(DType dtype, const std::vector<int64_t>& shape, const Strided& cond,
     parallel_ranges(n, [&](int64_t lo, int64_t hi) {
       walk<3>(shape, {&cond.strides, &a.strides, &b.strides}, lo, hi,
               [&](int64_t pos, int64_t len, const std::array<int64_t, 3>& off) {
-                for (int64_t i = 0; i < len; ++i) {
-                  yp[pos + i] = cp[off[0] + i * sc] ? ap[off[1] + i * sa] : bp[off[2] + i * sb];
+                const bool* c = cp + off[0];
+                const T* pa = ap + off[1];
+                const T* pb = bp + off[2];
+                T* out = yp + pos;
+                // The usual forms (dense operands, or a broadcast scalar branch: where(m, g, 0))
+                // as branch-free loops the compiler vectorises (a random mask would mispredict
+                // every other branch).
+                if (sc == 1 && sa == 1 && sb == 1) {
+#pragma omp simd
+                  for (int64_t i = 0; i < len; ++i) {
+                    out[i] = pick(c[i], pa[i], pb[i]);
+                  }
+                } else if (sc == 1 && sa == 1 && sb == 0) {
+                  const T bv = pb[0];
+#pragma omp simd
+                  for (int64_t i = 0; i < len; ++i) {
+                    out[i] = pick(c[i], pa[i], bv);
+                  }
+                } else if (sc == 1 && sa == 0 && sb == 1) {
+                  const T av = pa[0];
+#pragma omp simd
+                  for (int64_t i = 0; i < len; ++i) {
+                    out[i] = pick(c[i], av, pb[i]);
+                  }
+                } else {
+                  for (int64_t i = 0; i < len; ++i) {
+                    out[i] = c[i * sc] ? pa[i * sa] : pb[i * sb];
+                  }
                 }
               });
     });

@@ -4,6 +4,8 @@
 // sgemm rate measured here, in the same run).
 //
 //   MESHRT_CPU_DEVICES=8 build/examples/meshrt-mlp-bench [--quick] [--repeats N]
+//                         [--resident-only] [--strategy single|dp|fsdp|tp|2d]
+// --resident-only runs only the last table (the device-resident step); --strategy only that row.
 #include <meshrt/meshrt.h>
 
 #include <algorithm>
@@ -50,11 +52,22 @@ double sgemm_gflops(const Mesh& mesh, int64_t m, int64_t k, int64_t n, int repea
 }  // namespace
 
 int main(int argc, char** argv) {
-  bool quick = false;
+  bool quick = false, resident_only = false;
   int repeats = 5;
+  std::string only;
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--quick") == 0) quick = true;
+    if (std::strcmp(argv[i], "--resident-only") == 0) resident_only = true;
     if (std::strcmp(argv[i], "--repeats") == 0 && i + 1 < argc) repeats = std::atoi(argv[++i]);
+    if (std::strcmp(argv[i], "--strategy") == 0 && i + 1 < argc) only = argv[++i];
+  }
+  const std::vector<std::string> short_names{"single", "dp", "fsdp", "tp", "2d"};
+  if (!only.empty() &&
+      std::find(short_names.begin(), short_names.end(), only) == short_names.end()) {
+    std::fprintf(stderr,
+                 "meshrt-mlp-bench: --strategy takes single, dp, fsdp, tp or 2d, not '%s'\n",
+                 only.c_str());
+    return 2;
   }
   const int64_t batch = quick ? 512 : 8192, hidden = quick ? 256 : 1024;
   const std::vector<int64_t> sizes{784, hidden, hidden, hidden, hidden, hidden, 8};
@@ -81,6 +94,7 @@ int main(int argc, char** argv) {
   std::printf("%-16s %-30s %10s %9s %12s %9s\n", "strategy", "gradient", "time", "vs hand",
               "peak memory", "vs hand");
   for (Strategy s : {Strategy::data_parallel, Strategy::fsdp}) {
+    if (resident_only) break;
     double hand_t = 0, hand_m = 0;
     for (Style style : {Style::hand_written, Style::global_view, Style::shard_map}) {
       (void)mlp::loss_and_grad(p, s, mesh, style);  // warm-up
@@ -106,7 +120,7 @@ int main(int argc, char** argv) {
   }
   // One device of the same 8: it alone is busy, and should use every core (the hand-written
   // step, against the 8-device data-parallel one above).
-  {
+  if (!resident_only) {
     const Mesh one({mesh.devices().front()}, {1}, {"batch"});
     (void)mlp::loss_and_grad(p, Strategy::single, one, Style::hand_written);  // warm-up
     std::vector<double> t, dp;
@@ -137,6 +151,7 @@ int main(int argc, char** argv) {
   for (Strategy s : {Strategy::single, Strategy::data_parallel, Strategy::fsdp,
                      Strategy::tensor_parallel, Strategy::data_tensor_2d}) {
     if (s == Strategy::data_tensor_2d && n % 2 != 0) continue;
+    if (!only.empty() && only != short_names[static_cast<size_t>(s)]) continue;
     const Mesh m = s == Strategy::single           ? Mesh({mesh.devices().front()}, {1}, {"batch"})
                    : s == Strategy::data_tensor_2d ? mesh2
                                                    : mesh;
