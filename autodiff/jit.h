@@ -346,8 +346,16 @@ class Jitted {
     } else if constexpr (tree_detail::has_leaves_v<R>) {
       tree_visit(clean, [](auto& leaf, const std::string&) { leaf.set_trace_id(0); });
     }
+    // The entry keeps the result's structure only: its leaves' blocks would keep the first
+    // call's results alive (and a later call that donates them could not reuse their buffers).
+    R like = clean;
+    if constexpr (std::is_same_v<R, Array>) {
+      like = Array();
+    } else {
+      jit_detail::clear_leaves(like);
+    }
     auto entry = std::make_shared<Entry>(
-        Entry{program, std::any(clean), std::any(Statics{static_of(args)...})});
+        Entry{program, std::any(std::move(like)), std::any(Statics{static_of(args)...})});
     {
       std::lock_guard<std::mutex> lock(cache_->mu);
       cache_->entries.emplace(call.key, entry);

@@ -82,6 +82,10 @@ struct JitStep {
   // per call, since a Tensor keeps it)
   std::vector<int> temp_home;
   size_t fresh = 0;
+  // (temporary, operand): a temporary that leaves may take the operand's buffer instead of a new
+  // one, when the operand is a donated input read here for the last time, this call holds its
+  // only reference, and the kernels allow it (KernelProgram::may_write_over): in-place donation.
+  std::vector<std::pair<uint32_t, uint32_t>> reuse;
   std::vector<uint32_t> dyn_operands;  // compiled: operands whose address changes per call
   global::Body body;
   // blocks: a psum of the operand over mesh axes that the replay folds from the caller's thread
@@ -137,6 +141,7 @@ struct JitArena {
   std::vector<std::vector<std::vector<char*>>> base;
   std::vector<std::vector<std::vector<std::shared_ptr<backend::Buffer>>>> bufs;  // [mesh][pos][k]
   std::vector<std::vector<std::vector<backend::Strided>>> scratch;               // [step][pos]
+  std::vector<char> donated;  // per input leaf: donated by this call
 };
 
 // A mesh position's device, its backend (null for another process's) and local index.
@@ -565,6 +570,28 @@ void plan_buffers(JitProgram& p, const std::vector<int>& last) {
         v.home = s.temp_home[static_cast<size_t>(k.results[r].slot - k.operands)];
         v.home_at = k.results[r].offset;
       }
+      // In-place donation: inputs read here for the last time, of a leaving temporary's size.
+      for (size_t t = 0; t < k.temp_bytes.size(); ++t) {
+        if (s.temp_home[t] >= 0) continue;
+        for (size_t o = 0; o < s.in.size(); ++o) {
+          const int vid = s.in[o].front().vid;
+          const JitValue& v = p.values[static_cast<size_t>(vid)];
+          // One value at every position, and not also another operand (f(w, w): the kernels
+          // read it through both slots, and may_write_over sees one).
+          const bool one_value =
+              std::all_of(s.in[o].begin(), s.in[o].end(),
+                          [&](const Ref& r) { return r.vid == vid; }) &&
+              std::none_of(s.in.begin(), s.in.end(), [&](const std::vector<Ref>& other) {
+                return &other != &s.in[o] && other.front().vid == vid;
+              });
+          if (!one_value || v.input < 0 || v.keep_to_end ||
+              last[static_cast<size_t>(vid)] != static_cast<int>(i) ||
+              v.block_bytes != k.temp_bytes[t] || !k.may_write_over(static_cast<int>(o), t)) {
+            continue;
+          }
+          s.reuse.emplace_back(static_cast<uint32_t>(t), static_cast<uint32_t>(o));
+        }
+      }
     }
     for (auto [m, b] : release[i]) {
       free[static_cast<size_t>(m)].emplace(
@@ -847,6 +874,31 @@ void set_block(const JitProgram& p, JitArena& a, int vid, size_t pos, Tensor t) 
   a.vals[f] = std::move(t);
 }
 
+// A donated input's buffer for leaving temporary `t` of compiled step `s` at `pos` (see
+// JitStep::reuse), or null: only when this call holds the block's only reference (a copy of the
+// Array the caller kept elsewhere would otherwise change under it), the block starts its buffer,
+// and no earlier temporary of the step took it (fresh[0, taken)).
+std::shared_ptr<backend::Buffer> donated_buffer(const JitProgram& p, const JitStep& s,
+                                                const JitArena& a, size_t pos, size_t t,
+                                                const std::shared_ptr<backend::Buffer>* fresh,
+                                                size_t taken) {
+  for (const auto& [temp, o] : s.reuse) {
+    if (temp != t) continue;
+    const Ref& r = s.in[o][pos];
+    const JitValue& v = p.values[static_cast<size_t>(r.vid)];
+    if (a.donated[static_cast<size_t>(v.input)] == 0) continue;
+    const Tensor& x = a.vals[v.first + static_cast<size_t>(r.pos)];
+    const std::shared_ptr<backend::Buffer>& b = x.buffer();
+    if (!x.valid() || b == nullptr || b.use_count() != 1 || x.byte_offset() != 0 ||
+        b->bytes() < s.kernels->temp_bytes[t]) {
+      continue;
+    }
+    if (std::find(fresh, fresh + taken, b) != fresh + taken) continue;
+    return b;
+  }
+  return nullptr;
+}
+
 // A compiled step at one position: the recorded kernels on the blocks' addresses, results in
 // planned buffers, or in buffers allocated now for those that leave the compiled steps.
 void run_kernels(const JitProgram& p, size_t step, JitArena& a, size_t pos) {
@@ -868,7 +920,8 @@ void run_kernels(const JitProgram& p, size_t step, JitArena& a, size_t pos) {
       const int home = s.temp_home[t];
       if (home >= 0) continue;
       std::shared_ptr<backend::Buffer>& b = fresh[static_cast<size_t>(-1 - home)];
-      b = be.allocate(dev, k.temp_bytes[t]);
+      b = donated_buffer(p, s, a, pos, t, fresh, static_cast<size_t>(-1 - home));
+      if (b == nullptr) b = be.allocate(dev, k.temp_bytes[t]);
       base[static_cast<size_t>(k.operands) + t] = static_cast<char*>(b->data());
     }
   }
@@ -948,13 +1001,14 @@ Array gather(const JitProgram& p, const std::vector<Ref>& refs, const JitArena& 
 
 std::vector<Array> jit_replay(const JitProgram& p, std::vector<Array> inputs,
                               const std::vector<bool>& donated) {
-  (void)donated;
   if (inputs.size() != p.input_vids.size()) {
     throw Error(
         cat("[jit] internal: ", inputs.size(), " inputs for a program of ", p.input_vids.size()));
   }
   ArenaLease lease(p);
   JitArena& a = *lease;
+  a.donated.assign(inputs.size(), 0);
+  for (size_t i = 0; i < inputs.size() && i < donated.size(); ++i) a.donated[i] = donated[i];
   for (size_t v = 0; v < p.values.size(); ++v) {
     const JitValue& jv = p.values[v];
     if (!jv.constant) continue;
@@ -1075,6 +1129,12 @@ std::string jit_text(const JitProgram& p) {
   s += cat("  compiled: ", compiled, " device-local steps as ", kernels,
            " kernel calls; intermediates in ", buffers, " planned buffers per device (",
            buffer_bytes, " bytes), reused by every call\n");
+  size_t in_place = 0;
+  for (const JitStep& st : p.steps) in_place += st.reuse.empty() ? 0 : 1;
+  if (in_place != 0) {
+    s += cat("  in place: ", in_place, in_place == 1 ? " compiled step" : " compiled steps",
+             " can write results into the buffers of donated inputs read there last\n");
+  }
   for (const auto& [why, n] : why_not) {
     s += cat("  not compiled: ", n, n == 1 ? " step" : " steps", " (", why, ")\n");
   }

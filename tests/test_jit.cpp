@@ -304,6 +304,119 @@ TEST(Jit, Donation) {
   EXPECT_MESHRT_ERROR(step(cw, g), "donate_argnums");
 }
 
+std::vector<const void*> block_addresses(const Array& a) {
+  std::vector<const void*> v;
+  for (const Tensor& t : a.blocks()) v.push_back(t.data());
+  return v;
+}
+
+TEST(Jit, DonationWritesTheUpdateIntoTheDonatedBuffers) {
+  Mesh m = mesh8();
+  auto f = [](const Array& w, const Array& g) { return w - 0.5 * sin(g); };
+  auto step = jit(f, {.donate_argnums = {0}});
+  const Array g = put(iota(4096, 0.25f), {64, 64}, NamedSharding(m, P("x")));
+  Array w = put(iota(4096), {64, 64}, NamedSharding(m, P("x")));
+  Array want = f(w, g);
+  Array w1 = step(w, g);  // the trace (eager)
+  expect_same(w1, want);
+  EXPECT_NE(step.lower(w1, g).as_text().find("in place: 1 compiled step"), std::string::npos)
+      << step.lower(w1, g).as_text();
+  for (int i = 0; i < 3; ++i) {
+    want = f(w1, g);
+    const std::vector<const void*> at = block_addresses(w1);
+    Array w2 = step(w1, g);
+    expect_same(w2, want);
+    EXPECT_EQ(block_addresses(w2), at) << "call " << i << ": the result is not in w1's buffers";
+    EXPECT_TRUE(w1.blocks().empty());
+    w1 = w2;
+  }
+  // A copy of the donated Array kept elsewhere still holds the buffers: the call leaves them
+  // alone (the copy keeps its values) and writes the result elsewhere.
+  const Array kept = w1;
+  const std::vector<float> kept_values = kept.to_vector<float>();
+  want = f(w1, g);
+  Array w3 = step(w1, g);
+  expect_same(w3, want);
+  EXPECT_EQ(kept.to_vector<float>(), kept_values);
+  EXPECT_NE(block_addresses(w3), block_addresses(kept));
+  // Not donated: never in place.
+  auto plain = jit(f);
+  Array v = put(iota(4096), {64, 64}, NamedSharding(m, P("x")));
+  (void)plain(v, g);
+  const std::vector<float> v_values = v.to_vector<float>();
+  Array v1 = plain(v, g);
+  EXPECT_EQ(v.to_vector<float>(), v_values);
+  EXPECT_NE(block_addresses(v1), block_addresses(v));
+}
+
+TEST(Jit, TheTracedCallsResultsAreNotKeptByTheFunction) {
+  Mesh m = mesh8();
+  auto f = jit([](const Array& x) { return std::vector<Array>{x * 2.0, x + 1.0}; });
+  const Array x = put(iota(1 << 16), {256, 256}, NamedSharding(m, P("x")));
+  const int64_t before = memory_stats().bytes_in_use;
+  { std::vector<Array> y = f(x); }  // traced
+  // The program keeps its constants (two scalars per device), not the results (2 x 256 KiB).
+  EXPECT_LT(memory_stats().bytes_in_use - before, 64 * 1024);
+}
+
+TEST(Jit, DonationIsInPlaceOnlyWhereTheKernelsAllowIt) {
+  Mesh m = mesh8();
+  // Per case: the function, and whether its result must (1), must not (0) or may (-1) take the
+  // donated w's buffers. Every result must match eager.
+  struct Case {
+    std::function<Array(const Array&)> f;
+    int in_place;
+  };
+  const Array c = put(iota(512, 0.125f), {8, 8, 8}, NamedSharding(m, P("x")));
+  std::vector<Case> cases{
+      // The transposed copy goes to a temporary; the sum then reads it element for element.
+      {[](const Array& w) {
+         return transpose(w, {0, 2, 1}) + 1.0;
+       },
+       -1},
+      // Interleaving copies.
+      {[](const Array& w) {
+         return concatenate(
+             {slice(w, {0, 0, 1}, {8, 8, 8}, {1, 1, 2}), slice(w, {0, 0, 0}, {8, 8, 8}, {1, 1, 2})},
+             2);
+       },
+       -1},
+      // The slices are steps of their own, so w is dead before the concatenation writes (its
+      // memory may come back from the block cache).
+      {[](const Array& w) {
+         return concatenate({slice(w, {0, 0, 4}, {8, 8, 8}) * 2.0, slice(w, {0, 0, 0}, {8, 8, 4})},
+                            2);
+       },
+       -1},
+      // A product reads all of w while it writes: never in w's buffer.
+      {[c](const Array& w) { return matmul(w, c); }, 0},
+      {[c](const Array& w) { return matmul_transposed(c, w, false, true); }, 0},
+      // w read through two operands: the kernels see one of them.
+      {[](const Array& w) { return matmul(w, w); }, 0},
+      // The last kernel reads w element for element where it writes.
+      {[](const Array& w) {
+         return concatenate({slice(w, {0, 4, 0}, {8, 8, 8}), slice(w, {0, 0, 0}, {8, 4, 8})}, 1) +
+                w;
+       },
+       1},
+  };
+  for (size_t k = 0; k < cases.size(); ++k) {
+    auto step = jit(cases[k].f, {.donate_argnums = {0}});
+    Array w = put(iota(512), {8, 8, 8}, NamedSharding(m, P("x")));
+    Array x = step(w);  // traced
+    for (int i = 0; i < 2; ++i) {
+      const Array want = cases[k].f(x);
+      const std::vector<const void*> at = block_addresses(x);
+      Array y = step(x);
+      expect_same(y, want);
+      if (cases[k].in_place >= 0) {
+        EXPECT_EQ(block_addresses(y) == at, cases[k].in_place == 1) << "case " << k;
+      }
+      x = y;
+    }
+  }
+}
+
 TEST(Jit, ReadingATracedValueIsAnError) {
   Mesh m = mesh8();
   auto step = jit([](const Array& x) {

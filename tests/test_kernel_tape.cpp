@@ -97,6 +97,41 @@ TEST(KernelTape, SlicesAndConcatenationsCopyInsideTheDevice) {
   expect_reproduces(fn, {vec(ramp(16, 0.5f, 0.0f), {4, 4})}, {vec(ramp(16, -1.5f, 2.0f), {4, 4})});
 }
 
+// Whether fn's only result may be written into operand `o`'s buffer (jit's in-place donation).
+bool result_may_take(const Fn& fn, const std::vector<Tensor>& operands, int o) {
+  KernelRecord r = record_kernels(fn, operands);
+  if (r.program == nullptr) throw std::runtime_error(r.why_not);
+  const KernelProgram& p = *r.program;
+  return p.may_write_over(o, static_cast<size_t>(p.results.at(0).slot - p.operands));
+}
+
+TEST(KernelTape, WhichOperandsAResultMayOverwrite) {
+  const Tensor w = vec(ramp(64, 0.5f, -2), {8, 8}), g = vec(ramp(64, 0.25f, 1), {8, 8});
+  // The update reads w and g element for element where it writes (g through a temporary).
+  Fn update = [](const std::vector<Tensor>& t) { return std::vector<Tensor>{t[0] - 0.5 * t[1]}; };
+  EXPECT_TRUE(result_may_take(update, {w, g}, 0));
+  EXPECT_TRUE(result_may_take(update, {w, g}, 1));
+  // The transposed copy goes to a temporary first (Tensor transpose copies): w is not read once
+  // the result is written.
+  Fn shifted = [](const std::vector<Tensor>& t) {
+    return std::vector<Tensor>{transpose(t[0]) + 1.0};
+  };
+  EXPECT_TRUE(result_may_take(shifted, {w}, 0));
+  // The result is written by copies, the second of which reads w after the first wrote.
+  Fn joined = [](const std::vector<Tensor>& t) {
+    return std::vector<Tensor>{concatenate({t[0] * 2.0, t[0]})};
+  };
+  EXPECT_FALSE(result_may_take(joined, {w}, 0));
+  // A comparison writes bools over float32s: one element size to another.
+  Fn compared = [](const std::vector<Tensor>& t) { return std::vector<Tensor>{t[0] > t[1]}; };
+  EXPECT_FALSE(result_may_take(compared, {w, g}, 0));
+  // A row-broadcast operand is read at other elements than written.
+  const Tensor row = vec(ramp(8, 1, 0), {8});
+  Fn broadcast = [](const std::vector<Tensor>& t) { return std::vector<Tensor>{t[0] * t[1]}; };
+  EXPECT_TRUE(result_may_take(broadcast, {w, row}, 0));
+  EXPECT_FALSE(result_may_take(broadcast, {w, row}, 1));
+}
+
 TEST(KernelTape, RefusesHostData) {
   Fn fn = [](const std::vector<Tensor>& t) {
     std::vector<float> host = t[0].to_vector<float>();  // the host reads the operand

@@ -366,6 +366,42 @@ void KernelProgram::run(backend::Backend& be, int device, char* const* base,
   }
 }
 
+bool KernelProgram::may_write_over(int operand, size_t temp) const {
+  const int32_t t = operands + static_cast<int32_t>(temp);
+  size_t first = calls.size();
+  for (size_t i = 0; i < calls.size(); ++i) {
+    if (calls[i].dst.slot == t) {
+      first = i;
+      break;
+    }
+  }
+  if (first == calls.size()) return false;
+  for (size_t i = first + 1; i < calls.size(); ++i) {
+    for (int j = 0; j < calls[i].nsrc; ++j) {
+      if (calls[i].src[j].slot == operand) return false;
+    }
+  }
+  const KernelCall& c = calls[first];
+  for (int j = 0; j < c.nsrc; ++j) {
+    if (c.src[j].slot != operand) continue;
+    const bool elementwise = c.kind == KernelCall::Kind::unary ||
+                             c.kind == KernelCall::Kind::binary ||
+                             c.kind == KernelCall::Kind::select;
+    if (!elementwise || c.src[j].offset != c.dst.offset) return false;
+    // select's condition (bool) is source 0; its values and result share one dtype.
+    const DType in = c.kind == KernelCall::Kind::select && j == 0 ? DType::bool_ : c.in;
+    if (dtype_size(in) != dtype_size(c.out)) return false;
+    const std::vector<int64_t>& st = strides[static_cast<size_t>(c.strided + j)];
+    int64_t expect = 1;
+    for (size_t d = c.shape.size(); d-- > 0;) {
+      if (c.shape[d] == 1) continue;
+      if (st[d] != expect) return false;
+      expect *= c.shape[d];
+    }
+  }
+  return true;
+}
+
 KernelRecord record_kernels(
     const std::function<std::vector<Tensor>(const std::vector<Tensor>&)>& fn,
     const std::vector<Tensor>& operands) {

@@ -70,6 +70,11 @@ class KernelProgram {
            std::vector<backend::Strided>& scratch) const;
   // Kernel calls, for jit's text ("3 kernels").
   size_t size() const { return calls.size(); }
+  // Whether temporary `temp` may live in operand `operand`'s memory (a donated input's buffer)
+  // and the program still compute the same results: no kernel reads the operand after the first
+  // one writing the temporary, and that one reads it, if at all, element for element where it
+  // writes (an elementwise kernel over dense operands of one element size: x - lr * g in place).
+  bool may_write_over(int operand, size_t temp) const;
 };
 
 struct KernelRecord {
