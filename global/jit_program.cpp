@@ -33,6 +33,7 @@ namespace {
 struct Ref {
   int vid = -1;
   int pos = 0;
+  bool operator==(const Ref&) const = default;
 };
 
 // Blocks are told apart by the memory they view (views of one block differ in offset or shape).
@@ -435,6 +436,16 @@ void jit_record_blocks(const Mesh& mesh, const std::vector<Array>& placed, const
 
 void jit_record_reshard(const Array& in, const Sharding& to, const Array& out) {
   if (t_recorder == nullptr) return;
+  // The same value moved onto the same sharding again (the matmul gradient gathers dz for dx
+  // and again for dW): the replay reuses the first move's result, whose bits are the same.
+  const std::vector<Ref> from = t_recorder->refs_of(in);
+  for (const JitStep& prev : t_recorder->prog->steps) {
+    if (prev.kind == JitStep::reshard && prev.in.front() == from && *prev.to == to &&
+        prev.pending == in.pending_sum_axes()) {
+      t_recorder->register_array(out, prev.out.front());
+      return;
+    }
+  }
   JitStep s;
   s.kind = JitStep::reshard;
   s.shape = in.shape();

@@ -18,6 +18,7 @@
 
 #include "backends/block_cache.h"
 #include "backends/comm_cache.h"
+#include "backends/cpu/kernels.h"
 #include "backends/pitched_copy.h"
 #include "core/error.h"
 
@@ -161,6 +162,29 @@ void one_collective(backend::CommCache<int>& cache, FakeLibrary& lib,
     lease.launched();
   }
   for (int d : group) ++lib.fences[static_cast<size_t>(d)];
+}
+
+// The cpu platform's copy_2d splits copies above 1 MiB across the cores: contiguous runs in
+// chunks, pitched ones by rows. Every byte lands where a plain row-by-row memcpy puts it, and
+// nothing between the rows is touched.
+TEST(CpuCopy2d, LargeCopiesMatchARowByRowCopy) {
+  struct Case {
+    size_t width, height, dpitch, spitch;
+  };
+  for (const Case& c : std::vector<Case>{{(3 << 20) + 5, 1, 0, 0},  // one long row
+                                         {4096, 1000, 4096, 4096},  // contiguous rows
+                                         {4000, 1000, 5000, 6016},  // pitched rows
+                                         {12, 200000, 20, 12},      // many narrow rows
+                                         {100, 7, 100, 100}}) {     // small: one memcpy
+    const size_t dp = c.dpitch == 0 ? c.width : c.dpitch, sp = c.spitch == 0 ? c.width : c.spitch;
+    std::vector<unsigned char> src(sp * (c.height - 1) + c.width),
+        got(dp * (c.height - 1) + c.width, 0xab), want = got;
+    for (size_t i = 0; i < src.size(); ++i) src[i] = static_cast<unsigned char>(i * 7 + i / 251);
+    for (size_t r = 0; r < c.height; ++r)
+      std::memcpy(want.data() + r * dp, src.data() + r * sp, c.width);
+    cpu::copy_2d(got.data(), dp, src.data(), sp, c.width, c.height);
+    EXPECT_TRUE(got == want) << c.width << " x " << c.height;
+  }
 }
 
 TEST(CommCache, OneSetPerOrderedGroupAndRanksInGroupOrder) {

@@ -417,6 +417,37 @@ TEST(Jit, DonationIsInPlaceOnlyWhereTheKernelsAllowIt) {
   }
 }
 
+TEST(Jit, AValueMovedTwiceOntoOneShardingIsMovedOnce) {
+  Mesh m = mesh8();
+  // The tensor-parallel matmul gradient: dx = dz @ w^T and dw = h^T @ dz both gather dz.
+  auto f = [](const Array& h, const Array& dz, const Array& w) {
+    return std::vector<Array>{matmul_transposed(dz, w, false, true),
+                              matmul_transposed(h, dz, true, false)};
+  };
+  auto step = jit(f);
+  auto args = [&](float k) {
+    return std::tuple{put(iota(512, 0.25f * k), {32, 16}, NamedSharding(m, P(None, "x"))),
+                      put(iota(512, -0.5f * k), {32, 16}, NamedSharding(m, P(None, "x"))),
+                      put(iota(256, 0.125f * k), {16, 16}, NamedSharding(m, P("x")))};
+  };
+  for (float k : {1.0f, 2.0f, 3.0f}) {
+    auto [h, dz, w] = args(k);
+    std::vector<Array> want = f(h, dz, w), got = step(h, dz, w);
+    ASSERT_EQ(got.size(), want.size());
+    for (size_t i = 0; i < got.size(); ++i) expect_same(got[i], want[i]);
+  }
+  auto [h, dz, w] = args(1);
+  const std::string text = step.lower(h, dz, w).as_text();
+  // Both products list the gather they need; the replay runs it once.
+  size_t gathers = 0;
+  for (size_t at = text.find("all_gather"); at != std::string::npos;
+       at = text.find("all_gather", at + 1)) {
+    ++gathers;
+  }
+  EXPECT_EQ(gathers, 2u) << text;
+  EXPECT_NE(text.find(" 1 reshards from the caller"), std::string::npos) << text;
+}
+
 TEST(Jit, ReadingATracedValueIsAnError) {
   Mesh m = mesh8();
   auto step = jit([](const Array& x) {

@@ -79,7 +79,7 @@ class CpuBackend final : public backend::Backend {
 
   void copy_2d(void* dst, int, size_t dpitch, const void* src, int, size_t spitch, size_t width,
                size_t height) override {
-    cpu::copy_rows(dst, dpitch, src, spitch, width, height);
+    cpu::copy_2d(dst, dpitch, src, spitch, width, height);
   }
 
   void unary(int, backend::UnaryOp op, DType in, DType out, const std::vector<int64_t>& shape,

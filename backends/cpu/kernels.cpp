@@ -420,6 +420,38 @@ void select(DType dtype, const std::vector<int64_t>& shape, const Strided& cond,
   });
 }
 
+void copy_2d(void* dst, size_t dpitch, const void* src, size_t spitch, size_t width,
+             size_t height) {
+  constexpr size_t kGrainBytes = size_t{1} << 20;
+  if (width == 0 || height == 0) return;
+  auto* d = static_cast<char*>(dst);
+  const auto* s = static_cast<const char*>(src);
+  if (height == 1 || (dpitch == width && spitch == width)) {
+    // One contiguous run: chunks of it (parallel_ranges counts elements; here bytes / 16).
+    const int64_t n = static_cast<int64_t>(width * height);
+    if (n <= static_cast<int64_t>(kGrainBytes)) {
+      std::memcpy(d, s, static_cast<size_t>(n));
+      return;
+    }
+    parallel_items((n + static_cast<int64_t>(kGrainBytes) - 1) / static_cast<int64_t>(kGrainBytes),
+                   kParallelGrain, [&](int64_t lo, int64_t hi) {
+                     const int64_t b = lo * static_cast<int64_t>(kGrainBytes);
+                     const int64_t e = std::min(n, hi * static_cast<int64_t>(kGrainBytes));
+                     std::memcpy(d + b, s + b, static_cast<size_t>(e - b));
+                   });
+    return;
+  }
+  // Rows: about kGrainBytes of them per task.
+  const int64_t rows = static_cast<int64_t>(height);
+  const int64_t per_row =
+      static_cast<int64_t>(width) * kParallelGrain / static_cast<int64_t>(kGrainBytes);
+  parallel_items(rows, std::max<int64_t>(per_row, 1), [&](int64_t lo, int64_t hi) {
+    for (int64_t r = lo; r < hi; ++r) {
+      std::memcpy(d + static_cast<size_t>(r) * dpitch, s + static_cast<size_t>(r) * spitch, width);
+    }
+  });
+}
+
 void reduce(ReduceOp op, DType dtype, int64_t outer, int64_t len, int64_t inner, const void* x,
             void* y) {
   with_type(dtype, [&](auto tv) {

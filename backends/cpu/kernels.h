@@ -24,6 +24,9 @@ void reduce(backend::ReduceOp op, DType dtype, int64_t outer, int64_t len, int64
 void matmul(DType dtype, int64_t batch, int64_t m, int64_t n, int64_t k, const void* a,
             const void* b, void* c, bool trans_a = false, bool trans_b = false);
 void fill(DType dtype, int64_t n, double value, bool iota, void* y);
+// A pitched copy (cudaMemcpy2D semantics); large ones are split across the arena (a reshard's
+// copies from the caller's thread then use every core, as the kernels do).
+void copy_2d(void* dst, size_t dpitch, const void* src, size_t spitch, size_t width, size_t height);
 // Makes BLAS calls single-threaded: large products are split across the shared oneTBB arena
 // instead (matmul), which hands out the process's cores among the devices busy at the time.
 void configure_blas_threads();
