@@ -5,12 +5,16 @@
 //
 //   MESHRT_CPU_DEVICES=8 build/examples/meshrt-mlp-bench [--quick] [--repeats N]
 //                         [--resident-only] [--strategy single|dp|fsdp|tp|2d]
-// --resident-only runs only the last table (the device-resident step); --strategy only that row.
+//                         [--jax bench/jax_mlp_step.py]
+// --resident-only runs only the last table (the device-resident step); --strategy only that row;
+// --jax runs JAX's jitted step of the same model and strategies (the script given, with python3)
+// right after, in the same run, when JAX is installed.
 #include <meshrt/meshrt.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -54,12 +58,13 @@ double sgemm_gflops(const Mesh& mesh, int64_t m, int64_t k, int64_t n, int repea
 int main(int argc, char** argv) {
   bool quick = false, resident_only = false;
   int repeats = 5;
-  std::string only;
+  std::string only, jax_script;
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--quick") == 0) quick = true;
     if (std::strcmp(argv[i], "--resident-only") == 0) resident_only = true;
     if (std::strcmp(argv[i], "--repeats") == 0 && i + 1 < argc) repeats = std::atoi(argv[++i]);
     if (std::strcmp(argv[i], "--strategy") == 0 && i + 1 < argc) only = argv[++i];
+    if (std::strcmp(argv[i], "--jax") == 0 && i + 1 < argc) jax_script = argv[++i];
   }
   const std::vector<std::string> short_names{"single", "dp", "fsdp", "tp", "2d"};
   if (!only.empty() &&
@@ -178,6 +183,19 @@ int main(int argc, char** argv) {
     }
     std::printf("%-16s %7.1f ms %7.1f ms %8.2fx %11.2fx\n", mlp::name(s), median(te) * 1e3,
                 median(tj) * 1e3, median(tj) / median(te), median(ratio));
+  }
+  if (!jax_script.empty()) {
+    std::printf("\nJAX, the same step (jax.jit(jax.value_and_grad(loss)), %s):\n",
+                jax_script.c_str());
+    std::fflush(stdout);
+    if (std::system("python3 -c 'import jax' >/dev/null 2>&1") != 0) {
+      std::printf("JAX is not installed (pip install jax): skipped\n");
+    } else {
+      std::string cmd = "python3 '" + jax_script + "' --repeats " + std::to_string(repeats);
+      if (quick) cmd += " --quick";
+      if (!only.empty()) cmd += " --strategy " + only;
+      if (std::system(cmd.c_str()) != 0) std::printf("the JAX script failed\n");
+    }
   }
   return 0;
 }
