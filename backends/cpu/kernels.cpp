@@ -15,6 +15,7 @@
 #include <thread>
 #include <type_traits>
 
+#include "backends/cpu/coll_primitives.h"
 #include "backends/scalar_ops.h"
 #include "core/error.h"
 #include "core/threads/executor.h"
@@ -423,16 +424,15 @@ void select(DType dtype, const std::vector<int64_t>& shape, const Strided& cond,
 void copy_2d(void* dst, size_t dpitch, const void* src, size_t spitch, size_t width,
              size_t height) {
   constexpr size_t kGrainBytes = size_t{1} << 20;
-  if (width == 0 || height == 0) return;
+  if (width * height <= kGrainBytes) {
+    copy_rows(dst, dpitch, src, spitch, width, height);  // the collectives' serial copy
+    return;
+  }
   auto* d = static_cast<char*>(dst);
   const auto* s = static_cast<const char*>(src);
   if (height == 1 || (dpitch == width && spitch == width)) {
-    // One contiguous run: chunks of it (parallel_ranges counts elements; here bytes / 16).
+    // One contiguous run: chunks of it (parallel_items counts elements; here bytes / 16).
     const int64_t n = static_cast<int64_t>(width * height);
-    if (n <= static_cast<int64_t>(kGrainBytes)) {
-      std::memcpy(d, s, static_cast<size_t>(n));
-      return;
-    }
     parallel_items((n + static_cast<int64_t>(kGrainBytes) - 1) / static_cast<int64_t>(kGrainBytes),
                    kParallelGrain, [&](int64_t lo, int64_t hi) {
                      const int64_t b = lo * static_cast<int64_t>(kGrainBytes);
