@@ -27,7 +27,9 @@
 // call); glibc's swapcontext, used elsewhere, also saves and restores the signal mask, a system
 // call on every switch (two per device per launch: about a third of a small collective's cost
 // per device). Fibers never change the signal mask, so there is nothing to restore.
-#if defined(__x86_64__)
+// Not with CET shadow stacks (-fcf-protection=return): a stack switch by hand would leave the
+// shadow stack behind, and the first return would fault; glibc's swapcontext switches both.
+#if defined(__x86_64__) && !(defined(__CET__) && (__CET__ & 2))
 #define MESHRT_FIBER_ASM 1
 extern "C" {
 // Saves the running context on its stack, stores that stack pointer in *save_sp, and continues
@@ -38,7 +40,7 @@ void meshrt_fiber_jump(void** save_sp, void* to_sp);
 void meshrt_fiber_start();
 }
 asm(R"(
-  .text
+  .pushsection .text
   .globl meshrt_fiber_jump
   .hidden meshrt_fiber_jump
   .type meshrt_fiber_jump, @function
@@ -46,12 +48,19 @@ asm(R"(
 meshrt_fiber_jump:
   .cfi_startproc
   pushq %rbp
+  .cfi_adjust_cfa_offset 8
   pushq %rbx
+  .cfi_adjust_cfa_offset 8
   pushq %r12
+  .cfi_adjust_cfa_offset 8
   pushq %r13
+  .cfi_adjust_cfa_offset 8
   pushq %r14
+  .cfi_adjust_cfa_offset 8
   pushq %r15
+  .cfi_adjust_cfa_offset 8
   subq $8, %rsp
+  .cfi_adjust_cfa_offset 8
   stmxcsr (%rsp)
   fnstcw 4(%rsp)
   movq %rsp, (%rdi)
@@ -59,12 +68,19 @@ meshrt_fiber_jump:
   ldmxcsr (%rsp)
   fldcw 4(%rsp)
   addq $8, %rsp
+  .cfi_adjust_cfa_offset -8
   popq %r15
+  .cfi_adjust_cfa_offset -8
   popq %r14
+  .cfi_adjust_cfa_offset -8
   popq %r13
+  .cfi_adjust_cfa_offset -8
   popq %r12
+  .cfi_adjust_cfa_offset -8
   popq %rbx
+  .cfi_adjust_cfa_offset -8
   popq %rbp
+  .cfi_adjust_cfa_offset -8
   ret
   .cfi_endproc
   .size meshrt_fiber_jump, .-meshrt_fiber_jump
@@ -74,10 +90,14 @@ meshrt_fiber_jump:
   .type meshrt_fiber_start, @function
   .p2align 4
 meshrt_fiber_start:
+  .cfi_startproc
+  .cfi_undefined rip
   movq %r12, %rdi
   callq *%r13
   ud2
+  .cfi_endproc
   .size meshrt_fiber_start, .-meshrt_fiber_start
+  .popsection
 )");
 #else
 #include <ucontext.h>
