@@ -204,19 +204,24 @@ void run_unary(UnaryOp op, const T* x, int64_t sx, T* y, int64_t n) {
       return run_unary<s::kSqrt>(x, sx, y, n);
     case s::kRelu:
       return run_unary<s::kRelu>(x, sx, y, n);
-    default:
+    case 0:  // copy
       return run_unary<0>(x, sx, y, n);
+    default:  // an op without its own instantiation: the scalar op, dispatched per element
+      return run1(x, sx, y, n, [code = static_cast<int>(op)](T v) -> T {
+        return backend::scalar::unary(code, v);
+      });
   }
 }
 
-// c ? a : b on the bits, without a branch: the form the compiler vectorises.
+// c ? a : b on the bits, without a branch: the form the compiler vectorises. The condition is a
+// bool's byte as stored, so any nonzero byte selects a.
 template <class T>
-inline T pick(bool c, T a, T b) {
+inline T pick(uint8_t c, T a, T b) {
   using U =
       std::conditional_t<sizeof(T) == 8, uint64_t,
                          std::conditional_t<sizeof(T) == 4, uint32_t,
                                             std::conditional_t<sizeof(T) == 2, uint16_t, uint8_t>>>;
-  const U m = static_cast<U>(U{0} - static_cast<U>(c));
+  const U m = static_cast<U>(U{0} - static_cast<U>(c != 0));
   return std::bit_cast<T>(static_cast<U>((std::bit_cast<U>(a) & m) | (std::bit_cast<U>(b) & ~m)));
 }
 
@@ -377,7 +382,9 @@ void select(DType dtype, const std::vector<int64_t>& shape, const Strided& cond,
   if (n == 0) return;
   with_type(dtype, [&](auto tv) {
     using T = decltype(tv);
-    const bool* cp = static_cast<const bool*>(cond.data);
+    // The condition's bytes as stored: a bool byte other than 0 or 1 (memory filled from
+    // outside) still picks a, as the scalar path's test does.
+    const auto* cp = static_cast<const uint8_t*>(cond.data);
     const T* ap = static_cast<const T*>(a.data);
     const T* bp = static_cast<const T*>(b.data);
     T* yp = static_cast<T*>(y);
@@ -387,7 +394,7 @@ void select(DType dtype, const std::vector<int64_t>& shape, const Strided& cond,
     parallel_ranges(n, [&](int64_t lo, int64_t hi) {
       walk<3>(shape, {&cond.strides, &a.strides, &b.strides}, lo, hi,
               [&](int64_t pos, int64_t len, const std::array<int64_t, 3>& off) {
-                const bool* c = cp + off[0];
+                const uint8_t* c = cp + off[0];
                 const T* pa = ap + off[1];
                 const T* pb = bp + off[2];
                 T* out = yp + pos;
@@ -413,7 +420,7 @@ void select(DType dtype, const std::vector<int64_t>& shape, const Strided& cond,
                   }
                 } else {
                   for (int64_t i = 0; i < len; ++i) {
-                    out[i] = c[i * sc] ? pa[i * sa] : pb[i * sb];
+                    out[i] = c[i * sc] != 0 ? pa[i * sa] : pb[i * sb];
                   }
                 }
               });
