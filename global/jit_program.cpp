@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <charconv>
 #include <map>
 #include <mutex>
@@ -437,10 +438,13 @@ void jit_record_blocks(const Mesh& mesh, const std::vector<Array>& placed, const
 void jit_record_reshard(const Array& in, const Sharding& to, const Array& out) {
   if (t_recorder == nullptr) return;
   // The same value moved onto the same sharding again (the matmul gradient gathers dz for dx
-  // and again for dW): the replay reuses the first move's result, whose bits are the same.
+  // and again for dW): the replay reuses the first move's result, whose bits are the same. The
+  // refs name the blocks; the source sharding, shape and dtype are compared too, so two views of
+  // one set of blocks are never taken for each other.
   const std::vector<Ref> from = t_recorder->refs_of(in);
   for (const JitStep& prev : t_recorder->prog->steps) {
     if (prev.kind == JitStep::reshard && prev.in.front() == from && *prev.to == to &&
+        *prev.from == in.sharding() && prev.shape == in.shape() && prev.dtype == in.dtype() &&
         prev.pending == in.pending_sum_axes()) {
       t_recorder->register_array(out, prev.out.front());
       return;
@@ -593,7 +597,9 @@ void plan_buffers(JitProgram& p, const std::vector<int>& last) {
               std::all_of(s.in[o].begin(), s.in[o].end(),
                           [&](const Ref& r) { return r.vid == vid; }) &&
               std::none_of(s.in.begin(), s.in.end(), [&](const std::vector<Ref>& other) {
-                return &other != &s.in[o] && other.front().vid == vid;
+                return &other != &s.in[o] &&
+                       std::any_of(other.begin(), other.end(),
+                                   [&](const Ref& r) { return r.vid == vid; });
               });
           if (!one_value || v.input < 0 || v.keep_to_end ||
               last[static_cast<size_t>(vid)] != static_cast<int>(i) ||
@@ -887,12 +893,11 @@ void set_block(const JitProgram& p, JitArena& a, int vid, size_t pos, Tensor t) 
 
 // A donated input's buffer for leaving temporary `t` of compiled step `s` at `pos` (see
 // JitStep::reuse), or null: only when this call holds the block's only reference (a copy of the
-// Array the caller kept elsewhere would otherwise change under it), the block starts its buffer,
-// and no earlier temporary of the step took it (fresh[0, taken)).
+// Array the caller kept elsewhere would otherwise change under it), and the block starts its
+// buffer. A buffer an earlier temporary of the step took has a second reference (its fresh slot),
+// so it is never taken twice.
 std::shared_ptr<backend::Buffer> donated_buffer(const JitProgram& p, const JitStep& s,
-                                                const JitArena& a, size_t pos, size_t t,
-                                                const std::shared_ptr<backend::Buffer>* fresh,
-                                                size_t taken) {
+                                                const JitArena& a, size_t pos, size_t t) {
   for (const auto& [temp, o] : s.reuse) {
     if (temp != t) continue;
     const Ref& r = s.in[o][pos];
@@ -904,7 +909,9 @@ std::shared_ptr<backend::Buffer> donated_buffer(const JitProgram& p, const JitSt
         b->bytes() < s.kernels->temp_bytes[t]) {
       continue;
     }
-    if (std::find(fresh, fresh + taken, b) != fresh + taken) continue;
+    // use_count() is a relaxed load: order this step's writes after whatever the holders that
+    // have let go (another thread's Tensor, dropped with a release decrement) did to the block.
+    std::atomic_thread_fence(std::memory_order_acquire);
     return b;
   }
   return nullptr;
@@ -931,7 +938,7 @@ void run_kernels(const JitProgram& p, size_t step, JitArena& a, size_t pos) {
       const int home = s.temp_home[t];
       if (home >= 0) continue;
       std::shared_ptr<backend::Buffer>& b = fresh[static_cast<size_t>(-1 - home)];
-      b = donated_buffer(p, s, a, pos, t, fresh, static_cast<size_t>(-1 - home));
+      b = donated_buffer(p, s, a, pos, t);
       if (b == nullptr) b = be.allocate(dev, k.temp_bytes[t]);
       base[static_cast<size_t>(k.operands) + t] = static_cast<char*>(b->data());
     }

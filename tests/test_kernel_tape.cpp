@@ -130,6 +130,30 @@ TEST(KernelTape, WhichOperandsAResultMayOverwrite) {
   Fn broadcast = [](const std::vector<Tensor>& t) { return std::vector<Tensor>{t[0] * t[1]}; };
   EXPECT_TRUE(result_may_take(broadcast, {w, row}, 0));
   EXPECT_FALSE(result_may_take(broadcast, {w, row}, 1));
+  // select: its float32 values are read where written; its bool condition is one byte per
+  // element under a four-byte result.
+  const Tensor mask = w > g;
+  Fn selected = [](const std::vector<Tensor>& t) {
+    return std::vector<Tensor>{where(t[2], t[0], t[1])};
+  };
+  EXPECT_TRUE(result_may_take(selected, {w, g, mask}, 0));
+  EXPECT_TRUE(result_may_take(selected, {w, g, mask}, 1));
+  EXPECT_FALSE(result_may_take(selected, {w, g, mask}, 2));
+  // A row of w (a view) is read at another offset than the result is written at; row 0 at the
+  // same one.
+  Fn fifth_row = [](const std::vector<Tensor>& t) {
+    return std::vector<Tensor>{meshrt::row(t[0], 4) + 1.0};
+  };
+  EXPECT_FALSE(result_may_take(fifth_row, {w}, 0));
+  Fn first_row = [](const std::vector<Tensor>& t) {
+    return std::vector<Tensor>{meshrt::row(t[0], 0) + 1.0};
+  };
+  EXPECT_TRUE(result_may_take(first_row, {w}, 0));
+  // Padding fills the result first, then copies w into it: w is read after the first write.
+  Fn padded = [](const std::vector<Tensor>& t) {
+    return std::vector<Tensor>{pad(t[0], {{1, 0}, {0, 0}}, 0.0)};
+  };
+  EXPECT_FALSE(result_may_take(padded, {w}, 0));
 }
 
 TEST(KernelTape, RefusesHostData) {
