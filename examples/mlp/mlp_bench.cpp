@@ -60,6 +60,14 @@ int main(int argc, char** argv) {
   int repeats = 5;
   std::string only, jax_script;
   for (int i = 1; i < argc; ++i) {
+    if (std::strcmp(argv[i], "--help") == 0 || std::strcmp(argv[i], "-h") == 0) {
+      std::printf(
+          "MESHRT_CPU_DEVICES=8 meshrt-mlp-bench [--quick] [--repeats N] [--resident-only]\n"
+          "                 [--strategy single|dp|fsdp|tp|2d] [--jax bench/jax_mlp_step.py]\n"
+          "The seed MLP's loss-and-gradient step per strategy against the sgemm bound; needs an\n"
+          "even device count of at least 2 (the 2-D mesh is (devices/2, 2)).\n");
+      return 0;
+    }
     if (std::strcmp(argv[i], "--quick") == 0) quick = true;
     if (std::strcmp(argv[i], "--resident-only") == 0) resident_only = true;
     if (std::strcmp(argv[i], "--repeats") == 0 && i + 1 < argc) repeats = std::atoi(argv[++i]);
@@ -77,6 +85,13 @@ int main(int argc, char** argv) {
   const int64_t batch = quick ? 512 : 8192, hidden = quick ? 256 : 1024;
   const std::vector<int64_t> sizes{784, hidden, hidden, hidden, hidden, hidden, 8};
   const int64_t n = static_cast<int64_t>(devices().size());
+  if (n < 2 || n % 2 != 0) {
+    std::fprintf(stderr,
+                 "meshrt-mlp-bench: needs an even number of devices, at least 2 (the 2-D mesh is "
+                 "(devices/2, 2)); this process has %lld: set MESHRT_CPU_DEVICES=8\n",
+                 static_cast<long long>(n));
+    return 2;
+  }
   Mesh mesh = make_mesh({n}, {"batch"});
   mlp::Problem p = mlp::init(random::key(0), sizes, batch);
 
