@@ -111,6 +111,13 @@ int main(int argc, char** argv) {
       "GFLOP\n",
       static_cast<long long>(batch), static_cast<long long>(hidden), static_cast<long long>(hidden),
       rate, flops / 1e9);
+  // OpenBLAS's kernel set decides the bound: say when the environment chose it.
+  if (const char* core = std::getenv("OPENBLAS_CORETYPE"); core != nullptr) {
+    std::printf(
+        "OPENBLAS_CORETYPE=%s is set: OpenBLAS runs those kernels, not the ones it would "
+        "pick for this CPU\n",
+        core);
+  }
   std::printf("%-16s %-30s %10s %9s %12s %9s\n", "strategy", "gradient", "time", "vs hand",
               "peak memory", "vs hand");
   for (Strategy s : {Strategy::data_parallel, Strategy::fsdp}) {
