@@ -22,6 +22,8 @@ using namespace meshrt;
 using meshrt::bench::Clock;
 using meshrt::bench::median;
 using meshrt::bench::seconds_since;
+using meshrt::bench::span;
+using meshrt::bench::time_threads;
 
 namespace {
 
@@ -37,44 +39,30 @@ double timeit(int reps, const std::function<void()>& fn) {
   return median(s);
 }
 
-// Runs fn(i) on `n` threads at once, timed from a common start; median over reps.
+// Runs fn(i) on `n` threads at once, first start to last end (time_threads); median over reps.
 double timeit_threads(int n, int reps, const std::function<void(int)>& fn) {
-  std::vector<double> s;
-  for (int r = 0; r <= reps; ++r) {
-    std::barrier sync(n + 1);
-    std::vector<std::thread> pool;
-    for (int i = 0; i < n; ++i) {
-      pool.emplace_back([&, i] {
-        sync.arrive_and_wait();
-        fn(i);
-        sync.arrive_and_wait();
-      });
-    }
-    sync.arrive_and_wait();
-    auto t0 = Clock::now();
-    sync.arrive_and_wait();
-    double t = seconds_since(t0);
-    for (auto& th : pool) th.join();
-    if (r > 0) s.push_back(t);  // the first round warms up
-  }
-  return median(s);
+  return time_threads(n, reps, /*warmup=*/1, fn);  // the first round warms up
 }
 
 // Median seconds for every device of a mesh to run fn on its own block once.
 double timeit_devices(const Mesh& mesh, int reps, const std::function<void(Context&)>& fn) {
   std::vector<double> s;
+  std::vector<Clock::time_point> start(static_cast<size_t>(mesh.size())),
+      end(static_cast<size_t>(mesh.size()));
   Array x = device_put(std::vector<float>(static_cast<size_t>(mesh.size()), 0.f), {mesh.size()},
                        NamedSharding(mesh, P("x")));
   shard_map(
       [&](Context& ctx, const Tensor& t) {
         Tensor one = tensor(std::vector<float>{1.f}, {1}, ctx.device());
         fn(ctx);  // warm-up
+        const auto me = static_cast<size_t>(ctx.axis_index("x"));
         for (int r = 0; r < reps; ++r) {
           ctx.psum(one, "x");
-          auto t0 = Clock::now();
+          start[me] = Clock::now();  // each device's own: a device may start before device 0
           fn(ctx);
-          ctx.psum(one, "x");  // every device done
-          if (ctx.axis_index("x") == 0) s.push_back(seconds_since(t0));
+          end[me] = Clock::now();
+          ctx.psum(one, "x");  // every device done (and its times written)
+          if (me == 0) s.push_back(span(start, end));
         }
         return t;
       },

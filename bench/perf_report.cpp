@@ -26,6 +26,8 @@ using namespace meshrt;
 using meshrt::bench::Clock;
 using meshrt::bench::median;
 using meshrt::bench::seconds_since;
+using meshrt::bench::span;
+using meshrt::bench::time_threads;
 
 namespace {
 
@@ -37,72 +39,41 @@ double memcpy_bandwidth(size_t bytes, int threads, int reps) {
     src[static_cast<size_t>(t)].assign(bytes, 1);
     dst[static_cast<size_t>(t)].assign(bytes, 0);
   }
-  std::vector<double> bw;
-  for (int r = 0; r < reps; ++r) {
-    // Each thread times its own copy; the span is the first start to the last end. (Timing from
-    // the launching thread undercounts when it is a third thread on two cores: it may run only
-    // after a copier has finished, and the bandwidth then read 35-70 GB/s from run to run.)
-    std::vector<Clock::time_point> start(static_cast<size_t>(threads)),
-        end(static_cast<size_t>(threads));
-    std::barrier sync(threads);
-    std::vector<std::thread> pool;
-    for (int t = 0; t < threads; ++t) {
-      pool.emplace_back([&, t] {
-        sync.arrive_and_wait();
-        start[static_cast<size_t>(t)] = Clock::now();
-        std::memcpy(dst[static_cast<size_t>(t)].data(), src[static_cast<size_t>(t)].data(), bytes);
-        end[static_cast<size_t>(t)] = Clock::now();
-      });
-    }
-    for (auto& th : pool) th.join();
-    const double s = std::chrono::duration<double>(*std::max_element(end.begin(), end.end()) -
-                                                   *std::min_element(start.begin(), start.end()))
-                         .count();
-    bw.push_back(static_cast<double>(bytes) * threads / s);
-  }
-  return median(bw);
+  const double s = time_threads(threads, reps, 0, [&](int t) {
+    std::memcpy(dst[static_cast<size_t>(t)].data(), src[static_cast<size_t>(t)].data(), bytes);
+  });
+  return static_cast<double>(bytes) * threads / s;
 }
 
 // Seconds for `threads` threads to fold n inputs of `bytes` float32s each into n outputs of
 // bytes / n (output d sums every input's slice d, in input order): psum_scatter's memory work
-// written by hand, with the devices' outputs dealt round-robin to the threads. Timed as
-// memcpy_bandwidth (first start to last end); median over reps.
+// written by hand, in 16 KiB tiles of the output that stay in L1 while every input is added, the
+// devices' outputs dealt round-robin to the threads (time_threads; median over reps).
 double hand_fold_seconds(int64_t n, size_t bytes, int threads, int reps) {
   const auto elems = static_cast<int64_t>(bytes / sizeof(float)), part = elems / n;
+  constexpr int64_t kTile = 4096;
   std::vector<std::vector<float>> in(static_cast<size_t>(n)), out(static_cast<size_t>(n));
   for (int64_t j = 0; j < n; ++j) {
     in[static_cast<size_t>(j)].assign(static_cast<size_t>(elems), 1.0f + static_cast<float>(j));
     out[static_cast<size_t>(j)].assign(static_cast<size_t>(part), 0.0f);
   }
-  std::vector<double> secs;
-  for (int r = 0; r < reps; ++r) {
-    std::vector<Clock::time_point> start(static_cast<size_t>(threads)),
-        end(static_cast<size_t>(threads));
-    std::barrier sync(threads);
-    std::vector<std::thread> pool;
-    for (int t = 0; t < threads; ++t) {
-      pool.emplace_back([&, t] {
-        sync.arrive_and_wait();
-        start[static_cast<size_t>(t)] = Clock::now();
-        for (int64_t d = t; d < n; d += threads) {
-          float* o = out[static_cast<size_t>(d)].data();
-          const float* a = in[0].data() + d * part;
-          const float* b = in[1].data() + d * part;
-          for (int64_t e = 0; e < part; ++e) o[e] = a[e] + b[e];
-          for (int64_t j = 2; j < n; ++j) {
-            const float* c = in[static_cast<size_t>(j)].data() + d * part;
-            for (int64_t e = 0; e < part; ++e) o[e] += c[e];
-          }
+  return time_threads(threads, reps, 0, [&](int t) {
+    for (int64_t d = t; d < n; d += threads) {
+      for (int64_t base = 0; base < part; base += kTile) {
+        const int64_t m = std::min(kTile, part - base);
+        float* __restrict o = out[static_cast<size_t>(d)].data() + base;
+        const float* __restrict a = in[0].data() + d * part + base;
+        const float* __restrict b = in[1].data() + d * part + base;
+#pragma omp simd
+        for (int64_t e = 0; e < m; ++e) o[e] = a[e] + b[e];
+        for (int64_t j = 2; j < n; ++j) {
+          const float* __restrict c = in[static_cast<size_t>(j)].data() + d * part + base;
+#pragma omp simd
+          for (int64_t e = 0; e < m; ++e) o[e] += c[e];
         }
-        end[static_cast<size_t>(t)] = Clock::now();
-      });
+      }
     }
-    for (auto& th : pool) th.join();
-    secs.push_back(std::chrono::duration<double>(*std::max_element(end.begin(), end.end()) -
-                                                 *std::min_element(start.begin(), start.end()))
-                       .count());
-  }
-  return median(secs);
+  });
 }
 
 // Seconds per call of op on a mesh of the first n cpu devices, each device holding `elems`
@@ -113,16 +84,19 @@ double time_op(int64_t n, int64_t elems, int iters, int reps,
   std::vector<float> host(static_cast<size_t>(n * elems), 1.0f);
   Array x = device_put(host, {n * elems}, NamedSharding(mesh, P("x")));
   std::vector<double> samples;
+  std::vector<Clock::time_point> start(static_cast<size_t>(n)), end(static_cast<size_t>(n));
   shard_map(
       [&](Context& ctx, const Tensor& t) {
         Tensor one = tensor(std::vector<float>{1.f}, {1}, ctx.device());
         op(ctx, t);  // warm-up: first touch of the output buffers
+        const auto me = static_cast<size_t>(ctx.axis_index("x"));
         for (int r = 0; r < reps; ++r) {
           ctx.psum(one, "x");
-          auto t0 = Clock::now();
+          start[me] = Clock::now();  // each device's own: a device may start before device 0
           for (int i = 0; i < iters; ++i) op(ctx, t);
+          end[me] = Clock::now();
           ctx.psum(one, "x");
-          if (ctx.axis_index("x") == 0) samples.push_back(seconds_since(t0) / iters);
+          if (me == 0) samples.push_back(span(start, end) / iters);
         }
         return t;
       },
