@@ -27,10 +27,21 @@
 // call); glibc's swapcontext, used elsewhere, also saves and restores the signal mask, a system
 // call on every switch (two per device per launch: about a third of a small collective's cost
 // per device). Fibers never change the signal mask, so there is nothing to restore.
-// Not with CET shadow stacks (-fcf-protection=return): a stack switch by hand would leave the
-// shadow stack behind, and the first return would fault; glibc's swapcontext switches both.
-#if defined(__x86_64__) && !(defined(__CET__) && (__CET__ & 2))
+// Not while CET shadow stacks are on: a stack switch by hand would leave the shadow stack
+// behind, and the first return would fault; glibc's swapcontext switches both. A build that may
+// run with them (-fcf-protection=return or full, the default of some distributions' compilers)
+// keeps both switches and asks the CPU at run time (rdsspq reads 0 when shadow stacks are off,
+// as they are unless the kernel, glibc and the program all opt in).
+#if defined(__x86_64__)
 #define MESHRT_FIBER_ASM 1
+#if defined(__CET__) && (__CET__ & 2)
+#define MESHRT_FIBER_UCONTEXT 1
+#endif
+#else
+#define MESHRT_FIBER_UCONTEXT 1
+#endif
+
+#ifdef MESHRT_FIBER_ASM
 extern "C" {
 // Saves the running context on its stack, stores that stack pointer in *save_sp, and continues
 // the context whose stack pointer is to_sp (saved by an earlier call, or made by
@@ -49,16 +60,22 @@ meshrt_fiber_jump:
   .cfi_startproc
   pushq %rbp
   .cfi_adjust_cfa_offset 8
+  .cfi_rel_offset %rbp, 0
   pushq %rbx
   .cfi_adjust_cfa_offset 8
+  .cfi_rel_offset %rbx, 0
   pushq %r12
   .cfi_adjust_cfa_offset 8
+  .cfi_rel_offset %r12, 0
   pushq %r13
   .cfi_adjust_cfa_offset 8
+  .cfi_rel_offset %r13, 0
   pushq %r14
   .cfi_adjust_cfa_offset 8
+  .cfi_rel_offset %r14, 0
   pushq %r15
   .cfi_adjust_cfa_offset 8
+  .cfi_rel_offset %r15, 0
   subq $8, %rsp
   .cfi_adjust_cfa_offset 8
   stmxcsr (%rsp)
@@ -71,16 +88,22 @@ meshrt_fiber_jump:
   .cfi_adjust_cfa_offset -8
   popq %r15
   .cfi_adjust_cfa_offset -8
+  .cfi_restore %r15
   popq %r14
   .cfi_adjust_cfa_offset -8
+  .cfi_restore %r14
   popq %r13
   .cfi_adjust_cfa_offset -8
+  .cfi_restore %r13
   popq %r12
   .cfi_adjust_cfa_offset -8
+  .cfi_restore %r12
   popq %rbx
   .cfi_adjust_cfa_offset -8
+  .cfi_restore %rbx
   popq %rbp
   .cfi_adjust_cfa_offset -8
+  .cfi_restore %rbp
   ret
   .cfi_endproc
   .size meshrt_fiber_jump, .-meshrt_fiber_jump
@@ -99,7 +122,8 @@ meshrt_fiber_start:
   .size meshrt_fiber_start, .-meshrt_fiber_start
   .popsection
 )");
-#else
+#endif
+#ifdef MESHRT_FIBER_UCONTEXT
 #include <ucontext.h>
 #endif
 
@@ -110,19 +134,40 @@ using Clock = std::chrono::steady_clock;
 constexpr size_t kStackSize = size_t{8} << 20;  // like a thread's; committed lazily
 constexpr std::chrono::microseconds kIdleSpin{100};
 
+// Whether switches use meshrt_fiber_jump (decided once per process).
+bool asm_switch() {
+#if defined(MESHRT_FIBER_ASM) && defined(MESHRT_FIBER_UCONTEXT)
+  static const bool on = [] {
+    uint64_t ssp = 0;
+    asm volatile("rdsspq %0" : "+r"(ssp));  // a no-op, leaving 0, without shadow stacks
+    return ssp == 0;
+  }();
+  return on;
+#elif defined(MESHRT_FIBER_ASM)
+  return true;
+#else
+  return false;
+#endif
+}
+
 // Where a switched-out worker or fiber continues.
 struct Context {
 #ifdef MESHRT_FIBER_ASM
   void* sp = nullptr;
-#else
+#endif
+#ifdef MESHRT_FIBER_UCONTEXT
   ucontext_t uc{};
 #endif
 };
 
 inline void jump(Context& from, Context& to) {
 #ifdef MESHRT_FIBER_ASM
-  meshrt_fiber_jump(&from.sp, to.sp);
-#else
+  if (asm_switch()) {
+    meshrt_fiber_jump(&from.sp, to.sp);
+    return;
+  }
+#endif
+#ifdef MESHRT_FIBER_UCONTEXT
   swapcontext(&from.uc, &to.uc);
 #endif
 }
@@ -247,7 +292,7 @@ static void fiber_entry_at(FiberPool::Fiber* f) {
   f->run();
 }
 
-#ifndef MESHRT_FIBER_ASM
+#ifdef MESHRT_FIBER_UCONTEXT
 static void fiber_entry(unsigned hi, unsigned lo) {
   fiber_entry_at(reinterpret_cast<FiberPool::Fiber*>((static_cast<uintptr_t>(hi) << 32) | lo));
 }
@@ -436,7 +481,7 @@ bool FiberPool::drive(int device, const std::atomic<uint32_t>& done) {
 // pointer up, the control words (this thread's), r15, r14, r13 (the entry function), r12 (its
 // argument), rbx, rbp, and the return address, meshrt_fiber_start, which then runs with a 16-byte
 // aligned stack as a call site needs.
-static void make_fiber_context(FiberPool::Fiber* f) {
+static void make_asm_context(FiberPool::Fiber* f) {
   uint32_t mxcsr = 0;
   uint16_t fpu_cw = 0;
   asm volatile("stmxcsr %0" : "=m"(mxcsr));
@@ -455,9 +500,10 @@ static void make_fiber_context(FiberPool::Fiber* f) {
   sp[8] = sp[9] = 0;
   f->ctx.sp = sp;
 }
-#else
+#endif
+#ifdef MESHRT_FIBER_UCONTEXT
 // getcontext returns twice like setjmp; kept out of the constructor's loop (-Wclobbered).
-[[gnu::noinline]] static void make_fiber_context(FiberPool::Fiber* f) {
+[[gnu::noinline]] static void make_ucontext(FiberPool::Fiber* f) {
   getcontext(&f->ctx.uc);
   f->ctx.uc.uc_stack.ss_sp = f->stack_lo;
   f->ctx.uc.uc_stack.ss_size = kStackSize;
@@ -467,6 +513,18 @@ static void make_fiber_context(FiberPool::Fiber* f) {
               static_cast<unsigned>(p >> 32), static_cast<unsigned>(p & 0xffffffffu));
 }
 #endif
+
+static void make_fiber_context(FiberPool::Fiber* f) {
+#ifdef MESHRT_FIBER_ASM
+  if (asm_switch()) {
+    make_asm_context(f);
+    return;
+  }
+#endif
+#ifdef MESHRT_FIBER_UCONTEXT
+  make_ucontext(f);
+#endif
+}
 
 FiberPool::FiberPool(int devices, int workers) {
   g_fibers_in_use.store(true, std::memory_order_relaxed);
