@@ -114,23 +114,31 @@ bool operator==(const Mesh& a, const Mesh& b) {
 
 namespace {
 // A shape whose axes are not all >= 1 is refused before devices are counted (a zero axis would
-// otherwise read as needing fewer devices than there are).
-void check_axis_sizes(const Shape& shape, const std::vector<std::string>* names) {
+// otherwise read as needing fewer devices than there are); `api` names the call. Returns the
+// number of devices the shape needs.
+int64_t check_axis_sizes(const char* api, const Shape& shape,
+                         const std::vector<std::string>* names) {
+  int64_t need = 1;
   for (size_t i = 0; i < shape.size(); ++i) {
-    if (shape[i] >= 1) continue;
-    const std::string which = names != nullptr && i < names->size()
-                                  ? cat("mesh axis ", detail::quote((*names)[i]))
-                                  : cat("axis ", i, " of mesh shape ", shape_str(shape));
-    throw Error(cat("[mesh] ", which, " has size ", shape[i], "; every mesh axis needs size >= 1"));
+    if (shape[i] < 1) {
+      const std::string which = names != nullptr && i < names->size()
+                                    ? cat("mesh axis ", detail::quote((*names)[i]))
+                                    : cat("axis ", i, " of mesh shape ", shape_str(shape));
+      throw Error(cat("[mesh] ", api, ": ", which, " has size ", shape[i],
+                      "; every mesh axis needs size >= 1"));
+    }
+    if (__builtin_mul_overflow(need, shape[i], &need)) {
+      throw Error(cat("[mesh] ", api, ": mesh shape ", shape_str(shape),
+                      " has more devices than fit in 64 bits"));
+    }
   }
+  return need;
 }
 }  // namespace
 
 std::vector<Device> create_device_mesh(const Shape& shape, const std::vector<Device>& devs) {
-  check_axis_sizes(shape, nullptr);
+  const int64_t need = check_axis_sizes("create_device_mesh", shape, nullptr);
   std::vector<Device> all = devs.empty() ? std::vector<Device>(devices()) : devs;
-  int64_t need = 1;
-  for (int64_t s : shape) need *= s;
   if (need > static_cast<int64_t>(all.size())) {
     throw Error(cat("[mesh] create_device_mesh: ", all.size(), " devices given but mesh shape ",
                     shape_str(shape), " needs ", need, "; pass more devices or a smaller shape"));
@@ -140,16 +148,14 @@ std::vector<Device> create_device_mesh(const Shape& shape, const std::vector<Dev
 }
 
 Mesh make_mesh(Shape shape, std::vector<std::string> axis_names, const std::vector<Device>& devs) {
-  check_axis_sizes(shape, &axis_names);
+  check_axis_sizes("make_mesh", shape, &axis_names);
   std::vector<Device> picked = create_device_mesh(shape, devs);
   return Mesh(std::move(picked), std::move(shape), std::move(axis_names));
 }
 
 Mesh make_mesh(Shape shape, std::vector<std::string> axis_names, std::string_view platform) {
-  check_axis_sizes(shape, &axis_names);
+  const int64_t need = check_axis_sizes("make_mesh", shape, &axis_names);
   std::vector<Device> all = devices(platform);
-  int64_t need = 1;
-  for (int64_t s : shape) need *= s;
   if (need > static_cast<int64_t>(all.size())) {
     std::string how = all.front().platform() == "cpu"
                           ? cat("set MESHRT_CPU_DEVICES=", need, " or call set_cpu_device_count(",

@@ -71,6 +71,15 @@ Tensor tensor(const void* data, int64_t count, DType dtype, Shape shape, Device 
   }
   Tensor t = empty(shape, dtype, device);
   Shape zero(shape.size(), 0);
+  // bool bytes other than 0 and 1 (memory filled from a file or another library) are made 0/1
+  // here, so every kernel can read them as bool.
+  std::vector<uint8_t> bools;
+  if (dtype == DType::bool_) {
+    const auto* b = static_cast<const uint8_t*>(data);
+    bools.assign(b, b + count);
+    for (uint8_t& v : bools) v = v != 0 ? 1 : 0;
+    data = bools.data();
+  }
   detail::copy_box({t.data(), shape, zero, device, false}, {data, shape, zero, device, true}, shape,
                    dtype_size(dtype));
   return t;

@@ -357,18 +357,21 @@ TEST_P(Ops, Where) {
   EXPECT_MESHRT_ERROR(
       where(ones({2}, DType::i32, dev_), ones({2}, DType::f32, dev_), ones({2}, DType::f32, dev_)),
       "[ops] where", "condition is int32");
-  // On cpu, a condition byte other than 0 or 1 (bool memory written from outside, as from a
-  // file) selects like any nonzero byte, on the vectorised layouts and the strided one.
-  if (dev_.platform() == "cpu") {
+  // Bool bytes other than 0 or 1 (memory written from outside, as from a file) read as true:
+  // tensor() stores them as 1, and where picks a for them, on the vectorised layouts and the
+  // strided one (both branches broadcast scalars).
+  {
     std::vector<uint8_t> bytes(64);
     for (size_t i = 0; i < bytes.size(); ++i) bytes[i] = static_cast<uint8_t>(i % 3 == 0 ? 0 : i);
     const Tensor c = tensor(bytes.data(), 64, DType::bool_, {8, 8}, dev_);
+    const std::vector<int32_t> stored = astype(c, DType::i32).to_vector<int32_t>();
+    for (size_t i = 0; i < bytes.size(); ++i) EXPECT_EQ(stored[i], bytes[i] != 0 ? 1 : 0) << i;
     const Tensor a = full({8, 8}, 1.0, DType::f32, dev_), b = full({8, 8}, -1.0, DType::f32, dev_);
     const Tensor one = full({}, 1.0, DType::f32, dev_),
                  minus_one = full({}, -1.0, DType::f32, dev_);
     const Tensor row = full({8}, -1.0, DType::f32, dev_);
-    for (const Tensor& got :
-         {where(c, a, b), where(c, a, minus_one), where(c, one, b), where(c, a, row)}) {
+    for (const Tensor& got : {where(c, a, b), where(c, a, minus_one), where(c, one, b),
+                              where(c, a, row), where(c, one, minus_one)}) {
       const std::vector<float> v = got.to_vector<float>();
       for (size_t i = 0; i < v.size(); ++i) EXPECT_EQ(v[i], bytes[i] != 0 ? 1.0f : -1.0f) << i;
     }

@@ -286,11 +286,16 @@ TEST(MeshErrors, BadMeshes) {
       "Number of devices 8 must be >= the product of mesh_shape (4, 4)",
       default_platform() == "cpu" ? "MESHRT_CPU_DEVICES=16" : "MESHRT_CUDA_DEVICES_PER_GPU");
   EXPECT_MESHRT_ERROR(make_mesh({2, 2}, {"x"}), "[mesh]");
-  // A zero axis is named before the device count (it would read as needing fewer devices).
-  EXPECT_MESHRT_ERROR(make_mesh({0, 2}, {"x", "y"}), "[mesh] mesh axis 'x' has size 0",
+  // A zero axis is named before the device count (it would read as needing 16 devices: too many
+  // for 8, though the shape needs none).
+  EXPECT_MESHRT_ERROR(make_mesh({0, 16}, {"x", "y"}), "[mesh] make_mesh: mesh axis 'x' has size 0",
                       "every mesh axis needs size >= 1");
-  EXPECT_MESHRT_ERROR(make_mesh({2, -1}, {"x", "y"}, devs), "mesh axis 'y' has size -1");
-  EXPECT_MESHRT_ERROR(create_device_mesh({4, 0}), "[mesh] axis 1 of mesh shape (4, 0) has size 0");
+  EXPECT_MESHRT_ERROR(make_mesh({16, -1}, {"x", "y"}, devs),
+                      "make_mesh: mesh axis 'y' has size -1");
+  EXPECT_MESHRT_ERROR(create_device_mesh({4, 0}),
+                      "[mesh] create_device_mesh: axis 1 of mesh shape (4, 0) has size 0");
+  EXPECT_MESHRT_ERROR(make_mesh({int64_t{1} << 32, int64_t{1} << 32}, {"x", "y"}),
+                      "more devices than fit in 64 bits");
   EXPECT_MESHRT_ERROR(make_mesh({8}, {"x"}).axis_size("q"),
                       "axis 'q' is not in the mesh axes ('x',)");
 }

@@ -18,6 +18,7 @@
 #include "backends/cpu/coll_primitives.h"
 #include "backends/scalar_ops.h"
 #include "core/error.h"
+#include "core/strings.h"
 #include "core/threads/executor.h"
 
 namespace meshrt::cpu {
@@ -204,12 +205,12 @@ void run_unary(UnaryOp op, const T* x, int64_t sx, T* y, int64_t n) {
       return run_unary<s::kSqrt>(x, sx, y, n);
     case s::kRelu:
       return run_unary<s::kRelu>(x, sx, y, n);
-    case 0:  // copy
-      return run_unary<0>(x, sx, y, n);
-    default:  // an op without its own instantiation: the scalar op, dispatched per element
-      return run1(x, sx, y, n, [code = static_cast<int>(op)](T v) -> T {
-        return backend::scalar::unary(code, v);
-      });
+    case static_cast<int>(UnaryOp::copy):
+      return run_unary<static_cast<int>(UnaryOp::copy)>(x, sx, y, n);
+    default:
+      throw Error(
+          detail::cat("[cpu] unary op ", static_cast<int>(op),
+                      " has no cpu kernel; add it to run_unary and backend::scalar::unary"));
   }
 }
 
