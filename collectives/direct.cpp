@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <optional>
+#include <vector>
 
 #include "collectives/pieces.h"
 #include "core/threads/wait.h"
@@ -10,6 +12,21 @@
 namespace meshrt::coll {
 
 namespace {
+
+// Counts member `me`'s part done and waits until every member's is: the writes the others make
+// into this member's output are then complete, and nobody reads this member's input any more.
+void arrive_and_wait_all(Instance& inst, const Plane& pl) {
+  const auto N = static_cast<uint32_t>(inst.size());
+  pl.fence();
+  std::atomic<uint32_t>& done = inst.phase_counter();
+  if (done.fetch_add(1, std::memory_order_acq_rel) + 1 == N) {
+    core::wake_all(done);
+    return;
+  }
+  for (uint32_t v; (v = done.load(std::memory_order_acquire)) != N;) {
+    core::wait_while(done, v, std::chrono::seconds(1), inst.oversubscribed());
+  }
+}
 
 // Large reductions: member `me` owns slice `me`, reduces it tile by tile and pushes each tile to
 // every output while it is in cache; then waits until every slice has been pushed.
@@ -37,15 +54,51 @@ void reduce_large(Instance& inst, int64_t me) {
                 static_cast<size_t>(m) * oe);
     }
   }
-  pl.fence();
-  std::atomic<uint32_t>& done = inst.phase_counter();
-  if (done.fetch_add(1, std::memory_order_acq_rel) + 1 == static_cast<uint32_t>(N)) {
-    core::wake_all(done);
-    return;
+  arrive_and_wait_all(inst, pl);
+}
+
+// A psum_scatter whose scatter dimension has rows before it, seen as (outer, N, run) per input:
+// member d's output is (outer, run), out_d[o] = sum over j of in_j[o, d] (tiled or not, the
+// memory is the same). The host path for short runs and at least N rows.
+struct ScatterRows {
+  int64_t outer = 0, run = 0;  // in elements
+};
+std::optional<ScatterRows> scatter_rows_shape(const Call& c, int64_t N, const Plane& pl) {
+  if (!pl.host()) return std::nullopt;
+  const auto sd = static_cast<size_t>(c.axis);
+  int64_t outer = 1, inner = 1;
+  for (size_t i = 0; i < sd; ++i) outer *= c.shape[i];
+  for (size_t i = sd + 1; i < c.shape.size(); ++i) inner *= c.shape[i];
+  const int64_t run = c.shape[sd] / N * inner;
+  // Runs of 16 KiB and more stream well enough as fold_own_block reads them.
+  if (outer < N || run * static_cast<int64_t>(dtype_size(c.dtype)) >= (int64_t{16} << 10)) {
+    return std::nullopt;
   }
-  for (uint32_t v; (v = done.load(std::memory_order_acquire)) != static_cast<uint32_t>(N);) {
-    core::wait_while(done, v, std::chrono::seconds(1), inst.oversubscribed());
+  return ScatterRows{outer, run};
+}
+
+// Member `me` folds whole rows o in its share of [0, outer): for each o, every member's run,
+// read in address order from every input, written to that member's output. Reading only its
+// own run of every row instead (fold_own_block) reads pieces far apart: a (8192, 1024) float32
+// psum_scatter over dim 1 on 8 members reads 512 bytes every 4 KiB from 8 inputs, 4-6x slower
+// than contiguous reads here. Each element is the same sum in the same order (inputs in group
+// order), so the bits are fold_own_block's. Then waits for every member: its output is written
+// by all of them.
+void scatter_by_rows(Instance& inst, int64_t me, const ScatterRows& g) {
+  const Call& c = inst.call();
+  const int64_t N = inst.size();
+  const Plane pl = plane_of(inst, me);
+  const auto e = static_cast<int64_t>(dtype_size(c.dtype));
+  const int64_t lo = g.outer * me / N, hi = g.outer * (me + 1) / N;
+  std::vector<const void*> srcs(static_cast<size_t>(N));
+  for (int64_t o = lo; o < hi; ++o) {
+    for (int64_t d = 0; d < N; ++d) {
+      const int64_t at = (o * N + d) * g.run * e;
+      for (int64_t j = 0; j < N; ++j) srcs[static_cast<size_t>(j)] = in_ptr(inst, j) + at;
+      pl.fold(Kind::psum, c.dtype, c.dtype, out_ptr(inst, d) + o * g.run * e, srcs, g.run);
+    }
   }
+  arrive_and_wait_all(inst, pl);
 }
 
 }  // namespace
@@ -81,7 +134,11 @@ void direct_collective(Instance& inst, int64_t me, const Shape& out_shape) {
       place_gathered(inst, me, out_shape, Inputs(inst));
       break;
     case Kind::psum_scatter:
-      fold_own_block(inst, me, out_shape, Inputs(inst));
+      if (auto rows = scatter_rows_shape(c, inst.size(), plane_of(inst, me))) {
+        scatter_by_rows(inst, me, *rows);
+      } else {
+        fold_own_block(inst, me, out_shape, Inputs(inst));
+      }
       break;
     case Kind::ppermute:
       direct_ppermute(inst, me);

@@ -138,7 +138,46 @@ TEST_P(Collectives, PsumScatter) {
         [&](Context& c, const Tensor& x) { return c.psum_scatter(x, an, 1, false); },
         [&](const std::vector<HostArr>& xs, int64_t me) { return test::take(total(xs), me, 1); },
         "psum_scatter untiled sd=1 " + tag);
+    // At least n rows before the scatter dimension, in a share that does not divide evenly: the
+    // host folds whole rows and sends each member its run (direct.cpp, scatter_by_rows).
+    test::check_collective(
+        mesh, axes, {n + 1, 2 * n, 3}, DType::i32,
+        [&](Context& c, const Tensor& x) { return c.psum_scatter(x, an, 1, true); },
+        [&](const std::vector<HostArr>& xs, int64_t me) {
+          return test::split_part(total(xs), n, 1, me);
+        },
+        "psum_scatter tiled sd=1 of 3 dims " + tag);
+    test::check_collective(
+        mesh, axes, {2 * n + 1, n, 2}, DType::f32,
+        [&](Context& c, const Tensor& x) { return c.psum_scatter(x, an, 1, false); },
+        [&](const std::vector<HostArr>& xs, int64_t me) { return test::take(total(xs), me, 1); },
+        "psum_scatter untiled sd=1 of 3 dims " + tag);
   }
+}
+
+// A psum_scatter along a trailing dimension adds the same floats in the same order as psum:
+// each member's result is, bit for bit, its columns of the psum.
+TEST(CollectivesBits, PsumScatterAlongColumnsIsItsColumnsOfThePsum) {
+  if (devices("cpu").size() < 8) GTEST_SKIP() << "needs 8 cpu devices";
+  Mesh mesh = make_mesh({8}, {"x"}, "cpu");
+  const int64_t rows = 64, cols = 8 * 32;
+  std::vector<float> host(static_cast<size_t>(8 * rows * cols));
+  uint32_t state = 12345;
+  for (float& v : host) {
+    state = state * 1664525u + 1013904223u;
+    v = static_cast<float>(static_cast<int32_t>(state >> 8)) * 1e-6f;
+  }
+  Array x = device_put(host, {8 * rows, cols}, NamedSharding(mesh, P("x")));
+  auto f = shard_map(
+      [](Context& ctx, const Tensor& t) {
+        const Tensor sum = ctx.psum(t, "x");
+        const int64_t me = ctx.axis_index("x");
+        const Tensor mine = slice(sum, {0, me * 32}, {t.shape()[0], (me + 1) * 32});
+        return std::vector<Tensor>{ctx.psum_scatter(t, "x", 1, true), copy(mine)};
+      },
+      mesh, {P("x")}, {P("x"), P("x")});
+  std::vector<Array> out = f(x);
+  EXPECT_EQ(out[0].to_vector<float>(), out[1].to_vector<float>());
 }
 
 TEST_P(Collectives, Ppermute) {
