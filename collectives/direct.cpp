@@ -59,12 +59,16 @@ void reduce_large(Instance& inst, int64_t me) {
 
 // A psum_scatter whose scatter dimension has rows before it, seen as (outer, N, run) per input:
 // member d's output is (outer, run), out_d[o] = sum over j of in_j[o, d] (tiled or not, the
-// memory is the same). The host path for short runs and at least N rows.
+// memory is the same). The host path for short runs and at least N rows, members in one process.
 struct ScatterRows {
   int64_t outer = 0, run = 0;  // in elements
 };
-std::optional<ScatterRows> scatter_rows_shape(const Call& c, int64_t N, const Plane& pl) {
-  if (!pl.host()) return std::nullopt;
+std::optional<ScatterRows> scatter_rows_shape(const Instance& inst, const Plane& pl) {
+  // Every member must be in this process: each writes into all members' outputs, and all of
+  // them arrive at the closing barrier.
+  if (!pl.host() || inst.spans_processes()) return std::nullopt;
+  const Call& c = inst.call();
+  const int64_t N = inst.size();
   const auto sd = static_cast<size_t>(c.axis);
   int64_t outer = 1, inner = 1;
   for (size_t i = 0; i < sd; ++i) outer *= c.shape[i];
@@ -134,7 +138,7 @@ void direct_collective(Instance& inst, int64_t me, const Shape& out_shape) {
       place_gathered(inst, me, out_shape, Inputs(inst));
       break;
     case Kind::psum_scatter:
-      if (auto rows = scatter_rows_shape(c, inst.size(), plane_of(inst, me))) {
+      if (auto rows = scatter_rows_shape(inst, plane_of(inst, me))) {
         scatter_by_rows(inst, me, *rows);
       } else {
         fold_own_block(inst, me, out_shape, Inputs(inst));

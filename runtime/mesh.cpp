@@ -118,7 +118,6 @@ namespace {
 // number of devices the shape needs.
 int64_t check_axis_sizes(const char* api, const Shape& shape,
                          const std::vector<std::string>* names) {
-  int64_t need = 1;
   for (size_t i = 0; i < shape.size(); ++i) {
     if (shape[i] < 1) {
       const std::string which = names != nullptr && i < names->size()
@@ -127,6 +126,9 @@ int64_t check_axis_sizes(const char* api, const Shape& shape,
       throw Error(cat("[mesh] ", api, ": ", which, " has size ", shape[i],
                       "; every mesh axis needs size >= 1"));
     }
+  }
+  int64_t need = 1;
+  for (size_t i = 0; i < shape.size(); ++i) {
     if (__builtin_mul_overflow(need, shape[i], &need)) {
       throw Error(cat("[mesh] ", api, ": mesh shape ", shape_str(shape),
                       " has more devices than fit in 64 bits"));

@@ -152,6 +152,20 @@ TEST_P(Collectives, PsumScatter) {
         [&](Context& c, const Tensor& x) { return c.psum_scatter(x, an, 1, false); },
         [&](const std::vector<HostArr>& xs, int64_t me) { return test::take(total(xs), me, 1); },
         "psum_scatter untiled sd=1 of 3 dims " + tag);
+    test::check_collective(
+        mesh, axes, {n, n, 2}, DType::f64,
+        [&](Context& c, const Tensor& x) { return c.psum_scatter(x, an, 1, true); },
+        [&](const std::vector<HostArr>& xs, int64_t me) {
+          return test::split_part(total(xs), n, 1, me);
+        },
+        "psum_scatter tiled sd=1 of 3 dims, f64 " + tag);
+    test::check_collective(
+        mesh, axes, {n + 2, 2, n}, DType::i64,
+        [&](Context& c, const Tensor& x) { return c.psum_scatter(x, an, 2, true); },
+        [&](const std::vector<HostArr>& xs, int64_t me) {
+          return test::split_part(total(xs), n, 2, me);
+        },
+        "psum_scatter tiled sd=2 of 3 dims, i64 " + tag);
   }
 }
 
@@ -170,10 +184,11 @@ TEST(CollectivesBits, PsumScatterAlongColumnsIsItsColumnsOfThePsum) {
   Array x = device_put(host, {8 * rows, cols}, NamedSharding(mesh, P("x")));
   auto f = shard_map(
       [](Context& ctx, const Tensor& t) {
-        const Tensor sum = ctx.psum(t, "x");
+        const CollectiveOptions direct{CollectiveAlgo::direct};
+        const Tensor sum = ctx.psum(t, "x", direct);
         const int64_t me = ctx.axis_index("x");
         const Tensor mine = slice(sum, {0, me * 32}, {t.shape()[0], (me + 1) * 32});
-        return std::vector<Tensor>{ctx.psum_scatter(t, "x", 1, true), copy(mine)};
+        return std::vector<Tensor>{ctx.psum_scatter(t, "x", 1, true, direct), copy(mine)};
       },
       mesh, {P("x")}, {P("x"), P("x")});
   std::vector<Array> out = f(x);

@@ -239,6 +239,18 @@ TEST(Multiprocess, DataMovementMatchesHost) {
     for (int col = 0; col < 8; ++col)
       colsum[static_cast<size_t>(col)] += v[static_cast<size_t>(r * 8 + col)];
   EXPECT_EQ(gathered<float>(rs), colsum);
+  // psum_scatter along columns of an [8, 8] block (8 rows before the scatter dimension: in one
+  // process the host folds whole rows for every member; across processes it must not).
+  std::vector<float> v8 = iota(8 * 8 * 8);
+  Array x8 = device_put(v8, {64, 8}, NamedSharding(mesh, P("x")));
+  Array rs8 = shard_map([](Context& c, const Tensor& t) { return c.psum_scatter(t, "x", 1, true); },
+                        mesh, {P("x")}, P(None, "x"))(x8);
+  std::vector<float> sum8(64, 0.f);
+  for (int d = 0; d < 8; ++d)
+    for (int r = 0; r < 8; ++r)
+      for (int col = 0; col < 8; ++col)
+        sum8[static_cast<size_t>(r * 8 + col)] += v8[static_cast<size_t>((d * 8 + r) * 8 + col)];
+  EXPECT_EQ(gathered<float>(rs8), sum8);
   // ppermute: a shift by 3, and a partial permutation (others get zeros).
   Array sh = shard_map(
       [](Context& c, const Tensor& t) {

@@ -561,8 +561,9 @@ void gemm_block(const T* A, const T* B, T* C, const GemmLayout& g, int64_t r0, i
 // kNarrowRows. OpenBLAS runs tall, narrow products below its rate (8 devices at once on 2 cores,
 // (8192, 1024) x (1024, 128) with B transposed: 192-200 GFLOP/s in one call, 223-226 in blocks
 // of 512 rows with its AVX2 kernels, 342 -> 372 with its AVX-512 ones; (8192, 1024) x (1024, 8):
-// 55 -> 81-82 with either); wide products gain nothing or lose (-5% with AVX-512). Each element
-// is computed the same way either way (the blocks split rows only).
+// 55 -> 81-82 with either); wide products gain nothing or lose (-5% with AVX-512). The blocks
+// split rows only, so each element sums the same products; whether BLAS keeps their order for a
+// smaller call is its own affair (as for the arena's split, which already depends on load).
 constexpr int64_t kNarrowCols = 256, kNarrowRows = 512;
 template <class T>
 void gemm_rows(const T* A, const T* B, T* C, const GemmLayout& g, int64_t r0, int64_t r1) {
