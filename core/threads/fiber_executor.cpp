@@ -139,7 +139,9 @@ bool asm_switch() {
 #if defined(MESHRT_FIBER_ASM) && defined(MESHRT_FIBER_UCONTEXT)
   static const bool on = [] {
     uint64_t ssp = 0;
-    asm volatile("rdsspq %0" : "+r"(ssp));  // a no-op, leaving 0, without shadow stacks
+    // rdsspq %rax, as bytes for assemblers without CET mnemonics; a no-op, leaving 0, on CPUs
+    // without CET and while shadow stacks are off.
+    asm volatile(".byte 0xf3, 0x48, 0x0f, 0x1e, 0xc8" : "+a"(ssp));
     return ssp == 0;
   }();
   return on;
