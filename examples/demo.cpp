@@ -186,7 +186,7 @@ void part3(bool quick) {
                 shape_str(r.mesh.shape()).c_str(), best * 1e3, t_single / best);
   }
   std::printf(
-      "   (8 simulated devices share this machine's %u cores; one device computes on one core)\n\n",
+      "   (8 simulated devices share this machine's %u cores; a device alone uses all of them)\n\n",
       std::thread::hardware_concurrency());
 }
 
