@@ -7,7 +7,6 @@
 #include <meshrt/meshrt.h>
 
 #include <algorithm>
-#include <barrier>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -37,11 +36,6 @@ double timeit(int reps, const std::function<void()>& fn) {
     s.push_back(seconds_since(t0));
   }
   return median(s);
-}
-
-// Runs fn(i) on `n` threads at once, first start to last end (time_threads); median over reps.
-double timeit_threads(int n, int reps, const std::function<void(int)>& fn) {
-  return time_threads(n, reps, /*warmup=*/1, fn);  // the first round warms up
 }
 
 // Median seconds for every device of a mesh to run fn on its own block once.
@@ -133,7 +127,7 @@ int main(int argc, char** argv) {
     }
     matmul(mx[i], my[i]);
   });
-  double t_blas8 = timeit_threads(8, reps, [&](int i) {
+  double t_blas8 = time_threads(8, reps, /*warmup=*/1, [&](int i) {
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, static_cast<int>(n8),
                 static_cast<int>(n8), static_cast<int>(n8), 1.f, A[static_cast<size_t>(i)].data(),
                 static_cast<int>(n8), B[static_cast<size_t>(i)].data(), static_cast<int>(n8), 0.f,
@@ -148,7 +142,7 @@ int main(int argc, char** argv) {
   std::vector<char> src(static_cast<size_t>(ne * 4), 1), dst(static_cast<size_t>(ne * 4));
   double t_add = timeit(reps, [&] { add(x, y); });
   const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  double t_cpy = timeit_threads(cores, reps, [&](int i) {
+  double t_cpy = time_threads(cores, reps, /*warmup=*/1, [&](int i) {
     const size_t part = src.size() / static_cast<size_t>(cores);
     std::memcpy(dst.data() + part * static_cast<size_t>(i),
                 src.data() + part * static_cast<size_t>(i), part);
