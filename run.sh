@@ -6,6 +6,9 @@
 #   ./run.sh bench                        set up, build, run the Google Benchmark suites
 #   (meshrt-bench, the nccl-tests-style CLI, is build/bench/meshrt-bench; see README)
 #   ./run.sh build                        set up and build only
+#   ./run.sh gpu-bundle [OUT.tar.xz]      build the cuda platform (MPI off) in build-gpu/ and pack
+#                                         the GPU bundle (default meshrt-gpu-bundle.tar.xz): unpack
+#                                         it on a GPU machine and run ./meshrt-gpu/run-gpu.sh
 #   ./run.sh packages [command]           print the Debian packages `command` (default test) installs
 # Installs missing Debian packages with apt-get (needs root or sudo). Every command installs the
 # one package list below: Open MPI is in it for the perf baseline and the multi-process runtime.
@@ -48,6 +51,12 @@ install_missing() {
 
 build_dir="build"
 cmake_args=(-G Ninja -DCMAKE_BUILD_TYPE=Release)
+if [ "$cmd" = gpu-bundle ]; then
+  # Kernels for Ampere (sm_80: A100) and Hopper (sm_90: H100, H200); MPI off: one process per
+  # GPU machine run, and no Open MPI needed there.
+  build_dir="build-gpu"
+  cmake_args+=(-DMESHRT_BUILD_CUDA=ON -DMESHRT_BUILD_MPI=OFF "-DCMAKE_CUDA_ARCHITECTURES=${MESHRT_CUDA_ARCHS:-80;90}")
+fi
 if [ -n "$sanitize" ]; then
   build_dir="build-$sanitize"
   cmake_args=(-G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DMESHRT_SANITIZE="$sanitize" -DMESHRT_BUILD_BENCHMARKS=OFF)
@@ -91,11 +100,15 @@ case "$cmd" in
   build)
     configure_and_build
     ;;
+  gpu-bundle)
+    configure_and_build
+    ./bundle/pack.sh "$build_dir" "${extra[0]:-meshrt-gpu-bundle.tar.xz}"
+    ;;
   packages)
     echo "${packages[@]}"
     ;;
   *)
-    echo "usage: ./run.sh demo | test [--sanitize=thread|address] | perf [--quick] | bench | build | packages [command]" >&2
+    echo "usage: ./run.sh demo | test [--sanitize=thread|address] | perf [--quick] | bench | build | gpu-bundle [OUT.tar.xz] | packages [command]" >&2
     exit 2
     ;;
 esac

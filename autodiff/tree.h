@@ -668,6 +668,14 @@ std::vector<Leaf> tree_leaves(const Tree& tree, const std::string& root = "tree"
   return out;
 }
 
+// Waits until every Array and Tensor leaf of `tree` is complete on its devices and returns `tree`
+// (jax.block_until_ready): end a timed step with it, e.g. block_until_ready(value_and_grad(f)(p)).
+template <class Tree>
+const Tree& block_until_ready(const Tree& tree) {
+  tree_visit(tree, [](const auto& leaf, const std::string&) { leaf.block_until_ready(); });
+  return tree;
+}
+
 // The number of Array and Tensor leaves of `tree`.
 template <class Tree>
 size_t tree_num_leaves(const Tree& tree) {

@@ -50,6 +50,10 @@ void Backend::matmul_t(int device, DType dtype, int64_t batch, int64_t m, int64_
   matmul(device, dtype, batch, m, n, k, ta ? ta->data() : a, tb ? tb->data() : b, c);
 }
 
+void Backend::synchronize(int) {
+  if (!host_addressable()) unsupported(*this, "a way to wait for queued work (synchronize)");
+}
+
 void Backend::coll_begin(int) { unsupported(*this, "collective data movement"); }
 void Backend::coll_copy_2d(int, void*, size_t, const void*, size_t, size_t, size_t) {
   unsupported(*this, "collective data movement");

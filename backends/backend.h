@@ -118,6 +118,12 @@ class Backend {
   // y[i] = value (converted to dtype), or y[i] = i when iota.
   virtual void fill(int device, DType dtype, int64_t n, double value, bool iota, void* y) = 0;
 
+  // Waits until every kernel and copy queued for `device` so far (its compute and its
+  // communication work) is complete, and raises a failure of that queued work as a meshrt::Error
+  // (Array/Tensor::block_until_ready). On a host_addressable() platform kernels are complete when
+  // they return, and the default returns at once; a device platform must override it.
+  virtual void synchronize(int device);
+
   // Runs `task` on the device's executor, in submission order. Returns at once; the task must
   // not throw (callers wrap it and carry exceptions back themselves).
   virtual void submit(int device, std::function<void()> task) = 0;

@@ -126,6 +126,21 @@ Array device_put(const Tensor& x, const Sharding& to) {
   return device_put(Array(x.shape(), x.dtype(), SingleDeviceSharding(x.device()), {x}), to);
 }
 
+const Array& Array::block_until_ready() const {
+  if (blocks_.empty()) {
+    throw Error("[array] block_until_ready on an empty (default-constructed) Array");
+  }
+  if (!pending_sum_axes_.empty()) {
+    detail::resolve_pending_sums(*this).block_until_ready();
+    return *this;
+  }
+  std::set<int> waited;  // device ids: replicated blocks on one device wait once
+  for (const Tensor& b : blocks_) {
+    if (b.valid() && waited.insert(b.device().id()).second) b.block_until_ready();
+  }
+  return *this;
+}
+
 std::vector<Shard> Array::addressable_shards() const {
   detail::check_host_read(trace_id_, "addressable_shards");
   if (!pending_sum_axes_.empty()) return detail::resolve_pending_sums(*this).addressable_shards();

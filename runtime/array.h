@@ -43,9 +43,12 @@ class Array {
   Device device() const;
   // True when every device holds the whole value.
   bool is_fully_replicated() const { return sharding_.is_fully_replicated(); }
-  // Results are complete when an op returns: returns at once (kept for code written against
-  // asynchronous dispatch).
-  const Array& block_until_ready() const { return *this; }
+  // Returns once every block of this Array, and the work that produced it, is complete on its
+  // device (as jax.Array.block_until_ready): ops on a device platform (cuda) are queued and return
+  // at once, so time work with this. A failure of the queued work is raised here as an Error.
+  // An Array with pending sums takes its sum first (kept for later reads, as to_vector does).
+  // On cpu, kernels are complete when an op returns and this returns at once.
+  const Array& block_until_ready() const;
   // Row i of the leading dimension (negative counts from the end), as x[i] in jnp; defined with
   // the global-view ops (global/array_ops.cpp).
   Array operator[](int64_t i) const;

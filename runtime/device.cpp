@@ -199,6 +199,22 @@ void set_process_layout(ProcessLayout layout) {
   }
   r.layout = std::move(layout);
 }
+void install_backend_for_testing(Device::Kind kind, std::unique_ptr<backend::Backend> b) {
+  if (kind != Device::Kind::cuda || !b) {
+    throw Error("[devices] install_backend_for_testing takes a cuda backend");
+  }
+  Registry& r = registry();
+  bool installed = false;
+  std::call_once(r.cuda_once, [&] {
+    r.cuda = std::move(b);
+    installed = true;
+  });
+  if (!installed) {
+    throw Error(
+        "[devices] install_backend_for_testing after the cuda platform was first used; call it "
+        "first");
+  }
+}
 const ProcessLayout& process_layout() { return registry().layout; }
 int local_device_count(Device::Kind kind) { return backend_of(kind).device_count(); }
 bool oversubscribed(int64_t devices) { return devices > core::process_cores(); }

@@ -27,6 +27,12 @@ std::string Tensor::str() const {
   return cat("Tensor(", dtype_name(dtype_), shape_str(shape_), " on ", device_.str(), ")");
 }
 
+const Tensor& Tensor::block_until_ready() const {
+  if (!valid()) throw Error("[tensor] block_until_ready on an empty (default-constructed) Tensor");
+  detail::backend_of(device_).synchronize(device_.local_index());
+  return *this;
+}
+
 void Tensor::copy_to_host(void* dst, DType expected) const {
   if (!valid()) throw Error("[tensor] to_vector on an empty (default-constructed) Tensor");
   detail::check_host_read(trace_id_, "to_vector");

@@ -41,6 +41,10 @@ class Tensor {
   // of shape shape()[1:] sharing this tensor's block. Defined with the ops (tensor_ops.cpp).
   Tensor operator[](int64_t i) const;
 
+  // Returns once this tensor's block, and the work that produced it, is complete on its device
+  // (ops on cuda are queued and return at once); a failure of the queued work is raised here.
+  const Tensor& block_until_ready() const;
+
   // Copies the data to the host. T must match dtype() exactly, else an Error.
   template <class T>
   std::vector<T> to_vector() const {

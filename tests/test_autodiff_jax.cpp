@@ -91,7 +91,7 @@ struct Record {
 
 const std::vector<Record>& records() {
   static const std::vector<Record> all = [] {
-    std::ifstream f(std::string(MESHRT_TEST_DATA_DIR) + "/autodiff_expected.txt");
+    std::ifstream f(test::test_data_dir() + "/autodiff_expected.txt");
     if (!f) throw std::runtime_error("cannot open tests/data/autodiff_expected.txt");
     std::vector<Record> out;
     std::string line;

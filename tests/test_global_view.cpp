@@ -53,7 +53,7 @@ struct Case {
 };
 
 std::vector<Case> load() {
-  std::ifstream f(std::string(MESHRT_TEST_DATA_DIR) + "/global_view_expected.txt");
+  std::ifstream f(test::test_data_dir() + "/global_view_expected.txt");
   std::vector<Case> cases;
   std::string line;
   while (std::getline(f, line)) {

@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "examples/mlp/mlp.h"
+#include "tests/test_util.h"
 
 namespace {
 
@@ -79,7 +80,7 @@ class MlpJax : public ::testing::TestWithParam<Style> {};
 TEST_P(MlpJax, LossAndGradientsMatchJaxAutodiff) {
   mlp::Problem p = mlp::init(random::key(0), kSizes, 32);
   const mlp::Grads g = mlp::loss_and_grad(p, Strategy::single, make_mesh({1}, {"x"}), GetParam());
-  std::ifstream in(std::string(MESHRT_TEST_DATA_DIR) + "/mlp_expected.txt");
+  std::ifstream in(test::test_data_dir() + "/mlp_expected.txt");
   ASSERT_TRUE(in) << "tests/data/mlp_expected.txt";
   auto close = [](double got, double want, const std::string& what) {
     EXPECT_NEAR(got, want, 1e-4 * (1 + std::fabs(want))) << what;

@@ -4,12 +4,17 @@
 #include <gtest/gtest.h>
 #include <meshrt/meshrt.h>
 
+#include <bit>
+#include <cmath>
+#include <cstdint>
 #include <cstdlib>
 #include <fstream>
 #include <initializer_list>
+#include <limits>
 #include <sstream>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 namespace meshrt::test {
@@ -33,8 +38,65 @@ inline std::string platform_prefix() { return default_platform() + ":"; }
 // "cpu:3" or "cuda:3": the name of the default platform's device i.
 inline std::string dev_name(int i) { return devices()[static_cast<size_t>(i)].str(); }
 
+// A platform-parameterized suite's instance name: the platform ("Platforms/Ops.Creation/cuda"),
+// so that a gtest filter (the cuda runs' CUDA_FILTER "*/cuda") can select one platform's cases.
+inline std::string platform_param_name(const ::testing::TestParamInfo<std::string>& info) {
+  return info.param;
+}
+
+// Why `platform` cannot hold a test that needs `need` of its devices ("" when it can): a cuda run
+// has MESHRT_CUDA_DEVICES_PER_GPU logical devices per GPU, often fewer than the cpu suites' 8.
+//   if (auto why = test::too_few_devices(4, GetParam()); !why.empty()) GTEST_SKIP() << why;
+inline std::string too_few_devices(size_t need, const std::string& platform = default_platform()) {
+  const size_t have = devices(platform).size();
+  if (have >= need) return "";
+  return "needs " + std::to_string(need) + " " + platform + " devices and the platform has " +
+         std::to_string(have) + (platform == "cuda" ? " (raise MESHRT_CUDA_DEVICES_PER_GPU)" : "");
+}
+
+// The bytes of a Tensor's elements, read to the host through copy_to_host (Tensor::data() is a
+// device address on cuda: never read it from a test). Bit-for-bit comparisons compare these.
+inline std::vector<unsigned char> host_bytes(const Tensor& t) {
+  std::vector<unsigned char> out(t.nbytes());
+  if (!out.empty()) t.copy_to_host(out.data(), t.dtype());
+  return out;
+}
+
+// How many representable values lie between a and b: 0 for the same value (+0 and -0 too), 1
+// for neighbours; the largest int64_t when either is NaN.
+template <class F>
+int64_t ulp_distance(F a, F b) {
+  static_assert(std::is_same_v<F, float> || std::is_same_v<F, double>);
+  if (std::isnan(a) || std::isnan(b)) return std::numeric_limits<int64_t>::max();
+  using U = std::conditional_t<std::is_same_v<F, float>, uint32_t, uint64_t>;
+  // Sign-magnitude bits to an unsigned number line on which adjacent values differ by one.
+  auto line = [](F f) {
+    constexpr U sign = U{1} << (8 * sizeof(U) - 1);
+    const U u = std::bit_cast<U>(f);
+    return (u & sign) != 0 ? sign - (u & ~sign) : sign + u;
+  };
+  const U x = line(a), y = line(b);
+  const U d = x > y ? x - y : y - x;
+  return d > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())
+             ? std::numeric_limits<int64_t>::max()
+             : static_cast<int64_t>(d);
+}
+
+// The bound on a transcendental op's float result (sin, cos, exp, log, tanh) against the
+// correctly rounded value (the float64 function rounded to float32): 2 ulp, the largest error
+// CUDA documents for sinf/cosf/expf/tanhf (glibc's float functions stay under 1). Exact ops (+,
+// -, *, / on the same inputs, integer ops) are compared exactly, not with this.
+inline constexpr int64_t kTranscendentalUlps = 2;
+
+// tests/data: MESHRT_TEST_DATA_DIR at run time (the GPU bundle's script sets it to its unpacked
+// copy), else the source tree's folder compiled in.
+inline std::string test_data_dir() {
+  const char* env = std::getenv("MESHRT_TEST_DATA_DIR");
+  return env != nullptr && *env != '\0' ? std::string(env) : std::string(MESHRT_TEST_DATA_DIR);
+}
+
 inline std::string read_data_file(const std::string& name) {
-  std::string path = std::string(MESHRT_TEST_DATA_DIR) + "/" + name;
+  std::string path = test_data_dir() + "/" + name;
   std::ifstream in(path);
   if (!in) throw std::runtime_error("cannot open test data " + path);
   std::stringstream ss;

@@ -155,6 +155,20 @@ void CudaBackend::sync(int device, cudaStream_t s) {
   MESHRT_CUDA_CHECK(cudaStreamSynchronize(s), device);
 }
 
+void CudaBackend::synchronize(int device) {
+  Logical& l = dev(device);
+  set(device);
+  for (cudaStream_t s : {l.compute, l.comm}) {
+    const cudaError_t err = cudaStreamSynchronize(s);
+    if (err != cudaSuccess) {
+      throw Error("[cuda] work queued on " + dev_name(device) +
+                  " failed: " + cudaGetErrorName(err) + " (" + cudaGetErrorString(err) +
+                  "); a kernel or copy queued earlier failed and this wait is where it surfaces. "
+                  "Run with CUDA_LAUNCH_BLOCKING=1 to see the call that queued it");
+    }
+  }
+}
+
 cudaError_t CudaBackend::copy_async(void* dst, size_t dpitch, const void* src, size_t spitch,
                                     size_t width, size_t height, cudaStream_t s) const {
   return backend::pitched_copy<cudaError_t>(

@@ -83,6 +83,8 @@ class CudaBackend final : public backend::Backend {
   void copy_2d(void* dst, int dst_device, size_t dpitch, const void* src, int src_device,
                size_t spitch, size_t width, size_t height) override;
   void submit(int device, std::function<void()> task) override;
+  // Both streams of the logical device drained; a failure of queued work is raised here.
+  void synchronize(int device) override;
 
   // ---- op kernels (ops.cpp)
   void unary(int device, backend::UnaryOp op, DType in, DType out,

@@ -42,6 +42,7 @@ class CudaStub final : public Backend {
     fail();
   }
   void fill(int, DType, int64_t, double, bool, void*) override { fail(); }
+  void synchronize(int) override { fail(); }
 
  private:
   [[noreturn]] void fail() const { throw Error("[cuda] " + unavailable_reason()); }

@@ -43,11 +43,11 @@ double sgemm_gflops(const Mesh& mesh, int64_t m, int64_t k, int64_t n, int repea
   Array b = ones({k, n}, DType::f32, NamedSharding(mesh, P()));
   auto mm = shard_map([](Context&, const Tensor& x, const Tensor& y) { return matmul(x, y); }, mesh,
                       {P("batch"), P()}, P("batch"));
-  (void)mm(a, b);
+  mm(a, b).block_until_ready();
   std::vector<double> t;
   for (int i = 0; i < repeats; ++i) {
     auto t0 = std::chrono::steady_clock::now();
-    (void)mm(a, b);
+    mm(a, b).block_until_ready();  // on cuda the product is queued: time it to completion
     t.push_back(seconds_since(t0));
   }
   return 2.0 * static_cast<double>(m * k * n) / median(t) / 1e9;
@@ -109,10 +109,10 @@ int main(int argc, char** argv) {
   const double flops = 3 * per_pass - 2.0 * static_cast<double>(batch * sizes[0] * sizes[1]);
   const double rate = sgemm_gflops(mesh, batch, hidden, hidden, repeats);
   std::printf(
-      "MLP [784, %lld x 5, 8], batch %lld, float32, %lld cpu devices; %d repeats, "
-      "medians\n",
+      "MLP [784, %lld x 5, 8], batch %lld, float32, %lld %s devices; %d repeats, "
+      "medians, every step timed to completion (block_until_ready)\n",
       static_cast<long long>(hidden), static_cast<long long>(batch), static_cast<long long>(n),
-      repeats);
+      std::string(devices().front().platform()).c_str(), repeats);
   std::printf(
       "sgemm, all devices at once (%lld x %lld x %lld): %.1f GFLOP/s; the step is %.1f "
       "GFLOP\n",
@@ -194,18 +194,18 @@ int main(int argc, char** argv) {
     const Array y = device_put(p.y, {p.batch, p.sizes.back()}, NamedSharding(m, at.x));
     auto eager = value_and_grad(mlp::loss);
     auto jitted = jit(value_and_grad(mlp::loss));
-    (void)eager(params, x, y);   // warm-up
-    (void)jitted(params, x, y);  // traced
+    block_until_ready(eager(params, x, y));   // warm-up
+    block_until_ready(jitted(params, x, y));  // traced
     // This machine's speed drifts: the bound is measured again next to every jitted step, and
     // the ratio is the median of the per-repeat ratios.
     std::vector<double> te, tj, ratio;
     for (int r = 0; r < repeats; ++r) {
       auto t0 = std::chrono::steady_clock::now();
-      (void)eager(params, x, y);
+      block_until_ready(eager(params, x, y));
       te.push_back(seconds_since(t0));
       const double bound_now = flops / (sgemm_gflops(mesh, batch, hidden, hidden, 1) * 1e9);
       t0 = std::chrono::steady_clock::now();
-      (void)jitted(params, x, y);
+      block_until_ready(jitted(params, x, y));
       tj.push_back(seconds_since(t0));
       ratio.push_back(tj.back() / bound_now);
     }

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "backends/backend.h"
@@ -12,6 +13,11 @@ namespace meshrt::detail {
 // The backend owning `d`; initialises the platform on first use.
 backend::Backend& backend_of(const Device& d);
 backend::Backend& backend_of(Device::Kind kind);
+
+// Tests: makes `b` the cuda platform's backend (a stand-in with queued, lazily run kernels proves
+// what device platforms rely on without a GPU). Before the platform's first use only, else an
+// Error; `kind` must be cuda.
+void install_backend_for_testing(Device::Kind kind, std::unique_ptr<backend::Backend> b);
 
 // Whether `devices` executors running at once outnumber this machine's cores. Then a device
 // that waits (for a peer in a collective) blocks after a short spin instead of spinning on, so it

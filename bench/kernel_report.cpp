@@ -1,0 +1,213 @@
+// meshrt-kernel-report: one device's op kernels against the memory copy bound, and the seed MLP
+// step's matrix products, timed to completion (block_until_ready) on the default platform.
+//
+//   MESHRT_PLATFORM=cuda MESHRT_CUDA_DEVICES_PER_GPU=2 build/bench/meshrt-kernel-report [--quick]
+//
+// Every row queues its op `kIters` times back to back and waits once (the rate a step sees, not
+// one launch's latency), median of the repeats. Bandwidth counts the minimal bytes read plus
+// written by one op; the baseline is a 1 GiB copy between devices 0 and 1 of the platform (on a
+// GPU split into logical devices, a device-to-device copy inside its memory), counted the same
+// way. The matmul rows are the 16 products of one seed MLP step ([784, 1024 x 5, 8], batch 8192,
+// float32): forward x @ W, backward x^T @ g and g @ W^T, operands stored as the step stores them.
+#include <meshrt/meshrt.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <functional>
+#include <string>
+#include <vector>
+
+using namespace meshrt;
+
+namespace {
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+// Seconds per call of `op` (which returns the result to wait for), `iters` calls queued back to
+// back, then one wait; median of `repeats`.
+double time_op(const std::function<Tensor()>& op, int iters, int repeats) {
+  op().block_until_ready();  // warm-up: allocator, library handles, kernel loading
+  std::vector<double> t;
+  for (int r = 0; r < repeats; ++r) {
+    Tensor last;
+    const auto t0 = std::chrono::steady_clock::now();
+    for (int i = 0; i < iters; ++i) last = op();
+    last.block_until_ready();
+    t.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() /
+                iters);
+  }
+  return median(t);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  bool quick = false;
+  for (int i = 1; i < argc; ++i) {
+    if (std::strcmp(argv[i], "--quick") == 0) {
+      quick = true;
+    } else {
+      std::fprintf(stderr,
+                   "usage: meshrt-kernel-report [--quick]   (platform: MESHRT_PLATFORM; needs 2 "
+                   "devices for the copy baseline)\n");
+      return 2;
+    }
+  }
+  try {
+    const std::vector<Device>& devs = devices();
+    if (devs.size() < 2) {
+      std::fprintf(stderr,
+                   "meshrt-kernel-report: the copy baseline needs 2 devices of the platform "
+                   "(MESHRT_CUDA_DEVICES_PER_GPU=2, or MESHRT_CPU_DEVICES=2)\n");
+      return 2;
+    }
+    const Device d = devs[0];
+    const int iters = quick ? 2 : 20, repeats = quick ? 2 : 7;
+    const int64_t rows = quick ? 512 : 8192, cols = quick ? 256 : 1024;
+
+    // The copy baseline: 1 GiB (quick: 64 MiB) from device 0 to device 1, bytes read + written.
+    const int64_t copy_elems = (quick ? 64 : 1024) * (int64_t{1} << 20) / 4;
+    Tensor big = ones({copy_elems}, DType::f32, d);
+    const Sharding on1 = SingleDeviceSharding(devs[1]);
+    double copy_t = 0;
+    {
+      device_put(big, on1).block_until_ready();
+      std::vector<double> t;
+      for (int r = 0; r < repeats; ++r) {
+        const auto t0 = std::chrono::steady_clock::now();
+        device_put(big, on1).block_until_ready();
+        t.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+      }
+      copy_t = median(t);
+    }
+    big = Tensor();
+    const double copy_bw = 2.0 * static_cast<double>(copy_elems) * 4 / copy_t;
+    std::printf("meshrt-kernel-report: %s, device %s; %d ops queued per wait, median of %d\n",
+                std::string(d.platform()).c_str(), d.str().c_str(), iters, repeats);
+    std::printf(
+        "copy baseline: %.0f MiB %s -> %s in %.1f us = %.1f GB/s (bytes read + written)\n\n",
+        static_cast<double>(copy_elems) * 4 / (1 << 20), d.str().c_str(), devs[1].str().c_str(),
+        copy_t * 1e6, copy_bw / 1e9);
+
+    const Tensor x = random::normal(random::key(1), {rows, cols}, d);
+    const Tensor y = random::normal(random::key(2), {rows, cols}, d);
+    const Tensor bias = random::normal(random::key(3), {cols}, d);
+    const Tensor cond = x > 0.0;
+    const double e = static_cast<double>(rows * cols);
+    struct Row {
+      const char* name;
+      std::function<Tensor()> op;
+      double bytes;  // read + written by one op
+    };
+    const std::vector<Row> table = {
+        {"a + b", [&] { return x + y; }, 3 * 4 * e},
+        {"a * 2 (scalar)", [&] { return x * 2.0; }, 2 * 4 * e},
+        {"a + bias row", [&] { return x + bias; }, 2 * 4 * e + 4.0 * cols},
+        {"relu(a)", [&] { return relu(x); }, 2 * 4 * e},
+        {"exp(a)", [&] { return exp(x); }, 2 * 4 * e},
+        {"a > 0 (bool out)", [&] { return x > 0.0; }, 5 * e},
+        {"where(c, a, b)", [&] { return where(cond, x, y); }, (1 + 3 * 4) * e},
+        {"sum over rows (axis 0)", [&] { return sum(x, 0); }, 4 * e + 4.0 * cols},
+        {"sum over columns (axis 1)", [&] { return sum(x, 1); }, 4 * e + 4.0 * rows},
+        {"max over axis 1", [&] { return max(x, 1); }, 4 * e + 4.0 * rows},
+        {"argmax over axis 1", [&] { return argmax(x, 1); }, 4 * e + 8.0 * rows},
+        {"softmax over axis 1", [&] { return softmax(x, 1); }, 2 * 4 * e},
+    };
+    std::printf("| op on (%lld, %lld) float32 | time (us) | GB/s (read + written) | x copy bw |\n",
+                static_cast<long long>(rows), static_cast<long long>(cols));
+    std::printf("| --- | --- | --- | --- |\n");
+    for (const Row& r : table) {
+      const double t = time_op(r.op, iters, repeats);
+      std::printf("| %s | %.1f | %.1f | %.2f |\n", r.name, t * 1e6, r.bytes / t / 1e9,
+                  r.bytes / t / copy_bw);
+    }
+
+    // The seed step's products.
+    const std::vector<int64_t> sizes{784, cols, cols, cols, cols, cols, 8};
+    double step_mm = 0, step_flops = 0;
+    std::printf("\n| seed step product (batch %lld) | time (us) | TFLOP/s |\n",
+                static_cast<long long>(rows));
+    std::printf("| --- | --- | --- |\n");
+    for (size_t l = 0; l + 1 < sizes.size(); ++l) {
+      const Tensor in = random::normal(random::key(10), {rows, sizes[l]}, d);
+      const Tensor w = random::normal(random::key(11), {sizes[l], sizes[l + 1]}, d);
+      const Tensor g = random::normal(random::key(12), {rows, sizes[l + 1]}, d);
+      const double f = 2.0 * static_cast<double>(rows * sizes[l] * sizes[l + 1]);
+      struct Mm {
+        std::string name;
+        std::function<Tensor()> op;
+      };
+      std::vector<Mm> mms = {
+          {"x @ W", [&] { return matmul(in, w); }},
+          {"x^T @ g", [&] { return matmul_transposed(in, g, true, false); }},
+      };
+      if (l > 0) mms.push_back({"g @ W^T", [&] { return matmul_transposed(g, w, false, true); }});
+      for (const Mm& m : mms) {
+        const double t = time_op(m.op, iters, repeats);
+        step_mm += t;
+        step_flops += f;
+        std::printf("| layer %zu %s (%lld x %lld) | %.1f | %.2f |\n", l, m.name.c_str(),
+                    static_cast<long long>(sizes[l]), static_cast<long long>(sizes[l + 1]), t * 1e6,
+                    f / t / 1e12);
+      }
+    }
+    std::printf("\nstep products: %.1f GFLOP in %.3f ms = %.2f TFLOP/s (the step's matmul time)\n",
+                step_flops / 1e9, step_mm * 1e3, step_flops / step_mm / 1e12);
+
+    // The collective matmul over every device of the platform: naive (the collective, then the
+    // product) against overlapped and bidirectional (a ring of shifts, each overlapping a block
+    // product).
+    {
+      const int64_t nd = static_cast<int64_t>(devs.size());
+      const int64_t m = quick ? 64 * nd : 1024 * nd, kk = m, nn = quick ? 256 : 4096;
+      Mesh mesh = make_mesh({nd}, {"x"});
+      const Array lhs_rows = device_put(random::normal(random::key(20), {m, kk}, d),
+                                        NamedSharding(mesh, P("x", None)));
+      const Array lhs_cols = device_put(random::normal(random::key(21), {m, kk}, d),
+                                        NamedSharding(mesh, P(None, "x")));
+      const Array rhs = device_put(random::normal(random::key(22), {kk, nn}, d),
+                                   NamedSharding(mesh, P("x", None)));
+      const double f = 2.0 * static_cast<double>(m * kk * nn);
+      std::printf(
+          "\n| collective matmul, %lld devices, (%lld x %lld) @ (%lld x %lld) | naive (ms) "
+          "| overlapped (ms) | bidirectional (ms) | best vs naive |\n",
+          static_cast<long long>(nd), static_cast<long long>(m), static_cast<long long>(kk),
+          static_cast<long long>(kk), static_cast<long long>(nn));
+      std::printf("| --- | --- | --- | --- | --- |\n");
+      for (int which = 0; which < 2; ++which) {
+        double t[3];
+        for (int v = 0; v < 3; ++v) {
+          const auto variant = static_cast<collective_matmul::Variant>(v);
+          auto run = [&] {
+            return which == 0
+                       ? collective_matmul::allgather_matmul(lhs_rows, rhs, mesh, "x", variant)
+                       : collective_matmul::matmul_reduce_scatter(lhs_cols, rhs, mesh, "x",
+                                                                  variant);
+          };
+          run().block_until_ready();
+          std::vector<double> ts;
+          for (int r = 0; r < repeats; ++r) {
+            const auto t0 = std::chrono::steady_clock::now();
+            run().block_until_ready();
+            ts.push_back(
+                std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+          }
+          t[v] = median(ts);
+        }
+        std::printf("| %s (%.1f TFLOP/s at best) | %.3f | %.3f | %.3f | %.2fx |\n",
+                    which == 0 ? "allgather_matmul" : "matmul_reduce_scatter",
+                    f / std::min({t[0], t[1], t[2]}) / 1e12, t[0] * 1e3, t[1] * 1e3, t[2] * 1e3,
+                    t[0] / std::min(t[1], t[2]));
+      }
+    }
+  } catch (const Error& e) {
+    std::fprintf(stderr, "meshrt-kernel-report: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}

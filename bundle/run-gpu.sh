@@ -1,0 +1,254 @@
+#!/usr/bin/env bash
+# run-gpu.sh: meshrt's GPU bundle (made by ./run.sh gpu-bundle), unpacked anywhere on an x86-64
+# Linux machine with a GPU, a CUDA 13 driver and runtime, cuBLAS and NCCL.
+#
+#   ./run-gpu.sh [--out DIR] [--k "1 2 4 8"] [--jobs N] [--no-bench] [--no-tests] [--quick]
+#       runs every cuda suite at each k (logical devices per GPU) with MESHRT_REQUIRE_CUDA=1, one
+#       process per suite and k, then the GPU benchmarks (kernels against the copy bound, the seed
+#       MLP step to completion, collectives, the collective matmul, JAX's step on the same GPU
+#       when python3 can import jax); writes DIR/report.md and DIR/logs/, prints a summary last.
+#       Exits 1 when any case fails, a benchmark fails, or cuda is not usable.
+#   ./run-gpu.sh --check
+#       only checks the unpacked layout and that every program's libraries resolve (cpu CI).
+#
+# cuBLAS, the CUDA runtime and NCCL are found on LD_LIBRARY_PATH, in the CUDA install
+# (/usr/local/cuda*), or in a Python wheel's folder (nvidia/*/lib: pip's nvidia-nccl-cu13 ...).
+set -uo pipefail
+here="$(cd "$(dirname "$0")" && pwd)"
+check=0 quick=0 run_tests=1 run_bench=1 jobs=4
+ks="1 2 4 8"
+out="$PWD/meshrt-gpu-report"
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --check) check=1 ;;
+    --quick) quick=1 ;;
+    --no-tests) run_tests=0 ;;
+    --no-bench) run_bench=0 ;;
+    --k) ks="$2"; shift ;;
+    --jobs) jobs="$2"; shift ;;
+    --out) out="$2"; shift ;;
+    -h|--help) sed -n '2,17p' "$0"; exit 0 ;;
+    *) echo "run-gpu.sh: unknown argument '$1' (--help lists them)" >&2; exit 2 ;;
+  esac
+  shift
+done
+
+die() { echo "run-gpu.sh: $*" >&2; exit 1; }
+
+# ---- layout
+[ -f "$here/cuda_suites.txt" ] || die "cuda_suites.txt missing next to the script: unpack the whole bundle"
+for d in bin lib data bench; do [ -d "$here/$d" ] || die "$d/ missing next to the script: unpack the whole bundle"; done
+suites=()
+while IFS=$'\t' read -r name exe devs filter min kvals; do
+  [ -n "$name" ] || continue
+  [ -x "$here/$exe" ] || die "$exe listed in cuda_suites.txt is missing or not executable"
+  suites+=("$name"$'\t'"$exe"$'\t'"$devs"$'\t'"$filter"$'\t'"$min"$'\t'"$kvals")
+done < "$here/cuda_suites.txt"
+[ ${#suites[@]} -gt 0 ] || die "cuda_suites.txt lists no suite"
+for f in global_view_expected.txt autodiff_expected.txt mlp_expected.txt; do
+  [ -f "$here/data/$f" ] || die "data/$f missing"
+done
+for p in meshrt-bench meshrt-kernel-report meshrt-mlp-bench meshrt-demo; do
+  [ -x "$here/bin/$p" ] || die "bin/$p missing"
+done
+
+# ---- libraries: the bundle's own first, then wherever the machine keeps the CUDA ones
+libdirs=("$here/lib")
+[ -n "${LD_LIBRARY_PATH:-}" ] && IFS=: read -r -a extra <<< "$LD_LIBRARY_PATH" && libdirs+=("${extra[@]}")
+for d in /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib /usr/local/cuda-13*/lib64 \
+         /usr/local/cuda-13*/targets/x86_64-linux/lib /usr/lib/x86_64-linux-gnu; do
+  [ -d "$d" ] && libdirs+=("$d")
+done
+if command -v python3 >/dev/null 2>&1; then
+  while read -r site; do
+    for d in "$site"/nvidia/*/lib; do [ -d "$d" ] && libdirs+=("$d"); done
+  done < <(python3 -c 'import site, sys
+for p in site.getsitepackages() + [site.getusersitepackages()] + sys.path: print(p)' 2>/dev/null | sort -u)
+fi
+LD_LIBRARY_PATH="$(IFS=:; echo "${libdirs[*]}")"
+export LD_LIBRARY_PATH
+
+# Where each CUDA library the programs need resolves, and what does not resolve at all.
+missing=""
+for p in "$here"/bin/*; do
+  while read -r lib; do
+    case " $missing " in *" $lib "*) ;; *) missing="$missing $lib" ;; esac
+  done < <(ldd "$p" 2>/dev/null | awk '/not found/ {print $1}')
+  if ldd "$p" 2>&1 | grep -q "version .* not found"; then
+    ldd "$p" 2>&1 | grep "version .* not found" | sort -u >&2
+    die "$(basename "$p") needs a newer system library than this machine has (above)"
+  fi
+done
+if [ -n "$missing" ]; then
+  echo "run-gpu.sh: these libraries were not found:$missing" >&2
+  echo "  searched: ${LD_LIBRARY_PATH//:/ }" >&2
+  echo "  the CUDA runtime and cuBLAS come with the CUDA 13 toolkit (/usr/local/cuda/lib64); NCCL" >&2
+  echo "  with libnccl2 or 'pip install nvidia-nccl-cu13'; add their folders to LD_LIBRARY_PATH" >&2
+  exit 1
+fi
+resolved() {  # the file a library name resolves to for the first suite
+  ldd "$here/bin/test_astype" 2>/dev/null | awk -v l="$1" '$1 ~ "^"l {print $3; exit}'
+}
+cudart="$(readlink -f "$(resolved libcudart)" 2>/dev/null)"
+cublas="$(readlink -f "$(resolved libcublas.so)" 2>/dev/null)"
+nccl="$(readlink -f "$(resolved libnccl)" 2>/dev/null)"
+# Every program must start: list a suite's tests (needs no GPU).
+"$here/bin/test_astype" --gtest_list_tests > /dev/null 2>&1 || die "bin/test_astype does not start: $("$here/bin/test_astype" --gtest_list_tests 2>&1 | tail -3)"
+if [ "$check" = 1 ]; then
+  echo "run-gpu.sh --check: layout OK (${#suites[@]} cuda suites, $(ls "$here/bin" | wc -l) programs, $(ls "$here/lib" | wc -l) bundled libraries); every library resolves"
+  echo "  cuda runtime: ${cudart:-?}"
+  echo "  cuBLAS:       ${cublas:-?}"
+  echo "  NCCL:         ${nccl:-?}"
+  exit 0
+fi
+
+# ---- the machine
+mkdir -p "$out/logs" || die "cannot create $out"
+report="$out/report.md"
+gpu="unknown GPU" driver="?"
+if command -v nvidia-smi >/dev/null 2>&1; then
+  gpu="$(nvidia-smi --query-gpu=name,memory.total --format=csv,noheader 2>/dev/null | head -1)"
+  driver="$(nvidia-smi --query-gpu=driver_version --format=csv,noheader 2>/dev/null | head -1)"
+fi
+start=$(date +%s)
+{
+  echo "# meshrt GPU run"
+  echo
+  echo "- $(head -1 "$here/VERSION" 2>/dev/null); $(sed -n 2p "$here/VERSION" 2>/dev/null)"
+  echo "- run $(date -u +%Y-%m-%dT%H:%MZ) on $(hostname): $gpu, driver $driver"
+  echo "- CUDA runtime $(basename "${cudart:-?}"), cuBLAS $(basename "${cublas:-?}"), NCCL $(basename "${nccl:-?}")"
+} > "$report"
+
+failures=()
+cuda_unusable=0
+
+# ---- the suites: one process per suite and k
+declare -A cell=()
+run_suite() {  # name exe devs filter min k -> writes logs/name.kK.log and .rc
+  local name="$1" exe="$2" devs="$3" filter="$4" min="$5" k="$6"
+  local log="$out/logs/$name.k$k.log"
+  ( cd "$here" && MESHRT_REQUIRE_CUDA=1 MESHRT_CPU_DEVICES="$devs" MESHRT_TEST_DATA_DIR="$here/data" \
+      timeout 600 "./$exe" "--gtest_filter=$filter" --meshrt-env=MESHRT_PLATFORM=cuda \
+      "--meshrt-env=MESHRT_CUDA_DEVICES_PER_GPU=$k" "--meshrt-env=MESHRT_TEST_MIN_DEVICES=$min" ) \
+      > "$log" 2>&1
+  echo $? > "$log.rc"
+}
+if [ "$run_tests" = 1 ]; then
+  echo "run-gpu.sh: ${#suites[@]} cuda suites at k = $ks, $jobs at a time; logs in $out/logs"
+  for entry in "${suites[@]}"; do
+    IFS=$'\t' read -r name exe devs filter min kvals <<< "$entry"
+    for k in $ks; do
+      case " $kvals " in *" $k "*) ;; *) continue ;; esac
+      while [ "$(jobs -rp | wc -l)" -ge "$jobs" ]; do wait -n; done
+      run_suite "$name" "$exe" "$devs" "$filter" "$min" "$k" &
+    done
+  done
+  # The demo on cuda: every part, no mismatch.
+  ( cd "$here" && MESHRT_CUDA_DEVICES_PER_GPU=8 timeout 300 ./bin/meshrt-demo --platform=cuda --quick ) \
+    > "$out/logs/demo.k8.log" 2>&1
+  echo $? > "$out/logs/demo.k8.log.rc"
+  wait
+  {
+    echo
+    echo "## Tests (cases passed / failed / skipped; a whole suite skips when k gives it too few devices)"
+    echo
+    printf "| suite |"; for k in $ks; do printf " k=%s |" "$k"; done; echo
+    printf "| --- |"; for k in $ks; do printf " --- |"; done; echo
+  } >> "$report"
+  for entry in "${suites[@]}"; do
+    IFS=$'\t' read -r name exe devs filter min kvals <<< "$entry"
+    printf "| %s |" "$name" >> "$report"
+    for k in $ks; do
+      log="$out/logs/$name.k$k.log"
+      if [ ! -f "$log.rc" ]; then printf " — |" >> "$report"; continue; fi
+      rc=$(cat "$log.rc")
+      pass=$(grep -oE '^\[  PASSED  \] [0-9]+' "$log" | grep -oE '[0-9]+$' | tail -1)
+      fail=$(grep -oE '^\[  FAILED  \] [0-9]+ tests?,' "$log" | grep -oE '[0-9]+' | tail -1)
+      skip=$(grep -oE '^\[  SKIPPED \] [0-9]+ tests?,' "$log" | grep -oE '[0-9]+' | tail -1)
+      if [ "$rc" = 77 ]; then
+        printf " suite skipped (%s devices < %s) |" "$k" "$min" >> "$report"
+      elif [ "$rc" = 0 ]; then
+        printf " %s / 0 / %s |" "${pass:-0}" "${skip:-0}" >> "$report"
+      else
+        printf " **%s / %s / %s (exit %s)** |" "${pass:-0}" "${fail:-?}" "${skip:-0}" "$rc" >> "$report"
+        failures+=("$name at k=$k (exit $rc): $(grep -E '^\[  FAILED  \] [A-Za-z]' "$log" | head -3 | tr '\n' ' ')$(tail -2 "$log" | tr '\n' ' ' | cut -c1-200)")
+        grep -q "is not usable" "$log" && cuda_unusable=1
+      fi
+    done
+    echo >> "$report"
+  done
+  rc=$(cat "$out/logs/demo.k8.log.rc")
+  if [ "$rc" != 0 ] || grep -qE "MISMATCH|error|eager: NO|preserved: NO" "$out/logs/demo.k8.log"; then
+    failures+=("meshrt-demo --platform=cuda --quick (exit $rc): $(grep -E 'MISMATCH|error' "$out/logs/demo.k8.log" | head -2 | tr '\n' ' ')")
+    echo "| meshrt-demo --platform=cuda --quick (k=8) | **failed** |" >> "$report"
+  else
+    echo "| meshrt-demo --platform=cuda --quick (k=8) | ran, no mismatch |" >> "$report"
+  fi
+fi
+
+# ---- the benchmarks, to completion
+bench() {  # title k timeout command... : runs it, appends its output to the report
+  local title="$1" k="$2" limit="$3"
+  shift 3
+  local log="$out/logs/bench.$(echo "$title" | tr -c 'A-Za-z0-9' '_' | cut -c1-40).log"
+  echo "run-gpu.sh: $title"
+  ( cd "$here" && MESHRT_PLATFORM=cuda MESHRT_CUDA_DEVICES_PER_GPU="$k" timeout "$limit" "$@" ) > "$log" 2>&1
+  local rc=$?
+  {
+    echo
+    echo "### $title"
+    echo
+    echo "\`MESHRT_PLATFORM=cuda MESHRT_CUDA_DEVICES_PER_GPU=$k $*\`"
+    echo
+    if grep -q '^| ' "$log"; then cat "$log"; else echo '```'; cat "$log"; echo '```'; fi
+  } >> "$report"
+  if [ $rc -ne 0 ] || grep -q "#wrong [1-9]\|Out of bounds values : [1-9]" "$log"; then
+    failures+=("benchmark '$title' (exit $rc): $(tail -2 "$log" | tr '\n' ' ' | cut -c1-200)")
+  fi
+}
+if [ "$run_bench" = 1 ] && [ "$cuda_unusable" = 0 ]; then
+  echo -e "\n## Benchmarks (every time ends in a real wait)" >> "$report"
+  q=(); [ "$quick" = 1 ] && q=(--quick)
+  n=20; w=5; [ "$quick" = 1 ] && n=3 && w=1
+  bench "Kernels against the copy bound, seed step products, collective matmul (8 logical devices)" 8 240 \
+    ./bin/meshrt-kernel-report "${q[@]}"
+  bench "Seed MLP step [784, 1024x5, 8], batch 8192, f32: 1 logical device and 8 (DP, FSDP, TP, 2-D)" 8 240 \
+    ./bin/meshrt-mlp-bench --resident-only --repeats "$([ "$quick" = 1 ] && echo 2 || echo 10)" "${q[@]}"
+  bench "psum of one float over 8 logical devices (latency)" 8 120 \
+    ./bin/meshrt-bench all_reduce -b 4 -e 4 -g 8 --platform cuda --algo direct,ring,bidi_ring -n $((n * 15)) -w $((w * 6))
+  bench "all_reduce 8 B - 1 GiB over 4 logical devices" 4 240 \
+    ./bin/meshrt-bench all_reduce -b 8 -e "$([ "$quick" = 1 ] && echo 1M || echo 1G)" -f 8 -g 4 --platform cuda --algo direct,ring,bidi_ring -n "$n" -w "$w"
+  for op in all_gather reduce_scatter all_to_all ppermute; do
+    bench "$op 16 MiB over 4 logical devices" 4 120 \
+      ./bin/meshrt-bench "$op" -b 16M -e 16M -g 4 --platform cuda --algo direct,ring,bidi_ring -n "$n" -w "$w"
+  done
+  if command -v python3 >/dev/null 2>&1 && python3 -c 'import jax' >/dev/null 2>&1; then
+    bench "JAX on the same GPU: jit(value_and_grad) of the seed step, precision highest and default" 1 300 \
+      python3 bench/jax_gpu_step.py --repeats "$([ "$quick" = 1 ] && echo 3 || echo 50)" "${q[@]}"
+  else
+    echo -e "\n### JAX\n\npython3 cannot import jax on this machine: no JAX comparison." >> "$report"
+  fi
+fi
+
+# ---- summary, last
+elapsed=$(( $(date +%s) - start ))
+{
+  echo
+  echo "## Summary"
+  echo
+  if [ ${#failures[@]} -eq 0 ] && [ "$cuda_unusable" = 0 ]; then
+    echo "All green in ${elapsed} s."
+  else
+    echo "${#failures[@]} failure(s) in ${elapsed} s:"
+    for f in "${failures[@]}"; do echo "- $f"; done
+  fi
+} >> "$report"
+echo
+sed -n '/^## Tests/,/^## Benchmarks/p' "$report" | grep -v '^## Benchmarks'
+sed -n '/^## Summary/,$p' "$report"
+echo "report: $report"
+if [ "$cuda_unusable" = 1 ]; then
+  echo "run-gpu.sh: the cuda platform is not usable here (see the logs above)" >&2
+  exit 1
+fi
+[ ${#failures[@]} -eq 0 ]

@@ -1,0 +1,239 @@
+// block_until_ready waits for queued work, on a stand-in for a device platform: the "cuda"
+// platform here is LazyDevices, host memory whose op kernels are queued per device and run only
+// when something waits for them (synchronize, a copy, freeing memory a kernel uses), like a
+// GPU's streams. A block_until_ready that returned at once (the first GPU run's fault: every
+// timing measured launches) leaves the kernels queued and these tests fail.
+#include <gtest/gtest.h>
+#include <meshrt/meshrt.h>
+
+#include <atomic>
+#include <cmath>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "backends/backend.h"
+#include "runtime/detail/platform.h"
+
+namespace meshrt {
+namespace {
+
+using backend::BinaryOp;
+using backend::ReduceOp;
+using backend::Strided;
+using backend::UnaryOp;
+
+class LazyDevices final : public backend::Backend {
+ public:
+  explicit LazyDevices(int n)
+      : Backend(/*host_memory=*/false),
+        inner_(backend::make_cpu_backend(n)),
+        queues_(static_cast<size_t>(n)),
+        freed_(static_cast<size_t>(n)) {}
+
+  std::string_view platform() const override { return "cuda"; }
+  int device_count() const override { return inner_->device_count(); }
+  std::string unavailable_reason() const override { return ""; }
+
+  // Kernels queued and not yet run, over every device.
+  int pending() {
+    std::lock_guard<std::mutex> lock(mu_);
+    size_t n = 0;
+    for (auto& q : queues_) n += q.size();
+    return static_cast<int>(n);
+  }
+  int ran() const { return ran_.load(); }
+  int synchronized() const { return syncs_.load(); }
+  // The next kernel queued fails when it runs (as a GPU kernel's fault surfaces later).
+  void fail_next_kernel() { fail_next_ = true; }
+
+  std::shared_ptr<backend::Buffer> allocate(int device, size_t bytes) override {
+    std::shared_ptr<backend::Buffer> inner = inner_->allocate(device, bytes);
+    void* data = inner->data();
+    // The outer Buffer frees through deallocate below; the inner one lives as long as it.
+    std::lock_guard<std::mutex> lock(mu_);
+    held_.emplace_back(data, std::move(inner));
+    return std::make_shared<backend::Buffer>(this, device, data, bytes);
+  }
+  void deallocate(int device, void* data, size_t) noexcept override {
+    // A queued kernel may still use the memory: it is released once the device's queue drains
+    // (as a stream-ordered allocator reuses memory only after the work queued before the free).
+    std::lock_guard<std::mutex> lock(mu_);
+    for (auto it = held_.begin(); it != held_.end(); ++it) {
+      if (it->first == data) {
+        freed_[static_cast<size_t>(device)].push_back(std::move(it->second));
+        held_.erase(it);
+        return;
+      }
+    }
+  }
+  void copy_2d(void* dst, int dst_device, size_t dpitch, const void* src, int src_device,
+               size_t spitch, size_t width, size_t height) override {
+    // A copy orders itself after the devices' queued kernels, as the cuda platform's does.
+    if (dst_device != backend::kHost) run_queue(dst_device);
+    if (src_device != backend::kHost) run_queue(src_device);
+    inner_->copy_2d(dst, dst_device, dpitch, src, src_device, spitch, width, height);
+  }
+  void submit(int device, std::function<void()> task) override {
+    inner_->submit(device, std::move(task));
+  }
+  void synchronize(int device) override {
+    ++syncs_;
+    run_queue(device);
+  }
+
+  void unary(int device, UnaryOp op, DType in, DType out, const std::vector<int64_t>& shape,
+             const Strided& x, void* y) override {
+    queue(device, [=, this] { inner_->unary(device, op, in, out, shape, x, y); });
+  }
+  void binary(int device, BinaryOp op, DType in, DType out, const std::vector<int64_t>& shape,
+              const Strided& a, const Strided& b, void* y) override {
+    queue(device, [=, this] { inner_->binary(device, op, in, out, shape, a, b, y); });
+  }
+  void select(int device, DType dtype, const std::vector<int64_t>& shape, const Strided& cond,
+              const Strided& a, const Strided& b, void* y) override {
+    queue(device, [=, this] { inner_->select(device, dtype, shape, cond, a, b, y); });
+  }
+  void reduce(int device, ReduceOp op, DType dtype, int64_t outer, int64_t len, int64_t inner,
+              const void* x, void* y) override {
+    queue(device, [=, this] { inner_->reduce(device, op, dtype, outer, len, inner, x, y); });
+  }
+  void matmul(int device, DType dtype, int64_t batch, int64_t m, int64_t n, int64_t k,
+              const void* a, const void* b, void* c) override {
+    queue(device, [=, this] { inner_->matmul(device, dtype, batch, m, n, k, a, b, c); });
+  }
+  void fill(int device, DType dtype, int64_t n, double value, bool iota, void* y) override {
+    queue(device, [=, this] { inner_->fill(device, dtype, n, value, iota, y); });
+  }
+
+ private:
+  struct Kernel {
+    std::function<void()> run;
+    bool fails = false;
+  };
+  void queue(int device, std::function<void()> k) {
+    std::lock_guard<std::mutex> lock(mu_);
+    queues_[static_cast<size_t>(device)].push_back({std::move(k), fail_next_.exchange(false)});
+  }
+  void run_queue(int device) {
+    std::string error;
+    for (;;) {
+      Kernel k;
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        auto& q = queues_[static_cast<size_t>(device)];
+        if (q.empty()) break;
+        k = std::move(q.front());
+        q.pop_front();
+      }
+      if (k.fails) {
+        error = "[lazy] a queued kernel on device " + std::to_string(device) + " failed";
+        continue;
+      }
+      k.run();
+      ++ran_;
+    }
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      freed_[static_cast<size_t>(device)].clear();
+    }
+    if (!error.empty()) throw Error(error);
+  }
+
+  std::unique_ptr<backend::Backend> inner_;
+  std::mutex mu_;
+  std::vector<std::deque<Kernel>> queues_;                                // guarded by mu_
+  std::vector<std::pair<void*, std::shared_ptr<backend::Buffer>>> held_;  // guarded by mu_
+  std::vector<std::vector<std::shared_ptr<backend::Buffer>>> freed_;      // guarded by mu_
+  std::atomic<int> ran_{0}, syncs_{0};
+  std::atomic<bool> fail_next_{false};
+};
+
+constexpr int kDevices = 4;
+
+LazyDevices& lazy() {
+  static LazyDevices* fake = [] {
+    auto b = std::make_unique<LazyDevices>(kDevices);
+    LazyDevices* p = b.get();
+    detail::install_backend_for_testing(Device::Kind::cuda, std::move(b));
+    return p;
+  }();
+  return *fake;
+}
+
+TEST(BlockUntilReady, TensorWaitsForItsQueuedKernels) {
+  LazyDevices& fake = lazy();
+  const Device d = devices("cuda").at(1);
+  Tensor x = tensor(std::vector<float>{1, 2, 3, 4}, {4}, d);  // a copy: nothing queued after it
+  ASSERT_EQ(fake.pending(), 0);
+  Tensor y = exp(x * x + x);  // three kernels, queued
+  EXPECT_GT(fake.pending(), 0) << "the stand-in must queue kernels for this test to mean anything";
+  const int syncs = fake.synchronized();
+  EXPECT_EQ(&y.block_until_ready(), &y);
+  EXPECT_EQ(fake.pending(), 0) << "block_until_ready returned with kernels still queued";
+  EXPECT_GT(fake.synchronized(), syncs);
+  std::vector<float> v = y.to_vector<float>();
+  for (int i = 0; i < 4; ++i) {
+    const float xi = static_cast<float>(i + 1);
+    EXPECT_FLOAT_EQ(v[static_cast<size_t>(i)], std::exp(xi * xi + xi));
+  }
+}
+
+TEST(BlockUntilReady, ArrayWaitsOnEveryDeviceOfItsSharding) {
+  LazyDevices& fake = lazy();
+  Mesh mesh = make_mesh({kDevices}, {"x"}, "cuda");
+  std::vector<float> host(16);
+  for (size_t i = 0; i < host.size(); ++i) host[i] = static_cast<float>(i);
+  Array a = device_put(host, {16}, NamedSharding(mesh, P("x")));
+  ASSERT_EQ(fake.pending(), 0);
+  Array b = a * a - a;  // per-device kernels, queued on all four devices
+  EXPECT_GE(fake.pending(), kDevices);
+  b.block_until_ready();
+  EXPECT_EQ(fake.pending(), 0) << "block_until_ready left queued work on some device";
+  std::vector<float> v = b.to_vector<float>();
+  for (size_t i = 0; i < host.size(); ++i) EXPECT_EQ(v[i], host[i] * host[i] - host[i]);
+}
+
+TEST(BlockUntilReady, ReplicatedArrayWaitsOnEveryCopy) {
+  LazyDevices& fake = lazy();
+  Mesh mesh = make_mesh({kDevices}, {"x"}, "cuda");
+  Array a = device_put(std::vector<float>{1, 2, 3}, {3}, NamedSharding(mesh, P()));
+  Array b = a + a;
+  EXPECT_GE(fake.pending(), kDevices);
+  b.block_until_ready();
+  EXPECT_EQ(fake.pending(), 0);
+}
+
+TEST(BlockUntilReady, FailureOfQueuedWorkSurfacesThere) {
+  LazyDevices& fake = lazy();
+  const Device d = devices("cuda").at(2);
+  Tensor x = tensor(std::vector<float>{1, 2}, {2}, d);
+  fake.fail_next_kernel();
+  Tensor y = x + x;  // queued: the op itself returns
+  try {
+    y.block_until_ready();
+    FAIL() << "block_until_ready returned although the queued kernel failed";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("queued kernel on device 2 failed"), std::string::npos)
+        << e.what();
+  }
+  EXPECT_EQ(fake.pending(), 0);
+}
+
+TEST(BlockUntilReady, EmptyValuesAreErrors) {
+  EXPECT_THROW(Tensor().block_until_ready(), Error);
+  EXPECT_THROW(Array().block_until_ready(), Error);
+}
+
+TEST(BlockUntilReady, CpuReturnsAtOnceWithTheValue) {
+  Mesh mesh = make_mesh({2}, {"x"}, "cpu");
+  Array a = device_put(std::vector<float>{1, 2, 3, 4}, {4}, NamedSharding(mesh, P("x")));
+  Array b = (a + a).block_until_ready();
+  EXPECT_EQ(b.to_vector<float>(), (std::vector<float>{2, 4, 6, 8}));
+}
+
+}  // namespace
+}  // namespace meshrt
