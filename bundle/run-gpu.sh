@@ -79,6 +79,14 @@ for p in "$here"/bin/*; do
     die "$(basename "$p") needs a newer system library than this machine has (above)"
   fi
 done
+# The programs' run paths still name the build tree: meshrt's own library must come from here.
+for p in "$here"/bin/*; do
+  where="$(ldd "$p" 2>/dev/null | awk '$1 ~ /^libmeshrt/ {print $3; exit}')"
+  case "$where" in
+    "$here"/lib/*|"") ;;
+    *) die "$(basename "$p") loads libmeshrt from $where, outside the bundle: lib/ is incomplete; repack it" ;;
+  esac
+done
 if [ -n "$missing" ]; then
   echo "run-gpu.sh: these libraries were not found:$missing" >&2
   echo "  searched: ${LD_LIBRARY_PATH//:/ }" >&2
