@@ -99,6 +99,9 @@ class CudaBackend final : public backend::Backend {
               int64_t inner, const void* x, void* y) override;
   void matmul(int device, DType dtype, int64_t batch, int64_t m, int64_t n, int64_t k,
               const void* a, const void* b, void* c) override;
+  // cuBLAS's transposed products: no operand is copied (integers: transposed copies first).
+  void matmul_t(int device, DType dtype, int64_t batch, int64_t m, int64_t n, int64_t k,
+                const void* a, bool trans_a, const void* b, bool trans_b, void* c) override;
   void fill(int device, DType dtype, int64_t n, double value, bool iota, void* y) override;
 
   // ---- collective primitives (coll_primitives.cpp)

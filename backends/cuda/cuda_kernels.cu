@@ -1,5 +1,25 @@
 // The cuda backend's kernels. Element semantics come from backends/scalar_ops.h, the same
-// definitions the cpu kernels use; loops are grid-stride over the output.
+// definitions the cpu kernels use.
+//
+// Elementwise kernels (unary, astype, binary, select) take their op as a template parameter: one
+// kernel per op and dtype, no switch per element. After merge_dims (ops.cpp) an iteration space
+// of rank <= 2 is a walk over (rows, cols) in which every operand's offset is row * rs + col * cs:
+// dense operands (one row), a broadcast scalar (0, 0), a broadcast row such as a bias (0, 1), a
+// broadcast column (1, 0), a 2-d transpose. A thread keeps its (row, col) and steps it by the
+// grid's stride with one compare, so no element pays for an index division. Where every operand
+// is read along the row (cs 0 or 1) and 16-byte aligned, a thread moves 16 bytes per operand at
+// once (V elements; the tail of a single row that V does not divide goes one element per
+// thread). Rank > 2 (genuinely strided operands) takes the general kernel: a mixed-radix offset
+// per element.
+//
+// Reductions are deterministic: the order of every combination is fixed by the shape alone (see
+// the comment above launch_reduce), never by timing; no atomics.
+#include <cuda_runtime.h>
+
+#include <atomic>
+#include <cmath>
+#include <cstdint>
+#include <initializer_list>
 #include <type_traits>
 #include <utility>
 
@@ -12,10 +32,38 @@ namespace {
 namespace sc = meshrt::backend::scalar;
 
 constexpr int kThreads = 256;
+constexpr int64_t kMaxGrid = 2147483647;
 
 int blocks_for(int64_t n) {
   const int64_t b = (n + kThreads - 1) / kThreads;
   return static_cast<int>(b < 65535 * 8 ? (b < 1 ? 1 : b) : 65535 * 8);
+}
+
+// The current GPU's multiprocessors (cached per GPU; 132, an H100's count, when unknown).
+int sm_count() {
+  static std::atomic<int> cache[64];
+  int dev = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= 64) {
+    (void)cudaGetLastError();
+    return 132;
+  }
+  int v = cache[dev].load(std::memory_order_relaxed);
+  if (v == 0) {
+    if (cudaDeviceGetAttribute(&v, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess || v <= 0) {
+      (void)cudaGetLastError();
+      v = 132;
+    }
+    cache[dev].store(v, std::memory_order_relaxed);
+  }
+  return v;
+}
+
+// Blocks for a grid-stride elementwise launch over `items`: a full GPU's worth (8 resident
+// blocks per multiprocessor) at most, so a thread walks several items and its setup is shared.
+int grid_for(int64_t items) {
+  const int64_t need = (items + kThreads - 1) / kThreads;
+  const int64_t cap = int64_t{sm_count()} * 8;
+  return static_cast<int>(need < 1 ? 1 : (need < cap ? need : cap));
 }
 
 template <class F>
@@ -23,125 +71,575 @@ cudaError_t with_type(DType t, F&& f) {
   return sc::visit_dtype(t, std::forward<F>(f));
 }
 
-// Offset of output element i in an operand (row-major multi-index times the strides).
-__device__ __forceinline__ int64_t offset_of(const Dims& d, const int64_t* stride, int64_t i) {
-  int64_t off = 0;
-  for (int k = d.rank - 1; k >= 0; --k) {
-    const int64_t sz = d.size[k];
-    off += (i % sz) * stride[k];
-    i /= sz;
-  }
-  return off;
-}
+// ---- elementwise ops, one functor per op
 
-template <class I, class O>
-__global__ void unary_kernel(int op, Dims d, Operand x, O* y, int64_t n) {
-  const I* xp = static_cast<const I*>(x.data);
-  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
-       i += int64_t{gridDim.x} * blockDim.x) {
-    const I v = xp[offset_of(d, x.stride, i)];
-    if (op == 0) {
-      y[i] = sc::convert<O>(v);
-    } else if constexpr (std::is_same_v<I, O>) {
-      y[i] = sc::unary(op, v);
-    }
+// backend::UnaryOp: 0 = copy/astype (sc::convert), 1.. = scalar::unary's codes (in == out).
+template <int Code, class I, class O>
+struct UnaryFn {
+  __device__ __forceinline__ O operator()(I v) const {
+    if constexpr (Code == 0)
+      return sc::convert<O>(v);
+    else
+      return sc::unary(Code, v);
   }
-}
+};
 
 // backend::BinaryOp: add, sub, mul, div, max, min, eq, ne, lt, le, gt, ge.
-template <class I>
-__device__ __forceinline__ I arith(int op, I u, I v) {
-  switch (op) {
-    case 0:
+template <int Op, class I>
+struct BinaryFn {
+  using Out = std::conditional_t<(Op >= 6), bool, I>;
+  __device__ __forceinline__ Out operator()(I u, I v) const {
+    if constexpr (Op == 0) {
       return sc::wrap_add(u, v);
-    case 1:
+    } else if constexpr (Op == 1) {
       return sc::wrap_sub(u, v);
-    case 2:
+    } else if constexpr (Op == 2) {
       return sc::wrap_mul(u, v);
-    case 3:
-      if constexpr (std::is_floating_point_v<I>)
-        return u / v;
-      else
-        return I(0);  // the runtime divides integers in floating point; never reached
-    case 4:
+    } else if constexpr (Op == 3) {
+      return u / v;  // floats only (the runtime divides integers as floats)
+    } else if constexpr (Op == 4) {
       return sc::max_nan(u, v);
-    default:
+    } else if constexpr (Op == 5) {
       return sc::min_nan(u, v);
-  }
-}
-template <class I>
-__device__ __forceinline__ bool compare(int op, I u, I v) {
-  switch (op) {
-    case 6:
+    } else if constexpr (Op == 6) {
       return u == v;
-    case 7:
+    } else if constexpr (Op == 7) {
       return u != v;
-    case 8:
+    } else if constexpr (Op == 8) {
       return u < v;
-    case 9:
+    } else if constexpr (Op == 9) {
       return u <= v;
-    case 10:
+    } else if constexpr (Op == 10) {
       return u > v;
-    default:
+    } else {
       return u >= v;
+    }
+  }
+};
+
+// The condition is a bool's byte as stored: any nonzero byte picks a (as the cpu kernel).
+template <class T>
+struct SelectFn {
+  __device__ __forceinline__ T operator()(uint8_t c, T a, T b) const { return c != 0 ? a : b; }
+};
+
+// V consecutive elements, loaded or stored as one access.
+template <class T, int V>
+struct alignas(sizeof(T) * V) Vec {
+  T v[V];
+};
+
+// An operand of the (rows, cols) walk: element (row, col) is at p[row * rs + col * cs].
+template <class T>
+struct Walk {
+  const T* p;
+  int64_t rs, cs;
+};
+
+// Elements col..col+V-1 of `row`; with V > 1, cs is 0 (one value, repeated) or 1 (one aligned
+// vector access; the host checked the alignment).
+template <int V, class T>
+__device__ __forceinline__ Vec<T, V> load(const Walk<T>& o, int64_t row, int64_t col) {
+  Vec<T, V> r;
+  const T* q = o.p + row * o.rs;
+  if constexpr (V == 1) {
+    r.v[0] = q[col * o.cs];
+  } else if (o.cs == 0) {
+    const T s = q[0];
+#pragma unroll
+    for (int k = 0; k < V; ++k) r.v[k] = s;
+  } else {
+    r = *reinterpret_cast<const Vec<T, V>*>(q + col);
+  }
+  return r;
+}
+
+// y (dense, rows x cols) = f(operands...), V elements per access. When rows > 1 the host makes V
+// divide cols; a single row's tail (cols % V elements) is done one element per thread.
+// step_r/step_c: the grid's stride (gridDim.x * blockDim.x vectors) in rows and vectors.
+template <int V, class F, class O, class... T>
+__global__ void __launch_bounds__(kThreads)
+    walk_kernel(F f, O* y, int64_t rows, int64_t cols, int64_t step_r, int64_t step_c,
+                Walk<T>... in) {
+  const int64_t cv = cols / V;
+  const int64_t total = rows * cv;
+  const int64_t step = int64_t{gridDim.x} * blockDim.x;
+  const int64_t first = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
+  int64_t row = 0, col = first;
+  if (rows > 1 && first < total) {
+    row = first / cv;
+    col = first - row * cv;
+  }
+  for (int64_t j = first; j < total; j += step) {
+    const int64_t c = col * V;
+    Vec<O, V> out;
+    auto apply = [&](const auto&... v) {
+#pragma unroll
+      for (int k = 0; k < V; ++k) out.v[k] = f(v.v[k]...);
+    };
+    apply(load<V>(in, row, c)...);
+    *reinterpret_cast<Vec<O, V>*>(y + row * cols + c) = out;
+    col += step_c;
+    row += step_r;
+    if (col >= cv) {
+      col -= cv;
+      ++row;
+    }
+  }
+  if constexpr (V > 1) {
+    const int64_t e = cv * V + first;
+    if (rows == 1 && e < cols) y[e] = f(load<1>(in, 0, e).v[0]...);
   }
 }
 
-template <class I>
-__global__ void binary_kernel(int op, Dims d, Operand a, Operand b, void* y, int64_t n) {
-  const I* ap = static_cast<const I*>(a.data);
-  const I* bp = static_cast<const I*>(b.data);
+template <int N>
+struct Operands {
+  Operand o[N];
+};
+
+template <class F, class... T, size_t... K>
+__device__ __forceinline__ auto call_at(const F& f, const Operand* o, const int64_t* off,
+                                        std::index_sequence<K...>) {
+  return f(static_cast<const T*>(o[K].data)[off[K]]...);
+}
+
+// The general path: operand offsets of output element i from its multi-index (one division per
+// merged dimension, shared by the operands).
+template <class F, class O, class... T>
+__global__ void __launch_bounds__(kThreads)
+    strided_kernel(F f, O* y, Dims d, int64_t n, Operands<sizeof...(T)> ops) {
+  constexpr int kN = static_cast<int>(sizeof...(T));
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
        i += int64_t{gridDim.x} * blockDim.x) {
-    const I u = ap[offset_of(d, a.stride, i)], v = bp[offset_of(d, b.stride, i)];
-    if (op >= 6)
-      static_cast<bool*>(y)[i] = compare(op, u, v);
+    int64_t off[kN] = {};
+    int64_t rem = i;
+    for (int k = d.rank - 1; k >= 0; --k) {
+      const int64_t sz = d.size[k];
+      const int64_t q = rem / sz, r = rem - q * sz;
+#pragma unroll
+      for (int m = 0; m < kN; ++m) off[m] += r * ops.o[m].stride[k];
+      rem = q;
+    }
+    y[i] = call_at<F, T...>(f, ops.o, off, std::index_sequence_for<T...>{});
+  }
+}
+
+constexpr size_t max_size(std::initializer_list<size_t> s) {
+  size_t m = 1;
+  for (size_t v : s) m = v > m ? v : m;
+  return m;
+}
+
+bool aligned(const void* p, size_t bytes) { return reinterpret_cast<uintptr_t>(p) % bytes == 0; }
+
+// Operand o's walk over merged dims of rank <= 2 (rank 0: one element; rank 1: one row).
+template <class U>
+Walk<U> walk_of(const Operand& o, int rank) {
+  Walk<U> w{static_cast<const U*>(o.data), 0, 0};
+  if (rank == 2) {
+    w.rs = o.stride[0];
+    w.cs = o.stride[1];
+  } else if (rank == 1) {
+    w.cs = o.stride[0];
+  }
+  return w;
+}
+
+template <int V, class F, class O, class... T, size_t... K>
+cudaError_t launch_walk(cudaStream_t s, const F& f, O* y, const Dims& d, const Operand* ops,
+                        std::index_sequence<K...>) {
+  const int64_t rows = d.rank == 2 ? d.size[0] : 1;
+  const int64_t cols = d.rank == 2 ? d.size[1] : (d.rank == 1 ? d.size[0] : 1);
+  const int64_t cv = cols / V, tail = cols - cv * V;
+  const int grid = grid_for(rows * cv > tail ? rows * cv : tail);
+  const int64_t step = int64_t{grid} * kThreads;
+  const int64_t step_r = cv > 0 ? step / cv : 0, step_c = cv > 0 ? step % cv : 0;
+  walk_kernel<V, F, O, T...>
+      <<<grid, kThreads, 0, s>>>(f, y, rows, cols, step_r, step_c, walk_of<T>(ops[K], d.rank)...);
+  return cudaGetLastError();
+}
+
+// y = f(operands) over the merged dims d (n elements); ops[k] is the k-th operand (type T_k).
+template <class O, class... T, class F>
+cudaError_t elementwise(cudaStream_t s, const F& f, const Dims& d, void* yv, int64_t n,
+                        const Operand* ops) {
+  if (n == 0) return cudaSuccess;
+  O* y = static_cast<O*>(yv);
+  constexpr int kN = static_cast<int>(sizeof...(T));
+  if (d.rank > 2) {
+    Operands<kN> all;
+    for (int k = 0; k < kN; ++k) all.o[k] = ops[k];
+    strided_kernel<F, O, T...><<<blocks_for(n), kThreads, 0, s>>>(f, y, d, n, all);
+    return cudaGetLastError();
+  }
+  // 16 bytes per access of the widest operand, where every operand allows it.
+  constexpr int kV = static_cast<int>(16 / max_size({sizeof(O), sizeof(T)...}));
+  if constexpr (kV > 1) {
+    const int64_t rows = d.rank == 2 ? d.size[0] : 1;
+    const int64_t cols = d.rank == 2 ? d.size[1] : (d.rank == 1 ? d.size[0] : 1);
+    bool vec = aligned(y, sizeof(O) * kV) && (rows == 1 || cols % kV == 0);
+    const size_t sizes[] = {sizeof(T)...};
+    for (int k = 0; vec && k < kN; ++k) {
+      const Walk<char> w = walk_of<char>(ops[k], d.rank);  // the strides
+      if (w.cs == 0) continue;
+      vec = w.cs == 1 && aligned(ops[k].data, sizes[k] * kV) && (rows == 1 || w.rs % kV == 0);
+    }
+    if (vec) return launch_walk<kV, F, O, T...>(s, f, y, d, ops, std::index_sequence_for<T...>{});
+  }
+  return launch_walk<1, F, O, T...>(s, f, y, d, ops, std::index_sequence_for<T...>{});
+}
+
+template <class I, class O, int Code>
+cudaError_t unary_code(cudaStream_t s, const Dims& d, const Operand& x, void* y, int64_t n) {
+  return elementwise<O, I>(s, UnaryFn<Code, I, O>{}, d, y, n, &x);
+}
+
+template <class T>
+cudaError_t unary_same(cudaStream_t s, int op, const Dims& d, const Operand& x, void* y,
+                       int64_t n) {
+  if constexpr (std::is_floating_point_v<T>) {
+    switch (op) {
+      case sc::kNeg:
+        return unary_code<T, T, sc::kNeg>(s, d, x, y, n);
+      case sc::kExp:
+        return unary_code<T, T, sc::kExp>(s, d, x, y, n);
+      case sc::kLog:
+        return unary_code<T, T, sc::kLog>(s, d, x, y, n);
+      case sc::kSin:
+        return unary_code<T, T, sc::kSin>(s, d, x, y, n);
+      case sc::kCos:
+        return unary_code<T, T, sc::kCos>(s, d, x, y, n);
+      case sc::kTanh:
+        return unary_code<T, T, sc::kTanh>(s, d, x, y, n);
+      case sc::kSqrt:
+        return unary_code<T, T, sc::kSqrt>(s, d, x, y, n);
+      case sc::kRelu:
+        return unary_code<T, T, sc::kRelu>(s, d, x, y, n);
+      default:
+        return cudaErrorInvalidValue;
+    }
+  } else if constexpr (std::is_same_v<T, bool>) {
+    return unary_code<T, T, 0>(s, d, x, y, n);  // scalar::unary leaves a bool as it is
+  } else {
+    switch (op) {
+      case sc::kNeg:
+        return unary_code<T, T, sc::kNeg>(s, d, x, y, n);
+      case sc::kRelu:
+        return unary_code<T, T, sc::kRelu>(s, d, x, y, n);
+      default:  // scalar::unary leaves an integer as it is for the float-only ops
+        return op >= sc::kNeg && op <= sc::kRelu ? unary_code<T, T, 0>(s, d, x, y, n)
+                                                 : cudaErrorInvalidValue;
+    }
+  }
+}
+
+template <class I, int Op>
+cudaError_t binary_op(cudaStream_t s, const Dims& d, const Operand& a, const Operand& b, void* y,
+                      int64_t n) {
+  const Operand ops[2] = {a, b};
+  return elementwise<typename BinaryFn<Op, I>::Out, I, I>(s, BinaryFn<Op, I>{}, d, y, n, ops);
+}
+
+template <class I, int... Op>
+cudaError_t binary_pick(int op, cudaStream_t s, const Dims& d, const Operand& a, const Operand& b,
+                        void* y, int64_t n, std::integer_sequence<int, Op...>) {
+  cudaError_t r = cudaErrorInvalidValue;
+  (void)((op == Op ? (r = binary_op<I, Op>(s, d, a, b, y, n), true) : false) || ...);
+  return r;
+}
+
+// ---- reductions
+
+// A partial result: a value and, for argmax, the index it came from (-1: no element yet).
+template <class T>
+struct Acc {
+  T v;
+  int64_t i;
+};
+
+template <class T>
+__device__ __forceinline__ T lowest() {
+  if constexpr (std::is_floating_point_v<T>)
+    return -static_cast<T>(INFINITY);
+  else if constexpr (sizeof(T) == 4)
+    return static_cast<T>(INT32_MIN);
+  else
+    return static_cast<T>(INT64_MIN);
+}
+template <class T>
+__device__ __forceinline__ T highest() {
+  if constexpr (std::is_floating_point_v<T>)
+    return static_cast<T>(INFINITY);
+  else if constexpr (sizeof(T) == 4)
+    return static_cast<T>(INT32_MAX);
+  else
+    return static_cast<T>(INT64_MAX);
+}
+
+// backend::ReduceOp: 0 sum, 1 max, 2 min, 3 argmax. identity() leaves every value's bits as they
+// are (sum: -0.0, since +0.0 would turn a lone -0.0 into +0.0); combine(a, b) takes a first.
+template <int Op, class T>
+struct Red {
+  __device__ __forceinline__ static Acc<T> identity() {
+    if constexpr (Op == 0)
+      return {std::is_floating_point_v<T> ? static_cast<T>(-0.0) : T(0), 0};
+    else if constexpr (Op == 1)
+      return {lowest<T>(), 0};
+    else if constexpr (Op == 2)
+      return {highest<T>(), 0};
     else
-      static_cast<I*>(y)[i] = arith(op, u, v);
+      return {T(0), -1};
   }
-}
-
-template <class T>
-__global__ void select_kernel(Dims d, Operand c, Operand a, Operand b, T* y, int64_t n) {
-  const bool* cp = static_cast<const bool*>(c.data);
-  const T* ap = static_cast<const T*>(a.data);
-  const T* bp = static_cast<const T*>(b.data);
-  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
-       i += int64_t{gridDim.x} * blockDim.x) {
-    y[i] = cp[offset_of(d, c.stride, i)] ? ap[offset_of(d, a.stride, i)]
-                                         : bp[offset_of(d, b.stride, i)];
-  }
-}
-
-// One thread per output (o, i), folding over len in order (the cpu kernel's order).
-template <class T>
-__global__ void reduce_kernel(int op, int64_t outer, int64_t len, int64_t inner, const T* x,
-                              void* y) {
-  const int64_t rows = outer * inner;
-  for (int64_t r = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; r < rows;
-       r += int64_t{gridDim.x} * blockDim.x) {
-    const int64_t o = r / inner, i = r % inner;
-    const T* base = x + o * len * inner + i;
-    if (op == 3) {  // argmax
-      T best = base[0];
-      int64_t at = 0;
-      for (int64_t l = 1; l < len; ++l) {
-        const T v = base[l * inner];
-        if (sc::argmax_better(best, v)) {
-          best = v;
-          at = l;
-        }
+  __device__ __forceinline__ static Acc<T> combine(const Acc<T>& a, const Acc<T>& b) {
+    if constexpr (Op == 0) {
+      return {sc::wrap_add(a.v, b.v), 0};
+    } else if constexpr (Op == 1) {
+      return {sc::max_nan(a.v, b.v), 0};
+    } else if constexpr (Op == 2) {
+      return {sc::min_nan(a.v, b.v), 0};
+    } else {
+      // The first NaN if there is one, else the first maximum (scalar::argmax_better's scan).
+      if (a.i < 0) return b;
+      if (b.i < 0) return a;
+      if constexpr (std::is_floating_point_v<T>) {
+        const bool an = a.v != a.v, bn = b.v != b.v;
+        if (an || bn) return an && bn ? (a.i < b.i ? a : b) : (an ? a : b);
       }
-      static_cast<int64_t*>(y)[r] = at;
-      continue;
+      if (a.v > b.v) return a;
+      if (b.v > a.v) return b;
+      return a.i < b.i ? a : b;
     }
-    T acc = len == 0 ? T(0) : base[0];
-    for (int64_t l = 1; l < len; ++l) {
-      const T v = base[l * inner];
-      acc = op == 0 ? sc::wrap_add(acc, v) : op == 1 ? sc::max_nan(acc, v) : sc::min_nan(acc, v);
-    }
-    static_cast<T*>(y)[r] = acc;
   }
+};
+
+// x dense [outer, len, inner]: element (o, l, i) with its index l.
+template <class T>
+struct DirectSrc {
+  const T* x;
+  int64_t len, inner;
+  __device__ __forceinline__ Acc<T> operator()(int64_t o, int64_t l, int64_t i) const {
+    return {x[(o * len + l) * inner + i], l};
+  }
+};
+// A first pass's partials [outer, chunks, inner] (len = chunks), with their indices for argmax.
+template <class T>
+struct PartialSrc {
+  const T* v;
+  const int64_t* idx;  // null unless argmax
+  int64_t len, inner;
+  __device__ __forceinline__ Acc<T> operator()(int64_t o, int64_t l, int64_t i) const {
+    const int64_t k = (o * len + l) * inner + i;
+    return {v[k], idx != nullptr ? idx[k] : 0};
+  }
+};
+// y [outer, inner]: the value, or the index for argmax.
+template <int Op, class T>
+struct FinalDst {
+  void* y;
+  int64_t inner;
+  __device__ __forceinline__ void operator()(int64_t o, int64_t, int64_t i, const Acc<T>& a) const {
+    if constexpr (Op == 3)
+      static_cast<int64_t*>(y)[o * inner + i] = a.i;
+    else
+      static_cast<T*>(y)[o * inner + i] = a.v;
+  }
+};
+template <class T>
+struct PartialDst {
+  T* v;
+  int64_t* idx;  // null unless argmax
+  int64_t chunks, inner;
+  __device__ __forceinline__ void operator()(int64_t o, int64_t c, int64_t i,
+                                             const Acc<T>& a) const {
+    const int64_t k = (o * chunks + c) * inner + i;
+    v[k] = a.v;
+    if (idx != nullptr) idx[k] = a.i;
+  }
+};
+
+// One thread's elements l = l0, l0 + step, ... < l1 of column i: the k-th into accumulator k % 4
+// (the last count % 4 into accumulator 0), then (a0 + a1) + (a2 + a3). Four independent chains
+// keep four loads in flight.
+template <int Op, class T, class Src>
+__device__ __forceinline__ Acc<T> thread_fold(const Src& src, int64_t o, int64_t l0, int64_t l1,
+                                              int64_t step, int64_t i) {
+  using R = Red<Op, T>;
+  Acc<T> a0 = R::identity(), a1 = a0, a2 = a0, a3 = a0;
+  int64_t l = l0;
+  for (; l + 3 * step < l1; l += 4 * step) {
+    const Acc<T> x0 = src(o, l, i), x1 = src(o, l + step, i), x2 = src(o, l + 2 * step, i),
+                 x3 = src(o, l + 3 * step, i);
+    a0 = R::combine(a0, x0);
+    a1 = R::combine(a1, x1);
+    a2 = R::combine(a2, x2);
+    a3 = R::combine(a3, x3);
+  }
+  for (; l < l1; l += step) a0 = R::combine(a0, src(o, l, i));
+  return R::combine(R::combine(a0, a1), R::combine(a2, a3));
+}
+
+// Lane 0 gets the warp's fold: at offsets 16, 8, 4, 2, 1, lane j takes (lane j, lane j + off).
+template <int Op, class T>
+__device__ __forceinline__ Acc<T> warp_fold(Acc<T> a) {
+#pragma unroll
+  for (int off = 16; off > 0; off >>= 1) {
+    const Acc<T> b{__shfl_down_sync(0xffffffffu, a.v, off),
+                   __shfl_down_sync(0xffffffffu, a.i, off)};
+    a = Red<Op, T>::combine(a, b);
+  }
+  return a;
+}
+
+// Rows (inner == 1): G threads (a warp, or the block of kThreads) per segment, a segment being
+// chunk c of row o (chunk_len elements; chunks == 1 folds whole rows). Thread t of a segment
+// folds elements t, t + G, ... (thread_fold), the warp folds its lanes (warp_fold), and for
+// G = kThreads warp 0 folds the 8 warps' results the same way (warp w as lane w).
+template <int Op, int G, class T, class Src, class Dst>
+__global__ void __launch_bounds__(kThreads)
+    reduce_rows_kernel(Src src, Dst dst, int64_t outer, int64_t len, int64_t chunks,
+                       int64_t chunk_len) {
+  using R = Red<Op, T>;
+  constexpr int kPerBlock = kThreads / G;
+  const int t = static_cast<int>(threadIdx.x) % G;
+  const int64_t seg = blockIdx.x * int64_t{kPerBlock} + threadIdx.x / G;
+  const bool live = seg < outer * chunks;
+  const int64_t o = live ? seg / chunks : 0, c = live ? seg % chunks : 0;
+  Acc<T> a = R::identity();
+  if (live) {
+    const int64_t l0 = c * chunk_len, l1 = l0 + chunk_len < len ? l0 + chunk_len : len;
+    a = thread_fold<Op, T>(src, o, l0 + t, l1, G, 0);
+  }
+  a = warp_fold<Op, T>(a);
+  if constexpr (G > 32) {
+    __shared__ T sv[kThreads / 32];
+    __shared__ int64_t si[kThreads / 32];
+    const int lane = static_cast<int>(threadIdx.x) % 32, w = static_cast<int>(threadIdx.x) / 32;
+    if (lane == 0) {
+      sv[w] = a.v;
+      si[w] = a.i;
+    }
+    __syncthreads();
+    if (w == 0) {
+      a = lane < kThreads / 32 ? Acc<T>{sv[lane], si[lane]} : R::identity();
+      a = warp_fold<Op, T>(a);
+    }
+  }
+  if (live && t == 0) dst(o, c, 0, a);
+}
+
+// Columns (inner > 1): blocks of 32 x 8 threads; block (x, y) covers columns 32 * tile .. + 31 of
+// outer index o (x = o * tiles + tile) over chunk y of len. Thread (tx, ty) folds elements
+// l = l0 + ty, l0 + ty + 8, ... of its column (thread_fold; a warp reads 32 adjacent columns of
+// one row), then the 8 thread rows fold in shared memory: (ty, ty + 4), then (ty, ty + 2), then
+// (0, 1).
+template <int Op, class T, class Src, class Dst>
+__global__ void __launch_bounds__(kThreads)
+    reduce_cols_kernel(Src src, Dst dst, int64_t len, int64_t inner, int64_t tiles,
+                       int64_t chunk_len) {
+  using R = Red<Op, T>;
+  constexpr int kRows = kThreads / 32;
+  __shared__ T sv[kRows][32];
+  __shared__ int64_t si[kRows][32];
+  const int tx = static_cast<int>(threadIdx.x), ty = static_cast<int>(threadIdx.y);
+  const int64_t o = blockIdx.x / tiles, i = (blockIdx.x % tiles) * 32 + tx;
+  const int64_t c = blockIdx.y;
+  const int64_t l0 = c * chunk_len, l1 = l0 + chunk_len < len ? l0 + chunk_len : len;
+  Acc<T> a = R::identity();
+  if (i < inner) a = thread_fold<Op, T>(src, o, l0 + ty, l1, kRows, i);
+  sv[ty][tx] = a.v;
+  si[ty][tx] = a.i;
+  __syncthreads();
+#pragma unroll
+  for (int h = kRows / 2; h > 0; h >>= 1) {
+    if (ty < h) {
+      const Acc<T> r =
+          R::combine(Acc<T>{sv[ty][tx], si[ty][tx]}, Acc<T>{sv[ty + h][tx], si[ty + h][tx]});
+      sv[ty][tx] = r.v;
+      si[ty][tx] = r.i;
+    }
+    __syncthreads();
+  }
+  if (ty == 0 && i < inner) dst(o, c, i, Acc<T>{sv[0][tx], si[0][tx]});
+}
+
+// Split sizes. A first pass aims at about kTargetBlocks blocks (one wave on an H100/H200) and
+// splits len only into chunks of at least kMinRowChunk (rows) or kMinColChunk (columns)
+// elements. Constants, not the GPU's size: the order, and so the bits, depend on the shape only.
+constexpr int64_t kTargetBlocks = 1024;
+constexpr int64_t kWarpRowMax = 1024;  // rows up to this length: a warp per row, no split
+constexpr int64_t kMinRowChunk = 4096;
+constexpr int64_t kMinColChunk = 64;
+
+int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+// How many chunks len splits into for `blocks` first-pass blocks; chunk_len set to match.
+int64_t split(int64_t len, int64_t blocks, int64_t min_chunk, int64_t& chunk_len) {
+  int64_t chunks = ceil_div(kTargetBlocks, blocks < 1 ? 1 : blocks);
+  const int64_t most = len / min_chunk;
+  if (chunks > most) chunks = most;
+  if (chunks < 1) chunks = 1;
+  chunk_len = ceil_div(len, chunks);
+  return ceil_div(len, chunk_len);
+}
+
+template <int Op, class T, class Src, class Dst>
+cudaError_t rows_pass(cudaStream_t s, const Src& src, const Dst& dst, int64_t outer, int64_t len,
+                      int64_t chunks, int64_t chunk_len) {
+  const int64_t segs = outer * chunks;
+  if (len <= kWarpRowMax && chunks == 1) {
+    const int64_t blocks = ceil_div(segs, kThreads / 32);
+    if (blocks > kMaxGrid) return cudaErrorInvalidConfiguration;
+    reduce_rows_kernel<Op, 32, T><<<static_cast<unsigned>(blocks), kThreads, 0, s>>>(
+        src, dst, outer, len, chunks, chunk_len);
+  } else {
+    if (segs > kMaxGrid) return cudaErrorInvalidConfiguration;
+    reduce_rows_kernel<Op, kThreads, T>
+        <<<static_cast<unsigned>(segs), kThreads, 0, s>>>(src, dst, outer, len, chunks, chunk_len);
+  }
+  return cudaGetLastError();
+}
+
+template <int Op, class T, class Src, class Dst>
+cudaError_t cols_pass(cudaStream_t s, const Src& src, const Dst& dst, int64_t outer, int64_t len,
+                      int64_t inner, int64_t chunks, int64_t chunk_len) {
+  const int64_t tiles = ceil_div(inner, 32);
+  if (outer * tiles > kMaxGrid || chunks > 65535) return cudaErrorInvalidConfiguration;
+  const dim3 grid(static_cast<unsigned>(outer * tiles), static_cast<unsigned>(chunks));
+  reduce_cols_kernel<Op, T>
+      <<<grid, dim3(32, kThreads / 32), 0, s>>>(src, dst, len, inner, tiles, chunk_len);
+  return cudaGetLastError();
+}
+
+template <int Op, class T>
+cudaError_t reduce_typed(cudaStream_t s, int64_t outer, int64_t len, int64_t inner, const T* x,
+                         void* y) {
+  const DirectSrc<T> direct{x, len, inner};
+  const FinalDst<Op, T> final_dst{y, inner};
+  int64_t chunk_len = len, chunks = 1;
+  if (inner == 1) {
+    if (len > kWarpRowMax) chunks = split(len, outer, kMinRowChunk, chunk_len);
+  } else {
+    chunks = split(len, outer * ceil_div(inner, 32), kMinColChunk, chunk_len);
+  }
+  auto pass = [&](const auto& src, const auto& dst, int64_t l, int64_t ch, int64_t cl) {
+    return inner == 1 ? rows_pass<Op, T>(s, src, dst, outer, l, ch, cl)
+                      : cols_pass<Op, T>(s, src, dst, outer, l, inner, ch, cl);
+  };
+  if (chunks == 1) return pass(direct, final_dst, len, 1, len);
+  // Two passes: the chunks' partials [outer, chunks, inner] in stream-ordered scratch, then one
+  // fold over them (chunks in order, the same kernels without a split).
+  const size_t count = static_cast<size_t>(outer * chunks * inner);
+  const size_t idx_bytes = Op == 3 ? count * sizeof(int64_t) : 0;
+  void* scratch = nullptr;
+  cudaError_t e = cudaMallocAsync(&scratch, idx_bytes + count * sizeof(T), s);
+  if (e != cudaSuccess) return e;
+  auto* idx = Op == 3 ? static_cast<int64_t*>(scratch) : nullptr;
+  T* vals = reinterpret_cast<T*>(static_cast<char*>(scratch) + idx_bytes);
+  e = pass(direct, PartialDst<T>{vals, idx, chunks, inner}, len, chunks, chunk_len);
+  if (e == cudaSuccess)
+    e = pass(PartialSrc<T>{vals, idx, chunks, inner}, final_dst, chunks, 1, chunks);
+  const cudaError_t f = cudaFreeAsync(scratch, s);
+  return e != cudaSuccess ? e : f;
 }
 
 template <class T>
@@ -207,21 +705,31 @@ cudaError_t launch_unary(cudaStream_t s, int op, DType in, DType out, const Dims
   if (n == 0) return cudaSuccess;
   return with_type(in, [&](auto iv) {
     using I = decltype(iv);
-    return with_type(out, [&](auto ov) {
+    return with_type(out, [&](auto ov) -> cudaError_t {
       using O = decltype(ov);
-      unary_kernel<I, O><<<blocks_for(n), kThreads, 0, s>>>(op, d, x, static_cast<O*>(y), n);
-      return cudaGetLastError();
+      if (op == 0) return unary_code<I, O, 0>(s, d, x, y, n);
+      if constexpr (std::is_same_v<I, O>) {
+        return unary_same<I>(s, op, d, x, y, n);
+      } else {
+        return cudaErrorInvalidValue;  // only astype converts
+      }
     });
   });
 }
 
-cudaError_t launch_binary(cudaStream_t s, int op, DType in, DType, const Dims& d, const Operand& a,
-                          const Operand& b, void* y, int64_t n) {
+cudaError_t launch_binary(cudaStream_t s, int op, DType in, DType out, const Dims& d,
+                          const Operand& a, const Operand& b, void* y, int64_t n) {
   if (n == 0) return cudaSuccess;
-  return with_type(in, [&](auto iv) {
+  if ((op >= 6) != (out == DType::bool_) || (op < 6 && out != in)) return cudaErrorInvalidValue;
+  return with_type(in, [&](auto iv) -> cudaError_t {
     using I = decltype(iv);
-    binary_kernel<I><<<blocks_for(n), kThreads, 0, s>>>(op, d, a, b, y, n);
-    return cudaGetLastError();
+    if constexpr (std::is_floating_point_v<I>) {
+      return binary_pick<I>(op, s, d, a, b, y, n, std::make_integer_sequence<int, 12>{});
+    } else {
+      if (op == 3) return cudaErrorInvalidValue;  // the runtime divides integers as floats
+      return binary_pick<I>(op, s, d, a, b, y, n,
+                            std::integer_sequence<int, 0, 1, 2, 4, 5, 6, 7, 8, 9, 10, 11>{});
+    }
   });
 }
 
@@ -230,23 +738,54 @@ cudaError_t launch_select(cudaStream_t s, DType t, const Dims& d, const Operand&
   if (n == 0) return cudaSuccess;
   return with_type(t, [&](auto tv) {
     using T = decltype(tv);
-    select_kernel<T><<<blocks_for(n), kThreads, 0, s>>>(d, cond, a, b, static_cast<T*>(y), n);
-    return cudaGetLastError();
+    const Operand ops[3] = {cond, a, b};
+    return elementwise<T, uint8_t, T, T>(s, SelectFn<T>{}, d, y, n, ops);
   });
 }
 
+// Reduction order (fixed by (outer, len, inner) alone, so every run gives the same bits):
+//   * inner == 1, len <= 1024: a warp per row; lane t folds elements t, t + 32, ... into four
+//     accumulators (the k-th element into k % 4, leftovers into 0, then (a0 + a1) + (a2 + a3)),
+//     then the lanes fold as a shuffle tree (lane j with lane j + 16, 8, 4, 2, 1).
+//   * inner == 1, longer rows: each row is split into `chunks` chunks (split() above); a block
+//     of 256 folds a chunk: thread t over t, t + 256, ... as above, a shuffle tree per warp, then
+//     the 8 warps' results by the same tree.
+//   * inner > 1: blocks of 32 columns x 8 thread rows over a chunk of len; thread row r folds
+//     l = r, r + 8, ... as above; the 8 thread rows fold pairwise ((r, r + 4), (r, r + 2), (0, 1)).
+//   * with chunks > 1 the chunks' partials go to scratch and one more pass of the same kernels
+//     folds them (chunk c as element c).
+// Integer sums wrap and equal the cpu's; float sums differ from cpu's left-to-right order by
+// rounding only. max/min propagate NaN; argmax gives the first NaN, else the first maximum.
 cudaError_t launch_reduce(cudaStream_t s, int op, DType t, int64_t outer, int64_t len,
                           int64_t inner, const void* x, void* y) {
   const int64_t rows = outer * inner;
   if (rows == 0) return cudaSuccess;
-  return with_type(t, [&](auto tv) {
+  if (op < 0 || op > 3) return cudaErrorInvalidValue;
+  return with_type(t, [&](auto tv) -> cudaError_t {
     using T = decltype(tv);
     if constexpr (std::is_same_v<T, bool>) {
       return cudaErrorInvalidValue;  // the runtime converts bool to an integer first
     } else {
-      reduce_kernel<T><<<blocks_for(rows), kThreads, 0, s>>>(op, outer, len, inner,
-                                                             static_cast<const T*>(x), y);
-      return cudaGetLastError();
+      if (len == 0) {  // the cpu kernel's answer: zeros
+        if (op == 3)
+          fill_kernel<int64_t>
+              <<<blocks_for(rows), kThreads, 0, s>>>(static_cast<int64_t*>(y), rows, 0.0, false);
+        else
+          fill_kernel<T>
+              <<<blocks_for(rows), kThreads, 0, s>>>(static_cast<T*>(y), rows, 0.0, false);
+        return cudaGetLastError();
+      }
+      const T* xp = static_cast<const T*>(x);
+      switch (op) {
+        case 0:
+          return reduce_typed<0, T>(s, outer, len, inner, xp, y);
+        case 1:
+          return reduce_typed<1, T>(s, outer, len, inner, xp, y);
+        case 2:
+          return reduce_typed<2, T>(s, outer, len, inner, xp, y);
+        default:
+          return reduce_typed<3, T>(s, outer, len, inner, xp, y);
+      }
     }
   });
 }

@@ -100,6 +100,11 @@ void CudaBackend::reduce(int device, backend::ReduceOp op, DType dtype, int64_t 
 
 void CudaBackend::matmul(int device, DType dtype, int64_t batch, int64_t m, int64_t n, int64_t k,
                          const void* a, const void* b, void* c) {
+  matmul_t(device, dtype, batch, m, n, k, a, false, b, false, c);
+}
+
+void CudaBackend::matmul_t(int device, DType dtype, int64_t batch, int64_t m, int64_t n, int64_t k,
+                           const void* a, bool trans_a, const void* b, bool trans_b, void* c) {
   if (batch == 0 || m == 0 || n == 0) return;
   Logical& l = dev(device);
   set(device);
@@ -108,6 +113,10 @@ void CudaBackend::matmul(int device, DType dtype, int64_t batch, int64_t m, int6
     return;
   }
   if (dtype != DType::f32 && dtype != DType::f64) {
+    if (trans_a || trans_b) {  // the integer kernel reads dense operands: transposed copies first
+      Backend::matmul_t(device, dtype, batch, m, n, k, a, trans_a, b, trans_b, c);
+      return;
+    }
     MESHRT_CUDA_CHECK(launch_int_matmul(l.compute, dtype, batch, m, n, k, a, b, c), device);
     return;
   }
@@ -119,22 +128,26 @@ void CudaBackend::matmul(int device, DType dtype, int64_t batch, int64_t m, int6
   std::lock_guard<std::mutex> lock(l.blas_mu);
   if (l.blas == nullptr) MESHRT_CUBLAS_CHECK(cublasCreate(&l.blas), device);
   MESHRT_CUBLAS_CHECK(cublasSetStream(l.blas, l.compute), device);
-  // Row-major C = A B is column-major C^T = B^T A^T: pass B first.
+  // Row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T: pass B first. A row-major
+  // (r, c) matrix is column-major (c, r) with leading dimension c, so an operand stored as op(X)^T
+  // (not transposed) is read with CUBLAS_OP_N and one stored as op(X) with CUBLAS_OP_T.
   const int M = static_cast<int>(m), N = static_cast<int>(n), K = static_cast<int>(k);
+  const cublasOperation_t op_b = trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
+  const cublasOperation_t op_a = trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
+  const int ldb = trans_b ? K : N;  // b stored (n, k) or (k, n)
+  const int lda = trans_a ? M : K;  // a stored (k, m) or (m, k)
   if (dtype == DType::f32) {
     const float one = 1.0f, zero = 0.0f;
     MESHRT_CUBLAS_CHECK(
-        cublasSgemmStridedBatched(l.blas, CUBLAS_OP_N, CUBLAS_OP_N, N, M, K, &one,
-                                  static_cast<const float*>(b), N, k * n,
-                                  static_cast<const float*>(a), K, m * k, &zero,
+        cublasSgemmStridedBatched(l.blas, op_b, op_a, N, M, K, &one, static_cast<const float*>(b),
+                                  ldb, k * n, static_cast<const float*>(a), lda, m * k, &zero,
                                   static_cast<float*>(c), N, m * n, static_cast<int>(batch)),
         device);
   } else {
     const double one = 1.0, zero = 0.0;
     MESHRT_CUBLAS_CHECK(
-        cublasDgemmStridedBatched(l.blas, CUBLAS_OP_N, CUBLAS_OP_N, N, M, K, &one,
-                                  static_cast<const double*>(b), N, k * n,
-                                  static_cast<const double*>(a), K, m * k, &zero,
+        cublasDgemmStridedBatched(l.blas, op_b, op_a, N, M, K, &one, static_cast<const double*>(b),
+                                  ldb, k * n, static_cast<const double*>(a), lda, m * k, &zero,
                                   static_cast<double*>(c), N, m * n, static_cast<int>(batch)),
         device);
   }

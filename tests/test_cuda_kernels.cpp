@@ -1,0 +1,502 @@
+// The cuda backend's kernels, driven through the backend interface, against the cpu backend's
+// kernels on the same inputs: every unary op and astype, every binary op, select, reductions and
+// matmul_t, across dtypes and operand layouts (dense, broadcast scalar, row and column, genuinely
+// strided, odd element counts, pointers off 16-byte alignment), so each kernel path is taken.
+//
+// Tolerances: integers and bools bit-equal everywhere; float elementwise ops bit-equal (a NaN
+// matches any NaN: x86 and the GPU give NaNs different payloads), except exp, log, sin, cos, tanh
+// (within 2 ulp: two math libraries). Float sums of integer-valued data are exact in any order,
+// so bit-equal; sums of random data fold in another order than cpu's and agree within
+// 1e-5 * sum|x| (f32) or 1e-13 * sum|x| (f64). max/min compare as values (NaN with NaN; +0 and -0
+// are equal, their order is not fixed), argmax indices exactly. Matmuls of small integers are
+// exact in every order: bit-equal; of random floats within 1e-5 (f32) or 1e-13 (f64) of
+// sum_k |a||b|.
+//
+// Runs in the cuda_k1 entries (MESHRT_PLATFORM=cuda); elsewhere, or without a usable GPU, skips.
+#include <gtest/gtest.h>
+#include <meshrt/meshrt.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <memory>
+#include <random>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "backends/backend.h"
+#include "runtime/detail/platform.h"
+
+namespace meshrt {
+namespace {
+
+using backend::Backend;
+using backend::BinaryOp;
+using backend::ReduceOp;
+using backend::Strided;
+using backend::UnaryOp;
+
+constexpr DType kDTypes[] = {DType::f32, DType::f64, DType::i32, DType::i64, DType::bool_};
+constexpr DType kNumeric[] = {DType::f32, DType::f64, DType::i32, DType::i64};
+
+// Host bytes of n elements of one dtype.
+struct Host {
+  DType t = DType::f32;
+  std::vector<unsigned char> bytes;
+  int64_t n() const { return static_cast<int64_t>(bytes.size() / dtype_size(t)); }
+  template <class T>
+  T* as() {
+    return reinterpret_cast<T*>(bytes.data());
+  }
+  template <class T>
+  const T* as() const {
+    return reinterpret_cast<const T*>(bytes.data());
+  }
+};
+Host make(DType t, int64_t n) { return Host{t, std::vector<unsigned char>(n * dtype_size(t))}; }
+
+template <class F>
+void visit(DType t, F&& f) {
+  switch (t) {
+    case DType::f32:
+      return f(float{});
+    case DType::f64:
+      return f(double{});
+    case DType::i32:
+      return f(int32_t{});
+    case DType::i64:
+      return f(int64_t{});
+    case DType::bool_:
+      return f(bool{});
+  }
+}
+
+// How values are drawn: kMixed (floats in [-4, 4] with NaN, +-inf and +-0 sprinkled in; integers
+// over their whole range half the time, else small, so adds wrap and compares meet equals),
+// kSmallInts (integers in [-8, 8], also for floats: exact sums), kUnit (floats in [-1, 1]),
+// kTies (few distinct values, NaN in some elements, for max/min/argmax).
+enum class Fill { kMixed, kSmallInts, kUnit, kTies };
+
+Host random(DType t, int64_t n, std::mt19937_64& rng, Fill fill) {
+  Host h = make(t, n);
+  std::uniform_int_distribution<int> small(-8, 8), pick(0, 99);
+  std::uniform_real_distribution<double> real(-4.0, 4.0), unit(-1.0, 1.0);
+  visit(t, [&](auto tv) {
+    using T = decltype(tv);
+    T* p = h.as<T>();
+    for (int64_t i = 0; i < n; ++i) {
+      if constexpr (std::is_same_v<T, bool>) {
+        p[i] = (rng() & 1) != 0;
+      } else if constexpr (std::is_floating_point_v<T>) {
+        const int r = pick(rng);
+        constexpr T kInf = std::numeric_limits<T>::infinity();
+        constexpr T kNan = std::numeric_limits<T>::quiet_NaN();
+        switch (fill) {
+          case Fill::kMixed:
+            p[i] = r == 0   ? kNan
+                   : r == 1 ? kInf
+                   : r == 2 ? -kInf
+                   : r == 3 ? T(-0.0)
+                   : r == 4 ? T(0)
+                            : static_cast<T>(real(rng));
+            break;
+          case Fill::kSmallInts:
+            p[i] = static_cast<T>(small(rng));
+            break;
+          case Fill::kUnit:
+            p[i] = static_cast<T>(unit(rng));
+            break;
+          case Fill::kTies:
+            p[i] = r < 2 ? kNan : r < 4 ? -kInf : r < 6 ? T(-0.0) : static_cast<T>(small(rng) / 2);
+            break;
+        }
+      } else {
+        if (fill == Fill::kMixed && (rng() & 1) != 0) {
+          p[i] = static_cast<T>(rng());
+        } else {
+          p[i] = static_cast<T>(fill == Fill::kTies ? small(rng) / 2 : small(rng));
+        }
+      }
+    }
+  });
+  return h;
+}
+
+// Bits of a float as an integer that orders like the float (for ulp distances).
+template <class T>
+int64_t ordered(T v) {
+  if constexpr (sizeof(T) == 4) {
+    int32_t b;
+    std::memcpy(&b, &v, 4);
+    return b < 0 ? int64_t{INT32_MIN} - b : b;
+  } else {
+    int64_t b;
+    std::memcpy(&b, &v, 8);
+    return b < 0 ? INT64_MIN - b : b;
+  }
+}
+
+// Index of the first element where got differs from want beyond `ulps` (floats; NaN matches
+// NaN), or -1.
+int64_t first_mismatch(const Host& want, const Host& got, int ulps, std::string& what) {
+  int64_t bad = -1;
+  visit(want.t, [&](auto tv) {
+    using T = decltype(tv);
+    const T* w = want.as<T>();
+    const T* g = got.as<T>();
+    for (int64_t i = 0; i < want.n() && bad < 0; ++i) {
+      if (std::memcmp(&w[i], &g[i], sizeof(T)) == 0) continue;
+      if constexpr (std::is_floating_point_v<T>) {
+        if (std::isnan(w[i]) && std::isnan(g[i])) continue;
+        if (ulps > 0 && !std::isnan(w[i]) && !std::isnan(g[i]) &&
+            std::isfinite(w[i]) == std::isfinite(g[i])) {
+          const __int128 d = static_cast<__int128>(ordered(w[i])) - ordered(g[i]);
+          if (d <= ulps && d >= -ulps) continue;
+        }
+      }
+      std::ostringstream os;
+      os << "element " << i << ": cpu " << +w[i] << ", cuda " << +g[i];
+      what = os.str();
+      bad = i;
+    }
+  });
+  return bad;
+}
+
+class CudaKernels : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (default_platform() != "cuda") GTEST_SKIP() << "runs in the cuda_k1 entries";
+    cuda_ = &detail::backend_of(Device::Kind::cuda);
+    if (cuda_->device_count() == 0) GTEST_SKIP() << cuda_->unavailable_reason();
+    static Backend* cpu = backend::make_cpu_backend(1).release();  // leaked: executors
+    cpu_ = cpu;
+  }
+
+  // A device copy of h, starting `pad` elements into its allocation (pad 1: off alignment).
+  void* upload(const Host& h, int64_t pad = 0) {
+    const size_t e = dtype_size(h.t);
+    auto buf = cuda_->allocate(0, h.bytes.size() + (pad + 2) * e);
+    held_.push_back(buf);
+    char* p = static_cast<char*>(buf->data()) + pad * e;
+    if (!h.bytes.empty()) {
+      cuda_->copy_2d(p, 0, h.bytes.size(), h.bytes.data(), backend::kHost, h.bytes.size(),
+                     h.bytes.size(), 1);
+    }
+    return p;
+  }
+  void* device_out(DType t, int64_t n, int64_t pad = 0) {
+    Host zero = make(t, n);
+    std::memset(zero.bytes.data(), 0x5a, zero.bytes.size());  // no kernel leaves it as it was
+    return upload(zero, pad);
+  }
+  Host download(const void* p, DType t, int64_t n) {
+    cuda_->synchronize(0);
+    Host h = make(t, n);
+    if (n > 0) {
+      cuda_->copy_2d(h.bytes.data(), backend::kHost, h.bytes.size(), p, 0, h.bytes.size(),
+                     h.bytes.size(), 1);
+    }
+    return h;
+  }
+  void release() { held_.clear(); }
+
+  Backend* cuda_ = nullptr;
+  Backend* cpu_ = nullptr;
+  std::vector<std::shared_ptr<backend::Buffer>> held_;
+  std::mt19937_64 rng_{20240611};
+};
+
+// An operand layout: the output shape and each operand's strides (unary uses s[0], binary s[0]
+// and s[1], select s[0] for the condition and s[1], s[2]); pad 1 moves every pointer, the
+// output's too, one element off its allocation's alignment.
+struct Layout {
+  std::string name;
+  std::vector<int64_t> shape;
+  std::vector<int64_t> s[3];
+  int64_t pad = 0;
+};
+
+// Elements an operand with `strides` over `shape` spans.
+int64_t span(const std::vector<int64_t>& shape, const std::vector<int64_t>& strides) {
+  int64_t last = 0;
+  for (size_t d = 0; d < shape.size(); ++d) {
+    if (shape[d] == 0) return 0;
+    last += (shape[d] - 1) * strides[d];
+  }
+  return last + 1;
+}
+int64_t count(const std::vector<int64_t>& shape) {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  return n;
+}
+
+std::vector<Layout> layouts() {
+  std::vector<Layout> out;
+  for (int64_t n : {int64_t{1}, int64_t{3}, int64_t{1023}, int64_t{4097}, (int64_t{1} << 20) + 5})
+    out.push_back({"dense " + std::to_string(n), {n}, {{1}, {1}, {1}}});
+  out.push_back({"rank 0", {}, {{}, {}, {}}});
+  out.push_back({"scalar b", {4097}, {{1}, {0}, {1}}});
+  out.push_back({"scalar a", {4096}, {{0}, {1}, {0}}});
+  for (auto [r, c] : {std::pair<int64_t, int64_t>{64, 1024}, {5, 1023}, {9, 3}, {3, 2}}) {
+    const std::string rc = " " + std::to_string(r) + "x" + std::to_string(c);
+    out.push_back({"row broadcast" + rc, {r, c}, {{c, 1}, {0, 1}, {c, 1}}});
+    out.push_back({"column broadcast" + rc, {r, c}, {{c, 1}, {1, 0}, {0, 1}}});
+    out.push_back({"transposed" + rc, {r, c}, {{1, r}, {c, 1}, {1, 0}}});
+  }
+  out.push_back({"rank 3, middle broadcast", {6, 5, 7}, {{35, 7, 1}, {7, 0, 1}, {1, 6, 30}}});
+  out.push_back({"rank 4 strided", {3, 4, 5, 6}, {{1, 3, 12, 60}, {120, 30, 6, 1}, {0, 5, 1, 0}}});
+  out.push_back({"stride 2", {1001}, {{2}, {1}, {3}}});
+  out.push_back({"misaligned dense 4097", {4097}, {{1}, {1}, {1}}, 1});
+  out.push_back({"misaligned dense 1<<20", {int64_t{1} << 20}, {{1}, {1}, {1}}, 1});
+  out.push_back({"misaligned row broadcast", {64, 1024}, {{1024, 1}, {0, 1}, {1024, 1}}, 1});
+  out.push_back({"misaligned scalar", {1027}, {{1}, {0}, {1}}, 1});
+  return out;
+}
+
+bool transcendental(UnaryOp op) {
+  return op == UnaryOp::exp || op == UnaryOp::log || op == UnaryOp::sin || op == UnaryOp::cos ||
+         op == UnaryOp::tanh;
+}
+
+TEST_F(CudaKernels, UnaryAndAstypeMatchCpu) {
+  for (const Layout& l : layouts()) {
+    const int64_t n = count(l.shape);
+    for (DType in : kDTypes) {
+      const Host x = random(in, span(l.shape, l.s[0]), rng_, Fill::kMixed);
+      void* dx = upload(x, l.pad);
+      for (DType out : kDTypes) {
+        for (int op = 0; op <= static_cast<int>(UnaryOp::relu); ++op) {
+          if (op != 0 && in != out) continue;
+          const auto u = static_cast<UnaryOp>(op);
+          Host want = make(out, n);
+          cpu_->unary(0, u, in, out, l.shape, Strided{x.bytes.data(), l.s[0]}, want.bytes.data());
+          void* dy = device_out(out, n, l.pad);
+          cuda_->unary(0, u, in, out, l.shape, Strided{dx, l.s[0]}, dy);
+          std::string what;
+          const int64_t bad =
+              first_mismatch(want, download(dy, out, n), transcendental(u) ? 2 : 0, what);
+          EXPECT_EQ(bad, -1) << l.name << ", unary op " << op << " " << dtype_name(in) << " -> "
+                             << dtype_name(out) << ": " << what;
+        }
+      }
+    }
+    release();
+  }
+}
+
+TEST_F(CudaKernels, BinaryMatchesCpu) {
+  for (const Layout& l : layouts()) {
+    const int64_t n = count(l.shape);
+    for (DType t : kDTypes) {
+      const Host a = random(t, span(l.shape, l.s[0]), rng_, Fill::kMixed);
+      const Host b = random(t, span(l.shape, l.s[1]), rng_, Fill::kMixed);
+      void* da = upload(a, l.pad);
+      void* db = upload(b, l.pad);
+      for (int op = 0; op <= static_cast<int>(BinaryOp::ge); ++op) {
+        const auto bo = static_cast<BinaryOp>(op);
+        if (bo == BinaryOp::div && !is_floating(t)) continue;  // the runtime divides as floats
+        const DType out = op >= static_cast<int>(BinaryOp::eq) ? DType::bool_ : t;
+        Host want = make(out, n);
+        cpu_->binary(0, bo, t, out, l.shape, Strided{a.bytes.data(), l.s[0]},
+                     Strided{b.bytes.data(), l.s[1]}, want.bytes.data());
+        void* dy = device_out(out, n, l.pad);
+        cuda_->binary(0, bo, t, out, l.shape, Strided{da, l.s[0]}, Strided{db, l.s[1]}, dy);
+        std::string what;
+        EXPECT_EQ(first_mismatch(want, download(dy, out, n), 0, what), -1)
+            << l.name << ", binary op " << op << " " << dtype_name(t) << ": " << what;
+      }
+    }
+    release();
+  }
+}
+
+TEST_F(CudaKernels, SelectMatchesCpu) {
+  for (const Layout& l : layouts()) {
+    const int64_t n = count(l.shape);
+    // Condition bytes 0, 1 and 2 (any nonzero byte picks a).
+    Host c = make(DType::bool_, span(l.shape, l.s[0]));
+    for (unsigned char& v : c.bytes) v = static_cast<unsigned char>(rng_() % 3);
+    void* dc = upload(c, l.pad);
+    for (DType t : kDTypes) {
+      const Host a = random(t, span(l.shape, l.s[1]), rng_, Fill::kMixed);
+      const Host b = random(t, span(l.shape, l.s[2]), rng_, Fill::kMixed);
+      Host want = make(t, n);
+      cpu_->select(0, t, l.shape, Strided{c.bytes.data(), l.s[0]}, Strided{a.bytes.data(), l.s[1]},
+                   Strided{b.bytes.data(), l.s[2]}, want.bytes.data());
+      void* dy = device_out(t, n, l.pad);
+      cuda_->select(0, t, l.shape, Strided{dc, l.s[0]}, Strided{upload(a, l.pad), l.s[1]},
+                    Strided{upload(b, l.pad), l.s[2]}, dy);
+      std::string what;
+      EXPECT_EQ(first_mismatch(want, download(dy, t, n), 0, what), -1)
+          << l.name << ", select " << dtype_name(t) << ": " << what;
+    }
+    release();
+  }
+}
+
+struct ReduceShape {
+  int64_t outer, len, inner;
+};
+const ReduceShape kReduceShapes[] = {
+    {1, 1, 1},     {3, 1, 5},          {1, 7, 1},     {7, 3, 1},      {5, 1000, 1},
+    {2, 1025, 1},  {3, 5000, 1},       {1000, 33, 1}, {4, 100000, 1}, {1, (1 << 20) + 3, 1},
+    {16, 2, 3},    {3, 17, 33},        {2, 4097, 7},  {1, 300, 64},   {1, 8192, 1024},
+    {4, 513, 100}, {1, (1 << 16), 31}, {2, 0, 3},     {1, 1 << 20, 2}};
+
+std::string shape_name(const ReduceShape& s) {
+  return "(" + std::to_string(s.outer) + ", " + std::to_string(s.len) + ", " +
+         std::to_string(s.inner) + ")";
+}
+
+TEST_F(CudaKernels, ReductionsMatchCpu) {
+  for (const ReduceShape& s : kReduceShapes) {
+    const int64_t n = s.outer * s.len * s.inner, rows = s.outer * s.inner;
+    for (DType t : kNumeric) {
+      for (int op = 0; op <= static_cast<int>(ReduceOp::argmax); ++op) {
+        const auto ro = static_cast<ReduceOp>(op);
+        if (ro == ReduceOp::argmax && s.len == 0) continue;  // no answer (cpu reads past the end)
+        // Sums: integer-valued (exact in any order, so bit-equal; integers over their whole
+        // range: wrapping); max/min/argmax: ties, NaN and infinities.
+        const Fill fill = ro != ReduceOp::sum ? Fill::kTies
+                          : is_floating(t)    ? Fill::kSmallInts
+                                              : Fill::kMixed;
+        const Host x = random(t, n, rng_, fill);
+        const DType out = ro == ReduceOp::argmax ? DType::i64 : t;
+        Host want = make(out, rows);
+        cpu_->reduce(0, ro, t, s.outer, s.len, s.inner, x.bytes.data(), want.bytes.data());
+        void* dx = upload(x);
+        void* dy = device_out(out, rows);
+        cuda_->reduce(0, ro, t, s.outer, s.len, s.inner, dx, dy);
+        const Host got = download(dy, out, rows);
+        std::string what;
+        int64_t bad = -1;
+        if ((ro == ReduceOp::max || ro == ReduceOp::min) && is_floating(t)) {
+          visit(t, [&](auto tv) {
+            using T = decltype(tv);
+            for (int64_t i = 0; i < rows && bad < 0; ++i) {
+              const T w = want.as<T>()[i], g = got.as<T>()[i];
+              if (!(w == g || (std::isnan(w) && std::isnan(g)))) {
+                bad = i;
+                what = "cpu " + std::to_string(w) + ", cuda " + std::to_string(g);
+              }
+            }
+          });
+        } else {
+          bad = first_mismatch(want, got, 0, what);
+        }
+        EXPECT_EQ(bad, -1) << shape_name(s) << " " << dtype_name(t) << " reduce op " << op
+                           << ", output " << bad << ": " << what;
+      }
+      release();
+    }
+  }
+}
+
+TEST_F(CudaKernels, FloatSumsWithinToleranceAndDeterministic) {
+  for (const ReduceShape& s : kReduceShapes) {
+    const int64_t n = s.outer * s.len * s.inner, rows = s.outer * s.inner;
+    for (DType t : {DType::f32, DType::f64}) {
+      const Host x = random(t, n, rng_, Fill::kUnit);
+      Host want = make(t, rows);
+      cpu_->reduce(0, ReduceOp::sum, t, s.outer, s.len, s.inner, x.bytes.data(), want.bytes.data());
+      void* dx = upload(x);
+      void* d1 = device_out(t, rows);
+      void* d2 = device_out(t, rows);
+      cuda_->reduce(0, ReduceOp::sum, t, s.outer, s.len, s.inner, dx, d1);
+      cuda_->reduce(0, ReduceOp::sum, t, s.outer, s.len, s.inner, dx, d2);
+      const Host g1 = download(d1, t, rows), g2 = download(d2, t, rows);
+      EXPECT_EQ(g1.bytes, g2.bytes) << shape_name(s) << ": two runs gave different bits";
+      visit(t, [&](auto tv) {
+        using T = decltype(tv);
+        if constexpr (std::is_floating_point_v<T>) {
+          const double rel = sizeof(T) == 4 ? 1e-5 : 1e-13;
+          int failures = 0;
+          for (int64_t r = 0; r < rows && failures < 3; ++r) {
+            const int64_t o = r / s.inner, i = r % s.inner;
+            double abs_sum = 0;
+            for (int64_t l = 0; l < s.len; ++l)
+              abs_sum += std::abs(x.as<T>()[(o * s.len + l) * s.inner + i]);
+            const double w = want.as<T>()[r], g = g1.as<T>()[r];
+            if (!(std::abs(w - g) <= rel * abs_sum)) {
+              ++failures;
+              ADD_FAILURE() << shape_name(s) << " " << dtype_name(t) << " sum, output " << r
+                            << ": cpu " << w << ", cuda " << g << ", tolerance " << rel * abs_sum;
+            }
+          }
+        }
+      });
+      release();
+    }
+  }
+}
+
+TEST_F(CudaKernels, MatmulTransposesMatchCpu) {
+  struct Case {
+    int64_t batch, m, n, k;
+  };
+  const Case cases[] = {
+      {1, 1, 1, 1}, {1, 5, 7, 3}, {3, 64, 33, 17}, {2, 128, 96, 200}, {1, 4, 5, 0}};
+  for (const Case& c : cases) {
+    for (DType t : kNumeric) {
+      for (bool unit : {false, true}) {
+        if (unit && !is_floating(t)) continue;
+        const Host a = random(t, c.batch * c.m * c.k, rng_, unit ? Fill::kUnit : Fill::kSmallInts);
+        const Host b = random(t, c.batch * c.k * c.n, rng_, unit ? Fill::kUnit : Fill::kSmallInts);
+        void* da = upload(a);
+        void* db = upload(b);
+        for (int tr = 0; tr < 4; ++tr) {
+          const bool ta = (tr & 1) != 0, tb = (tr & 2) != 0;
+          const int64_t cn = c.batch * c.m * c.n;
+          Host want = make(t, cn);
+          cpu_->matmul_t(0, t, c.batch, c.m, c.n, c.k, a.bytes.data(), ta, b.bytes.data(), tb,
+                         want.bytes.data());
+          void* dc = device_out(t, cn);
+          cuda_->matmul_t(0, t, c.batch, c.m, c.n, c.k, da, ta, db, tb, dc);
+          const Host got = download(dc, t, cn);
+          const std::string name = "matmul_t (" + std::to_string(c.batch) + ", " +
+                                   std::to_string(c.m) + ", " + std::to_string(c.n) + ", " +
+                                   std::to_string(c.k) + ") " + std::string(dtype_name(t)) +
+                                   (ta ? " trans_a" : "") + (tb ? " trans_b" : "");
+          if (!unit) {
+            std::string what;
+            EXPECT_EQ(first_mismatch(want, got, 0, what), -1) << name << ": " << what;
+            continue;
+          }
+          visit(t, [&](auto tv) {
+            using T = decltype(tv);
+            if constexpr (std::is_floating_point_v<T>) {
+              const double rel = sizeof(T) == 4 ? 1e-5 : 1e-13;
+              const T* A = a.as<T>();
+              const T* B = b.as<T>();
+              int failures = 0;
+              for (int64_t e = 0; e < cn && failures < 3; ++e) {
+                const int64_t bt = e / (c.m * c.n), i = e / c.n % c.m, j = e % c.n;
+                double bound = 0;
+                for (int64_t q = 0; q < c.k; ++q) {
+                  const T av =
+                      ta ? A[bt * c.m * c.k + q * c.m + i] : A[bt * c.m * c.k + i * c.k + q];
+                  const T bv =
+                      tb ? B[bt * c.k * c.n + j * c.k + q] : B[bt * c.k * c.n + q * c.n + j];
+                  bound += std::abs(double{av} * double{bv});
+                }
+                const double w = want.as<T>()[e], g = got.as<T>()[e];
+                if (!(std::abs(w - g) <= rel * bound)) {
+                  ++failures;
+                  ADD_FAILURE() << name << ", element " << e << ": cpu " << w << ", cuda " << g;
+                }
+              }
+            }
+          });
+        }
+        release();
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace meshrt
