@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <functional>
 #include <limits>
 #include <numeric>
@@ -855,6 +856,8 @@ TEST_P(Ops, CompoundAssignmentComparisonsAndRows) {
 
 TEST_P(Ops, InsideShardMapBodies) {
   // The MLP pattern: ops on each device's block, then a collective.
+  if (const std::string why = test::too_few_devices(4, GetParam()); !why.empty())
+    GTEST_SKIP() << why;
   Mesh mesh = make_mesh({4}, {"x"}, GetParam());
   std::vector<float> host(4 * 3 * 2);
   std::iota(host.begin(), host.end(), 0.f);
@@ -874,7 +877,27 @@ TEST_P(Ops, InsideShardMapBodies) {
   EXPECT_EQ(y.to_vector<float>(), want);
 }
 
-INSTANTIATE_TEST_SUITE_P(Platforms, Ops, ::testing::Values("cpu", "cuda"));
+// test::host_bytes reads a tensor's elements through copy_to_host (the tests' bit-for-bit
+// comparisons use it on every platform): the bytes of to_vector, views included, -0 and NaN kept.
+TEST_P(Ops, HostBytesAreTheElementsBits) {
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const std::vector<float> v{1.5f, -0.0f, 0.0f, nan, -3.25f, 1e-40f};
+  const Tensor t = tensor(v, {3, 2}, dev_);
+  auto bytes_of = [](const std::vector<float>& f) {
+    std::vector<unsigned char> b(f.size() * sizeof(float));
+    std::memcpy(b.data(), f.data(), b.size());
+    return b;
+  };
+  EXPECT_EQ(test::host_bytes(t), bytes_of(v));
+  EXPECT_EQ(test::host_bytes(t[1]), bytes_of({0.0f, nan}));
+  EXPECT_NE(test::host_bytes(t[0]), test::host_bytes(t[0] + 0.0))  // -0 + 0 is +0
+      << "host_bytes must tell -0 from +0";
+  EXPECT_TRUE(test::host_bytes(tensor(std::vector<int32_t>{}, {0}, dev_)).empty());
+}
+
+// Named by platform (Platforms/Ops.Creation/cuda): the cuda runs' CUDA_FILTER selects "*/cuda".
+INSTANTIATE_TEST_SUITE_P(Platforms, Ops, ::testing::Values("cpu", "cuda"),
+                         test::platform_param_name);
 
 // The dimension merging the cuda kernels launch with (backends/merge_dims.h) must visit exactly
 // the operand offsets of the unmerged iteration, in the same order: random shapes with dense,
@@ -895,6 +918,26 @@ std::vector<std::vector<int64_t>> visit(const std::vector<int64_t>& shape,
     }
   }
   return out;
+}
+
+// test::ulp_distance, the tests' measure for transcendental results: steps between
+// representable values, across zero, binades and subnormals.
+TEST(TestUtil, UlpDistanceCountsRepresentableSteps) {
+  using test::ulp_distance;
+  EXPECT_EQ(ulp_distance(1.0f, 1.0f), 0);
+  EXPECT_EQ(ulp_distance(0.0f, -0.0f), 0);
+  EXPECT_EQ(ulp_distance(1.0f, std::nextafter(1.0f, 2.0f)), 1);
+  EXPECT_EQ(ulp_distance(std::nextafter(1.0f, 0.0f), std::nextafter(1.0f, 2.0f)), 2);  // a binade
+  const float tiny = std::numeric_limits<float>::denorm_min();
+  EXPECT_EQ(ulp_distance(-tiny, tiny), 2);
+  EXPECT_EQ(ulp_distance(-0.08804214f, -0.088042259f), 16);  // the first GPU run's sinf case
+  EXPECT_EQ(ulp_distance(-1.0f, 1.0f), 2 * int64_t{0x3f800000});
+  EXPECT_EQ(ulp_distance(1.0, std::nextafter(1.0, 2.0)), 1);
+  EXPECT_EQ(ulp_distance(-std::numeric_limits<double>::max(), std::numeric_limits<double>::max()),
+            std::numeric_limits<int64_t>::max());  // clamped
+  EXPECT_EQ(ulp_distance(std::nanf(""), std::nanf("")), std::numeric_limits<int64_t>::max());
+  EXPECT_EQ(ulp_distance(1.0f, std::numeric_limits<float>::quiet_NaN()),
+            std::numeric_limits<int64_t>::max());
 }
 
 TEST(MergeDims, VisitsTheSameOffsetsWithFewerDimensions) {
