@@ -129,6 +129,20 @@ start=$(date +%s)
 
 failures=()
 cuda_unusable=0
+# Is cuda usable at all? (A suite's start checks it before any test; this one runs none.)
+probe="$(cd "$here" && MESHRT_REQUIRE_CUDA=1 ./bin/test_astype --gtest_filter=NoSuchTest \
+           --meshrt-env=MESHRT_PLATFORM=cuda 2>&1)"
+if [ $? -ne 0 ]; then
+  echo "$probe" | tail -3 >&2
+  {
+    echo
+    echo "## The cuda platform is not usable here"
+    echo
+    echo "$probe" | tail -3
+  } >> "$report"
+  echo "report: $report"
+  die "the cuda platform is not usable on this machine (above); nothing was run"
+fi
 
 # ---- the suites: one process per suite and k
 declare -A cell=()
@@ -179,7 +193,7 @@ if [ "$run_tests" = 1 ]; then
         printf " %s / 0 / %s |" "${pass:-0}" "${skip:-0}" >> "$report"
       else
         printf " **%s / %s / %s (exit %s)** |" "${pass:-0}" "${fail:-?}" "${skip:-0}" "$rc" >> "$report"
-        failures+=("$name at k=$k (exit $rc): $(grep -E '^\[  FAILED  \] [A-Za-z]' "$log" | head -3 | tr '\n' ' ')$(tail -2 "$log" | tr '\n' ' ' | cut -c1-200)")
+        failures+=("$name at k=$k (exit $rc): $( (grep -E '^\[  FAILED  \] [A-Za-z]' "$log" | head -4; tail -2 "$log") | tr '\n' ' ' | cut -c1-400)")
         grep -q "is not usable" "$log" && cuda_unusable=1
       fi
     done
