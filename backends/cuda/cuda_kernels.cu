@@ -610,6 +610,24 @@ cudaError_t cols_pass(cudaStream_t s, const Src& src, const Dst& dst, int64_t ou
   return cudaGetLastError();
 }
 
+// The stream-ordered pool keeps up to 64 MiB after a free (its default, 0, would hand the
+// reductions' scratch back to the driver at every synchronisation and fetch it again).
+void keep_pool_memory() {
+  static std::atomic<bool> done[64];
+  int dev = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= 64) {
+    (void)cudaGetLastError();
+    return;
+  }
+  if (done[dev].exchange(true)) return;
+  cudaMemPool_t pool = nullptr;
+  uint64_t keep = uint64_t{64} << 20;
+  if (cudaDeviceGetDefaultMemPool(&pool, dev) != cudaSuccess ||
+      cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep) != cudaSuccess) {
+    (void)cudaGetLastError();
+  }
+}
+
 template <int Op, class T>
 cudaError_t reduce_typed(cudaStream_t s, int64_t outer, int64_t len, int64_t inner, const T* x,
                          void* y) {
@@ -630,6 +648,7 @@ cudaError_t reduce_typed(cudaStream_t s, int64_t outer, int64_t len, int64_t inn
   // fold over them (chunks in order, the same kernels without a split).
   const size_t count = static_cast<size_t>(outer * chunks * inner);
   const size_t idx_bytes = Op == 3 ? count * sizeof(int64_t) : 0;
+  keep_pool_memory();
   void* scratch = nullptr;
   cudaError_t e = cudaMallocAsync(&scratch, idx_bytes + count * sizeof(T), s);
   if (e != cudaSuccess) return e;
@@ -720,7 +739,7 @@ cudaError_t launch_unary(cudaStream_t s, int op, DType in, DType out, const Dims
 cudaError_t launch_binary(cudaStream_t s, int op, DType in, DType out, const Dims& d,
                           const Operand& a, const Operand& b, void* y, int64_t n) {
   if (n == 0) return cudaSuccess;
-  if ((op >= 6) != (out == DType::bool_) || (op < 6 && out != in)) return cudaErrorInvalidValue;
+  if (op >= 6 ? out != DType::bool_ : out != in) return cudaErrorInvalidValue;
   return with_type(in, [&](auto iv) -> cudaError_t {
     using I = decltype(iv);
     if constexpr (std::is_floating_point_v<I>) {
