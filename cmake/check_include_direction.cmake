@@ -1,16 +1,16 @@
 # Fails when a file includes against meshrt's layering (run by every build and by CTest):
-#   core <- backends <- collectives <- runtime <- global <- autodiff   (a layer includes only
+#   core <- backends <- collectives <- runtime <- global <- autodiff <- train   (a layer includes only
 #   its own folder and the ones to its left); bench/ and examples/ include <meshrt/meshrt.h>
 #   and their own folder only; vendor headers (CUDA, cuBLAS, NCCL, MPI) only in
 #   backends/<platform>/; one platform's folder never includes another's; every project
 #   include is spelled from the repository root ("core/dtype.h", never "dtype.h").
 # Usage: cmake -DROOT=<repo> -P check_include_direction.cmake
-set(layers core backends collectives runtime global autodiff)
+set(layers core backends collectives runtime global autodiff train)
 set(vendor_re "^(cuda[a-z_0-9]*\\.h|cuda\\.h|cublas[a-z_0-9]*\\.h|nccl\\.h|mpi\\.h|cuda/.*)$")
 set(errors "")
 file(GLOB_RECURSE files RELATIVE ${ROOT}
      ${ROOT}/core/* ${ROOT}/backends/* ${ROOT}/collectives/* ${ROOT}/runtime/* ${ROOT}/global/*
-     ${ROOT}/autodiff/* ${ROOT}/bench/* ${ROOT}/examples/* ${ROOT}/tests/* ${ROOT}/include/*)
+     ${ROOT}/autodiff/* ${ROOT}/train/* ${ROOT}/bench/* ${ROOT}/examples/* ${ROOT}/tests/* ${ROOT}/include/*)
 list(FILTER files INCLUDE REGEX "\\.(h|cpp|cu|c)$")
 foreach(f IN LISTS files)
   string(REGEX MATCH "^[^/]+" top ${f})
@@ -48,7 +48,7 @@ foreach(f IN LISTS files)
       endif()
     elseif(rank GREATER_EQUAL 0)
       if(irank LESS 0 OR irank GREATER rank)
-        string(APPEND errors "  ${f}: includes \"${inc}\", upward from ${top}/ (allowed: core <- backends <- collectives <- runtime <- global <- autodiff)\n")
+        string(APPEND errors "  ${f}: includes \"${inc}\", upward from ${top}/ (allowed: core <- backends <- collectives <- runtime <- global <- autodiff <- train)\n")
       endif()
       if(f MATCHES "^backends/([^/]+)/" )
         set(own ${CMAKE_MATCH_1})
