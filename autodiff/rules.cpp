@@ -133,6 +133,19 @@ CtList<T> balanced_scalar(const Node<T>& n, const CtList<T>& c, Env&) {
 template <class T, bool kAttrs>
 CtList<T> matmul_vjp(const Node<T>& n, const CtList<T>& c, Env&) {
   const bool ta = kAttrs && n.attrs.ints.at(0) != 0, tb = kAttrs && n.attrs.ints.at(1) != 0;
+  // The forward product's precision (ints[2]), as JAX's dot_general transpose keeps it.
+  const Precision p =
+      n.attrs.ints.size() > 2 ? static_cast<Precision>(n.attrs.ints[2]) : Precision::highest;
+  const auto opts = [p] {
+    if constexpr (std::is_same_v<T, Array>) {
+      return OpOptions{.out_sharding = std::nullopt, .precision = p};
+    } else {
+      return MatmulOptions{p};
+    }
+  }();
+  const auto matmul_transposed = [&opts](const T& x, const T& y, bool tx, bool ty) {
+    return meshrt::matmul_transposed(x, y, tx, ty, opts);
+  };
   T a = n.input(0);
   T b = n.input(1);
   T g = ct_of(c, 0);

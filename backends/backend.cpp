@@ -50,6 +50,12 @@ void Backend::matmul_t(int device, DType dtype, int64_t batch, int64_t m, int64_
   matmul(device, dtype, batch, m, n, k, ta ? ta->data() : a, tb ? tb->data() : b, c);
 }
 
+void Backend::matmul_prec(int device, DType dtype, int64_t batch, int64_t m, int64_t n, int64_t k,
+                          const void* a, bool trans_a, const void* b, bool trans_b, void* c,
+                          Precision) {
+  matmul_t(device, dtype, batch, m, n, k, a, trans_a, b, trans_b, c);
+}
+
 void Backend::synchronize(int) {
   if (!host_addressable()) unsupported(*this, "a way to wait for queued work (synchronize)");
 }

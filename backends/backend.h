@@ -115,6 +115,12 @@ class Backend {
   // products (no copy).
   virtual void matmul_t(int device, DType dtype, int64_t batch, int64_t m, int64_t n, int64_t k,
                         const void* a, bool trans_a, const void* b, bool trans_b, void* c);
+  // matmul_t at a precision other than Precision::highest (tf32: tensor cores round f32 operands
+  // to TF32 and accumulate in f32). The default computes matmul_t in full precision (cpu: what
+  // was asked is allowed, never required); a platform with tensor cores overrides it.
+  virtual void matmul_prec(int device, DType dtype, int64_t batch, int64_t m, int64_t n, int64_t k,
+                           const void* a, bool trans_a, const void* b, bool trans_b, void* c,
+                           Precision precision);
   // y[i] = value (converted to dtype), or y[i] = i when iota.
   virtual void fill(int device, DType dtype, int64_t n, double value, bool iota, void* y) = 0;
 

@@ -127,37 +127,46 @@ int main(int argc, char** argv) {
                   r.bytes / t / copy_bw);
     }
 
-    // The seed step's products.
+    // The seed step's products, at each matmul precision (tf32: tensor cores where the platform
+    // has them; cpu computes full precision either way).
     const std::vector<int64_t> sizes{784, cols, cols, cols, cols, cols, 8};
-    double step_mm = 0, step_flops = 0;
-    std::printf("\n| seed step product (batch %lld) | time (us) | TFLOP/s |\n",
-                static_cast<long long>(rows));
-    std::printf("| --- | --- | --- |\n");
-    for (size_t l = 0; l + 1 < sizes.size(); ++l) {
-      const Tensor in = random::normal(random::key(10), {rows, sizes[l]}, d);
-      const Tensor w = random::normal(random::key(11), {sizes[l], sizes[l + 1]}, d);
-      const Tensor g = random::normal(random::key(12), {rows, sizes[l + 1]}, d);
-      const double f = 2.0 * static_cast<double>(rows * sizes[l] * sizes[l + 1]);
-      struct Mm {
-        std::string name;
-        std::function<Tensor()> op;
-      };
-      std::vector<Mm> mms = {
-          {"x @ W", [&] { return matmul(in, w); }},
-          {"x^T @ g", [&] { return matmul_transposed(in, g, true, false); }},
-      };
-      if (l > 0) mms.push_back({"g @ W^T", [&] { return matmul_transposed(g, w, false, true); }});
-      for (const Mm& m : mms) {
-        const double t = time_op(m.op, iters, repeats);
-        step_mm += t;
-        step_flops += f;
-        std::printf("| layer %zu %s (%lld x %lld) | %.1f | %.2f |\n", l, m.name.c_str(),
-                    static_cast<long long>(sizes[l]), static_cast<long long>(sizes[l + 1]), t * 1e6,
-                    f / t / 1e12);
+    for (Precision prec : {Precision::highest, Precision::tf32}) {
+      const MatmulOptions mo{prec};
+      double step_mm = 0, step_flops = 0;
+      std::printf("\n| seed step product (batch %lld), precision %s | time (us) | TFLOP/s |\n",
+                  static_cast<long long>(rows), std::string(precision_name(prec)).c_str());
+      std::printf("| --- | --- | --- |\n");
+      for (size_t l = 0; l + 1 < sizes.size(); ++l) {
+        const Tensor in = random::normal(random::key(10), {rows, sizes[l]}, d);
+        const Tensor w = random::normal(random::key(11), {sizes[l], sizes[l + 1]}, d);
+        const Tensor g = random::normal(random::key(12), {rows, sizes[l + 1]}, d);
+        const double f = 2.0 * static_cast<double>(rows * sizes[l] * sizes[l + 1]);
+        struct Mm {
+          std::string name;
+          std::function<Tensor()> op;
+        };
+        std::vector<Mm> mms = {
+            {"x @ W", [&] { return matmul(in, w, mo); }},
+            {"x^T @ g", [&] { return matmul_transposed(in, g, true, false, mo); }},
+        };
+        if (l > 0) {
+          mms.push_back({"g @ W^T", [&] { return matmul_transposed(g, w, false, true, mo); }});
+        }
+        for (const Mm& mm : mms) {
+          const double t = time_op(mm.op, iters, repeats);
+          step_mm += t;
+          step_flops += f;
+          std::printf("| layer %zu %s (%lld x %lld) | %.1f | %.2f |\n", l, mm.name.c_str(),
+                      static_cast<long long>(sizes[l]), static_cast<long long>(sizes[l + 1]),
+                      t * 1e6, f / t / 1e12);
+        }
       }
+      std::printf(
+          "\nstep products at %s: %.1f GFLOP in %.3f ms = %.2f TFLOP/s (the step's matmul "
+          "time)\n",
+          std::string(precision_name(prec)).c_str(), step_flops / 1e9, step_mm * 1e3,
+          step_flops / step_mm / 1e12);
     }
-    std::printf("\nstep products: %.1f GFLOP in %.3f ms = %.2f TFLOP/s (the step's matmul time)\n",
-                step_flops / 1e9, step_mm * 1e3, step_flops / step_mm / 1e12);
 
     // The collective matmul over every device of the platform: naive (the collective, then the
     // product) against overlapped and bidirectional (a ring of shifts, each overlapping a block

@@ -3,6 +3,7 @@
 # Linux machine with a GPU, a CUDA 13 driver and runtime, cuBLAS and NCCL.
 #
 #   ./run-gpu.sh [--out DIR] [--k "1 2 4 8"] [--jobs N] [--no-bench] [--no-tests] [--quick]
+#                [--benches "kernels mlp tf32 collectives jax"]
 #       runs every cuda suite at each k (logical devices per GPU) with MESHRT_REQUIRE_CUDA=1, one
 #       process per suite and k, then the GPU benchmarks (kernels against the copy bound, the seed
 #       MLP step to completion, collectives, the collective matmul, JAX's step on the same GPU
@@ -17,6 +18,7 @@ set -uo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 check=0 quick=0 run_tests=1 run_bench=1 jobs=4
 ks="1 2 4 8"
+benches="kernels mlp tf32 collectives jax"
 out="$PWD/meshrt-gpu-report"
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -25,9 +27,10 @@ while [ $# -gt 0 ]; do
     --no-tests) run_tests=0 ;;
     --no-bench) run_bench=0 ;;
     --k) ks="$2"; shift ;;
+    --benches) benches="$2"; shift ;;
     --jobs) jobs="$2"; shift ;;
     --out) out="$2"; shift ;;
-    -h|--help) sed -n '2,17p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,18p' "$0"; exit 0 ;;
     *) echo "run-gpu.sh: unknown argument '$1' (--help lists them)" >&2; exit 2 ;;
   esac
   shift
@@ -232,19 +235,27 @@ if [ "$run_bench" = 1 ] && [ "$cuda_unusable" = 0 ]; then
   echo -e "\n## Benchmarks (every time ends in a real wait)" >> "$report"
   q=(); [ "$quick" = 1 ] && q=(--quick)
   n=20; w=5; [ "$quick" = 1 ] && n=3 && w=1
-  bench "Kernels against the copy bound, seed step products, collective matmul (8 logical devices)" 8 240 \
+  want() { case " $benches " in *" $1 "*) return 0 ;; *) return 1 ;; esac; }
+  reps="$([ "$quick" = 1 ] && echo 2 || echo 10)"
+  want kernels && bench "Kernels against the copy bound, seed step products, collective matmul (8 logical devices)" 8 240 \
     ./bin/meshrt-kernel-report "${q[@]}"
-  bench "Seed MLP step [784, 1024x5, 8], batch 8192, f32: 1 logical device and 8 (DP, FSDP, TP, 2-D)" 8 240 \
-    ./bin/meshrt-mlp-bench --resident-only --repeats "$([ "$quick" = 1 ] && echo 2 || echo 10)" "${q[@]}"
-  bench "psum of one float over 8 logical devices (latency)" 8 120 \
-    ./bin/meshrt-bench all_reduce -b 4 -e 4 -g 8 --platform cuda --algo direct,ring,bidi_ring -n $((n * 15)) -w $((w * 6))
-  bench "all_reduce 8 B - 1 GiB over 4 logical devices" 4 240 \
-    ./bin/meshrt-bench all_reduce -b 8 -e "$([ "$quick" = 1 ] && echo 1M || echo 1G)" -f 8 -g 4 --platform cuda --algo direct,ring,bidi_ring -n "$n" -w "$w"
-  for op in all_gather reduce_scatter all_to_all ppermute; do
-    bench "$op 16 MiB over 4 logical devices" 4 120 \
-      ./bin/meshrt-bench "$op" -b 16M -e 16M -g 4 --platform cuda --algo direct,ring,bidi_ring -n "$n" -w "$w"
-  done
-  if command -v python3 >/dev/null 2>&1 && python3 -c 'import jax' >/dev/null 2>&1; then
+  want mlp && bench "Seed MLP step [784, 1024x5, 8], batch 8192, f32: 1 logical device and 8 (DP, FSDP, TP, 2-D)" 8 240 \
+    ./bin/meshrt-mlp-bench --resident-only --repeats "$reps" "${q[@]}"
+  want tf32 && bench "Seed MLP step, 1 logical device, matmul precision tf32 (MESHRT_MATMUL_PRECISION=tf32)" 2 120 \
+    env MESHRT_MATMUL_PRECISION=tf32 ./bin/meshrt-mlp-bench --resident-only --strategy single --repeats "$reps" "${q[@]}"
+  if want collectives; then
+    bench "psum of one float over 8 logical devices (latency)" 8 120 \
+      ./bin/meshrt-bench all_reduce -b 4 -e 4 -g 8 --platform cuda --algo direct,ring,bidi_ring -n $((n * 15)) -w $((w * 6))
+    bench "all_reduce 8 B - 1 GiB over 4 logical devices" 4 240 \
+      ./bin/meshrt-bench all_reduce -b 8 -e "$([ "$quick" = 1 ] && echo 1M || echo 1G)" -f 8 -g 4 --platform cuda --algo direct,ring,bidi_ring -n "$n" -w "$w"
+    for op in all_gather reduce_scatter all_to_all ppermute; do
+      bench "$op 16 MiB over 4 logical devices" 4 120 \
+        ./bin/meshrt-bench "$op" -b 16M -e 16M -g 4 --platform cuda --algo direct,ring,bidi_ring -n "$n" -w "$w"
+    done
+  fi
+  if ! want jax; then
+    :
+  elif command -v python3 >/dev/null 2>&1 && python3 -c 'import jax' >/dev/null 2>&1; then
     bench "JAX on the same GPU: jit(value_and_grad) of the seed step, precision highest and default" 1 300 \
       python3 bench/jax_gpu_step.py --repeats "$([ "$quick" = 1 ] && echo 3 || echo 50)" "${q[@]}"
   else

@@ -147,6 +147,10 @@ bool prng_legacy_stream() {
   return choice("MESHRT_PRNG_STREAM", "random.key", {"current", "legacy"}) == "legacy";
 }
 
+bool matmul_tf32() {
+  return choice("MESHRT_MATMUL_PRECISION", "matmul", {"highest", "tf32"}) == "tf32";
+}
+
 int launcher_local_processes() {
   for (const char* name : {"OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS"}) {
     if (auto v = raw(name)) {

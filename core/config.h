@@ -54,6 +54,8 @@ bool require_cuda();
 // MESHRT_PRNG_STREAM: the bit stream of random::key(seed) when no stream is passed: false for
 // "current" (default, JAX >= 0.5), true for "legacy" (JAX 0.4.x).
 bool prng_legacy_stream();
+// MESHRT_MATMUL_PRECISION: "highest" (default: true fp32) or "tf32" (tensor cores on GPUs).
+bool matmul_tf32();
 
 // Not meshrt's own: how many processes of this job the launcher started on this host
 // (OMPI_COMM_WORLD_LOCAL_SIZE under Open MPI's mpirun, MPI_LOCALNRANKS under MPICH's); 1 when

@@ -21,6 +21,8 @@ size_t dtype_size(DType dtype) {
   throw Error("[dtype] unknown dtype value " + std::to_string(static_cast<int>(dtype)));
 }
 
+std::string_view precision_name(Precision p) { return p == Precision::tf32 ? "tf32" : "highest"; }
+
 std::string_view dtype_name(DType dtype) {
   switch (dtype) {
     case DType::f32:

@@ -48,6 +48,14 @@ inline constexpr DType dtype_v = dtype_of<std::remove_cv_t<T>>::value;
 size_t dtype_size(DType dtype);
 // "float32", "float64", "int32", "int64", "bool".
 std::string_view dtype_name(DType dtype);
+
+// Matmul precision (jax.lax.Precision, jax.default_matmul_precision): `highest` multiplies f32 in
+// true fp32 (f64 in f64); `tf32` lets a GPU with tensor cores round f32 operands to TF32 (8-bit
+// exponent, 10-bit mantissa) and accumulate in f32, as JAX does on GPUs by default. cpu computes
+// in full precision whatever is asked. set_default_matmul_precision (runtime/tensor_ops.h) and
+// MESHRT_MATMUL_PRECISION choose the default; matmul/dot options choose per call.
+enum class Precision { highest, tf32 };
+std::string_view precision_name(Precision p);
 // The C++ element type name, for error messages: "float", "double", "int32_t", "int64_t", "bool".
 std::string_view dtype_cpp_name(DType dtype);
 

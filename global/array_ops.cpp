@@ -295,7 +295,8 @@ V swap_last_two(V v) {
 Array matmul_like(std::string_view op, const Array& a, const Array& b, const OpOptions& options,
                   bool ta, bool tb, std::function<Tensor(const Tensor&, const Tensor&)> f) {
   detail::Traced<Array> tr(ta || tb ? "matmul_transposed" : "matmul", {&a, &b});
-  if (tr && (ta || tb)) tr.attrs().ints = {ta ? 1 : 0, tb ? 1 : 0};
+  // {transpose_a, transpose_b, precision}: the backward products use the same precision.
+  if (tr) tr.attrs().ints = {ta ? 1 : 0, tb ? 1 : 0, static_cast<int64_t>(*options.precision)};
   if ((ta && a.shape().size() < 2) || (tb && b.shape().size() < 2)) {
     throw Error(cat("[", op, "] a transposed operand must be at least 2-D, got shapes ",
                     shape_tuple(a.shape()), " and ", shape_tuple(b.shape()),
@@ -596,20 +597,36 @@ Array log_softmax(const Array& x, int axis) {
 }
 
 // ---- linear algebra
-Array matmul(const Array& a, const Array& b, const OpOptions& o) {
+namespace {
+// The options with the precision resolved once, at the call (the per-device products and the
+// trace see the same value even if the default changes meanwhile).
+OpOptions with_precision(const OpOptions& o) {
+  OpOptions r = o;
+  if (!r.precision) r.precision = default_matmul_precision();
+  return r;
+}
+}  // namespace
+
+Array matmul(const Array& a, const Array& b, const OpOptions& o0) {
+  const OpOptions o = with_precision(o0);
+  const MatmulOptions mo{o.precision};
   return matmul_like("matmul", a, b, o, false, false,
-                     [](const Tensor& x, const Tensor& y) { return matmul(x, y); });
+                     [mo](const Tensor& x, const Tensor& y) { return matmul(x, y, mo); });
 }
 Array matmul_transposed(const Array& a, const Array& b, bool transpose_a, bool transpose_b,
-                        const OpOptions& o) {
+                        const OpOptions& o0) {
+  const OpOptions o = with_precision(o0);
+  const MatmulOptions mo{o.precision};
   return matmul_like("matmul_transposed", a, b, o, transpose_a, transpose_b,
-                     [transpose_a, transpose_b](const Tensor& x, const Tensor& y) {
-                       return matmul_transposed(x, y, transpose_a, transpose_b);
+                     [transpose_a, transpose_b, mo](const Tensor& x, const Tensor& y) {
+                       return matmul_transposed(x, y, transpose_a, transpose_b, mo);
                      });
 }
-Array dot(const Array& a, const Array& b, const OpOptions& o) {
+Array dot(const Array& a, const Array& b, const OpOptions& o0) {
+  const OpOptions o = with_precision(o0);
+  const MatmulOptions mo{o.precision};
   return matmul_like("dot", a, b, o, false, false,
-                     [](const Tensor& x, const Tensor& y) { return dot(x, y); });
+                     [mo](const Tensor& x, const Tensor& y) { return dot(x, y, mo); });
 }
 
 Array transpose(const Array& x, std::vector<int> perm) {

@@ -31,6 +31,8 @@ namespace meshrt {
 // Options of ops that can be told their result's sharding (JAX's out_sharding=).
 struct OpOptions {
   std::optional<Sharding> out_sharding;
+  // The product's precision (default_matmul_precision() when unset; see core/dtype.h).
+  std::optional<Precision> precision;
 };
 
 // ---- creation on a sharding (each device fills its own block)

@@ -2,9 +2,11 @@
 #include "runtime/tensor_ops.h"
 
 #include <algorithm>
+#include <atomic>
 #include <numeric>
 
 #include "backends/backend.h"
+#include "core/config.h"
 #include "core/error.h"
 #include "core/strided.h"
 #include "core/strings.h"
@@ -425,7 +427,8 @@ Tensor softmax(const Tensor& x0, int axis) {
 namespace {
 
 // a @ b (jnp.matmul), with a stored (..., k, m) when ta and b stored (..., n, k) when tb.
-Tensor matmul_impl(const Tensor& a0, const Tensor& b0, bool ta, bool tb, const char* name) {
+Tensor matmul_impl(const Tensor& a0, const Tensor& b0, bool ta, bool tb, const char* name,
+                   Precision precision) {
   check_same_device(a0, b0, name);
   if (a0.ndim() == 0 || b0.ndim() == 0) {
     throw Error(cat("[ops] ", name, ": operands must be at least 1-D, got shapes ",
@@ -467,7 +470,10 @@ Tensor matmul_impl(const Tensor& a0, const Tensor& b0, bool ta, bool tb, const c
   if (!a_vec) out.push_back(m);
   if (!b_vec) out.push_back(n);
   Tensor y = empty(out, t, a.device());
-  if (!ta && !tb) {
+  if (precision != Precision::highest && t == DType::f32) {
+    be(a).matmul_prec(dev(a), t, shape_size(batch), m, n, k, a.data(), ta, b.data(), tb, y.data(),
+                      precision);
+  } else if (!ta && !tb) {
     be(a).matmul(dev(a), t, shape_size(batch), m, n, k, a.data(), b.data(), y.data());
   } else {
     be(a).matmul_t(dev(a), t, shape_size(batch), m, n, k, a.data(), ta, b.data(), tb, y.data());
@@ -475,23 +481,47 @@ Tensor matmul_impl(const Tensor& a0, const Tensor& b0, bool ta, bool tb, const c
   return y;
 }
 
+std::atomic<int> g_default_precision{-1};  // -1: not chosen yet (read the environment)
+
+Precision precision_of(const MatmulOptions& o) {
+  return o.precision ? *o.precision : default_matmul_precision();
+}
 }  // namespace
 
-Tensor matmul(const Tensor& a, const Tensor& b) {
+void set_default_matmul_precision(Precision precision) {
+  g_default_precision.store(static_cast<int>(precision));
+}
+Precision default_matmul_precision() {
+  int p = g_default_precision.load();
+  if (p < 0) {
+    p = static_cast<int>(config::matmul_tf32() ? Precision::tf32 : Precision::highest);
+    int unset = -1;
+    g_default_precision.compare_exchange_strong(unset, p);
+    p = g_default_precision.load();
+  }
+  return static_cast<Precision>(p);
+}
+
+// Traced as {transpose_a, transpose_b, precision}: the backward products use the same precision.
+Tensor matmul(const Tensor& a, const Tensor& b, const MatmulOptions& o) {
+  const Precision p = precision_of(o);
   detail::Traced<Tensor> tr("matmul", {&a, &b});
-  return tr(matmul_impl(a, b, false, false, "matmul"));
+  if (tr) tr.attrs().ints = {0, 0, static_cast<int64_t>(p)};
+  return tr(matmul_impl(a, b, false, false, "matmul", p));
 }
 
-Tensor matmul_transposed(const Tensor& a, const Tensor& b, bool transpose_a, bool transpose_b) {
+Tensor matmul_transposed(const Tensor& a, const Tensor& b, bool transpose_a, bool transpose_b,
+                         const MatmulOptions& o) {
+  const Precision p = precision_of(o);
   detail::Traced<Tensor> tr("matmul_transposed", {&a, &b});
-  if (tr) tr.attrs().ints = {transpose_a ? 1 : 0, transpose_b ? 1 : 0};
-  return tr(matmul_impl(a, b, transpose_a, transpose_b, "matmul_transposed"));
+  if (tr) tr.attrs().ints = {transpose_a ? 1 : 0, transpose_b ? 1 : 0, static_cast<int64_t>(p)};
+  return tr(matmul_impl(a, b, transpose_a, transpose_b, "matmul_transposed", p));
 }
 
-Tensor dot(const Tensor& a, const Tensor& b) {
+Tensor dot(const Tensor& a, const Tensor& b, const MatmulOptions& o) {
   check_same_device(a, b, "dot");
-  if (a.ndim() <= 2 && b.ndim() <= 2 && a.ndim() >= 1 && b.ndim() >= 1) return matmul(a, b);
-  if (b.ndim() == 1 && a.ndim() > 2) return matmul(a, b);  // contracts the last axis of a
+  if (a.ndim() <= 2 && b.ndim() <= 2 && a.ndim() >= 1 && b.ndim() >= 1) return matmul(a, b, o);
+  if (b.ndim() == 1 && a.ndim() > 2) return matmul(a, b, o);  // contracts the last axis of a
   if (a.ndim() == 0 || b.ndim() == 0) return multiply(a, b);
   throw Error(
       cat("[ops] dot: shapes ", shape_str(a.shape()), " and ", shape_str(b.shape()),

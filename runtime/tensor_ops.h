@@ -132,15 +132,27 @@ Tensor log_softmax(const Tensor& x, int axis = -1);
 Tensor softmax(const Tensor& x, int axis = -1);
 
 // ---- linear algebra
+// The precision of a matmul whose call does not choose one (jax.default_matmul_precision):
+// MESHRT_MATMUL_PRECISION (highest or tf32) until set; highest when neither says. Process-wide.
+// A value_and_grad backward pass multiplies at its forward product's precision; jit records
+// the precision in effect when it traces.
+void set_default_matmul_precision(Precision precision);
+Precision default_matmul_precision();
+// Options of matmul, matmul_transposed and dot: `precision` (see core/dtype.h) overrides the
+// default for this call (tf32 changes only float32 products, on platforms with tensor cores).
+struct MatmulOptions {
+  std::optional<Precision> precision;
+};
 // 2-D, batched (leading dims broadcast) and 1-D operands as jnp.matmul; floats go to a BLAS.
-Tensor matmul(const Tensor& a, const Tensor& b);
+Tensor matmul(const Tensor& a, const Tensor& b, const MatmulOptions& options = {});
 // matmul with a and/or b read transposed in their last two dims, without copying them:
 // matmul_transposed(a, b, true, false) equals matmul(a with its last two dims swapped, b), as
 // jax.lax.dot_general with the contracting dims swapped (what the backward pass of a matmul
 // needs). A transposed operand is at least 2-D; batch dims broadcast as in matmul.
-Tensor matmul_transposed(const Tensor& a, const Tensor& b, bool transpose_a, bool transpose_b);
+Tensor matmul_transposed(const Tensor& a, const Tensor& b, bool transpose_a, bool transpose_b,
+                         const MatmulOptions& options = {});
 // jnp.dot for 1-D and 2-D operands, and N-D . 1-D.
-Tensor dot(const Tensor& a, const Tensor& b);
+Tensor dot(const Tensor& a, const Tensor& b, const MatmulOptions& options = {});
 // Any permutation; empty reverses the dimensions.
 Tensor transpose(const Tensor& x, std::vector<int> perm = {});
 

@@ -12,6 +12,7 @@
 #include <random>
 
 #include "backends/merge_dims.h"
+#include "core/config.h"
 #include "tests/host_ref.h"
 #include "tests/test_util.h"
 
@@ -620,6 +621,102 @@ TEST_P(Ops, MatmulTransposed) {
       }
     }
   }
+}
+
+// Matmul precision: highest is true fp32 everywhere; tf32 on cuda rounds f32 operands to TF32
+// (10-bit mantissa, error per product term <= 2^-10 of |a||b| with f32 accumulation), on cpu it
+// computes in full precision (the same bits as highest). Per-call options override the default,
+// and a backward pass multiplies at its forward product's precision.
+TEST_P(Ops, MatmulPrecision) {
+  const Precision saved = default_matmul_precision();
+  EXPECT_EQ(saved, Precision::highest) << "MESHRT_MATMUL_PRECISION unset: the default is highest";
+  const int64_t m = 64, k = 512, n = 48;
+  std::vector<float> ha(static_cast<size_t>(m * k)), hb(static_cast<size_t>(k * n));
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  for (float& v : ha) v = u(rng_);
+  for (float& v : hb) v = u(rng_);
+  const Tensor a = tensor(ha, {m, k}, dev_), b = tensor(hb, {k, n}, dev_);
+  // The f64 reference and each element's scale sum_k |a||b|.
+  std::vector<double> ref(static_cast<size_t>(m * n)), scale(static_cast<size_t>(m * n));
+  for (int64_t i = 0; i < m; ++i) {
+    for (int64_t j = 0; j < n; ++j) {
+      double r = 0, sc = 0;
+      for (int64_t q = 0; q < k; ++q) {
+        const double x = ha[static_cast<size_t>(i * k + q)], y = hb[static_cast<size_t>(q * n + j)];
+        r += x * y;
+        sc += std::abs(x * y);
+      }
+      ref[static_cast<size_t>(i * n + j)] = r;
+      scale[static_cast<size_t>(i * n + j)] = sc;
+    }
+  }
+  // max over elements of |got - ref| / scale.
+  auto rel_err = [&](const Tensor& t) {
+    const std::vector<float> g = t.to_vector<float>();
+    double worst = 0;
+    for (size_t i = 0; i < g.size(); ++i) {
+      worst = std::max(worst, std::abs(static_cast<double>(g[i]) - ref[i]) / scale[i]);
+    }
+    return worst;
+  };
+  const Tensor hi = matmul(a, b);
+  const Tensor tf = matmul(a, b, {.precision = Precision::tf32});
+  EXPECT_LT(rel_err(hi), 1e-6) << "highest is true fp32";
+  const double tf_err = rel_err(tf);
+  EXPECT_LT(tf_err, 2.0 * std::ldexp(1.0, -10)) << "tf32: operands rounded to 10 mantissa bits";
+  if (GetParam() == "cpu") {
+    EXPECT_EQ(tf.to_vector<float>(), hi.to_vector<float>()) << "cpu computes full precision";
+  } else {
+    EXPECT_GT(tf_err, 1e-5) << "tf32 on a GPU must actually use TF32 (its error is ~1e-4)";
+  }
+  // The default: tf32 for calls that do not choose, per-call highest still wins; restored after.
+  set_default_matmul_precision(Precision::tf32);
+  EXPECT_EQ(matmul(a, b).to_vector<float>(), tf.to_vector<float>());
+  EXPECT_EQ(matmul(a, b, {.precision = Precision::highest}).to_vector<float>(),
+            hi.to_vector<float>());
+  EXPECT_EQ(matmul_transposed(transpose(a), b, true, false).to_vector<float>(),
+            tf.to_vector<float>());
+  set_default_matmul_precision(saved);
+  EXPECT_EQ(matmul(a, b).to_vector<float>(), hi.to_vector<float>());
+  // f64 ignores tf32.
+  const Tensor a64 = astype(a, DType::f64), b64 = astype(b, DType::f64);
+  EXPECT_EQ(matmul(a64, b64, {.precision = Precision::tf32}).to_vector<double>(),
+            matmul(a64, b64).to_vector<double>());
+  EXPECT_EQ(precision_name(Precision::tf32), "tf32");
+}
+
+// MESHRT_MATMUL_PRECISION is read through the one config table: a wrong value names the choices.
+TEST(MatmulPrecisionVariable, NamesTheChoices) {
+  setenv("MESHRT_MATMUL_PRECISION", "tf33", 1);
+  try {
+    (void)config::matmul_tf32();
+    ADD_FAILURE() << "tf33 accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("MESHRT_MATMUL_PRECISION"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("tf32"), std::string::npos) << e.what();
+  }
+  setenv("MESHRT_MATMUL_PRECISION", "tf32", 1);
+  EXPECT_TRUE(config::matmul_tf32());
+  unsetenv("MESHRT_MATMUL_PRECISION");
+  EXPECT_FALSE(config::matmul_tf32());
+}
+
+// value_and_grad of a tf32 product: both cotangent products at tf32, whatever the default.
+TEST_P(Ops, MatmulPrecisionReachesTheBackwardPass) {
+  const int64_t m = 32, k = 256, n = 16;
+  std::vector<float> ha(static_cast<size_t>(m * k)), hb(static_cast<size_t>(k * n));
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  for (float& v : ha) v = u(rng_);
+  for (float& v : hb) v = u(rng_);
+  const Tensor a = tensor(ha, {m, k}, dev_), b = tensor(hb, {k, n}, dev_);
+  const Tensor g = tensor(std::vector<float>(static_cast<size_t>(m * n), 1.0f), {m, n}, dev_);
+  auto [y, pullback] = vjp(
+      [](const Tensor& x, const Tensor& w) { return matmul(x, w, {.precision = Precision::tf32}); },
+      a, b);
+  auto [ga, gb] = pullback(g);
+  const MatmulOptions tf{Precision::tf32};
+  EXPECT_EQ(ga.to_vector<float>(), matmul_transposed(g, b, false, true, tf).to_vector<float>());
+  EXPECT_EQ(gb.to_vector<float>(), matmul_transposed(a, g, true, false, tf).to_vector<float>());
 }
 
 TEST_P(Ops, Transpose) {

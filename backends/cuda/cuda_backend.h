@@ -100,6 +100,9 @@ class CudaBackend final : public backend::Backend {
   void matmul(int device, DType dtype, int64_t batch, int64_t m, int64_t n, int64_t k,
               const void* a, const void* b, void* c) override;
   // cuBLAS's transposed products: no operand is copied (integers: transposed copies first).
+  void matmul_prec(int device, DType dtype, int64_t batch, int64_t m, int64_t n, int64_t k,
+                   const void* a, bool trans_a, const void* b, bool trans_b, void* c,
+                   Precision precision) override;
   void matmul_t(int device, DType dtype, int64_t batch, int64_t m, int64_t n, int64_t k,
                 const void* a, bool trans_a, const void* b, bool trans_b, void* c) override;
   void fill(int device, DType dtype, int64_t n, double value, bool iota, void* y) override;
@@ -139,6 +142,10 @@ class CudaBackend final : public backend::Backend {
                          size_t height, cudaStream_t s) const;
 
  private:
+  // The one cuBLAS call behind matmul, matmul_t and matmul_prec (row-major, either operand read
+  // transposed through cuBLAS's op flags).
+  void gemm(int device, DType dtype, int64_t batch, int64_t m, int64_t n, int64_t k, const void* a,
+            bool trans_a, const void* b, bool trans_b, void* c, Precision precision);
   void init_peer_access();
   void release_block(int device, void* p) noexcept;
   void staged_copy(void* dst, int dst_device, const void* src, int src_device, size_t bytes);

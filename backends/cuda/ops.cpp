@@ -105,6 +105,18 @@ void CudaBackend::matmul(int device, DType dtype, int64_t batch, int64_t m, int6
 
 void CudaBackend::matmul_t(int device, DType dtype, int64_t batch, int64_t m, int64_t n, int64_t k,
                            const void* a, bool trans_a, const void* b, bool trans_b, void* c) {
+  gemm(device, dtype, batch, m, n, k, a, trans_a, b, trans_b, c, Precision::highest);
+}
+
+void CudaBackend::matmul_prec(int device, DType dtype, int64_t batch, int64_t m, int64_t n,
+                              int64_t k, const void* a, bool trans_a, const void* b, bool trans_b,
+                              void* c, Precision precision) {
+  gemm(device, dtype, batch, m, n, k, a, trans_a, b, trans_b, c, precision);
+}
+
+void CudaBackend::gemm(int device, DType dtype, int64_t batch, int64_t m, int64_t n, int64_t k,
+                       const void* a, bool trans_a, const void* b, bool trans_b, void* c,
+                       Precision precision) {
   if (batch == 0 || m == 0 || n == 0) return;
   Logical& l = dev(device);
   set(device);
@@ -136,7 +148,16 @@ void CudaBackend::matmul_t(int device, DType dtype, int64_t batch, int64_t m, in
   const cublasOperation_t op_a = trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
   const int ldb = trans_b ? K : N;  // b stored (n, k) or (k, n)
   const int lda = trans_a ? M : K;  // a stored (k, m) or (m, k)
-  if (dtype == DType::f32) {
+  if (dtype == DType::f32 && precision == Precision::tf32) {
+    // Tensor cores: operands rounded to TF32, products accumulated in f32 (JAX's GPU default).
+    const float one = 1.0f, zero = 0.0f;
+    MESHRT_CUBLAS_CHECK(
+        cublasGemmStridedBatchedEx(l.blas, op_b, op_a, N, M, K, &one, b, CUDA_R_32F, ldb, k * n, a,
+                                   CUDA_R_32F, lda, m * k, &zero, c, CUDA_R_32F, N, m * n,
+                                   static_cast<int>(batch), CUBLAS_COMPUTE_32F_FAST_TF32,
+                                   CUBLAS_GEMM_DEFAULT),
+        device);
+  } else if (dtype == DType::f32) {
     const float one = 1.0f, zero = 0.0f;
     MESHRT_CUBLAS_CHECK(
         cublasSgemmStridedBatched(l.blas, op_b, op_a, N, M, K, &one, static_cast<const float*>(b),

@@ -109,10 +109,11 @@ int main(int argc, char** argv) {
   const double flops = 3 * per_pass - 2.0 * static_cast<double>(batch * sizes[0] * sizes[1]);
   const double rate = sgemm_gflops(mesh, batch, hidden, hidden, repeats);
   std::printf(
-      "MLP [784, %lld x 5, 8], batch %lld, float32, %lld %s devices; %d repeats, "
-      "medians, every step timed to completion (block_until_ready)\n",
+      "MLP [784, %lld x 5, 8], batch %lld, float32, %lld %s devices, matmul precision %s; %d "
+      "repeats, medians, every step timed to completion (block_until_ready)\n",
       static_cast<long long>(hidden), static_cast<long long>(batch), static_cast<long long>(n),
-      std::string(devices().front().platform()).c_str(), repeats);
+      std::string(devices().front().platform()).c_str(),
+      std::string(precision_name(default_matmul_precision())).c_str(), repeats);
   std::printf(
       "sgemm, all devices at once (%lld x %lld x %lld): %.1f GFLOP/s; the step is %.1f "
       "GFLOP\n",

@@ -123,6 +123,12 @@ class Tape final : public backend::Backend {
     add_matmul(device, dtype, batch, m, n, k, a, trans_a, b, trans_b, y);
     real_.matmul_t(device, dtype, batch, m, n, k, a, trans_a, b, trans_b, y);
   }
+  void matmul_prec(int device, DType dtype, int64_t batch, int64_t m, int64_t n, int64_t k,
+                   const void* a, bool trans_a, const void* b, bool trans_b, void* y,
+                   Precision precision) override {
+    add_matmul(device, dtype, batch, m, n, k, a, trans_a, b, trans_b, y, precision);
+    real_.matmul_prec(device, dtype, batch, m, n, k, a, trans_a, b, trans_b, y, precision);
+  }
   void fill(int device, DType dtype, int64_t n, double value, bool iota, void* y) override {
     on_device(device, "a kernel");
     KernelCall c;
@@ -220,11 +226,12 @@ class Tape final : public backend::Backend {
     prog_.calls.push_back(std::move(c));
   }
   void add_matmul(int device, DType dtype, int64_t batch, int64_t m, int64_t n, int64_t k,
-                  const void* a, bool trans_a, const void* b, bool trans_b, void* y) {
+                  const void* a, bool trans_a, const void* b, bool trans_b, void* y,
+                  Precision precision = Precision::highest) {
     on_device(device, "a kernel");
     KernelCall c;
     c.kind = KernelCall::Kind::matmul;
-    c.op = (trans_a ? 1 : 0) | (trans_b ? 2 : 0);
+    c.op = (trans_a ? 1 : 0) | (trans_b ? 2 : 0) | (precision == Precision::tf32 ? 4 : 0);
     c.in = c.out = dtype;
     c.nsrc = 2;
     c.arg[0] = batch;
@@ -348,7 +355,11 @@ void KernelProgram::run(backend::Backend& be, int device, char* const* base,
                   at(c.src[0]), at(c.dst));
         break;
       case KernelCall::Kind::matmul:
-        if (c.op == 0) {
+        if ((c.op & 4) != 0) {
+          be.matmul_prec(device, c.in, c.arg[0], c.arg[1], c.arg[2], c.arg[3], at(c.src[0]),
+                         (c.op & 1) != 0, at(c.src[1]), (c.op & 2) != 0, at(c.dst),
+                         Precision::tf32);
+        } else if (c.op == 0) {
           be.matmul(device, c.in, c.arg[0], c.arg[1], c.arg[2], c.arg[3], at(c.src[0]),
                     at(c.src[1]), at(c.dst));
         } else {

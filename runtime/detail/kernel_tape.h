@@ -38,7 +38,7 @@ struct KernelAddr {
 struct KernelCall {
   enum class Kind : uint8_t { unary, binary, select, reduce, matmul, fill, copy };
   Kind kind = Kind::unary;
-  int op = 0;  // UnaryOp, BinaryOp or ReduceOp; matmul: 1 transposes a, 2 transposes b
+  int op = 0;  // UnaryOp, BinaryOp or ReduceOp; matmul: 1 transposes a, 2 transposes b, 4 tf32
   DType in = DType::f32, out = DType::f32;
   bool iota = false;
   int nsrc = 0;
