@@ -31,31 +31,32 @@ int64_t large_elems() {
 
 void TinyOpGlobal(benchmark::State& st) {
   Array x = filled(1);
-  for (auto _ : st) benchmark::DoNotOptimize(add(x, x));
+  for (auto _ : st) benchmark::DoNotOptimize(block_until_ready(add(x, x)));
 }
 void TinyOpShardMap(benchmark::State& st) {
   Array x = filled(1);
   auto f = shard_map([](Context&, const Tensor& a, const Tensor& b) { return add(a, b); }, mesh8(),
                      {P("x"), P("x")}, P("x"));
-  for (auto _ : st) benchmark::DoNotOptimize(f(x, x));
+  for (auto _ : st) benchmark::DoNotOptimize(block_until_ready(f(x, x)));
 }
 void SinLargeGlobal(benchmark::State& st) {
   Array x = filled(large_elems());
-  for (auto _ : st) benchmark::DoNotOptimize(2.0 * sin(x) + 1.0);
+  for (auto _ : st) benchmark::DoNotOptimize(block_until_ready(2.0 * sin(x) + 1.0));
   st.SetBytesProcessed(st.iterations() * 8 * large_elems() * 4);
 }
 void SinLargeShardMap(benchmark::State& st) {
   Array x = filled(large_elems());
   auto f = shard_map([](Context&, const Tensor& t) { return 2.0 * sin(t) + 1.0; }, mesh8(),
                      {P("x")}, P("x"));
-  for (auto _ : st) benchmark::DoNotOptimize(f(x));
+  for (auto _ : st) benchmark::DoNotOptimize(block_until_ready(f(x)));
   st.SetBytesProcessed(st.iterations() * 8 * large_elems() * 4);
 }
 void SumConstraint(benchmark::State& st) {
   Mesh m = mesh8();
   Array x = full({64, 4096}, 1.0, DType::f32, NamedSharding(m, P("x")));
   for (auto _ : st) {
-    benchmark::DoNotOptimize(with_sharding_constraint(sum(x, 0), NamedSharding(m, P("x"))));
+    benchmark::DoNotOptimize(
+        block_until_ready(with_sharding_constraint(sum(x, 0), NamedSharding(m, P("x")))));
   }
 }
 

@@ -52,38 +52,38 @@ Array program20_local(const Array& x, const Array& y) { return program20_over(x,
 
 void Program20LocalEager(benchmark::State& st) {
   Array x = input(0.5), y = input(0.25);
-  for (auto _ : st) benchmark::DoNotOptimize(program20_local(x, y));
+  for (auto _ : st) benchmark::DoNotOptimize(block_until_ready(program20_local(x, y)));
 }
 void Program20LocalJit(benchmark::State& st) {
   Array x = input(0.5), y = input(0.25);
   auto f = jit(program20_local);
   (void)f(x, y);
-  for (auto _ : st) benchmark::DoNotOptimize(f(x, y));
+  for (auto _ : st) benchmark::DoNotOptimize(block_until_ready(f(x, y)));
 }
 void Program20Eager(benchmark::State& st) {
   Array x = input(0.5), y = input(0.25);
-  for (auto _ : st) benchmark::DoNotOptimize(program20(x, y));
+  for (auto _ : st) benchmark::DoNotOptimize(block_until_ready(program20(x, y)));
 }
 void Program20Jit(benchmark::State& st) {
   Array x = input(0.5), y = input(0.25);
   auto f = jit(program20);
   (void)f(x, y);
-  for (auto _ : st) benchmark::DoNotOptimize(f(x, y));
+  for (auto _ : st) benchmark::DoNotOptimize(block_until_ready(f(x, y)));
 }
 void TinyOpEager(benchmark::State& st) {
   Array x = input(0.5);
-  for (auto _ : st) benchmark::DoNotOptimize(add(x, x));
+  for (auto _ : st) benchmark::DoNotOptimize(block_until_ready(add(x, x)));
 }
 Array sin3(const Array& x) { return 2.0 * sin(x) + 1.0; }
 void SinEager(benchmark::State& st) {
   Array x = input(0.5);
-  for (auto _ : st) benchmark::DoNotOptimize(sin3(x));
+  for (auto _ : st) benchmark::DoNotOptimize(block_until_ready(sin3(x)));
 }
 void SinJit(benchmark::State& st) {
   Array x = input(0.5);
   auto f = jit(sin3);
   (void)f(x);
-  for (auto _ : st) benchmark::DoNotOptimize(f(x));
+  for (auto _ : st) benchmark::DoNotOptimize(block_until_ready(f(x)));
 }
 
 // A data-parallel MLP training step (loss and gradients): batch (512, 256) sharded P("x"),
@@ -114,13 +114,13 @@ MlpSetup mlp_setup() {
 void MlpStepEager(benchmark::State& st) {
   MlpSetup s = mlp_setup();
   auto vg = value_and_grad(mlp_loss);
-  for (auto _ : st) benchmark::DoNotOptimize(vg(s.p, s.x, s.y));
+  for (auto _ : st) benchmark::DoNotOptimize(block_until_ready(vg(s.p, s.x, s.y)));
 }
 void MlpStepJit(benchmark::State& st) {
   MlpSetup s = mlp_setup();
   auto step = jit(value_and_grad(mlp_loss));
   (void)step(s.p, s.x, s.y);
-  for (auto _ : st) benchmark::DoNotOptimize(step(s.p, s.x, s.y));
+  for (auto _ : st) benchmark::DoNotOptimize(block_until_ready(step(s.p, s.x, s.y)));
 }
 
 }  // namespace

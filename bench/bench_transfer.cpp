@@ -26,7 +26,8 @@ void BM_device_put_rows(benchmark::State& state) {
   int64_t cols = state.range(0);
   std::vector<float> host(static_cast<size_t>(kRows * cols), 1.f);
   NamedSharding s(make_mesh({8}, {"x"}), P("x"));
-  for (auto _ : state) benchmark::DoNotOptimize(device_put(host, {kRows, cols}, s));
+  for (auto _ : state)
+    benchmark::DoNotOptimize(device_put(host, {kRows, cols}, s).block_until_ready());
   state.SetBytesProcessed(static_cast<int64_t>(state.iterations() * host.size() * sizeof(float)));
 }
 
@@ -34,7 +35,8 @@ void BM_device_put_cols(benchmark::State& state) {
   int64_t cols = state.range(0);
   std::vector<float> host(static_cast<size_t>(kRows * cols), 1.f);
   NamedSharding s(make_mesh({8}, {"x"}), P(None, "x"));
-  for (auto _ : state) benchmark::DoNotOptimize(device_put(host, {kRows, cols}, s));
+  for (auto _ : state)
+    benchmark::DoNotOptimize(device_put(host, {kRows, cols}, s).block_until_ready());
   state.SetBytesProcessed(static_cast<int64_t>(state.iterations() * host.size() * sizeof(float)));
 }
 
@@ -53,7 +55,7 @@ void BM_reshard_rows_to_cols(benchmark::State& state) {
   Mesh mesh = make_mesh({8}, {"x"});
   Array a = device_put(host, {kRows, cols}, NamedSharding(mesh, P("x")));
   NamedSharding to(mesh, P(None, "x"));
-  for (auto _ : state) benchmark::DoNotOptimize(device_put(a, to));
+  for (auto _ : state) benchmark::DoNotOptimize(device_put(a, to).block_until_ready());
   state.SetBytesProcessed(static_cast<int64_t>(state.iterations() * host.size() * sizeof(float)));
 }
 

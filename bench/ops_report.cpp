@@ -98,7 +98,7 @@ int main(int argc, char** argv) {
   std::vector<float> ha = a.to_vector<float>(), hb = b.to_vector<float>(),
                      hc(static_cast<size_t>(n1 * n1));
   const double flops1 = 2.0 * n1 * n1 * n1;
-  double t_mine = timeit(reps, [&] { matmul(a, b); });
+  double t_mine = timeit(reps, [&] { matmul(a, b).block_until_ready(); });
   double t_blas = timeit(reps, [&] {
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, static_cast<int>(n1),
                 static_cast<int>(n1), static_cast<int>(n1), 1.f, ha.data(), static_cast<int>(n1),
@@ -125,7 +125,7 @@ int main(int argc, char** argv) {
       mx[i] = full({n8, n8}, 0.5, DType::f32, ctx.device());
       my[i] = full({n8, n8}, 0.25, DType::f32, ctx.device());
     }
-    matmul(mx[i], my[i]);
+    matmul(mx[i], my[i]).block_until_ready();
   });
   double t_blas8 = time_threads(8, reps, /*warmup=*/1, [&](int i) {
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, static_cast<int>(n8),
@@ -140,7 +140,7 @@ int main(int argc, char** argv) {
   const int64_t ne = int64_t{1} << (quick ? 22 : 24);
   Tensor x = full({ne}, 1.0, DType::f32, d0), y = full({ne}, 2.0, DType::f32, d0);
   std::vector<char> src(static_cast<size_t>(ne * 4), 1), dst(static_cast<size_t>(ne * 4));
-  double t_add = timeit(reps, [&] { add(x, y); });
+  double t_add = timeit(reps, [&] { add(x, y).block_until_ready(); });
   const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   double t_cpy = time_threads(cores, reps, /*warmup=*/1, [&](int i) {
     const size_t part = src.size() / static_cast<size_t>(cores);
@@ -159,7 +159,7 @@ int main(int argc, char** argv) {
       xs[i] = full({ne8}, 1.0, DType::f32, ctx.device());
       ys[i] = full({ne8}, 2.0, DType::f32, ctx.device());
     }
-    add(xs[i], ys[i]);
+    add(xs[i], ys[i]).block_until_ready();
   });
   std::snprintf(label, sizeof label, "add f32, %lld M elements over 8 devices",
                 (long long)(ne >> 20));
