@@ -261,7 +261,7 @@ Array reshard_to(const Array& x, const Sharding& to) {
   std::vector<Incoming> incoming;
   std::vector<std::vector<char>> outgoing;
   std::vector<backend::ProcessComm::Transfer> sends, recvs;
-  int tag = 0;
+  int64_t tag = 0;
   std::vector<Tensor> blocks;
   const auto& devs = to.device_list();
   for (size_t j = 0; j < devs.size(); ++j) {
@@ -308,7 +308,9 @@ Array reshard_to(const Array& x, const Sharding& to) {
         continue;
       }
       // Messages with one tag match in posting order, which both sides share: tags may wrap.
-      const int this_tag = tag++ % (backend::process_comm()->max_tag() + 1);
+      // 64-bit: MPI_TAG_UB may be INT_MAX (Open MPI), and INT_MAX + 1 overflows an int.
+      const int this_tag =
+          static_cast<int>(tag++ % (int64_t{backend::process_comm()->max_tag()} + 1));
       const Shape ext = extents(*part);
       const auto bytes = static_cast<int64_t>(static_cast<size_t>(shape_size(ext)) * elem);
       if (mine) {
