@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # bundle/pack.sh BUILD_DIR OUT.tar.xz: packs a cuda build (./run.sh gpu-bundle makes it) into one
 # self-contained tarball for a GPU machine: the test binaries registered for cuda (the build's
-# tests/cuda_suites.txt), the benchmarks, libmeshrt and the shared libraries they need that a CUDA
+# tests/cuda_suites.txt), the benchmarks, libmeshrt, its cuda plugin libmeshrt_cuda.so (and the mpi
+# plugin when built) and the shared libraries they need that a CUDA
 # machine lacks (OpenBLAS, oneTBB, Google Benchmark ...; never glibc, libstdc++, the CUDA runtime,
 # cuBLAS or NCCL, which come from that machine), tests/data, the JAX comparison script and
 # run-gpu.sh at its root. Binaries are stripped; the tarball must stay under 32 MiB.
@@ -47,6 +48,18 @@ for b in "${bins[@]}"; do
 done
 [ -f "$stage/lib/libmeshrt.so.0" ] || ls "$stage/lib" | grep -q '^libmeshrt' ||
   { echo "pack.sh: libmeshrt was not among the libraries found" >&2; exit 1; }
+# The platform plugins (loaded with dlopen, so ldd above does not list them), next to libmeshrt,
+# and what they need that a CUDA machine lacks.
+[ -f "$build/libmeshrt_cuda.so" ] || { echo "pack.sh: $build/libmeshrt_cuda.so is not built" >&2; exit 1; }
+for plugin in "$build"/libmeshrt_cuda.so "$build"/libmeshrt_mpi.so; do
+  [ -f "$plugin" ] || continue
+  cp "$plugin" "$stage/lib/"
+  while read -r lib path; do
+    if [[ "$lib" =~ $provided ]] || [ -n "${seen[$lib]:-}" ] || [[ "$lib" == libmeshrt* ]]; then continue; fi
+    seen[$lib]=1
+    cp -L "$path" "$stage/lib/$lib"
+  done < <(ldd "$plugin" | awk '$2 == "=>" && $3 ~ /^\// {print $1, $3}')
+done
 strip --strip-unneeded "$stage"/bin/* "$stage"/lib/*
 
 # The manifest with the binaries' names inside the bundle.

@@ -71,9 +71,10 @@ fi
 LD_LIBRARY_PATH="$(IFS=:; echo "${libdirs[*]}")"
 export LD_LIBRARY_PATH
 
-# Where each CUDA library the programs need resolves, and what does not resolve at all.
+# Where each CUDA library the programs and the cuda plugin need resolves, and what does not.
+[ -f "$here/lib/libmeshrt_cuda.so" ] || die "lib/libmeshrt_cuda.so (the cuda platform) is missing: unpack the whole bundle"
 missing=""
-for p in "$here"/bin/*; do
+for p in "$here"/bin/* "$here"/lib/libmeshrt_cuda.so; do
   while read -r lib; do
     case " $missing " in *" $lib "*) ;; *) missing="$missing $lib" ;; esac
   done < <(ldd "$p" 2>/dev/null | awk '/not found/ {print $1}')
@@ -97,8 +98,8 @@ if [ -n "$missing" ]; then
   echo "  with libnccl2 or 'pip install nvidia-nccl-cu13'; add their folders to LD_LIBRARY_PATH" >&2
   exit 1
 fi
-resolved() {  # the file a library name resolves to for the first suite
-  ldd "$here/bin/test_astype" 2>/dev/null | awk -v l="$1" '$1 ~ "^"l {print $3; exit}'
+resolved() {  # the file a library name resolves to for the cuda plugin
+  ldd "$here/lib/libmeshrt_cuda.so" 2>/dev/null | awk -v l="$1" '$1 ~ "^"l {print $3; exit}'
 }
 cudart="$(readlink -f "$(resolved libcudart)" 2>/dev/null)"
 cublas="$(readlink -f "$(resolved libcublas.so)" 2>/dev/null)"

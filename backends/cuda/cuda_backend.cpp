@@ -12,6 +12,7 @@
 
 #include "backends/cuda/cuda_check.h"
 #include "backends/pitched_copy.h"
+#include "backends/plugin.h"
 #include "core/config.h"
 #include "core/error.h"
 
@@ -316,7 +317,8 @@ void CudaBackend::submit(int device, std::function<void()> task) {
 
 }  // namespace meshrt::cuda
 
-namespace meshrt::backend {
-std::unique_ptr<Backend> make_cuda_backend() { return std::make_unique<cuda::CudaBackend>(); }
-bool cuda_backend_built() { return true; }
-}  // namespace meshrt::backend
+// The plugin's entry points (backends/plugin.h): the core calls these after dlopen.
+extern "C" int meshrt_plugin_abi() { return meshrt::backend::kPluginAbi; }
+extern "C" meshrt::backend::Backend* meshrt_cuda_backend() {
+  return new meshrt::cuda::CudaBackend();
+}

@@ -14,6 +14,7 @@
 #include <thread>
 #include <utility>
 
+#include "backends/plugin.h"
 #include "backends/process_comm.h"
 #include "core/error.h"
 #include "core/strings.h"
@@ -418,13 +419,13 @@ extern "C" void mpi_at_exit() {
 
 }  // namespace
 
-bool mpi_backend_built() { return true; }
-
-std::unique_ptr<ProcessComm> make_mpi_comm(std::chrono::milliseconds timeout) {
-  auto comm = std::make_unique<MpiComm>(timeout);
-  g_comm = comm.get();
-  std::atexit(mpi_at_exit);
-  return comm;
-}
-
 }  // namespace meshrt::backend
+
+// The plugin's entry points (backends/plugin.h): the core calls these after dlopen.
+extern "C" int meshrt_plugin_abi() { return meshrt::backend::kPluginAbi; }
+extern "C" meshrt::backend::ProcessComm* meshrt_mpi_comm(long long timeout_ms) {
+  auto comm = std::make_unique<meshrt::backend::MpiComm>(std::chrono::milliseconds(timeout_ms));
+  meshrt::backend::g_comm = comm.get();
+  std::atexit(meshrt::backend::mpi_at_exit);
+  return comm.release();
+}
