@@ -32,3 +32,4 @@
 #include "runtime/tensor.h"
 #include "runtime/tensor_ops.h"
 #include "runtime/visualize.h"
+#include "train/optim.h"
