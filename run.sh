@@ -28,7 +28,7 @@ for arg in "$@"; do
 done
 
 packages=(build-essential cmake ninja-build ccache pkg-config libtbb-dev libopenblas-dev
-          libgtest-dev libgmock-dev libbenchmark-dev clang-format openmpi-bin libopenmpi-dev)
+          libgtest-dev libgmock-dev libbenchmark-dev clang clang-format openmpi-bin libopenmpi-dev)
 
 # The packages a command needs: the shared list, plus gnuplot for bench's plots.
 for_cmd="$cmd"

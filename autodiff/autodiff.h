@@ -273,7 +273,11 @@ auto vjp(F f, const A&... primals) {
 // transpose of the (linear) backward pass.
 template <class F, class... A>
 auto jvp(F f, const std::tuple<A...>& primals, const std::tuple<A...>& tangents) {
-  auto [out, pullback] = std::apply([&](const A&... p) { return vjp(f, p...); }, primals);
+  // Named references, not a structured binding: lambdas may capture them before C++20's rule
+  // reached every compiler (clang < 16).
+  auto primal = std::apply([&](const A&... p) { return vjp(f, p...); }, primals);
+  auto& out = primal.first;
+  auto& pullback = primal.second;
   using Out = std::decay_t<decltype(out)>;
   // u -> pullback(u) is linear; its transpose at `tangents` is the jvp.
   Out u = out;

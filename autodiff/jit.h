@@ -45,6 +45,7 @@
 
 #include "autodiff/tree.h"
 #include "core/error.h"
+#include "global/array_ops.h"
 #include "global/jit_program.h"
 #include "runtime/array.h"
 #include "runtime/sharding.h"

@@ -33,7 +33,9 @@ struct Case {
 class CollectiveMatmul : public ::testing::TestWithParam<Case> {};
 
 TEST_P(CollectiveMatmul, EveryVariantEqualsTheHostProduct) {
-  const auto [nd, dt] = GetParam();
+  // Not a structured binding: the lambdas below capture dt (clang < 16 refuses captured bindings).
+  const int64_t nd = GetParam().devices;
+  const DType dt = GetParam().dtype;
   Mesh mesh = make_mesh({nd}, {"i"});
   const int64_t m = 2 * nd * 3, k = 2 * nd * 5, n = 7;
   Device d0 = devices()[0];
