@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "bench/bench_util.h"
+#include "bench/bounds.h"
 
 using namespace meshrt;
 using meshrt::bench::Clock;
@@ -267,8 +268,8 @@ int main(int argc, char** argv) {
 
   const int64_t big_elems = static_cast<int64_t>(big / 4);
   double t_big = time_op(n, big_elems, quick ? 2 : 4, reps, psum);
-  row("psum 64 MiB/device, float32", t_big, "bound 2*P*N / memcpy bw", 2.0 * big * n / bw,
-      "<= 1.1x");  // bw was measured just before
+  row("psum 64 MiB/device, float32", t_big, meshrt::bench::psum_formula(),
+      meshrt::bench::psum_traffic(n, big).seconds(bw), "<= 1.1x");  // bw was measured just before
   if (mpi) {
     double m = mpi_allreduce(static_cast<int>(n), big, quick ? 2 : 4, quick ? 3 : 5);
     row("psum 64 MiB/device, float32", t_big, "Open MPI MPI_Allreduce 8 ranks", m, "<= 0.33x");
@@ -292,29 +293,29 @@ int main(int argc, char** argv) {
   double b = bw_now();
   double t_ag = time_op(n, mid_elems / n, it, reps,
                         [](Context& c, const Tensor& t) { return c.all_gather(t, "x", 0, true); });
-  row("all_gather 16 MiB output/device", t_ag, "bound N*S_out / memcpy bw",
-      static_cast<double>(n) * mid / b, "<= 1.2x");
+  row("all_gather 16 MiB output/device", t_ag, meshrt::bench::all_gather_formula(),
+      meshrt::bench::all_gather_traffic(n, mid).seconds(b), "<= 1.2x");
   b = bw_now();
   double t_rs = time_op(n, mid_elems, it, reps, [](Context& c, const Tensor& t) {
     return c.psum_scatter(t, "x", 0, true);
   });
-  row("psum_scatter 16 MiB input/device", t_rs, "bound N*(S+S/N)/2 / memcpy bw",
-      n * (mid + mid / n) / 2.0 / b, "<= 1.2x");
+  row("psum_scatter 16 MiB input/device", t_rs, meshrt::bench::psum_scatter_formula(),
+      meshrt::bench::psum_scatter_traffic(n, mid).seconds(b), "<= 1.2x");
   row("psum_scatter 16 MiB input/device", t_rs, "hand-written fold, all cores",
       hand_fold_seconds(n, mid, cores, reps), "<= 1.2x");
   b = bw_now();
   double t_a2a = time_op(n, mid_elems, it, reps, [](Context& c, const Tensor& t) {
     return c.all_to_all(t, "x", 0, 0, true);
   });
-  row("all_to_all 16 MiB/device", t_a2a, "bound N*S / memcpy bw", static_cast<double>(n) * mid / b,
-      "<= 1.2x");
+  row("all_to_all 16 MiB/device", t_a2a, meshrt::bench::all_to_all_formula(),
+      meshrt::bench::all_to_all_traffic(n, mid).seconds(b), "<= 1.2x");
   b = bw_now();
   std::vector<std::pair<int64_t, int64_t>> shift;
   for (int64_t i = 0; i < n; ++i) shift.emplace_back(i, (i + 1) % n);
   double t_pp = time_op(n, mid_elems, it, reps,
                         [&](Context& c, const Tensor& t) { return c.ppermute(t, "x", shift); });
-  row("ppermute 16 MiB/device (ring shift)", t_pp, "bound N*S / memcpy bw",
-      static_cast<double>(n) * mid / b, "<= 1.2x");
+  row("ppermute 16 MiB/device (ring shift)", t_pp, meshrt::bench::ppermute_formula(),
+      meshrt::bench::ppermute_traffic(n, mid).seconds(b), "<= 1.2x");
 
   std::printf("\n# psum of one float vs number of simulated devices (time per call; per device)\n");
   std::printf(

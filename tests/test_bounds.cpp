@@ -1,0 +1,94 @@
+// The perf report's memory bounds (bench/bounds.h) recounted from each collective's definition:
+// for every output element, the input elements it depends on; the bound's bytes read are the
+// distinct inputs some output needs, its bytes written the outputs. A formula changed in
+// bench/bounds.h without a matching change of what the collective computes fails here.
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <functional>
+#include <set>
+#include <utility>
+#include <vector>
+
+#include "bench/bounds.h"
+
+namespace {
+
+using Dep = std::pair<int64_t, int64_t>;  // (device, element) of an input
+
+struct Count {
+  double read = 0, written = 0;
+};
+
+// n devices, `out_len` output elements per device; deps(d, e) lists the inputs output (d, e)
+// depends on.
+Count recount(int64_t n, int64_t out_len,
+              const std::function<std::vector<Dep>(int64_t, int64_t)>& deps) {
+  std::set<Dep> read;
+  Count c;
+  for (int64_t d = 0; d < n; ++d) {
+    for (int64_t e = 0; e < out_len; ++e) {
+      for (const Dep& x : deps(d, e)) read.insert(x);
+      c.written += 1;
+    }
+  }
+  c.read = static_cast<double>(read.size());
+  return c;
+}
+
+void expect_same(const meshrt::bench::Traffic& t, const Count& c, const char* what) {
+  EXPECT_EQ(t.read, c.read) << what << ": bytes read";
+  EXPECT_EQ(t.written, c.written) << what << ": bytes written";
+}
+
+TEST(Bounds, EachFormulaIsTheCollectivesMinimalTraffic) {
+  using namespace meshrt::bench;
+  for (int64_t n : {2, 3, 8}) {
+    const int64_t s = 6 * n;  // elements per device (divisible by n); one byte each
+    const int64_t part = s / n;
+    // psum: out[d][e] = sum_j in[j][e].
+    expect_same(psum_traffic(static_cast<double>(n), static_cast<double>(s)),
+                recount(n, s,
+                        [&](int64_t, int64_t e) {
+                          std::vector<Dep> v;
+                          for (int64_t j = 0; j < n; ++j) v.emplace_back(j, e);
+                          return v;
+                        }),
+                "psum");
+    // all_gather (tiled) to s per device: out[d][j*part + e] = in[j][e].
+    expect_same(all_gather_traffic(static_cast<double>(n), static_cast<double>(s)),
+                recount(n, s,
+                        [&](int64_t, int64_t e) {
+                          return std::vector<Dep>{{e / part, e % part}};
+                        }),
+                "all_gather");
+    // psum_scatter of s per device: out[d][e] = sum_j in[j][d*part + e].
+    expect_same(psum_scatter_traffic(static_cast<double>(n), static_cast<double>(s)),
+                recount(n, part,
+                        [&](int64_t d, int64_t e) {
+                          std::vector<Dep> v;
+                          for (int64_t j = 0; j < n; ++j) v.emplace_back(j, d * part + e);
+                          return v;
+                        }),
+                "psum_scatter");
+    // all_to_all of s per device: out[d][j*part + e] = in[j][d*part + e].
+    expect_same(all_to_all_traffic(static_cast<double>(n), static_cast<double>(s)),
+                recount(n, s,
+                        [&](int64_t d, int64_t e) {
+                          return std::vector<Dep>{{e / part, d * part + e % part}};
+                        }),
+                "all_to_all");
+    // ppermute, the ring shift i -> i+1: out[d][e] = in[d-1][e].
+    expect_same(ppermute_traffic(static_cast<double>(n), static_cast<double>(s)),
+                recount(n, s,
+                        [&](int64_t d, int64_t e) {
+                          return std::vector<Dep>{{(d + n - 1) % n, e}};
+                        }),
+                "ppermute");
+  }
+  // One unit of bandwidth throughout: bytes copied per second, each read once and written once.
+  EXPECT_DOUBLE_EQ((Traffic{8, 8}).seconds(2.0), 4.0);
+  EXPECT_DOUBLE_EQ(psum_traffic(8, 64).seconds(1.0), 8 * 64);
+}
+
+}  // namespace
