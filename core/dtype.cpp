@@ -1,5 +1,8 @@
 #include "core/dtype.h"
 
+#include <charconv>
+#include <system_error>
+
 #include "core/error.h"
 #include "core/strings.h"
 
@@ -61,6 +64,61 @@ int64_t shape_size(const Shape& shape) {
   int64_t n = 1;
   for (int64_t d : shape) n *= d;
   return n;
+}
+
+namespace {
+template <class T>
+void append_value(std::string& s, T v) {
+  if constexpr (std::is_same_v<T, uint8_t>) {
+    s += v != 0 ? "true" : "false";
+  } else if constexpr (std::is_floating_point_v<T>) {
+    char buf[64];
+    auto [end, ec] = std::to_chars(buf, buf + sizeof buf, v);
+    std::string t(buf, ec == std::errc() ? end : buf);
+    // NumPy marks integral floats with a trailing dot: "2." is a float, "2" an integer.
+    if (t.find_first_of(".eni") == std::string::npos) t += ".";
+    s += t;
+  } else {
+    s += std::to_string(v);
+  }
+}
+
+template <class T>
+void append_values(std::string& s, const T* data, const Shape& shape, size_t dim, int64_t& at) {
+  if (dim == shape.size()) {
+    append_value(s, data[at++]);
+    return;
+  }
+  s += "[";
+  for (int64_t i = 0; i < shape[dim]; ++i) {
+    if (i) s += ", ";
+    append_values(s, data, shape, dim + 1, at);
+  }
+  s += "]";
+}
+}  // namespace
+
+std::string detail::values_str(const void* data, DType dtype, const Shape& shape) {
+  std::string s;
+  int64_t at = 0;
+  switch (dtype) {
+    case DType::f32:
+      append_values(s, static_cast<const float*>(data), shape, 0, at);
+      break;
+    case DType::f64:
+      append_values(s, static_cast<const double*>(data), shape, 0, at);
+      break;
+    case DType::i32:
+      append_values(s, static_cast<const int32_t*>(data), shape, 0, at);
+      break;
+    case DType::i64:
+      append_values(s, static_cast<const int64_t*>(data), shape, 0, at);
+      break;
+    case DType::bool_:
+      append_values(s, static_cast<const uint8_t*>(data), shape, 0, at);
+      break;
+  }
+  return s;
 }
 
 std::string shape_str(const Shape& shape) {

@@ -3,6 +3,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <ostream>
 #include <string>
 #include <string_view>
 #include <type_traits>
@@ -48,6 +49,8 @@ inline constexpr DType dtype_v = dtype_of<std::remove_cv_t<T>>::value;
 size_t dtype_size(DType dtype);
 // "float32", "float64", "int32", "int64", "bool".
 std::string_view dtype_name(DType dtype);
+// Prints dtype_name(): "float32".
+inline std::ostream& operator<<(std::ostream& os, DType dtype) { return os << dtype_name(dtype); }
 
 // Matmul precision (jax.lax.Precision, jax.default_matmul_precision): `highest` multiplies f32 in
 // true fp32 (f64 in f64); `tf32` lets a GPU with tensor cores round f32 operands to TF32 (8-bit
@@ -70,6 +73,13 @@ bool is_floating(DType dtype);
 std::string shape_str(const Shape& shape);
 
 namespace detail {
+// Nested-bracket text of shape_size(shape) elements of `dtype` at host address `data`, as NumPy
+// prints them ("[[0., 1.5], [2., 3.]]", "7", "[true, false]"); floats in their shortest form.
+std::string values_str(const void* data, DType dtype, const Shape& shape);
+// How many elements operator<< of a Tensor or Array prints values for (larger ones print their
+// dtype, shape and sharding only).
+inline constexpr int64_t kMaxPrintedElements = 100;
+
 // Reads n elements of T to the host through copy(void* dst, DType expected). std::vector<bool>
 // has no data(), so bool goes through bytes.
 template <class T, class Copy>

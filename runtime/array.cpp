@@ -97,7 +97,21 @@ void set_pending_sum_resolver(PendingSumResolver resolver) { g_resolver.store(re
 struct SumCache {
   std::mutex mu;
   std::shared_ptr<const Array> sum;  // guarded by mu
+  // Its own lock: the resolver, run under mu, reads it.
+  std::mutex origin_mu;
+  std::string origin;  // guarded by origin_mu
 };
+
+void set_pending_sum_origin(const Array& x, std::string origin) {
+  if (!x.sum_cache_) return;
+  std::lock_guard<std::mutex> lock(x.sum_cache_->origin_mu);
+  x.sum_cache_->origin = std::move(origin);
+}
+std::string pending_sum_origin(const Array& x) {
+  if (!x.sum_cache_) return {};
+  std::lock_guard<std::mutex> lock(x.sum_cache_->origin_mu);
+  return x.sum_cache_->origin;
+}
 
 Array resolve_pending_sums(const Array& x) {
   if (x.pending_sum_axes().empty()) return x;
@@ -152,6 +166,9 @@ const Array& Array::block_until_ready() const {
 }
 
 std::vector<Shard> Array::addressable_shards() const {
+  if (blocks_.empty()) {
+    throw Error("[array] addressable_shards of an empty (default-constructed) Array");
+  }
   detail::check_host_read(trace_id_, "addressable_shards");
   if (!pending_sum_axes_.empty()) return detail::resolve_pending_sums(*this).addressable_shards();
   std::vector<Index> idx = detail::indices(sharding_, shape_, "array");
@@ -161,6 +178,40 @@ std::vector<Shard> Array::addressable_shards() const {
     out.push_back(Shard{sharding_.device_list()[i], std::move(idx[i]), blocks_[i]});
   }
   return out;
+}
+
+void Array::check_item() const {
+  if (blocks_.empty()) throw Error("[array] item() of an empty (default-constructed) Array");
+  if (size() != 1) {
+    throw Error(cat("[array] item() needs an Array of exactly one element, but this ",
+                    dtype_name(dtype_), shape_str(shape_), " Array has ", size(),
+                    "; index it (x[i]) or reduce it (sum, mean) first"));
+  }
+}
+
+std::string Array::str() const {
+  if (blocks_.empty()) return "Array(empty)";
+  std::string s =
+      cat("Array(", dtype_name(dtype_), shape_str(shape_), ", sharding=", sharding_.str());
+  if (!pending_sum_axes_.empty()) {
+    s += cat(", pending sum over ", detail::names_tuple(pending_sum_axes_));
+  }
+  return s + ")";
+}
+
+std::ostream& operator<<(std::ostream& os, const Array& x) {
+  std::string s = x.str();
+  if (x.valid() && x.size() <= detail::kMaxPrintedElements) {
+    try {
+      std::vector<char> host(static_cast<size_t>(x.size()) * dtype_size(x.dtype()));
+      x.copy_to_host(host.data(), x.dtype());
+      s.pop_back();  // the closing parenthesis
+      s += cat(", values=", detail::values_str(host.data(), x.dtype(), x.shape()), ")");
+    } catch (const Error&) {
+      // Another process's value, or one traced inside jit: printed without its values.
+    }
+  }
+  return os << s;
 }
 
 void Array::copy_to_host(void* dst, DType expected) const {

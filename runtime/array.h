@@ -3,6 +3,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <ostream>
 #include <span>
 #include <string>
 #include <type_traits>
@@ -25,16 +26,26 @@ struct Shard {
 // Array: a global array: a shape, a dtype, a sharding, and one block per device of the sharding
 // (replicated blocks are separate copies, as in JAX). Immutable and cheap to copy (copies share
 // the blocks); thread-safe to read from several threads.
+//
+// A default-constructed Array is empty, a placeholder to assign later (like a Python variable
+// bound to None): valid() is false, size() is 0, shape() is () and sharding() names no mesh.
+// Every use of its value is an Error that says it is empty: an op, to_vector, item,
+// addressable_shards, device(), block_until_ready, device_put, shard_map, jit. Donation (jit's
+// donate_argnums) leaves the donated Arrays empty too, as JAX deletes donated arrays.
 class Array;
 namespace detail {
 struct SumCache;
 // `x` itself when it has no pending sums, else the summed Array (summed once per Array).
 Array resolve_pending_sums(const Array& x);
+void set_pending_sum_origin(const Array& x, std::string origin);
+std::string pending_sum_origin(const Array& x);
 }  // namespace detail
 
 class Array {
  public:
   Array() = default;
+  // False for a default-constructed (or donated) Array: it holds no value.
+  bool valid() const { return !blocks_.empty(); }
   const Shape& shape() const { return shape_; }
   DType dtype() const { return dtype_; }
   const Sharding& sharding() const { return sharding_; }
@@ -52,7 +63,8 @@ class Array {
   // Row i of the leading dimension (negative counts from the end), as x[i] in jnp; defined with
   // the global-view ops (global/array_ops.cpp).
   Array operator[](int64_t i) const;
-  int64_t size() const { return shape_size(shape_); }
+  // Number of elements: prod(shape()); 0 for an empty Array (!valid()).
+  int64_t size() const { return valid() ? shape_size(shape_) : 0; }
   // One Shard per device, in the sharding's device order (mesh.devices.flat).
   std::vector<Shard> addressable_shards() const;
   // The block held by each device, in the sharding's device order. For an Array with pending
@@ -74,6 +86,17 @@ class Array {
   }
   // The global value into host memory at `dst` (size() elements); `expected` must be dtype().
   void copy_to_host(void* dst, DType expected) const;
+  // The one element of a one-element Array (any shape of size 1), as jax.Array.item(): the loss
+  // of a training step is `loss.item<float>()`. T must match dtype() exactly; an Array of more
+  // (or no) elements, or an empty one, is an Error.
+  template <class T>
+  T item() const {
+    check_item();
+    return to_vector<T>()[0];
+  }
+  // "Array(float32(2, 2), sharding=NamedSharding(mesh=Mesh('x': 2), spec=P('x',)))": dtype,
+  // shape and sharding ("Array(empty)" when !valid(); pending sums are named).
+  std::string str() const;
 
   // Internal: assembles an Array from per-device blocks (checked against the sharding).
   Array(Shape shape, DType dtype, Sharding sharding, std::vector<Tensor> blocks);
@@ -85,6 +108,7 @@ class Array {
   void set_trace_id(uint64_t id) { trace_id_ = id; }
 
  private:
+  void check_item() const;
   Shape shape_;
   DType dtype_ = DType::f32;
   Sharding sharding_ = SingleDeviceSharding(Device());
@@ -93,13 +117,27 @@ class Array {
   std::shared_ptr<detail::SumCache> sum_cache_;  // with pending sums: the sum, once taken
   uint64_t trace_id_ = 0;
   friend Array detail::resolve_pending_sums(const Array& x);
+  friend void detail::set_pending_sum_origin(const Array& x, std::string origin);
+  friend std::string detail::pending_sum_origin(const Array& x);
 };
 
 namespace detail {
 // Sums an Array's pending addends (installed by the global-view layer, which makes them).
 using PendingSumResolver = Array (*)(const Array&);
 void set_pending_sum_resolver(PendingSumResolver resolver);
+// The op that made an Array's pending sum ("sum", "matmul", "gradient of w1 (matmul)"), which
+// the CollectiveLog names when the sum is taken later; shared by copies. Empty when unknown or
+// when `x` has no pending sums (set is then a no-op).
+void set_pending_sum_origin(const Array& x, std::string origin);
+std::string pending_sum_origin(const Array& x);
 }  // namespace detail
+
+// Prints str() with the global value when it has at most 100 elements, as JAX's repr does:
+//   Array(float32(2, 2), sharding=NamedSharding(mesh=Mesh('x': 2), spec=P('x',)),
+//         values=[[0., 1.], [2., 3.]])
+// (one line). Reading the values waits for them and takes pending sums (as to_vector does); a
+// value other processes hold prints without them.
+std::ostream& operator<<(std::ostream& os, const Array& x);
 
 // Places host data (row-major, prod(shape) elements) on the devices of `to`.
 Array device_put(const void* data, int64_t count, DType dtype, Shape shape, const Sharding& to);

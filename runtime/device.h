@@ -11,6 +11,7 @@
 
 #include <cstddef>
 #include <functional>
+#include <ostream>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -50,6 +51,9 @@ class Device {
   int process_index_ = 0;
   Kind kind_ = Kind::cpu;
 };
+
+// Prints str(): "cpu:3".
+inline std::ostream& operator<<(std::ostream& os, const Device& d) { return os << d.str(); }
 
 // Sets the number of simulated cpu devices. Call it before the cpu platform is first used
 // (any devices(), make_mesh, device_put ...); a different count afterwards is an Error.

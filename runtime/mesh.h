@@ -3,6 +3,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <ostream>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -44,6 +45,9 @@ class Mesh {
   struct Impl;
   std::shared_ptr<const Impl> impl_;
 };
+
+// Prints str(): "Mesh('x': 4, 'y': 2)".
+inline std::ostream& operator<<(std::ostream& os, const Mesh& m) { return os << m.str(); }
 
 // The first prod(shape) devices of `platform` ("" = default platform) in id order, reshaped
 // row-major, like jax.make_mesh on CPU and GPU. Too few devices is an Error that says how to

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <initializer_list>
+#include <ostream>
 #include <string>
 #include <type_traits>
 #include <utility>
@@ -54,6 +55,9 @@ class PartitionSpec {
  private:
   std::vector<Entry> entries_;
 };
+
+// Prints str(): "P('x', None)".
+inline std::ostream& operator<<(std::ostream& os, const PartitionSpec& s) { return os << s.str(); }
 
 // P() = fully replicated; P("data", None); P(None, "model"); P(Axes{"data", "model"}).
 template <class... E>

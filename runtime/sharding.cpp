@@ -47,11 +47,7 @@ Shape detail::checked_shard_shape(const Sharding& s, const Shape& global_shape,
   const bool dp = component == "device_put";
   if (spec.size() > global_shape.size()) {
     std::string msg =
-        cat("[", component, "] ",
-            dp ? "One of device_put args is incompatible "
-                 "with its sharding annotation " +
-                     s.str() + ": "
-               : "",
+        cat("[", component, "] ", dp ? "the target sharding is incompatible with the shape: " : "",
             "Sharding ", s.str(), " is only valid for values of rank at least ", spec.size(),
             ", but was applied to a value of rank ", global_shape.size(), ".");
     if (global_shape.empty()) msg += " For scalars the PartitionSpec should be P()";
@@ -61,11 +57,8 @@ Shape detail::checked_shard_shape(const Sharding& s, const Shape& global_shape,
   Shape block = global_shape;
   for (size_t d = 0; d < global_shape.size(); ++d) {
     if (global_shape[d] % t[d] != 0) {
-      throw Error(cat("[", component, "] ",
-                      dp ? "One of device_put args was given the sharding "
-                           "of "
-                         : "",
-                      s.str(), " implies that array axis ", d, " is partitioned ", t[d],
+      throw Error(cat("[", component, "] ", dp ? "the target sharding " : "", s.str(),
+                      " implies that array axis ", d, " is partitioned ", t[d],
                       " times, but the dimension size is ", global_shape[d], " (full shape: ",
                       shape_str(global_shape), ", per-dimension tiling factors: ", tuple_str(t),
                       " should evenly divide the shape); pick mesh axes whose "

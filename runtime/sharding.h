@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <ostream>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -57,6 +58,8 @@ class Sharding {
 // is_equivalent_to, for any array the specs fit); a SingleDeviceSharding equals another on the
 // same device.
 bool operator==(const Sharding& a, const Sharding& b);
+// Prints str() (NamedSharding and SingleDeviceSharding alike).
+inline std::ostream& operator<<(std::ostream& os, const Sharding& s) { return os << s.str(); }
 
 namespace detail {
 // Whether two specs place blocks alike: equal up to trailing unsharded dimensions (the spec half

@@ -27,6 +27,26 @@ std::string Tensor::str() const {
   return cat("Tensor(", dtype_name(dtype_), shape_str(shape_), " on ", device_.str(), ")");
 }
 
+void Tensor::check_item() const {
+  if (!valid()) throw Error("[tensor] item() of an empty (default-constructed) Tensor");
+  if (size() != 1) {
+    throw Error(cat("[tensor] item() needs a tensor of exactly one element, but this ", str(),
+                    " has ", size(), "; index it (t[i]) or reduce it (sum, mean) first"));
+  }
+}
+
+std::ostream& operator<<(std::ostream& os, const Tensor& t) {
+  if (!t.valid()) return os << "Tensor(empty)";
+  std::string s = t.str();
+  s.pop_back();  // the closing parenthesis
+  if (t.size() <= detail::kMaxPrintedElements) {
+    std::vector<char> host(t.nbytes());
+    t.copy_to_host(host.data(), t.dtype());
+    s += cat(", ", detail::values_str(host.data(), t.dtype(), t.shape()));
+  }
+  return os << s << ")";
+}
+
 const Tensor& Tensor::block_until_ready() const {
   if (!valid()) throw Error("[tensor] block_until_ready on an empty (default-constructed) Tensor");
   detail::backend_of(device_).synchronize(device_.local_index());

@@ -3,6 +3,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <ostream>
 #include <span>
 #include <string>
 #include <type_traits>
@@ -50,6 +51,13 @@ class Tensor {
   std::vector<T> to_vector() const {
     return detail::read_to_host<T>(size(), [this](void* dst, DType t) { copy_to_host(dst, t); });
   }
+  // The one element of a one-element tensor (any shape of size 1), as jax.Array.item(): T must
+  // match dtype() exactly; more or fewer elements, or an empty Tensor, is an Error.
+  template <class T>
+  T item() const {
+    check_item();
+    return to_vector<T>()[0];
+  }
 
   // Internal: a view of `buffer` starting `byte_offset` bytes in (ops and collectives make
   // tensors this way).
@@ -69,6 +77,7 @@ class Tensor {
   void set_trace_id(uint64_t id) { trace_id_ = id; }
 
  private:
+  void check_item() const;
   std::shared_ptr<backend::Buffer> buffer_;
   size_t byte_offset_ = 0;
   Shape shape_;
@@ -98,5 +107,9 @@ Tensor tensor(const std::vector<T>& data, Shape shape, Device device) {
     return tensor(std::span<const T>(data), std::move(shape), device);
   }
 }
+
+// Prints the tensor as str() does, with its values when it has at most 100 elements:
+// "Tensor(float32(2, 2) on cpu:0, [[0, 1.5], [2, 3]])".
+std::ostream& operator<<(std::ostream& os, const Tensor& t);
 
 }  // namespace meshrt

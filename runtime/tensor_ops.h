@@ -20,6 +20,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -59,11 +60,14 @@ Tensor tanh(const Tensor& x);
 Tensor sqrt(const Tensor& x);
 Tensor relu(const Tensor& x);
 
-// A scalar operand, as a Python scalar in JAX (weakly typed, see above).
+// A scalar operand, as a Python scalar in JAX (weakly typed, see above). Every arithmetic C++
+// type converts: float and double are weak floats; int, long, unsigned, size_t (so
+// `x / v.size()` works) and the other integer types are weak integers. bool is not a scalar.
 struct Scalar {
-  Scalar(double v) : value(v), integral(false) {}
-  Scalar(int v) : value(v), integral(true) {}
-  Scalar(int64_t v) : value(static_cast<double>(v)), integral(true) {}
+  template <class T>
+  requires(std::is_arithmetic_v<T> && !std::is_same_v<T, bool>)
+      Scalar(T v)  // NOLINT(google-explicit-constructor): scalars convert implicitly, as in JAX
+      : value(static_cast<double>(v)), integral(std::is_integral_v<T>) {}
   double value;
   bool integral;
 };

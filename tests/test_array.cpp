@@ -6,6 +6,8 @@
 #include <cstdint>
 #include <numeric>
 #include <random>
+#include <sstream>
+#include <typeinfo>
 
 #include "backends/backend.h"
 #include "runtime/detail/copy.h"
@@ -238,8 +240,10 @@ TEST(ArrayErrors, BadInput) {
   std::vector<float> ten(10);
   EXPECT_MESHRT_ERROR(device_put(ten, {4, 2}, rows), "[device_put]", "host data has 10 elements",
                       "shape (4, 2) needs 8");
-  EXPECT_MESHRT_ERROR(device_put(ten, {10}, rows), "[device_put]",
-                      "array axis 0 is partitioned 4 times, but the dimension size is 10");
+  EXPECT_MESHRT_ERROR(device_put(ten, {10}, rows),
+                      "[device_put] the target sharding NamedSharding(mesh=Mesh('x': 4, 'y': 2), "
+                      "spec=P('x',)) implies that array axis 0 is partitioned 4 times, but the "
+                      "dimension size is 10");
   EXPECT_MESHRT_ERROR(device_put(std::vector<float>(8), {8}, NamedSharding(mesh, P("x", "y"))),
                       "[device_put]", "rank at least 2");
   Array a = device_put(std::vector<float>(8), {8}, rows);
@@ -252,6 +256,136 @@ TEST(ArrayErrors, BadInput) {
   EXPECT_MESHRT_ERROR(tensor(ten, {-10}, devices()[0]), "negative dimension");
   EXPECT_MESHRT_ERROR(Array().to_vector<float>(), "[array]");
   EXPECT_MESHRT_ERROR(Array({8}, DType::f32, rows, {}), "[array]", "0 blocks");
+}
+
+// ---- conveniences a C++ user reaches for: printing, item(), the empty Array, scalar types
+
+template <class T>
+std::string printed(const T& x) {
+  std::ostringstream os;
+  os << x;
+  return os.str();
+}
+
+TEST(Print, EveryPublicValueType) {
+  Mesh mesh = make_mesh({2}, {"x"});
+  EXPECT_EQ(printed(DType::f32), "float32");
+  EXPECT_EQ(printed(DType::bool_), "bool");
+  EXPECT_EQ(printed(mesh.devices()[1]), mesh.devices()[1].str());
+  EXPECT_EQ(printed(mesh), "Mesh('x': 2)");
+  EXPECT_EQ(printed(P("x", None)), "P('x', None)");
+  EXPECT_EQ(printed(NamedSharding(mesh, P("x"))), "NamedSharding(mesh=Mesh('x': 2), spec=P('x',))");
+  EXPECT_EQ(printed(SingleDeviceSharding(mesh.devices()[0])),
+            "SingleDeviceSharding(device=" + mesh.devices()[0].str() + ")");
+  Array a = device_put(std::vector<float>{0, 1.5f, 2, 3}, {2, 2}, NamedSharding(mesh, P("x")));
+  EXPECT_EQ(printed(a),
+            "Array(float32(2, 2), sharding=NamedSharding(mesh=Mesh('x': 2), spec=P('x',)), "
+            "values=[[0., 1.5], [2., 3.]])");
+  Array i = device_put(std::vector<int32_t>{7}, {}, NamedSharding(mesh, P()));
+  EXPECT_EQ(printed(i),
+            "Array(int32(), sharding=NamedSharding(mesh=Mesh('x': 2), spec=P()), values=7)");
+  Array b =
+      device_put(std::vector<bool>{true, false}, {2}, SingleDeviceSharding(mesh.devices()[0]));
+  EXPECT_NE(printed(b).find("values=[true, false]"), std::string::npos) << printed(b);
+  // Large values print without them (as JAX summarises), small Tensors with them.
+  Array big = device_put(std::vector<double>(101, 1.0), {101}, NamedSharding(mesh, P()));
+  EXPECT_EQ(printed(big), "Array(float64(101,), sharding=" + big.sharding().str() + ")");
+  EXPECT_EQ(printed(a.blocks()[1]),
+            "Tensor(float32(1, 2) on " + mesh.devices()[1].str() + ", [[2., 3.]])");
+  EXPECT_EQ(printed(Array()), "Array(empty)");
+  EXPECT_EQ(printed(Tensor()), "Tensor(empty)");
+  // A pending sum prints as such, and its values are the sum's.
+  Array s = sum(a, 0);
+  ASSERT_FALSE(s.pending_sum_axes().empty());
+  EXPECT_EQ(printed(s),
+            "Array(float32(2,), sharding=NamedSharding(mesh=Mesh('x': 2), spec=P()), pending sum "
+            "over ('x',), values=[2., 4.5])");
+}
+
+TEST(Item, OneElementValues) {
+  Mesh mesh = make_mesh({2}, {"x"});
+  Array loss = device_put(std::vector<float>{2.5f}, {}, NamedSharding(mesh, P()));
+  EXPECT_EQ(loss.item<float>(), 2.5f);
+  Array one = device_put(std::vector<int64_t>{-3}, {1, 1}, NamedSharding(mesh, P()));
+  EXPECT_EQ(one.item<int64_t>(), -3);
+  Array x = device_put(std::vector<double>{1, 2, 3, 4}, {4}, NamedSharding(mesh, P("x")));
+  EXPECT_EQ(sum(x).item<double>(), 10.0);  // a pending sum is taken first
+  EXPECT_MESHRT_ERROR(x.item<double>(), "[array] item() needs an Array of exactly one element",
+                      "float64(4,)", "has 4");
+  EXPECT_MESHRT_ERROR(loss.item<double>(), "use to_vector<float>");
+  EXPECT_MESHRT_ERROR(Array().item<float>(), "[array] item() of an empty");
+  Tensor t = loss.blocks()[0];
+  EXPECT_EQ(t.item<float>(), 2.5f);
+  EXPECT_MESHRT_ERROR(x.blocks()[0].item<double>(), "[tensor] item() needs a tensor of exactly",
+                      "has 2");
+  EXPECT_MESHRT_ERROR(Tensor().item<float>(), "[tensor] item() of an empty");
+}
+
+TEST(EmptyArray, IsExplicitAndEveryUseSaysSo) {
+  Array e;
+  EXPECT_FALSE(e.valid());
+  EXPECT_EQ(e.size(), 0);  // not 1: an empty Array is not a scalar
+  EXPECT_TRUE(e.shape().empty());
+  Mesh mesh = make_mesh({2}, {"x"});
+  Array x = device_put(std::vector<float>{1, 2}, {2}, NamedSharding(mesh, P("x")));
+  EXPECT_TRUE(x.valid());
+  EXPECT_EQ(x.size(), 2);
+  Array scalar = device_put(std::vector<float>{1}, {}, NamedSharding(mesh, P()));
+  EXPECT_TRUE(scalar.valid());
+  EXPECT_EQ(scalar.size(), 1);
+  EXPECT_MESHRT_ERROR(e.addressable_shards(), "[array] addressable_shards of an empty");
+  EXPECT_MESHRT_ERROR(e.to_vector<float>(), "empty (default-constructed) Array");
+  EXPECT_MESHRT_ERROR(e.device(), "empty (default-constructed) Array");
+  EXPECT_MESHRT_ERROR(e + 1.0, "[add]", "empty");
+  EXPECT_MESHRT_ERROR(x * e, "[multiply]", "empty");
+  EXPECT_MESHRT_ERROR(sum(e), "[sum]", "empty");
+  EXPECT_MESHRT_ERROR(device_put(e, NamedSharding(mesh, P())), "[device_put]", "empty");
+  e = x;  // a placeholder takes a value later
+  EXPECT_TRUE(e.valid());
+}
+
+// `x / v.size()` and every other arithmetic type are weak scalars, on Arrays and Tensors alike.
+template <class S>
+void check_scalar_type(const Array& x, const Tensor& t, S s, bool integral) {
+  static_assert(requires(Array y) {
+    x / s;
+    s* x;
+    x + s;
+    y -= s;
+    t / s;
+    s - t;
+    t < s;
+  });
+  const Scalar w = s;
+  EXPECT_EQ(w.integral, integral) << typeid(S).name();
+  EXPECT_EQ(w.value, 2.0);
+  const Array q = x / s;
+  EXPECT_EQ(q.to_vector<float>(), (std::vector<float>{0.5f, 1.f, 1.5f, 2.f}));
+  EXPECT_EQ((s * x).dtype(), DType::f32);  // weak: the Array's dtype
+  const Tensor r = t / s;
+  EXPECT_EQ(r.to_vector<float>(), (std::vector<float>{0.5f, 1.f}));
+}
+
+TEST(WeakScalar, EveryArithmeticType) {
+  Mesh mesh = make_mesh({2}, {"x"});
+  Array x = device_put(std::vector<float>{1, 2, 3, 4}, {4}, NamedSharding(mesh, P("x")));
+  const Tensor& t = x.blocks()[0];
+  std::vector<float> v(2);
+  EXPECT_EQ((x / v.size()).to_vector<float>(), (std::vector<float>{0.5f, 1.f, 1.5f, 2.f}));
+  check_scalar_type(x, t, 2, true);
+  check_scalar_type(x, t, 2L, true);
+  check_scalar_type(x, t, 2LL, true);
+  check_scalar_type(x, t, 2U, true);
+  check_scalar_type(x, t, size_t{2}, true);
+  check_scalar_type(x, t, int16_t{2}, true);
+  check_scalar_type(x, t, 2.f, false);
+  check_scalar_type(x, t, 2.0, false);
+  // An integer scalar keeps an integer array's dtype; a float one makes it float64 (JAX x64).
+  Array n = device_put(std::vector<int32_t>{4, 6}, {2}, NamedSharding(mesh, P("x")));
+  EXPECT_EQ((n + size_t{1}).dtype(), DType::i32);
+  EXPECT_EQ((n + size_t{1}).to_vector<int32_t>(), (std::vector<int32_t>{5, 7}));
+  EXPECT_EQ((n + 1.f).dtype(), DType::f64);
+  static_assert(!std::is_convertible_v<bool, Scalar>);
 }
 
 }  // namespace
