@@ -67,8 +67,10 @@ class Recording {
   // The backward pass (once: a second call is an Error), then each input's cotangent: zeros
   // where no path led to it; Arrays placed on the input's sharding.
   void backward();
-  Tensor grad(const Tensor& leaf);
-  Array grad(const Array& leaf);
+  // `path` names the input in the CollectiveLog ("gradient of args[0].w1") where its gradient's
+  // pending sum is taken.
+  Tensor grad(const Tensor& leaf, const std::string& path = "");
+  Array grad(const Array& leaf, const std::string& path = "");
 
  private:
   std::unique_ptr<autodiff::Tape> tape_;
@@ -97,9 +99,10 @@ size_t watch_tree(Recording& rec, Tree& tree, const std::string& root, const cha
 }
 
 template <class Tree>
-Tree grads_of(Recording& rec, const Tree& watched) {
+Tree grads_of(Recording& rec, const Tree& watched, const std::string& root = "primal") {
   Tree g = watched;
-  tree_visit(g, [&](auto& leaf, const std::string&) { leaf = rec.grad(leaf); });
+  tree_visit(
+      g, [&](auto& leaf, const std::string& path) { leaf = rec.grad(leaf, path); }, root);
   return g;
 }
 
@@ -185,9 +188,10 @@ auto value_and_grad_call(const F& f, const char* api, const A&... a) {
   rec.backward();
   if constexpr (sizeof...(N) == 1) {
     constexpr int k = Argnums<N...>::value[0];
-    return std::make_pair(out, grads_of(rec, std::get<k>(args)));
+    return std::make_pair(out, grads_of(rec, std::get<k>(args), "args[" + std::to_string(k) + "]"));
   } else {
-    return std::make_pair(out, std::make_tuple(grads_of(rec, std::get<N>(args))...));
+    return std::make_pair(out, std::make_tuple(grads_of(rec, std::get<N>(args),
+                                                        "args[" + std::to_string(N) + "]")...));
   }
 }
 

@@ -531,16 +531,21 @@ void Recording::backward() {
   seeds_->arrays.clear();
 }
 
-Tensor Recording::grad(const Tensor& leaf) {
+Tensor Recording::grad(const Tensor& leaf, const std::string&) {
   std::optional<Tensor> g = tape_->tensor_grad(leaf.trace_id());
   if (!g) return zeros(leaf.shape(), leaf.dtype(), leaf.device());
   return autodiff::fit(*g, autodiff::Meta<Tensor>::of(leaf));
 }
 
-Array Recording::grad(const Array& leaf) {
+Array Recording::grad(const Array& leaf, const std::string& path) {
   std::optional<Array> g = tape_->array_grad(leaf.trace_id());
   if (!g) return zeros(leaf.shape(), leaf.dtype(), leaf.sharding());
   Array r = autodiff::fit(*g, autodiff::Meta<Array>::of(leaf));
+  if (!path.empty() && !r.pending_sum_axes().empty()) {  // named where the CollectiveLog shows it
+    const std::string made_by = meshrt::detail::pending_sum_origin(r);
+    meshrt::detail::set_pending_sum_origin(
+        r, cat("gradient of ", path, made_by.empty() ? "" : " (" + made_by + ")"));
+  }
   const Mesh* lm = leaf.sharding().mesh_or_null();
   const Mesh* gm = r.sharding().mesh_or_null();
   if (lm != nullptr && gm != nullptr && *lm == *gm)

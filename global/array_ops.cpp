@@ -110,7 +110,7 @@ std::vector<Array> apply(std::string_view op, const std::vector<Array>& xs, cons
   const OpMesh m = global::op_mesh(op, ptrs(xs));
   std::vector<Array> placed;
   for (size_t i = 0; i < xs.size(); ++i) {
-    placed.push_back(global::place(global::on_mesh(xs[i], m), m.mesh, plan.need[i], op));
+    placed.push_back(global::place(global::on_mesh(xs[i], m), m.mesh, plan.need[i], op, i));
   }
   std::vector<Array> res;
   if (kernel.local && !concurrent(m.mesh, placed)) {
@@ -123,6 +123,14 @@ std::vector<Array> apply(std::string_view op, const std::vector<Array>& xs, cons
   } else {
     res = global::run_blocks(m.mesh, placed, plan.need, computed, out_shapes, kernel.body);
   }
+  // A pending sum is named after the op that made it (kept through the linear ops that carry
+  // it), so the CollectiveLog can say where a psum taken later came from.
+  std::string origin;
+  for (const Array& x : xs) {
+    if (origin.empty()) origin = meshrt::detail::pending_sum_origin(x);
+  }
+  if (origin.empty()) origin = std::string(op);
+  for (const Array& r : res) meshrt::detail::set_pending_sum_origin(r, origin);
   for (size_t i = 0; i < res.size(); ++i) {
     if (i < plan.out.size() && plan.out[i].dims != computed[i].dims) {
       res[i] = global::reshard(res[i], m.mesh, plan.out[i], op, /*implicit=*/false);
@@ -310,9 +318,11 @@ Array matmul_like(std::string_view op, const Array& a, const Array& b, const OpO
   }
   const int64_t ka = sa.back(), kb = sb.size() == 1 ? sb[0] : sb[sb.size() - 2];
   if (ka != kb) {
-    throw Error(cat("[", op,
-                    "] dot_general requires contracting dimensions to have the same shape, got (",
-                    ka, ",) and (", kb, ",)."));
+    throw Error(cat("[", op, "] shapes ", shape_tuple(a.shape()), " and ", shape_tuple(b.shape()),
+                    ta || tb ? " (read transposed)" : "", " do not align: ", op,
+                    " contracts the first operand's last dimension (size ", ka,
+                    ") with the second's ", sb.size() == 1 ? "only" : "second-to-last",
+                    " dimension (size ", kb, "); transpose or reshape an operand"));
   }
   // Result shape: broadcast batch dims, then m (unless a is 1-D), then n (unless b is 1-D).
   Shape ba(sa.begin(), sa.end() - std::min<size_t>(sa.size(), 2));
@@ -422,7 +432,8 @@ Array creation(const Shape& shape, const Sharding& s,
   return Array(shape, *dt, s, std::move(blocks));
 }
 
-// Reading an Array with pending sums sums them (psum), logged as the op "read".
+// Reading an Array with pending sums sums them (psum), logged under the op that made the sum,
+// noted as summed at a read.
 Array resolve_for_read(const Array& x) {
   const Mesh* m = x.sharding().mesh_or_null();
   Layout l = global::layout_of(x);

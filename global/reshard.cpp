@@ -74,18 +74,28 @@ Array resolve(const Array& x, const Mesh& mesh, const Layout& to, std::string_vi
                                       },
                                       {.psum = scatters.empty() ? &rest : nullptr});
   const double secs = since(t0);
-  // Ring traffic per device: psum_scatter receives (n-1)/n of its input, psum twice that.
+  // Logged under the op that made the sum (`sum`, `matmul`, a gradient), saying where it is taken
+  // now when that is later (a read, a constraint, a nonlinear op).
+  const std::string origin = meshrt::detail::pending_sum_origin(x);
+  std::string why = note;
+  if (!origin.empty() && origin != op) {
+    why = cat("summed at ", op == "read" ? std::string("a read of the value") : std::string(op),
+              why.empty() ? "" : "; ", why);
+  }
+  const std::string by = origin.empty() ? std::string(op) : origin;
+  // What each device sends and receives under the direct algorithm: psum_scatter, the n-1
+  // pieces of its block that the others reduce (and theirs of its piece); psum, its addend out
+  // and the sum back (the block's bytes: 4 for a float32 scalar).
   int64_t bytes = in_bytes;
   for (auto& [axis, dim] : scatters) {
     const int64_t n = mesh.axis_size(axis);
-    CollectiveLog::add({std::string(op), "psum_scatter", "direct", layout_str(have),
-                        layout_str(next), bytes * (n - 1) / n, secs, note});
+    CollectiveLog::add({by, "psum_scatter", "direct", layout_str(have), layout_str(next),
+                        bytes * (n - 1) / n, secs, why});
     bytes /= n;
   }
   if (!rest.empty()) {
-    const int64_t n = axes_size(mesh, rest);
-    CollectiveLog::add({std::string(op), "psum", "direct", layout_str(have), layout_str(next),
-                        2 * bytes * (n - 1) / n, secs, note});
+    CollectiveLog::add(
+        {by, "psum", "direct", layout_str(have), layout_str(next), bytes, secs, why});
   }
   return out.front();
 }
@@ -132,7 +142,7 @@ Array finish(const Array& y, const OpMesh& m) {
 }
 
 Array reshard(const Array& x, const Mesh& mesh, const Layout& to, std::string_view op,
-              bool implicit, const std::string& note) {
+              bool implicit, const std::string& note, std::string_view operand) {
   Array cur = x;
   Layout have = layout_of(cur);
   if (!have.partial.empty()) {
@@ -141,9 +151,10 @@ Array reshard(const Array& x, const Mesh& mesh, const Layout& to, std::string_vi
   }
   if (have.dims == to.dims) return cur;
   if (implicit && sharding_mode() == ShardingMode::explicit_) {
-    throw Error(cat("[", op, "] explicit sharding mode: the operand sharded as ",
-                    spec_of(have).str(), " would have to be resharded to ", spec_of(to).str(),
-                    " on ", mesh.str(),
+    throw Error(cat("[", op, "] explicit sharding mode: ",
+                    operand.empty() ? std::string("the operand") : std::string(operand),
+                    " of shape ", shape_str(x.shape()), " sharded as ", spec_of(have).str(),
+                    " would have to be resharded to ", spec_of(to).str(), " on ", mesh.str(),
                     "; reshard it yourself (with_sharding_constraint(x, NamedSharding(mesh, ",
                     spec_of(to).str(),
                     ")) or device_put), or pass out_sharding= to choose the "
@@ -180,14 +191,15 @@ Array reshard(const Array& x, const Mesh& mesh, const Layout& to, std::string_vi
   return out;
 }
 
-Array place(const Array& x, const Mesh& mesh, const Layout& need, std::string_view op) {
+Array place(const Array& x, const Mesh& mesh, const Layout& need, std::string_view op,
+            size_t index) {
   const Layout have = layout_of(x);
   if (!need.partial.empty()) {
     // Rules keep a pending sum only where the operand already has exactly that layout.
     MESHRT_DCHECK(have.partial == need.partial && have.dims == need.dims);
     return raw_addends(x);
   }
-  return reshard(x, mesh, need, op, /*implicit=*/true);
+  return reshard(x, mesh, need, op, /*implicit=*/true, "", cat("args[", index, "]"));
 }
 
 std::vector<Array> run_blocks(const Mesh& mesh, const std::vector<Array>& placed,

@@ -34,13 +34,16 @@ Array on_mesh(const Array& x, const OpMesh& m);
 Array finish(const Array& y, const OpMesh& m);
 
 // `x` resharded to `to` (which has no pending sums). `implicit`: the op chose this reshard on
-// its own (an Error in ShardingMode::explicit_ when the layout changes).
+// its own (an Error in ShardingMode::explicit_ when the layout changes, naming `operand`, e.g.
+// "args[1]").
 Array reshard(const Array& x, const Mesh& mesh, const Layout& to, std::string_view op,
-              bool implicit, const std::string& note = "");
+              bool implicit, const std::string& note = "", std::string_view operand = {});
 
 // The blocks of `x` as they are (pending addends included), placed as `need` asks: pending
 // sums kept only where `need.partial` equals them, else resolved first.
-Array place(const Array& x, const Mesh& mesh, const Layout& need, std::string_view op);
+// `index`: the operand's position in the op's arguments (named in explicit mode's error).
+Array place(const Array& x, const Mesh& mesh, const Layout& need, std::string_view op,
+            size_t index);
 
 // Runs `body` on every device with the blocks of `placed` (whose layouts are `in`) and assembles
 // the results with layouts `out` (pending sums included).

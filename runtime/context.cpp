@@ -147,6 +147,12 @@ const Mesh& Context::mesh() const { return state_->launch->mesh; }
 
 namespace {
 
+// "axis 'x'" or "axes ('x', 'y')", for messages.
+std::string axes_text(const AxisNames& axes) {
+  if (axes.names().size() == 1) return cat("axis ", detail::quote(axes.names().front()));
+  return cat("axes ", detail::names_tuple(axes.names()));
+}
+
 // The device's group layout for the axes, with the operand checked.
 struct Prepared {
   const coll::GroupLayout* layout;
@@ -421,14 +427,18 @@ Tensor Context::psum_scatter(const Tensor& x, const AxisNames& axes, int scatter
   Shape out_shape = x.shape();
   if (tiled) {
     if (size % n != 0) {
-      throw Error(cat("[psum_scatter] tiled reduce_scatter operand scatter dimension size ", size,
-                      " must be divisible by shard_count ", n));
+      throw Error(cat("[psum_scatter] tiled psum_scatter splits dimension ", sd, " (size ", size,
+                      ") into one piece per device of ", axes_text(axes), ", but ", n,
+                      " devices do not evenly divide ", size,
+                      "; pick a scatter_dimension or axes whose size divides it"));
     }
     out_shape[static_cast<size_t>(sd)] = size / n;
   } else {
     if (size != n) {
-      throw Error(cat("[psum_scatter] reduce_scatter operand scatter dimension size ", size,
-                      " must match shard count ", n));
+      throw Error(cat("[psum_scatter] untiled psum_scatter gives each device of ", axes_text(axes),
+                      " one index of dimension ", sd, ", so its size (", size,
+                      ") must equal the number of devices (", n, "); pass tiled = true to split ",
+                      "it into blocks instead"));
     }
     out_shape.erase(out_shape.begin() + sd);
   }

@@ -445,6 +445,50 @@ TEST(GlobalViewSeed, ThreeDevices) {
     EXPECT_EQ(cv[static_cast<size_t>(j)], static_cast<float>(3 * j + 36));
 }
 
+// A pending sum taken later is logged under the op that made it (a user looks for the sum, the
+// matmul, the gradient of a weight, not for the read), noted with where it ran; a psum's bytes per
+// device are those of the block each device sends and gets back.
+TEST(GlobalViewPendingSums, LogNamesTheOpThatMadeTheSum) {
+  Mesh mesh = make_mesh({8}, {"x"});
+  Array v = iota_f32({8}, NamedSharding(mesh, P("x")));
+  CollectiveLog log;
+  auto on = log.record();
+  Array s = sum(v) * 2.0;  // linear: still the sum's pending sum
+  ASSERT_EQ(log.size(), 0u);
+  EXPECT_EQ(s.item<float>(), 56.0f);
+  ASSERT_EQ(log.size(), 1u) << log.str();
+  CollectiveLog::Entry e = log.entries()[0];
+  EXPECT_EQ(e.op, "sum");
+  EXPECT_EQ(e.collective, "psum");
+  EXPECT_EQ(e.bytes_per_device, 4) << "a float32 scalar: 4 bytes out, the 4-byte sum back";
+  EXPECT_NE(e.note.find("summed at a read"), std::string::npos) << log.str();
+
+  log.clear();
+  Array a = iota_f32({4, 16}, NamedSharding(mesh, P(None, "x")));
+  Array b = iota_f32({16, 2}, NamedSharding(mesh, P("x")));
+  Array r = exp(matmul(a, b) * 1e-4);  // a nonlinear op takes the matmul's pending sum
+  ASSERT_EQ(log.size(), 1u) << log.str();
+  e = log.entries()[0];
+  EXPECT_EQ(e.op, "matmul");
+  EXPECT_EQ(e.bytes_per_device, 4 * 2 * 4);
+  EXPECT_NE(e.note.find("summed at exp"), std::string::npos) << log.str();
+
+  // Data parallelism: the weight's gradient is a pending sum over the batch axis, named after
+  // the weight's path in the arguments.
+  log.clear();
+  Array x = iota_f32({16, 4}, NamedSharding(mesh, P("x")));
+  Array w = iota_f32({4, 2}, NamedSharding(mesh, P()));
+  Array g = grad([&](const Array& w_) { return sum(matmul(x, w_)); })(w);
+  std::vector<CollectiveLog::Entry> of_w;
+  for (const auto& en : log.entries()) {
+    if (en.op.rfind("gradient of args[0] (", 0) == 0) of_w.push_back(en);
+  }
+  ASSERT_EQ(of_w.size(), 1u) << log.str();
+  EXPECT_EQ(of_w[0].collective, "psum") << log.str();
+  EXPECT_NE(of_w[0].note.find("summed at with_sharding_constraint"), std::string::npos);
+  EXPECT_TRUE(g.sharding().is_fully_replicated());
+}
+
 // with_sharding_constraint(sum(x, 0), P("x")) moves exactly one psum_scatter's bytes, and a chain
 // of linear ops after a sum still reduces once.
 TEST(GlobalViewPendingSums, ConstraintCostsOnePsumScatter) {
@@ -456,7 +500,8 @@ TEST(GlobalViewPendingSums, ConstraintCostsOnePsumScatter) {
   ASSERT_EQ(log.size(), 1u);
   const auto e = log.entries()[0];
   EXPECT_EQ(e.collective, "psum_scatter");
-  EXPECT_EQ(e.op, "with_sharding_constraint");
+  EXPECT_EQ(e.op, "sum");  // the op that made the pending sum; the note says where it was taken
+  EXPECT_NE(e.note.find("summed at with_sharding_constraint"), std::string::npos) << log.str();
   // One psum_scatter of a 32-float block over 8 devices: each device receives 7/8 of it.
   EXPECT_EQ(e.bytes_per_device, 32 * 4 * 7 / 8);
   auto v = c.to_vector<float>();
@@ -536,8 +581,12 @@ TEST(GlobalViewExplicitMode, ImplicitReshardIsAnError) {
   Array a = iota_f32({8, 8}, NamedSharding(mesh, P("x")));
   Array b = iota_f32({8, 8}, NamedSharding(mesh, P(None, "x")));
   set_sharding_mode(ShardingMode::explicit_);
-  EXPECT_MESHRT_ERROR(add(a, b), "[add] explicit sharding mode", "P(None, 'x')", "P('x',)",
+  EXPECT_MESHRT_ERROR(add(a, b), "[add] explicit sharding mode",
+                      "args[1] of shape (8, 8) sharded as P(None, 'x') would have to be resharded "
+                      "to P('x',)",
                       "with_sharding_constraint");
+  // The operand named is the one that moves, whichever position it holds.
+  EXPECT_MESHRT_ERROR(add(b, a), "args[1] of shape (8, 8) sharded as P('x',) would have to be");
   // Asked-for reshards and ops that need none still work.
   Array b2 = with_sharding_constraint(b, NamedSharding(mesh, P("x")));
   Array c = add(a, b2);
@@ -561,7 +610,8 @@ TEST(GlobalViewErrors, NameTheOpAndTheFix) {
   EXPECT_MESHRT_ERROR(multiply(a, c),
                       "[multiply] Incompatible shapes for broadcasting: shapes=[(8, 4), (3,)]");
   EXPECT_MESHRT_ERROR(sum(a, 2), "[sum] axis 2 is out of bounds for array of dimension 2");
-  EXPECT_MESHRT_ERROR(matmul(a, a), "[matmul] dot_general requires contracting dimensions");
+  EXPECT_MESHRT_ERROR(matmul(a, a), "[matmul] shapes (8, 4) and (8, 4) do not align",
+                      "last dimension (size 4)", "second-to-last dimension (size 8)");
   Array w = iota_f32({4, 6}, NamedSharding(m8, P()));
   EXPECT_MESHRT_ERROR(matmul(a, w, {.out_sharding = NamedSharding(m8, P(None, "x"))}), "[matmul]",
                       "partitioned 8 times, but the dimension size is 6");
@@ -591,7 +641,8 @@ TEST(GlobalViewLog, EnvironmentPrintsEachCollective) {
   (void)sum(x, 0).to_vector<float>();
   const std::string err = testing::internal::GetCapturedStderr();
   unsetenv("MESHRT_LOG_COLLECTIVES");
-  EXPECT_NE(err.find("[meshrt] read"), std::string::npos) << err;
+  EXPECT_NE(err.find("[meshrt] sum"), std::string::npos) << err;  // the op that made the sum
+  EXPECT_NE(err.find("summed at a read of the value"), std::string::npos) << err;
   EXPECT_NE(err.find("psum"), std::string::npos) << err;
 }
 

@@ -455,11 +455,15 @@ TEST(ShardMapErrors, Specs) {
   Array scalar = device_put(std::vector<float>{1}, {}, NamedSharding(mesh, P()));
   auto id = [](Context&, const Tensor& t) { return t; };
   EXPECT_MESHRT_ERROR(shard_map(id, mesh, {P("i"), P("i")}, P("i"))(x), "[shard_map]",
-                      "different lengths of tuple at key path shard_map in_specs");
+                      "in_specs has 2 entries but the call passed 1 arguments",
+                      "one PartitionSpec per argument");
   EXPECT_MESHRT_ERROR(shard_map(id, mesh, {P("z")}, P("i"))(x),
-                      "shard_map in_specs argument must refer to an axis marked as manual",
-                      "in_specs[0] refers to 'z'");
-  EXPECT_MESHRT_ERROR(shard_map(id, mesh, {P("i")}, P("q"))(x), "out_specs[0] refers to 'q'");
+                      "in_specs[0] refers to mesh axis 'z', but the mesh's axes are {'i'}");
+  Mesh mxy = make_mesh({2, 2}, {"x", "y"});
+  EXPECT_MESHRT_ERROR(shard_map(id, mxy, {P("z")}, P())(iota_array(mxy, {8}, P())),
+                      "the mesh's axes are {'x', 'y'}");
+  EXPECT_MESHRT_ERROR(shard_map(id, mesh, {P("i")}, P("q"))(x),
+                      "out_specs[0] refers to mesh axis 'q'");
   EXPECT_MESHRT_ERROR(shard_map(id, mesh, {P("i", None)}, P("i"))(x),
                       "in_specs[0] is P('i', None) which has length 2",
                       "has shape float32[8], which has rank 1 (and 1 < 2)");
@@ -566,10 +570,12 @@ TEST(ShardMapErrors, CollectiveArguments) {
         "axis -4 is out of bounds for array of dimension 3");
     EXPECT_MESHRT_ERROR(
         run([](Context& c, const Tensor& t) { return c.psum_scatter(t, "x", 1, false); }),
-        "reduce_scatter operand scatter dimension size 6 must match shard count 4");
+        "[psum_scatter] untiled psum_scatter gives each device of axis 'x' one index of "
+        "dimension 1, so its size (6) must equal the number of devices (4)");
     EXPECT_MESHRT_ERROR(
         run([](Context& c, const Tensor& t) { return c.psum_scatter(t, "x", 1, true); }),
-        "tiled reduce_scatter operand scatter dimension size 6 must be divisible by shard_count 4");
+        "[psum_scatter] tiled psum_scatter splits dimension 1 (size 6) into one piece per device "
+        "of axis 'x', but 4 devices do not evenly divide 6");
     EXPECT_MESHRT_ERROR(
         run([](Context& c, const Tensor& t) { return c.all_to_all(t, "x", 1, 0, true); }),
         "The size of all_to_all split_axis (6) has to be divisible by the size of the named axis "

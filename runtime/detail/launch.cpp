@@ -27,11 +27,12 @@ std::mutex& launch_mutex() {
   return *mu;
 }
 
-std::string manual_axes(const Mesh& mesh) {
-  std::string s = "frozenset({";
+// The mesh's axes as a set: "{'x', 'y'}".
+std::string axis_set(const Mesh& mesh) {
+  std::string s = "{";
   for (size_t i = 0; i < mesh.axis_names().size(); ++i)
     s += cat(i ? ", " : "", quote(mesh.axis_names()[i]));
-  return s + "})";
+  return s + "}";
 }
 
 // JAX's shard_map errors, worded as JAX words them: unknown axes, duplicates, rank, divisibility.
@@ -43,11 +44,10 @@ void check_spec_axes(const Mesh& mesh, const PartitionSpec& spec, const char* ki
   for (size_t k = 0; k < axes.size(); ++k) {
     const std::string& a = axes[k];
     if (mesh.axis_position(a) < 0) {
-      throw Error(cat("[shard_map] shard_map ", kind,
-                      " argument must refer to an "
-                      "axis marked as manual (",
-                      manual_axes(mesh), "), but: ", kind, "[", i, "] refers to ", quote(a),
-                      ". Check the ", kind, " values passed to shard_map."));
+      throw Error(cat("[shard_map] ", kind, "[", i, "] refers to mesh axis ", quote(a),
+                      ", but the mesh's axes are ", axis_set(mesh), " (", kind,
+                      " may name only those: inside the body every one is manual); check the ",
+                      kind, " passed to shard_map"));
     }
     for (size_t j = 0; j < k; ++j) dup = dup || axes[j] == a;
   }
@@ -263,11 +263,9 @@ void check_call(const Mesh& mesh, const std::vector<PartitionSpec>& in_specs,
         "it from the host, or use collectives inside the one body");
   }
   if (in_specs.size() != arg_count) {
-    throw Error(
-        cat("[shard_map] pytree structure error: different lengths of tuple at key path shard_map "
-            "in_specs: in_specs has ",
-            in_specs.size(), " entries but ", arg_count,
-            " arguments were passed; give one PartitionSpec per argument"));
+    throw Error(cat("[shard_map] in_specs has ", in_specs.size(), " entries but the call passed ",
+                    arg_count,
+                    " arguments; give one PartitionSpec per argument (in_specs[i] for args[i])"));
   }
   for (size_t i = 0; i < in_specs.size(); ++i) check_spec_axes(mesh, in_specs[i], "in_specs", i);
   for (size_t i = 0; i < out_specs.size(); ++i) check_spec_axes(mesh, out_specs[i], "out_specs", i);
