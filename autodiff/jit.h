@@ -72,16 +72,20 @@ struct JitOptions {
 // A traced program in printable form (JAX's Lowered): see jit().
 class Lowered {
  public:
-  explicit Lowered(std::shared_ptr<const detail::JitProgram> program)
-      : program_(std::move(program)) {}
+  // `donated`: per input leaf, whether the jit's donate_argnums donates it.
+  explicit Lowered(std::shared_ptr<const detail::JitProgram> program,
+                   std::vector<bool> donated = {})
+      : program_(std::move(program)), donated_(std::move(donated)) {}
   // One line per op: operands and results with shapes and shardings, the collectives it
-  // inserted with bytes per device; then how a replay launches.
-  std::string as_text() const { return detail::jit_text(*program_); }
+  // inserted with bytes per device, "(unused: not replayed)" on ops whose results nothing reads;
+  // then how a replay launches and, with donate_argnums, how many steps write in place.
+  std::string as_text() const { return detail::jit_text(*program_, donated_); }
   // A Graphviz digraph of the same (collectives as red octagons): `dot -Tsvg` renders it.
   std::string as_dot() const { return detail::jit_dot(*program_); }
 
  private:
   std::shared_ptr<const detail::JitProgram> program_;
+  std::vector<bool> donated_;
 };
 
 namespace jit_detail {
@@ -184,7 +188,13 @@ class Jitted {
     Call call = flatten_call(args...);
     std::shared_ptr<Entry> entry = find<Args...>(call.key, args...);
     if (entry == nullptr) entry = trace<R>(call, args...).first;
-    return Lowered(entry->program);
+    std::vector<bool> donated;
+    for (size_t i = 0; i < call.leaves.size(); ++i) {
+      const int a = static_cast<int>(call.arg_of[i]);
+      donated.push_back(std::find(options_.donate_argnums.begin(), options_.donate_argnums.end(),
+                                  a) != options_.donate_argnums.end());
+    }
+    return Lowered(entry->program, std::move(donated));
   }
 
   // How many signatures have been traced.

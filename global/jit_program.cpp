@@ -122,6 +122,8 @@ struct JitLine {
   std::vector<std::string> ins, outs;
   std::vector<int> in_from;  // per operand: producing line, -1 - k for input k, kConst
   std::vector<CollectiveLog::Entry> collectives;
+  std::vector<int> out_vids;  // its results' values, where a step made them
+  bool replayed = true;       // false when plan() dropped every step making its results
 };
 constexpr int kConst = -1000000;
 
@@ -335,6 +337,10 @@ void JitTracer::record(std::string_view op, std::span<const Array* const> inputs
     }
     if (rec_->computed(y) || follows) follow(y);
     for (const Tensor& t : y.blocks()) rec_->line_by_block[key_of(t)] = index;
+    if (!y.blocks().empty() && y.blocks().front().valid()) {
+      auto it = rec_->known.find(key_of(y.blocks().front()));
+      if (it != rec_->known.end()) line.out_vids.push_back(it->second.vid);
+    }
   }
   std::vector<CollectiveLog::Entry> entries = rec_->log.entries();
   for (size_t i = rec_->log_seen; i < entries.size(); ++i) line.collectives.push_back(entries[i]);
@@ -673,6 +679,18 @@ void plan(JitProgram& p) {
   }
   std::reverse(kept.begin(), kept.end());
   p.steps = std::move(kept);
+  // Lines whose results only dropped steps made are printed as not replayed.
+  std::vector<bool> made(p.values.size(), false);
+  for (const JitStep& s : p.steps) {
+    for (int v : s.out) made[static_cast<size_t>(v)] = true;
+  }
+  for (JitLine& l : p.lines) {
+    if (l.out_vids.empty()) continue;
+    l.replayed = std::any_of(l.out_vids.begin(), l.out_vids.end(), [&](int v) {
+      const JitValue& jv = p.values[static_cast<size_t>(v)];
+      return made[static_cast<size_t>(v)] || jv.input >= 0 || jv.constant;
+    });
+  }
 
   // Last reader of each value (at the reader's own position); values read across positions or by
   // reshards (which read every position from the caller) stay until the call ends.
@@ -1098,7 +1116,7 @@ std::string line_ref(const JitProgram& p, int from) {
 
 }  // namespace
 
-std::string jit_text(const JitProgram& p) {
+std::string jit_text(const JitProgram& p, const std::vector<bool>& donated) {
   std::string s = cat("jit(", p.name, ")\n");
   for (size_t i = 0; i < p.in_paths.size(); ++i) {
     s += cat("  in  ", p.in_paths[i], ": ", p.in_avals[i], "\n");
@@ -1111,7 +1129,7 @@ std::string jit_text(const JitProgram& p) {
     }
     s += ") -> ";
     for (size_t i = 0; i < l.outs.size(); ++i) s += cat(i ? ", " : "", l.outs[i]);
-    s += "\n";
+    s += l.replayed ? "\n" : "  (unused: not replayed)\n";
     for (const CollectiveLog::Entry& e : l.collectives) {
       s += cat("      ", e.collective, " ", e.from, " -> ", e.to, ", ", e.bytes_per_device,
                " bytes per device", e.note.empty() ? "" : " (" + e.note + ")", "\n");
@@ -1147,11 +1165,20 @@ std::string jit_text(const JitProgram& p) {
   s += cat("  compiled: ", compiled, " device-local steps as ", kernels,
            " kernel calls; intermediates in ", buffers, " planned buffers per device (",
            buffer_bytes, " bytes), reused by every call\n");
+  // Only what a call with these donations can do: a step counts when one of the operands whose
+  // buffer it may take is a donated input.
   size_t in_place = 0;
-  for (const JitStep& st : p.steps) in_place += st.reuse.empty() ? 0 : 1;
+  for (const JitStep& st : p.steps) {
+    in_place += std::any_of(st.reuse.begin(), st.reuse.end(), [&](const auto& r) {
+      const int input = p.values[static_cast<size_t>(st.in[r.second].front().vid)].input;
+      return input >= 0 && static_cast<size_t>(input) < donated.size() &&
+             donated[static_cast<size_t>(input)];
+    });
+  }
   if (in_place != 0) {
-    s += cat("  in place: ", in_place, in_place == 1 ? " compiled step" : " compiled steps",
-             " can write results into the buffers of donated inputs read there last\n");
+    s += cat("  in place: ", in_place,
+             in_place == 1 ? " compiled step writes" : " compiled steps write",
+             " results into the buffers of donated inputs read there last\n");
   }
   for (const auto& [why, n] : why_not) {
     s += cat("  not compiled: ", n, n == 1 ? " step" : " steps", " (", why, ")\n");

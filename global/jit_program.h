@@ -46,8 +46,10 @@ std::vector<Array> jit_replay(const JitProgram& program, std::vector<Array> inpu
                               const std::vector<bool>& donated);
 
 // One line per op: the op, its operands' and results' shapes and shardings, the collectives it
-// inserted (with bytes per device); then how the replay runs (launches per call).
-std::string jit_text(const JitProgram& program);
+// inserted (with bytes per device), "(unused: not replayed)" for an op whose results nothing
+// reads; then how the replay runs (launches per call) and, where `donated` (per input leaf, as
+// jit_replay's) lets it, how many steps write into donated inputs' buffers.
+std::string jit_text(const JitProgram& program, const std::vector<bool>& donated = {});
 // The same as a Graphviz digraph: ops as boxes, collectives as red nodes on their op's input.
 std::string jit_dot(const JitProgram& program);
 

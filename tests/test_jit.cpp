@@ -335,7 +335,8 @@ TEST(Jit, DonationWritesTheUpdateIntoTheDonatedBuffers) {
   expect_same(w1, want);
   const bool host = compiles_steps();
   if (host) {
-    EXPECT_NE(step.lower(w1, g).as_text().find("in place: 1 compiled step"), std::string::npos)
+    EXPECT_NE(step.lower(w1, g).as_text().find("in place: 1 compiled step writes"),
+              std::string::npos)
         << step.lower(w1, g).as_text();
   }
   for (int i = 0; i < 3; ++i) {
@@ -365,8 +366,37 @@ TEST(Jit, DonationWritesTheUpdateIntoTheDonatedBuffers) {
   const std::vector<float> v_values = v.to_vector<float>();
   Array v1 = plain(v, g);
   EXPECT_EQ(v.to_vector<float>(), v_values);
+  // ... and its text promises nothing in place (the same program, without donation).
+  EXPECT_EQ(plain.lower(v, g).as_text().find("in place"), std::string::npos)
+      << plain.lower(v, g).as_text();
   EXPECT_NE(block_addresses(v1), block_addresses(v));
   if (!host) GTEST_SKIP() << kNotCompiled << " (values checked; buffers reused only on cpu)";
+}
+
+// An op whose result nothing reads is traced but not replayed: the text marks it, so the lines it
+// prints as replayed are the steps it counts.
+TEST(Jit, TextMarksOpsThatAreNotReplayed) {
+  Mesh m = mesh8();
+  auto step = jit([](const Array& x) {
+    Array unused = exp(x);
+    (void)unused;
+    return x * 2.0;
+  });
+  Array x = put(iota(64), {8, 8}, NamedSharding(m, P("x")));
+  const std::string text = step.lower(x).as_text();
+  std::istringstream lines(text);
+  int dead = 0, ops = 0;
+  for (std::string l; std::getline(lines, l);) {
+    if (l.rfind("  %", 0) != 0) continue;
+    ++ops;
+    const bool marked = l.find("(unused: not replayed)") != std::string::npos;
+    dead += marked ? 1 : 0;
+    EXPECT_EQ(marked, l.find(" = exp(") != std::string::npos) << l;
+  }
+  EXPECT_EQ(ops, 2) << text;
+  EXPECT_EQ(dead, 1) << text;
+  EXPECT_NE(text.find("replay: 1 steps"), std::string::npos) << text;
+  expect_same(step(x), x * 2.0);
 }
 
 TEST(Jit, TheTracedCallsResultsAreNotKeptByTheFunction) {
