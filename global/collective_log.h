@@ -22,11 +22,18 @@ namespace meshrt {
 class CollectiveLog {
  public:
   struct Entry {
-    std::string op;          // the op that caused it, e.g. "sum", "with_sharding_constraint"
+    // The op that caused it: for a pending sum taken later, the op that made the sum ("sum",
+    // "matmul", "gradient of args[0].w1 (matmul)"), with `note` saying where it was taken
+    // ("summed at a read of the value", "summed at with_sharding_constraint"); else the op
+    // that resharded ("add", "with_sharding_constraint").
+    std::string op;
     std::string collective;  // "psum", "psum_scatter", "all_gather", "all_to_all"
     std::string algorithm;   // how it moved ("direct", or "copy" for reshards by block copies)
     std::string from, to;    // shardings as text ("P('x',) sum over ('x',)" for pending sums)
-    int64_t bytes_per_device = 0;  // bytes each device receives
+    // Bytes each device receives (and sends): psum, its block (4 for a float32 scalar: the
+    // addend out, the sum back); psum_scatter, all_gather and all_to_all, the (n-1)/n of the
+    // block that comes from the other devices.
+    int64_t bytes_per_device = 0;
     double seconds = 0;
     std::string note;  // why, where it is not obvious (e.g. a spec that does not divide)
   };
