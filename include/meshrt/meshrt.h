@@ -32,4 +32,5 @@
 #include "runtime/tensor.h"
 #include "runtime/tensor_ops.h"
 #include "runtime/visualize.h"
+#include "train/checkpoint.h"
 #include "train/optim.h"
