@@ -14,6 +14,7 @@
 #include <string_view>
 #include <vector>
 
+#include "backends/op_codes.h"
 #include "core/dtype.h"
 
 namespace meshrt::backend {
@@ -23,12 +24,7 @@ class NativeComm;  // backends/native_comm.h
 
 // ---- kernel vocabulary (device-local ops)
 
-enum class UnaryOp { copy, neg, exp, log, sin, cos, tanh, sqrt, relu };
-enum class BinaryOp { add, sub, mul, div, max, min, eq, ne, lt, le, gt, ge };
-enum class ReduceOp { sum, max, min, argmax };
-// How a collective combines members' data: mean = sum, then divided by the member count in the
-// output dtype (int32 -> float32, int64 -> float64, as pmean).
-enum class FoldOp { sum, max, min, mean };
+// UnaryOp, BinaryOp, ReduceOp, FoldOp: backends/op_codes.h (shared with the CUDA kernels).
 
 // An operand of an elementwise kernel: device memory and one stride (in elements) per output
 // dimension; 0 broadcasts. Outputs are dense and row-major.

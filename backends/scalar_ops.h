@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "backends/op_codes.h"
 #include "core/dtype.h"
 
 #if defined(__CUDACC__)
@@ -123,9 +124,14 @@ MESHRT_HD bool argmax_better(T best, T v) {
     return v > best;
 }
 
-// The unary ops of backend::UnaryOp other than copy, by number (neg=1 ... relu=8), so this
-// header needs no enum from backend.h.
+// The unary ops of backend::UnaryOp other than copy, by number (neg=1 ... relu=8), checked
+// against backends/op_codes.h below.
 enum UnaryCode : int { kNeg = 1, kExp, kLog, kSin, kCos, kTanh, kSqrt, kRelu };
+static_assert(kNeg == code(UnaryOp::neg) && kExp == code(UnaryOp::exp) &&
+                  kLog == code(UnaryOp::log) && kSin == code(UnaryOp::sin) &&
+                  kCos == code(UnaryOp::cos) && kTanh == code(UnaryOp::tanh) &&
+                  kSqrt == code(UnaryOp::sqrt) && kRelu == code(UnaryOp::relu),
+              "scalar_ops.h's unary codes are backends/op_codes.h's UnaryOp");
 
 template <class T>
 MESHRT_HD T unary(int op, T v) {

@@ -1,9 +1,13 @@
 # meshrt compiles with clang as well as g++ (Debian 12's clang 14): every file of GROUP is parsed
 # and type-checked (-fsyntax-only, templates instantiated as the file uses them) with CLANG.
-#   cmake -DCLANG=<clang++> -DROOT=<source> -DGROUP=api|library -P clang_check.cmake
+#   cmake -DCLANG=<clang++> -DROOT=<source> -DGROUP=api|library [-DWORK=<scratch>] -P clang_check.cmake
 # api: every public header on its own, the examples and the tests; library: every source of the
 # core library (the plugins' CUDA and MPI sources need their toolkits' headers and are left out).
 set(flags -std=c++20 -fsyntax-only -Wall -I${ROOT}/include -I${ROOT} "-DMESHRT_TEST_DATA_DIR=\"\"")
+if(NOT WORK)
+  set(WORK /tmp/meshrt_clang_check)  # where the one-line files including each header go
+endif()
+file(MAKE_DIRECTORY ${WORK})
 set(files "")
 if(GROUP STREQUAL "api")
   file(STRINGS ${ROOT}/CMakeLists.txt lines REGEX "^  [a-z]+/[a-z_]+\\.h")
@@ -19,7 +23,7 @@ if(GROUP STREQUAL "api")
   endif()
   foreach(h IN LISTS headers)
     string(REPLACE "/" "_" stem ${h})
-    set(tu ${CMAKE_CURRENT_BINARY_DIR}/clang_check_${stem}.cpp)
+    set(tu ${WORK}/clang_check_${stem}.cpp)
     file(WRITE ${tu} "#include \"${h}\"\n")
     list(APPEND files ${tu})
   endforeach()

@@ -24,12 +24,18 @@
 #include <utility>
 
 #include "backends/cuda/cuda_kernels.h"
+#include "backends/op_codes.h"
 #include "backends/scalar_ops.h"
 
 namespace meshrt::cuda {
 namespace {
 
 namespace sc = meshrt::backend::scalar;
+using backend::BinaryOp;
+using backend::code;
+using backend::FoldOp;
+using backend::ReduceOp;
+using backend::UnaryOp;
 
 constexpr int kThreads = 256;
 constexpr int64_t kMaxGrid = 2147483647;
@@ -84,32 +90,32 @@ struct UnaryFn {
   }
 };
 
-// backend::BinaryOp: add, sub, mul, div, max, min, eq, ne, lt, le, gt, ge.
+// backend::BinaryOp (backends/op_codes.h), by code(op).
 template <int Op, class I>
 struct BinaryFn {
-  using Out = std::conditional_t<(Op >= 6), bool, I>;
+  using Out = std::conditional_t<(Op >= code(BinaryOp::eq)), bool, I>;
   __device__ __forceinline__ Out operator()(I u, I v) const {
-    if constexpr (Op == 0) {
+    if constexpr (Op == code(BinaryOp::add)) {
       return sc::wrap_add(u, v);
-    } else if constexpr (Op == 1) {
+    } else if constexpr (Op == code(BinaryOp::sub)) {
       return sc::wrap_sub(u, v);
-    } else if constexpr (Op == 2) {
+    } else if constexpr (Op == code(BinaryOp::mul)) {
       return sc::wrap_mul(u, v);
-    } else if constexpr (Op == 3) {
+    } else if constexpr (Op == code(BinaryOp::div)) {
       return u / v;  // floats only (the runtime divides integers as floats)
-    } else if constexpr (Op == 4) {
+    } else if constexpr (Op == code(BinaryOp::max)) {
       return sc::max_nan(u, v);
-    } else if constexpr (Op == 5) {
+    } else if constexpr (Op == code(BinaryOp::min)) {
       return sc::min_nan(u, v);
-    } else if constexpr (Op == 6) {
+    } else if constexpr (Op == code(BinaryOp::eq)) {
       return u == v;
-    } else if constexpr (Op == 7) {
+    } else if constexpr (Op == code(BinaryOp::ne)) {
       return u != v;
-    } else if constexpr (Op == 8) {
+    } else if constexpr (Op == code(BinaryOp::lt)) {
       return u < v;
-    } else if constexpr (Op == 9) {
+    } else if constexpr (Op == code(BinaryOp::le)) {
       return u <= v;
-    } else if constexpr (Op == 10) {
+    } else if constexpr (Op == code(BinaryOp::gt)) {
       return u > v;
     } else {
       return u >= v;
@@ -376,26 +382,26 @@ __device__ __forceinline__ T highest() {
     return static_cast<T>(INT64_MAX);
 }
 
-// backend::ReduceOp: 0 sum, 1 max, 2 min, 3 argmax. identity() leaves every value's bits as they
-// are (sum: -0.0, since +0.0 would turn a lone -0.0 into +0.0); combine(a, b) takes a first.
+// backend::ReduceOp (backends/op_codes.h), by code(op). identity() leaves every value's bits as
+// they are (sum: -0.0, since +0.0 would turn a lone -0.0 into +0.0); combine(a, b) takes a first.
 template <int Op, class T>
 struct Red {
   __device__ __forceinline__ static Acc<T> identity() {
-    if constexpr (Op == 0)
+    if constexpr (Op == code(ReduceOp::sum))
       return {std::is_floating_point_v<T> ? static_cast<T>(-0.0) : T(0), 0};
-    else if constexpr (Op == 1)
+    else if constexpr (Op == code(ReduceOp::max))
       return {lowest<T>(), 0};
-    else if constexpr (Op == 2)
+    else if constexpr (Op == code(ReduceOp::min))
       return {highest<T>(), 0};
     else
       return {T(0), -1};
   }
   __device__ __forceinline__ static Acc<T> combine(const Acc<T>& a, const Acc<T>& b) {
-    if constexpr (Op == 0) {
+    if constexpr (Op == code(ReduceOp::sum)) {
       return {sc::wrap_add(a.v, b.v), 0};
-    } else if constexpr (Op == 1) {
+    } else if constexpr (Op == code(ReduceOp::max)) {
       return {sc::max_nan(a.v, b.v), 0};
-    } else if constexpr (Op == 2) {
+    } else if constexpr (Op == code(ReduceOp::min)) {
       return {sc::min_nan(a.v, b.v), 0};
     } else {
       // The first NaN if there is one, else the first maximum (scalar::argmax_better's scan).
@@ -438,7 +444,7 @@ struct FinalDst {
   void* y;
   int64_t inner;
   __device__ __forceinline__ void operator()(int64_t o, int64_t, int64_t i, const Acc<T>& a) const {
-    if constexpr (Op == 3)
+    if constexpr (Op == code(ReduceOp::argmax))
       static_cast<int64_t*>(y)[o * inner + i] = a.i;
     else
       static_cast<T*>(y)[o * inner + i] = a.v;
@@ -647,12 +653,12 @@ cudaError_t reduce_typed(cudaStream_t s, int64_t outer, int64_t len, int64_t inn
   // Two passes: the chunks' partials [outer, chunks, inner] in stream-ordered scratch, then one
   // fold over them (chunks in order, the same kernels without a split).
   const size_t count = static_cast<size_t>(outer * chunks * inner);
-  const size_t idx_bytes = Op == 3 ? count * sizeof(int64_t) : 0;
+  const size_t idx_bytes = Op == code(ReduceOp::argmax) ? count * sizeof(int64_t) : 0;
   keep_pool_memory();
   void* scratch = nullptr;
   cudaError_t e = cudaMallocAsync(&scratch, idx_bytes + count * sizeof(T), s);
   if (e != cudaSuccess) return e;
-  auto* idx = Op == 3 ? static_cast<int64_t*>(scratch) : nullptr;
+  auto* idx = Op == code(ReduceOp::argmax) ? static_cast<int64_t*>(scratch) : nullptr;
   T* vals = reinterpret_cast<T*>(static_cast<char*>(scratch) + idx_bytes);
   e = pass(direct, PartialDst<T>{vals, idx, chunks, inner}, len, chunks, chunk_len);
   if (e == cudaSuccess)
@@ -702,7 +708,9 @@ __global__ void fold_kernel(int op, T* dst, int64_t dpitch, Sources s, int count
     T acc = accumulate ? *d : static_cast<const T*>(s.p[0])[at];
     for (int j = accumulate ? 0 : 1; j < count; ++j) {
       const T v = static_cast<const T*>(s.p[j])[at];
-      acc = op == 0 ? sc::wrap_add(acc, v) : op == 1 ? sc::fold_max(acc, v) : sc::fold_min(acc, v);
+      acc = op == code(FoldOp::sum)   ? sc::wrap_add(acc, v)
+            : op == code(FoldOp::max) ? sc::fold_max(acc, v)
+                                      : sc::fold_min(acc, v);
     }
     *d = acc;
   }
@@ -726,7 +734,7 @@ cudaError_t launch_unary(cudaStream_t s, int op, DType in, DType out, const Dims
     using I = decltype(iv);
     return with_type(out, [&](auto ov) -> cudaError_t {
       using O = decltype(ov);
-      if (op == 0) return unary_code<I, O, 0>(s, d, x, y, n);
+      if (op == code(UnaryOp::copy)) return unary_code<I, O, code(UnaryOp::copy)>(s, d, x, y, n);
       if constexpr (std::is_same_v<I, O>) {
         return unary_same<I>(s, op, d, x, y, n);
       } else {
@@ -743,11 +751,16 @@ cudaError_t launch_binary(cudaStream_t s, int op, DType in, DType out, const Dim
   return with_type(in, [&](auto iv) -> cudaError_t {
     using I = decltype(iv);
     if constexpr (std::is_floating_point_v<I>) {
-      return binary_pick<I>(op, s, d, a, b, y, n, std::make_integer_sequence<int, 12>{});
-    } else {
-      if (op == 3) return cudaErrorInvalidValue;  // the runtime divides integers as floats
       return binary_pick<I>(op, s, d, a, b, y, n,
-                            std::integer_sequence<int, 0, 1, 2, 4, 5, 6, 7, 8, 9, 10, 11>{});
+                            std::make_integer_sequence<int, code(BinaryOp::ge) + 1>{});
+    } else {
+      if (op == code(BinaryOp::div)) return cudaErrorInvalidValue;  // ints divide as floats
+      return binary_pick<I>(
+          op, s, d, a, b, y, n,
+          std::integer_sequence<int, code(BinaryOp::add), code(BinaryOp::sub), code(BinaryOp::mul),
+                                code(BinaryOp::max), code(BinaryOp::min), code(BinaryOp::eq),
+                                code(BinaryOp::ne), code(BinaryOp::lt), code(BinaryOp::le),
+                                code(BinaryOp::gt), code(BinaryOp::ge)>{});
     }
   });
 }
@@ -779,14 +792,14 @@ cudaError_t launch_reduce(cudaStream_t s, int op, DType t, int64_t outer, int64_
                           int64_t inner, const void* x, void* y) {
   const int64_t rows = outer * inner;
   if (rows == 0) return cudaSuccess;
-  if (op < 0 || op > 3) return cudaErrorInvalidValue;
+  if (op < code(ReduceOp::sum) || op > code(ReduceOp::argmax)) return cudaErrorInvalidValue;
   return with_type(t, [&](auto tv) -> cudaError_t {
     using T = decltype(tv);
     if constexpr (std::is_same_v<T, bool>) {
       return cudaErrorInvalidValue;  // the runtime converts bool to an integer first
     } else {
       if (len == 0) {  // the cpu kernel's answer: zeros
-        if (op == 3)
+        if (op == code(ReduceOp::argmax))
           fill_kernel<int64_t>
               <<<blocks_for(rows), kThreads, 0, s>>>(static_cast<int64_t*>(y), rows, 0.0, false);
         else
@@ -796,14 +809,14 @@ cudaError_t launch_reduce(cudaStream_t s, int op, DType t, int64_t outer, int64_
       }
       const T* xp = static_cast<const T*>(x);
       switch (op) {
-        case 0:
-          return reduce_typed<0, T>(s, outer, len, inner, xp, y);
-        case 1:
-          return reduce_typed<1, T>(s, outer, len, inner, xp, y);
-        case 2:
-          return reduce_typed<2, T>(s, outer, len, inner, xp, y);
+        case code(ReduceOp::sum):
+          return reduce_typed<code(ReduceOp::sum), T>(s, outer, len, inner, xp, y);
+        case code(ReduceOp::max):
+          return reduce_typed<code(ReduceOp::max), T>(s, outer, len, inner, xp, y);
+        case code(ReduceOp::min):
+          return reduce_typed<code(ReduceOp::min), T>(s, outer, len, inner, xp, y);
         default:
-          return reduce_typed<3, T>(s, outer, len, inner, xp, y);
+          return reduce_typed<code(ReduceOp::argmax), T>(s, outer, len, inner, xp, y);
       }
     }
   });
