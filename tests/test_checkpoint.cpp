@@ -104,13 +104,6 @@ Blocks blocks_of(const Array& a) {
   return b;
 }
 
-// The global value's bytes.
-std::vector<unsigned char> value_bytes(const Array& a) {
-  std::vector<unsigned char> out(static_cast<size_t>(a.size()) * dtype_size(a.dtype()));
-  if (!out.empty()) a.copy_to_host(out.data(), a.dtype());
-  return out;
-}
-
 void expect_same(const Array& got, const Array& want, const std::string& what) {
   EXPECT_EQ(got.shape(), want.shape()) << what;
   EXPECT_EQ(got.dtype(), want.dtype()) << what;
@@ -319,6 +312,40 @@ TEST(Checkpoint, AsyncSaveThenWait) {
   EXPECT_MESHRT_ERROR(checkpoint::save(dir.path(), p, 9), "exists already");
   checkpoint::save(dir.path(), p, 9);  // the error was raised once
   EXPECT_EQ(checkpoint::latest(dir.path()), 9);
+}
+
+TEST(Checkpoint, ParamsWithAdamStateResumeOnAnotherMesh) {
+  if (auto why = test::too_few_devices(8); !why.empty()) GTEST_SKIP() << why;
+  TempDir dir;
+  using Train = std::pair<std::map<std::string, Array>, optim::State<std::map<std::string, Array>>>;
+  std::map<std::string, Array> params{
+      {"w", device_put(random_floats(32 * 8, 21), {32, 8}, NamedSharding(mesh_1d(), P("x")))},
+      {"b", device_put(random_floats(8, 22), {8}, NamedSharding(mesh_1d(), P()))}};
+  auto opt = optim::adam(1e-2);
+  auto state = opt.init(params);
+  std::map<std::string, Array> grads{
+      {"w", device_put(random_floats(32 * 8, 23), {32, 8}, NamedSharding(mesh_1d(), P("x")))},
+      {"b", device_put(random_floats(8, 24), {8}, NamedSharding(mesh_1d(), P()))}};
+  auto [updates, next] = opt.update(grads, state, params);
+  Train saved{optim::apply_updates(params, updates), next};
+  checkpoint::save(dir.path(), saved, 1);
+  // Resume with the same structure on a 4x2 mesh (FSDP -> 2-D), as a fresh run would build it.
+  Mesh m = mesh_2d();
+  std::map<std::string, Array> fresh{
+      {"w", device_put(std::vector<float>(32 * 8), {32, 8}, NamedSharding(m, P("a", "b")))},
+      {"b", device_put(std::vector<float>(8), {8}, NamedSharding(m, P()))}};
+  Train like{fresh, opt.init(fresh)};
+  Train r = checkpoint::restore(dir.path(), like);
+  std::vector<Array> got = tree_leaves(r), want = tree_leaves(saved);
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < got.size(); ++i) {
+    EXPECT_EQ(got[i].dtype(), want[i].dtype());
+    EXPECT_EQ(test::host_bytes(process_allgather(got[i])),
+              test::host_bytes(process_allgather(want[i])))
+        << "leaf " << i;
+  }
+  EXPECT_TRUE(r.first.at("w").sharding() == NamedSharding(m, P("a", "b")));
+  EXPECT_EQ(r.second.count().to_vector<int32_t>(), std::vector<int32_t>{1});
 }
 
 TEST(Checkpoint, CorruptAndTruncatedFiles) {
