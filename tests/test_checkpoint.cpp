@@ -140,6 +140,7 @@ Params make_params(uint32_t seed) {
   p.extra["mask"] = device_put(mask, {16}, NamedSharding(m1, P("x")));
   p.extra["single"] =
       device_put(random_floats(10, seed + 2), {10}, SingleDeviceSharding(devices()[3]));
+  p.extra["empty"] = device_put(std::vector<float>{}, {0, 4}, NamedSharding(m1, P("x")));
   p.width = 11;
   return p;
 }
