@@ -11,9 +11,9 @@
 // The recording is refused, with the reason, when fn did anything a straight-line program cannot
 // repeat: a collective primitive, a copy from or to the host, an executor task, an address that
 // is neither an operand's nor one fn allocated, work on another device, a result that views an
-// operand, or a platform whose memory the host cannot read (the check below needs it). A program
-// is only kept after it was run twice into buffers filled with two different byte patterns and
-// gave fn's results bit for bit both times: a kernel the tape missed leaves a pattern behind.
+// operand. A program is only kept after it was run twice into buffers filled with two different
+// byte patterns and gave fn's results bit for bit both times (read back through the backend's
+// copies on a device platform): a kernel the tape missed leaves a pattern behind.
 #pragma once
 
 #include <cstdint>

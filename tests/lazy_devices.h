@@ -1,0 +1,152 @@
+// tests/lazy_devices.h: a stand-in for a device platform, installed as "cuda" in a test binary
+// (detail::install_backend_for_testing): host memory whose op kernels are queued per device and
+// run only when something waits for them (synchronize, a copy, freeing memory a kernel uses), as
+// on a GPU's streams; host_addressable() is false, so the runtime takes its device-platform paths.
+#pragma once
+
+#include <atomic>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "backends/backend.h"
+#include "core/error.h"
+
+namespace meshrt::test {
+
+using backend::BinaryOp;
+using backend::ReduceOp;
+using backend::Strided;
+using backend::UnaryOp;
+
+class LazyDevices final : public backend::Backend {
+ public:
+  explicit LazyDevices(int n)
+      : Backend(/*host_memory=*/false),
+        inner_(backend::make_cpu_backend(n)),
+        queues_(static_cast<size_t>(n)),
+        freed_(static_cast<size_t>(n)) {}
+
+  std::string_view platform() const override { return "cuda"; }
+  int device_count() const override { return inner_->device_count(); }
+  std::string unavailable_reason() const override { return ""; }
+
+  // Kernels queued and not yet run, over every device.
+  int pending() {
+    std::lock_guard<std::mutex> lock(mu_);
+    size_t n = 0;
+    for (auto& q : queues_) n += q.size();
+    return static_cast<int>(n);
+  }
+  int ran() const { return ran_.load(); }
+  int synchronized() const { return syncs_.load(); }
+  // The next kernel queued fails when it runs (as a GPU kernel's fault surfaces later).
+  void fail_next_kernel() { fail_next_ = true; }
+
+  std::shared_ptr<backend::Buffer> allocate(int device, size_t bytes) override {
+    std::shared_ptr<backend::Buffer> inner = inner_->allocate(device, bytes);
+    void* data = inner->data();
+    // The outer Buffer frees through deallocate below; the inner one lives as long as it.
+    std::lock_guard<std::mutex> lock(mu_);
+    held_.emplace_back(data, std::move(inner));
+    return std::make_shared<backend::Buffer>(this, device, data, bytes);
+  }
+  void deallocate(int device, void* data, size_t) noexcept override {
+    // A queued kernel may still use the memory: it is released once the device's queue drains
+    // (as a stream-ordered allocator reuses memory only after the work queued before the free).
+    std::lock_guard<std::mutex> lock(mu_);
+    for (auto it = held_.begin(); it != held_.end(); ++it) {
+      if (it->first == data) {
+        freed_[static_cast<size_t>(device)].push_back(std::move(it->second));
+        held_.erase(it);
+        return;
+      }
+    }
+  }
+  void copy_2d(void* dst, int dst_device, size_t dpitch, const void* src, int src_device,
+               size_t spitch, size_t width, size_t height) override {
+    // A copy orders itself after the devices' queued kernels, as the cuda platform's does.
+    if (dst_device != backend::kHost) run_queue(dst_device);
+    if (src_device != backend::kHost) run_queue(src_device);
+    inner_->copy_2d(dst, dst_device, dpitch, src, src_device, spitch, width, height);
+  }
+  void submit(int device, std::function<void()> task) override {
+    inner_->submit(device, std::move(task));
+  }
+  void synchronize(int device) override {
+    ++syncs_;
+    run_queue(device);
+  }
+
+  void unary(int device, UnaryOp op, DType in, DType out, const std::vector<int64_t>& shape,
+             const Strided& x, void* y) override {
+    queue(device, [=, this] { inner_->unary(device, op, in, out, shape, x, y); });
+  }
+  void binary(int device, BinaryOp op, DType in, DType out, const std::vector<int64_t>& shape,
+              const Strided& a, const Strided& b, void* y) override {
+    queue(device, [=, this] { inner_->binary(device, op, in, out, shape, a, b, y); });
+  }
+  void select(int device, DType dtype, const std::vector<int64_t>& shape, const Strided& cond,
+              const Strided& a, const Strided& b, void* y) override {
+    queue(device, [=, this] { inner_->select(device, dtype, shape, cond, a, b, y); });
+  }
+  void reduce(int device, ReduceOp op, DType dtype, int64_t outer, int64_t len, int64_t inner,
+              const void* x, void* y) override {
+    queue(device, [=, this] { inner_->reduce(device, op, dtype, outer, len, inner, x, y); });
+  }
+  void matmul(int device, DType dtype, int64_t batch, int64_t m, int64_t n, int64_t k,
+              const void* a, const void* b, void* c) override {
+    queue(device, [=, this] { inner_->matmul(device, dtype, batch, m, n, k, a, b, c); });
+  }
+  void fill(int device, DType dtype, int64_t n, double value, bool iota, void* y) override {
+    queue(device, [=, this] { inner_->fill(device, dtype, n, value, iota, y); });
+  }
+
+ private:
+  struct Kernel {
+    std::function<void()> run;
+    bool fails = false;
+  };
+  void queue(int device, std::function<void()> k) {
+    std::lock_guard<std::mutex> lock(mu_);
+    queues_[static_cast<size_t>(device)].push_back({std::move(k), fail_next_.exchange(false)});
+  }
+  void run_queue(int device) {
+    std::string error;
+    for (;;) {
+      Kernel k;
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        auto& q = queues_[static_cast<size_t>(device)];
+        if (q.empty()) break;
+        k = std::move(q.front());
+        q.pop_front();
+      }
+      if (k.fails) {
+        error = "[lazy] a queued kernel on device " + std::to_string(device) + " failed";
+        continue;
+      }
+      k.run();
+      ++ran_;
+    }
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      freed_[static_cast<size_t>(device)].clear();
+    }
+    if (!error.empty()) throw Error(error);
+  }
+
+  std::unique_ptr<backend::Backend> inner_;
+  std::mutex mu_;
+  std::vector<std::deque<Kernel>> queues_;                                // guarded by mu_
+  std::vector<std::pair<void*, std::shared_ptr<backend::Buffer>>> held_;  // guarded by mu_
+  std::vector<std::vector<std::shared_ptr<backend::Buffer>>> freed_;      // guarded by mu_
+  std::atomic<int> ran_{0}, syncs_{0};
+  std::atomic<bool> fail_next_{false};
+};
+
+}  // namespace meshrt::test
