@@ -6,6 +6,8 @@
 #   ./run.sh bench                        set up, build, run the Google Benchmark suites
 #   (meshrt-bench, the nccl-tests-style CLI, is build/bench/meshrt-bench; see README)
 #   ./run.sh build                        set up and build only
+#   ./run.sh docs                         the API reference: Doxygen over the public headers into
+#                                         build/docs/html (the guide is docs/*.md)
 #   ./run.sh gpu-bundle [OUT.tar.xz]      build the cuda platform (MPI off) in build-gpu/ and pack
 #                                         the GPU bundle (default meshrt-gpu-bundle.tar.xz): unpack
 #                                         it on a GPU machine and run ./meshrt-gpu/run-gpu.sh
@@ -34,6 +36,7 @@ packages=(build-essential cmake ninja-build ccache pkg-config libtbb-dev libopen
 for_cmd="$cmd"
 [ "$cmd" = packages ] && for_cmd="${extra[0]:-test}"
 if [ "$for_cmd" = bench ]; then packages+=(gnuplot-nox); fi
+if [ "$for_cmd" = docs ]; then packages+=(doxygen); fi
 
 install_missing() {
   local missing=()
@@ -100,6 +103,11 @@ case "$cmd" in
   build)
     configure_and_build
     ;;
+  docs)
+    install_missing
+    doxygen docs/Doxyfile
+    echo "run.sh: the API reference is build/docs/html/index.html"
+    ;;
   gpu-bundle)
     configure_and_build
     ./bundle/pack.sh "$build_dir" "${extra[0]:-meshrt-gpu-bundle.tar.xz}"
@@ -108,7 +116,7 @@ case "$cmd" in
     echo "${packages[@]}"
     ;;
   *)
-    echo "usage: ./run.sh demo | test [--sanitize=thread|address] | perf [--quick] | bench | build | gpu-bundle [OUT.tar.xz] | packages [command]" >&2
+    echo "usage: ./run.sh demo | test [--sanitize=thread|address] | perf [--quick] | bench | build | docs | gpu-bundle [OUT.tar.xz] | packages [command]" >&2
     exit 2
     ;;
 esac
