@@ -2,10 +2,12 @@
 
 #include <dlfcn.h>
 
-#include <cstdlib>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <string>
+
+#include "core/config.h"
 
 namespace meshrt::backend {
 namespace {
@@ -44,8 +46,8 @@ Plugin open_plugin(const char* file, const char* entry) {
       first_error = e;
     }
   };
-  if (const char* dir = std::getenv("MESHRT_PLUGIN_DIR"); dir != nullptr && *dir != '\0') {
-    std::string d = dir;
+  if (const std::optional<std::string> dir = config::plugin_dir()) {
+    std::string d = *dir;
     if (d.back() != '/') d += '/';
     attempt(d + file);
   } else {

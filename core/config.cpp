@@ -74,6 +74,11 @@ const std::vector<Variable>& variables() {
       {"MESHRT_LOG_COLLECTIVES", "0, 1", "0", "1: print every collective the global view inserts"},
       {"MESHRT_REQUIRE_CUDA", "0, 1", "0",
        "tests: 1 makes a cuda run on a machine where cuda is not usable a failure, not a skip"},
+      {"MESHRT_MATMUL_PRECISION", "highest, tf32", "highest",
+       "matmul precision when a call does not choose (tf32: tensor cores on GPUs; cpu computes "
+       "full precision); set_default_matmul_precision wins"},
+      {"MESHRT_PLUGIN_DIR", "a folder", "unset: next to libmeshrt, then the loader's path",
+       "where the platform plugins libmeshrt_cuda.so and libmeshrt_mpi.so are looked for"},
       {"MESHRT_PRNG_STREAM", "current, legacy", "current",
        "bit stream of random::key(seed) when no stream is passed: current (JAX >= 0.5) or legacy "
        "(JAX 0.4.x); random::set_default_stream wins"},
@@ -150,6 +155,8 @@ bool prng_legacy_stream() {
 bool matmul_tf32() {
   return choice("MESHRT_MATMUL_PRECISION", "matmul", {"highest", "tf32"}) == "tf32";
 }
+
+std::optional<std::string> plugin_dir() { return raw("MESHRT_PLUGIN_DIR"); }
 
 int launcher_local_processes() {
   for (const char* name : {"OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS"}) {

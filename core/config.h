@@ -56,6 +56,9 @@ bool require_cuda();
 bool prng_legacy_stream();
 // MESHRT_MATMUL_PRECISION: "highest" (default: true fp32) or "tf32" (tensor cores on GPUs).
 bool matmul_tf32();
+// MESHRT_PLUGIN_DIR: the folder holding the platform plugins; unset (or empty): look next to the
+// core library, then on the loader's path (backends/plugin.h).
+std::optional<std::string> plugin_dir();
 
 // Not meshrt's own: how many processes of this job the launcher started on this host
 // (OMPI_COMM_WORLD_LOCAL_SIZE under Open MPI's mpirun, MPI_LOCALNRANKS under MPICH's); 1 when
