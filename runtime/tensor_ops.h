@@ -62,11 +62,10 @@ Tensor relu(const Tensor& x);
 
 // A scalar operand, as a Python scalar in JAX (weakly typed, see above). Every arithmetic C++
 // type converts: float and double are weak floats; int, long, unsigned, size_t (so
-// `x / v.size()` works) and the other integer types are weak integers. bool is not a scalar.
+// `x / v.size()` works), the other integer types and bool (as 0 or 1) are weak integers.
 struct Scalar {
-  template <class T>
-  requires(std::is_arithmetic_v<T> && !std::is_same_v<T, bool>)
-      Scalar(T v)  // NOLINT(google-explicit-constructor): scalars convert implicitly, as in JAX
+  template <class T, class = std::enable_if_t<std::is_arithmetic_v<T>>>
+  Scalar(T v)  // NOLINT(google-explicit-constructor): scalars convert implicitly, as in JAX
       : value(static_cast<double>(v)), integral(std::is_integral_v<T>) {}
   double value;
   bool integral;

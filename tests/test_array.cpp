@@ -385,7 +385,7 @@ TEST(WeakScalar, EveryArithmeticType) {
   EXPECT_EQ((n + size_t{1}).dtype(), DType::i32);
   EXPECT_EQ((n + size_t{1}).to_vector<int32_t>(), (std::vector<int32_t>{5, 7}));
   EXPECT_EQ((n + 1.f).dtype(), DType::f64);
-  static_assert(!std::is_convertible_v<bool, Scalar>);
+  EXPECT_EQ((n + true).to_vector<int32_t>(), (std::vector<int32_t>{5, 7}));  // bool: 0 or 1
 }
 
 }  // namespace

@@ -457,7 +457,7 @@ TEST_F(TreeTest, TreeShardMapErrorsNameThePath) {
   // The flat shard_map's errors say which leaf a flat spec index is.
   auto bad_axis = tree_shard_map([](Context&, const Layer<Tensor>& l) { return l.w; }, mesh,
                                  std::make_tuple(Layer<PartitionSpec>{P(), P("x")}), P());
-  EXPECT_MESHRT_ERROR(bad_axis(Layer<Array>{x, x, 0}), "in_specs[1] refers to 'x'",
+  EXPECT_MESHRT_ERROR(bad_axis(Layer<Array>{x, x, 0}), "in_specs[1] refers to mesh axis 'x'",
                       "(in_specs[1] is the spec of args[0].b)");
 }
 
