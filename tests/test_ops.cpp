@@ -623,6 +623,14 @@ TEST_P(Ops, MatmulTransposed) {
   }
 }
 
+// `n` floats uniform in [-1, 1).
+std::vector<float> uniform_floats(std::mt19937& rng, int64_t n) {
+  std::vector<float> v(static_cast<size_t>(n));
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  for (float& x : v) x = u(rng);
+  return v;
+}
+
 // Matmul precision: highest is true fp32 everywhere; tf32 on cuda rounds f32 operands to TF32
 // (10-bit mantissa, error per product term <= 2^-10 of |a||b| with f32 accumulation), on cpu it
 // computes in full precision (the same bits as highest). Per-call options override the default,
@@ -631,10 +639,7 @@ TEST_P(Ops, MatmulPrecision) {
   const Precision saved = default_matmul_precision();
   EXPECT_EQ(saved, Precision::highest) << "MESHRT_MATMUL_PRECISION unset: the default is highest";
   const int64_t m = 64, k = 512, n = 48;
-  std::vector<float> ha(static_cast<size_t>(m * k)), hb(static_cast<size_t>(k * n));
-  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
-  for (float& v : ha) v = u(rng_);
-  for (float& v : hb) v = u(rng_);
+  const std::vector<float> ha = uniform_floats(rng_, m * k), hb = uniform_floats(rng_, k * n);
   const Tensor a = tensor(ha, {m, k}, dev_), b = tensor(hb, {k, n}, dev_);
   // The f64 reference and each element's scale sum_k |a||b|.
   std::vector<double> ref(static_cast<size_t>(m * n)), scale(static_cast<size_t>(m * n));
@@ -707,10 +712,7 @@ TEST(MatmulPrecisionVariable, NamesTheChoices) {
 // value_and_grad of a tf32 product: both cotangent products at tf32, whatever the default.
 TEST_P(Ops, MatmulPrecisionReachesTheBackwardPass) {
   const int64_t m = 32, k = 256, n = 16;
-  std::vector<float> ha(static_cast<size_t>(m * k)), hb(static_cast<size_t>(k * n));
-  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
-  for (float& v : ha) v = u(rng_);
-  for (float& v : hb) v = u(rng_);
+  const std::vector<float> ha = uniform_floats(rng_, m * k), hb = uniform_floats(rng_, k * n);
   const Tensor a = tensor(ha, {m, k}, dev_), b = tensor(hb, {k, n}, dev_);
   const Tensor g = tensor(std::vector<float>(static_cast<size_t>(m * n), 1.0f), {m, n}, dev_);
   auto [y, pullback] = vjp(
