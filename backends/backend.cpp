@@ -80,6 +80,16 @@ void Backend::coll_fold_rows(int device, FoldOp op, DType dtype, void* dst, int6
     coll_fold(device, op, dtype, dtype, static_cast<char*>(dst) + r * dpitch * e, row, len);
   }
 }
+void Backend::coll_fold_to(int device, FoldOp op, DType in, DType out,
+                           const std::vector<void*>& dsts, const std::vector<const void*>& srcs,
+                           int64_t len) {
+  if (dsts.empty() || len == 0) return;
+  coll_fold(device, op, in, out, dsts[0], srcs, len);
+  const size_t bytes = static_cast<size_t>(len) * dtype_size(out);
+  for (size_t k = 1; k < dsts.size(); ++k) {
+    if (dsts[k] != dsts[0]) coll_copy_2d(device, dsts[k], bytes, dsts[0], bytes, bytes, 1);
+  }
+}
 void Backend::coll_mean(int, DType, DType, void*, const void*, int64_t, int64_t) {
   unsupported(*this, "collective reductions");
 }

@@ -84,7 +84,9 @@ class Backend {
   virtual void deallocate(int device, void* data, size_t bytes) noexcept = 0;
 
   // Copies `height` rows of `width` bytes; row r starts at src + r*spitch and dst + r*dpitch
-  // (cudaMemcpy2D semantics). A device index of kHost marks host memory. Synchronous.
+  // (cudaMemcpy2D semantics). A device index of kHost marks host memory. With host memory on
+  // either side it is synchronous; between devices a device platform may queue it in order
+  // with both devices' later work (cuda does: backends/cuda/cuda_backend.h).
   virtual void copy_2d(void* dst, int dst_device, size_t dpitch, const void* src, int src_device,
                        size_t spitch, size_t width, size_t height) = 0;
 
@@ -158,6 +160,13 @@ class Backend {
   virtual void coll_fold_rows(int device, FoldOp op, DType dtype, void* dst, int64_t dpitch,
                               const std::vector<const void*>& srcs, int64_t spitch, int64_t len,
                               int64_t rows);
+  // One fold written to several outputs: dsts[k][e] = fold(op, srcs[*][e]) for every k, the
+  // same bits in each (a direct psum's result into every member's output; an output may alias a
+  // source). The default folds into dsts[0] with coll_fold and copies it to the others; a GPU
+  // reads every source once and writes every output in one launch.
+  virtual void coll_fold_to(int device, FoldOp op, DType in, DType out,
+                            const std::vector<void*>& dsts, const std::vector<const void*>& srcs,
+                            int64_t len);
   // dst = sum / divisor in `out` (pmean's last step after a sum in the input dtype).
   virtual void coll_mean(int device, DType in, DType out, void* dst, const void* sum, int64_t len,
                          int64_t divisor);

@@ -41,18 +41,17 @@ void reduce_large(Instance& inst, int64_t me) {
   // Host: tiles of elements that fit in L2 with their N inputs. Device: one kernel for the slice.
   const int64_t kTile = pl.host() ? 16 * 1024 : std::max<int64_t>(1, hi - lo);
   std::vector<const void*> srcs(static_cast<size_t>(N));
-  char* mine = out_ptr(inst, me);
+  std::vector<void*> dsts(static_cast<size_t>(N));  // this member's output first
   for (int64_t base = lo; base < hi; base += kTile) {
     const int64_t m = std::min(kTile, hi - base);
-    for (int64_t j = 0; j < N; ++j)
-      srcs[static_cast<size_t>(j)] = in_ptr(inst, j) + base * static_cast<int64_t>(ie);
-    char* dst = mine + base * static_cast<int64_t>(oe);
-    pl.fold(c.kind, c.dtype, od, dst, srcs, m);
     for (int64_t j = 0; j < N; ++j) {
-      if (j != me)
-        pl.copy(out_ptr(inst, j) + base * static_cast<int64_t>(oe), dst,
-                static_cast<size_t>(m) * oe);
+      srcs[static_cast<size_t>(j)] = in_ptr(inst, j) + base * static_cast<int64_t>(ie);
+      const int64_t k = j == 0 ? me : (j <= me ? j - 1 : j);
+      dsts[static_cast<size_t>(j)] = out_ptr(inst, k) + base * static_cast<int64_t>(oe);
     }
+    // Host: a fold into this member's output, then copies from it while it is in cache. GPU:
+    // one kernel reads the N inputs once and writes the N outputs.
+    pl.fold_to(c.kind, c.dtype, od, dsts, srcs, m);
   }
   arrive_and_wait_all(inst, pl);
 }
@@ -117,11 +116,10 @@ void direct_reduce_small(const Instance& inst, const Plane& pl) {
   const int64_t n = count(c.shape);
   std::vector<const void*> srcs(static_cast<size_t>(inst.size()));
   for (int64_t j = 0; j < inst.size(); ++j) srcs[static_cast<size_t>(j)] = inst.slot(j).in;
-  const DType od = out_dtype(c);
-  char* first = out_ptr(inst, 0);
-  pl.fold(c.kind, c.dtype, od, first, srcs, n);
-  const size_t bytes = static_cast<size_t>(n) * dtype_size(od);
-  for (int64_t j = 1; j < inst.size(); ++j) pl.copy(out_ptr(inst, j), first, bytes);
+  std::vector<void*> dsts(static_cast<size_t>(inst.size()));
+  for (int64_t j = 0; j < inst.size(); ++j) dsts[static_cast<size_t>(j)] = out_ptr(inst, j);
+  // Host: a fold into member 0's output, copied to the others. GPU: one kernel for all of it.
+  pl.fold_to(c.kind, c.dtype, out_dtype(c), dsts, srcs, n);
   pl.fence();
 }
 

@@ -15,6 +15,7 @@
 #include <gtest/gtest.h>
 #include <meshrt/meshrt.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -431,6 +432,52 @@ TEST_F(CudaKernels, FloatSumsWithinToleranceAndDeterministic) {
         }
       });
       release();
+    }
+  }
+}
+
+// coll_fold_to: one fold written to several outputs (a direct psum between logical devices),
+// against the cpu backend's coll_fold of the same sources, in every output: bit-equal (the same
+// left-to-right order; NaN matches NaN). Up to kMaxFoldTo (16) sources and outputs in one kernel,
+// more through the fold-then-copy default; 16-byte vectors when every pointer is aligned, else
+// elements; an output that is also a source.
+TEST_F(CudaKernels, FoldToWritesTheCpuFoldToEveryOutput) {
+  using backend::FoldOp;
+  for (int64_t len : {int64_t{1}, int64_t{3}, int64_t{1023}, int64_t{4097}, (int64_t{1} << 20) + 5}) {
+    for (int nsrc : {1, 2, 3, 8, 16, 17}) {
+      if (len > 5000 && nsrc != 3 && nsrc != 16) continue;  // long rows: two source counts
+      for (int64_t pad : {int64_t{0}, int64_t{1}}) {
+        for (DType t : kNumeric) {
+          for (FoldOp op : {FoldOp::sum, FoldOp::max, FoldOp::min}) {
+            const Fill fill = op == FoldOp::sum ? Fill::kMixed : Fill::kTies;
+            std::vector<Host> in;
+            std::vector<const void*> host_srcs, dev_srcs;
+            for (int j = 0; j < nsrc; ++j) {
+              in.push_back(random(t, len, rng_, fill));
+              dev_srcs.push_back(upload(in.back(), j == nsrc - 1 ? pad : 0));
+            }
+            for (const Host& h : in) host_srcs.push_back(h.bytes.data());
+            Host want = make(t, len);
+            cpu_->coll_fold(0, op, t, t, want.bytes.data(), host_srcs, len);
+            const int ndst = nsrc == 17 ? 17 : std::min(nsrc + 1, 16);
+            std::vector<void*> dsts;
+            for (int k = 0; k < ndst; ++k) dsts.push_back(device_out(t, len, k == 1 ? pad : 0));
+            // The last output is the first source (a member's psum written over its input).
+            dsts.back() = const_cast<void*>(dev_srcs[0]);
+            cuda_->coll_fold_to(0, op, t, t, dsts, dev_srcs, len);
+            cuda_->coll_fence(0);
+            for (int k = 0; k < ndst; ++k) {
+              const Host got = download(dsts[static_cast<size_t>(k)], t, len);
+              std::string what;
+              EXPECT_EQ(first_mismatch(want, got, 0, what), -1)
+                  << "fold_to op " << static_cast<int>(op) << " " << dtype_name(t) << ", " << nsrc
+                  << " sources, len " << len << ", pad " << pad << ", output " << k << ": "
+                  << what;
+            }
+            release();
+          }
+        }
+      }
     }
   }
 }

@@ -52,6 +52,21 @@ void CudaBackend::coll_fold(int device, FoldOp op, DType in, DType out, void* ds
                     device);
 }
 
+void CudaBackend::coll_fold_to(int device, FoldOp op, DType in, DType out,
+                               const std::vector<void*>& dsts, const std::vector<const void*>& srcs,
+                               int64_t len) {
+  if (op == FoldOp::mean || in != out || srcs.empty() || srcs.size() > kMaxFoldTo ||
+      dsts.size() > kMaxFoldTo) {
+    Backend::coll_fold_to(device, op, in, out, dsts, srcs, len);
+    return;
+  }
+  set(device);
+  MESHRT_CUDA_CHECK(launch_fold_to(dev(device).comm, static_cast<int>(op), in, dsts.data(),
+                                   static_cast<int>(dsts.size()), srcs.data(),
+                                   static_cast<int>(srcs.size()), len),
+                    device);
+}
+
 void CudaBackend::coll_fold_rows(int device, FoldOp op, DType dtype, void* dst, int64_t dpitch,
                                  const std::vector<const void*>& srcs, int64_t spitch, int64_t len,
                                  int64_t rows) {

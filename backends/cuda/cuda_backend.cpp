@@ -256,13 +256,47 @@ void CudaBackend::copy_2d(void* dst, int dst_device, size_t dpitch, const void* 
     staged_copy(dst, dst_device, src, src_device, width * height);
     return;
   }
-  // The copy runs on the compute stream of the device doing it, after the producer's work.
+  if (!from_host && !to_host) {
+    device_copy(dst, dst_device, dpitch, src, src_device, spitch, width, height);
+    return;
+  }
+  // With the host: on the device's compute stream, after the work that produced (or last used)
+  // the device side, and waited for, since the host side is the caller's memory.
   const int actor = to_host ? src_device : dst_device;
-  if (!from_host && !to_host && src_device != dst_device) sync(src_device, dev(src_device).compute);
   Logical& l = dev(actor);
   set(actor);
   MESHRT_CUDA_CHECK(copy_async(dst, dpitch, src, spitch, width, height, l.compute), actor);
   sync(actor, l.compute);
+}
+
+// Device to device, stream-ordered, no host wait: the copy is queued on the destination's compute
+// stream after everything queued so far on the source's (the producer), and the source's compute
+// stream waits for the copy before its later work (which may reuse or overwrite the source's
+// memory). Later users of the destination are on its compute stream, on a peer's stream after an
+// event of it (another copy), after coll_begin's wait (a collective), or after a host wait
+// (copies to the host, synchronize): each is ordered after the copy.
+void CudaBackend::device_copy(void* dst, int dst_device, size_t dpitch, const void* src,
+                              int src_device, size_t spitch, size_t width, size_t height) {
+  Logical& d = dev(dst_device);
+  const bool same = src_device == dst_device;
+  if (!same) order_after(dst_device, src_device);
+  set(dst_device);
+  MESHRT_CUDA_CHECK(copy_async(dst, dpitch, src, spitch, width, height, d.compute), dst_device);
+  if (!same) order_after(src_device, dst_device);
+}
+
+// `waiter`'s compute stream waits for everything queued so far on `producer`'s. The event is
+// re-recorded at once by the next caller: cudaStreamWaitEvent takes the record in effect when it
+// is called.
+void CudaBackend::order_after(int waiter, int producer) {
+  Logical& p = dev(producer);
+  std::lock_guard<std::mutex> lock(p.order_mu);
+  set(producer);
+  if (p.order == nullptr)
+    MESHRT_CUDA_CHECK(cudaEventCreateWithFlags(&p.order, cudaEventDisableTiming), producer);
+  MESHRT_CUDA_CHECK(cudaEventRecord(p.order, p.compute), producer);
+  set(waiter);
+  MESHRT_CUDA_CHECK(cudaStreamWaitEvent(dev(waiter).compute, p.order, 0), waiter);
 }
 
 // Host <-> device through the logical device's pinned buffer, double-buffered: the host-side

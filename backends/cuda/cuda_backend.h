@@ -13,8 +13,10 @@
 //
 // Ordering (see also collectives/plane.h):
 //   * op kernels are queued on the compute stream and return at once;
-//   * copy_2d (device_put, to_vector, resharding) is synchronous: it orders itself after the
-//     compute streams of the devices involved;
+//   * copy_2d with the host (device_put, to_vector) is synchronous: it orders itself after the
+//     device's compute stream and waits; between devices (resharding) it is stream-ordered and
+//     returns at once: queued on the destination's compute stream after the source's queued
+//     work, and the source's compute stream waits for it (device_copy);
 //   * a device joining a collective first waits for its compute stream (its input is complete and
 //     no earlier kernel still uses memory a peer may now write); the collective's own work runs on
 //     the communication stream and is fenced (stream synchronised) before a peer or the host is
@@ -64,6 +66,9 @@ struct Logical {
   // executor thread): NCCL work launched before a fence that completed is done.
   std::atomic<uint64_t> fences{0};
   std::unique_ptr<core::Executor> exec;
+  // Marks the compute stream's progress for another device's stream to wait on (order_after).
+  std::mutex order_mu;
+  cudaEvent_t order = nullptr;
 };
 
 class CudaBackend final : public backend::Backend {
@@ -117,6 +122,11 @@ class CudaBackend final : public backend::Backend {
   void coll_fold_rows(int device, backend::FoldOp op, DType dtype, void* dst, int64_t dpitch,
                       const std::vector<const void*>& srcs, int64_t spitch, int64_t len,
                       int64_t rows) override;
+  // psum/pmax/pmin with in == out and at most kMaxFoldTo sources and outputs: one kernel that
+  // reads every source once and writes every output; otherwise the default (fold, then copies).
+  void coll_fold_to(int device, backend::FoldOp op, DType in, DType out,
+                    const std::vector<void*>& dsts, const std::vector<const void*>& srcs,
+                    int64_t len) override;
   void coll_mean(int device, DType in, DType out, void* dst, const void* sum, int64_t len,
                  int64_t divisor) override;
   void coll_fence(int device) override;
@@ -148,6 +158,9 @@ class CudaBackend final : public backend::Backend {
             bool trans_a, const void* b, bool trans_b, void* c, Precision precision);
   void init_peer_access();
   void release_block(int device, void* p) noexcept;
+  void device_copy(void* dst, int dst_device, size_t dpitch, const void* src, int src_device,
+                   size_t spitch, size_t width, size_t height);
+  void order_after(int waiter, int producer);
   void staged_copy(void* dst, int dst_device, const void* src, int src_device, size_t bytes);
   void drain(Logical& l, int device, int half, char* to, size_t n);
   // dst = fold of srcs (left to right), in launches of at most kMaxFoldSources sources.

@@ -16,6 +16,7 @@
 // the comment above launch_reduce), never by timing; no atomics.
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <cstdint>
@@ -716,6 +717,53 @@ __global__ void fold_kernel(int op, T* dst, int64_t dpitch, Sources s, int count
   }
 }
 
+// One fold written to several outputs (direct psum/pmax/pmin between logical devices): thread
+// t reads element (or 16-byte vector) i of every source once, folds them left to right (the
+// order fold_kernel uses, so the bits are the same) and writes the result to every output.
+struct FoldTo {
+  const void* src[kMaxFoldTo];
+  void* dst[kMaxFoldTo];
+};
+
+template <int Op, class T>
+__device__ __forceinline__ T fold_pair(T a, T b) {
+  if constexpr (Op == code(FoldOp::sum))
+    return sc::wrap_add(a, b);
+  else if constexpr (Op == code(FoldOp::max))
+    return sc::fold_max(a, b);
+  else
+    return sc::fold_min(a, b);
+}
+
+template <class T>
+struct alignas(16) Vec16 {
+  static constexpr int kLanes = 16 / static_cast<int>(sizeof(T));
+  T v[kLanes];
+};
+
+// Vectors [0, nvec) of 16 bytes, then the scalar tail [nvec * lanes, len).
+template <int Op, class T>
+__global__ void fold_to_kernel(FoldTo p, int nsrc, int ndst, int64_t nvec, int64_t len) {
+  using V = Vec16<T>;
+  constexpr int L = V::kLanes;
+  const int64_t stride = int64_t{gridDim.x} * blockDim.x;
+  const int64_t first = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
+  for (int64_t i = first; i < nvec; i += stride) {
+    V acc = static_cast<const V*>(p.src[0])[i];
+    for (int j = 1; j < nsrc; ++j) {
+      const V v = static_cast<const V*>(p.src[j])[i];
+#pragma unroll
+      for (int l = 0; l < L; ++l) acc.v[l] = fold_pair<Op, T>(acc.v[l], v.v[l]);
+    }
+    for (int k = 0; k < ndst; ++k) static_cast<V*>(p.dst[k])[i] = acc;
+  }
+  for (int64_t e = nvec * L + first; e < len; e += stride) {
+    T acc = static_cast<const T*>(p.src[0])[e];
+    for (int j = 1; j < nsrc; ++j) acc = fold_pair<Op, T>(acc, static_cast<const T*>(p.src[j])[e]);
+    for (int k = 0; k < ndst; ++k) static_cast<T*>(p.dst[k])[e] = acc;
+  }
+}
+
 template <class I, class O>
 __global__ void mean_kernel(O* dst, const I* sum, int64_t len, int64_t divisor) {
   const O d = static_cast<O>(divisor);
@@ -858,6 +906,43 @@ cudaError_t launch_fold_rows(cudaStream_t s, int op, DType t, void* dst, int64_t
     using T = decltype(tv);
     fold_kernel<T><<<blocks_for(len * rows), kThreads, 0, s>>>(
         op, static_cast<T*>(dst), dpitch, src, count, spitch, len, rows, accumulate);
+    return cudaGetLastError();
+  });
+}
+
+cudaError_t launch_fold_to(cudaStream_t s, int op, DType t, void* const* dsts, int ndst,
+                           const void* const* srcs, int nsrc, int64_t len) {
+  if (len == 0 || ndst == 0) return cudaSuccess;
+  if (nsrc < 1 || nsrc > kMaxFoldTo || ndst < 0 || ndst > kMaxFoldTo) return cudaErrorInvalidValue;
+  if (op < code(FoldOp::sum) || op > code(FoldOp::min)) return cudaErrorInvalidValue;
+  FoldTo p{};
+  bool aligned = true;
+  for (int j = 0; j < nsrc; ++j) {
+    p.src[j] = srcs[j];
+    aligned = aligned && reinterpret_cast<uintptr_t>(srcs[j]) % 16 == 0;
+  }
+  for (int k = 0; k < ndst; ++k) {
+    p.dst[k] = dsts[k];
+    aligned = aligned && reinterpret_cast<uintptr_t>(dsts[k]) % 16 == 0;
+  }
+  return with_type(t, [&](auto tv) {
+    using T = decltype(tv);
+    const int64_t lanes = Vec16<T>::kLanes;
+    const int64_t nvec = aligned ? len / lanes : 0;
+    const int64_t work = nvec + (len - nvec * lanes);
+    // Enough blocks to keep every source's reads in flight; the loop strides over the rest.
+    const int blocks = static_cast<int>(std::min<int64_t>(blocks_for(work), sm_count() * 8));
+    switch (op) {
+      case code(FoldOp::sum):
+        fold_to_kernel<code(FoldOp::sum), T><<<blocks, kThreads, 0, s>>>(p, nsrc, ndst, nvec, len);
+        break;
+      case code(FoldOp::max):
+        fold_to_kernel<code(FoldOp::max), T><<<blocks, kThreads, 0, s>>>(p, nsrc, ndst, nvec, len);
+        break;
+      default:
+        fold_to_kernel<code(FoldOp::min), T><<<blocks, kThreads, 0, s>>>(p, nsrc, ndst, nvec, len);
+        break;
+    }
     return cudaGetLastError();
   });
 }

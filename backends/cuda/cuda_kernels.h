@@ -45,6 +45,13 @@ inline constexpr int kMaxFoldSources = 256;
 cudaError_t launch_fold_rows(cudaStream_t s, int op, DType t, void* dst, int64_t dpitch,
                              const void* const* srcs, int count, int64_t spitch, int64_t len,
                              int64_t rows, bool accumulate);
+// One fold of `nsrc` sources written to `ndst` outputs (each of len elements of dtype t, op sum,
+// max or min as for launch_fold_rows, the same left-to-right order and bits): every source is
+// read once, with 16-byte accesses when every pointer is 16-byte aligned. An output may alias a
+// source (each element is read from every source before it is written).
+inline constexpr int kMaxFoldTo = 16;
+cudaError_t launch_fold_to(cudaStream_t s, int op, DType t, void* const* dsts, int ndst,
+                           const void* const* srcs, int nsrc, int64_t len);
 // dst (out dtype) = sum (in dtype) / divisor, in out's precision (pmean).
 cudaError_t launch_mean(cudaStream_t s, DType in, DType out, void* dst, const void* sum,
                         int64_t len, int64_t divisor);
