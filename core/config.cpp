@@ -69,6 +69,9 @@ const std::vector<Variable>& variables() {
        "logical cuda devices per GPU, each with its own executor, streams and memory accounting"},
       {"MESHRT_CUDA_CACHE_BYTES", "bytes >= 0", "a quarter of the GPU's share",
        "freed GPU memory each logical cuda device keeps for reuse"},
+      {"MESHRT_CUDA_SYNC_COPIES", "0, 1", "0",
+       "1: copies between cuda devices wait on the host before and after (as before they were "
+       "stream-ordered), to rule an ordering problem in or out"},
       {"MESHRT_SHARDING", "auto, explicit", "auto",
        "explicit: an implicit reshard in a global-view op is an error"},
       {"MESHRT_LOG_COLLECTIVES", "0, 1", "0", "1: print every collective the global view inserts"},
@@ -139,6 +142,8 @@ std::optional<size_t> cuda_cache_bytes() {
   return static_cast<size_t>(integer("MESHRT_CUDA_CACHE_BYTES", "cuda", 0, INT64_MAX, 0,
                                      "a byte count >= 0, e.g. MESHRT_CUDA_CACHE_BYTES=1073741824"));
 }
+
+bool cuda_sync_copies() { return flag("MESHRT_CUDA_SYNC_COPIES", "cuda"); }
 
 bool explicit_sharding() {
   return choice("MESHRT_SHARDING", "sharding", {"auto", "explicit"}) == "explicit";

@@ -44,6 +44,8 @@ std::chrono::milliseconds collective_timeout();
 int cuda_devices_per_gpu();
 // MESHRT_CUDA_CACHE_BYTES: freed GPU bytes each logical device keeps; unset: the backend's default.
 std::optional<size_t> cuda_cache_bytes();
+// MESHRT_CUDA_SYNC_COPIES: 0 (default) or 1: device-to-device copies wait on the host.
+bool cuda_sync_copies();
 // MESHRT_SHARDING: false for "auto" (default), true for "explicit".
 bool explicit_sharding();
 // MESHRT_LOG_COLLECTIVES: 0 (default) or 1.

@@ -61,6 +61,7 @@ CudaBackend::CudaBackend() : Backend(/*host_memory=*/false) {
   }
   per_gpu_ = config::cuda_devices_per_gpu();
   fence_timeout_ = config::collective_timeout();
+  sync_copies_ = config::cuda_sync_copies();
   gpus_ = gpus;
   max_pitch_ = SIZE_MAX;
   for (int g = 0; g < gpus; ++g) {
@@ -279,6 +280,13 @@ void CudaBackend::device_copy(void* dst, int dst_device, size_t dpitch, const vo
                               int src_device, size_t spitch, size_t width, size_t height) {
   Logical& d = dev(dst_device);
   const bool same = src_device == dst_device;
+  if (sync_copies_) {  // MESHRT_CUDA_SYNC_COPIES=1: the host waits before and after
+    if (!same) sync(src_device, dev(src_device).compute);
+    set(dst_device);
+    MESHRT_CUDA_CHECK(copy_async(dst, dpitch, src, spitch, width, height, d.compute), dst_device);
+    sync(dst_device, d.compute);
+    return;
+  }
   if (!same) order_after(dst_device, src_device);
   set(dst_device);
   MESHRT_CUDA_CHECK(copy_async(dst, dpitch, src, spitch, width, height, d.compute), dst_device);

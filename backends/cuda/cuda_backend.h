@@ -169,6 +169,7 @@ class CudaBackend final : public backend::Backend {
 
   std::string reason_;
   std::chrono::duration<double> fence_timeout_{300.0};
+  bool sync_copies_ = false;  // MESHRT_CUDA_SYNC_COPIES
   int gpus_ = 0;
   int per_gpu_ = 1;
   size_t max_pitch_ = 0;  // the smallest cudaDevAttrMaxPitch of the GPUs
