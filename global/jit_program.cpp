@@ -95,7 +95,13 @@ struct JitStep {
   // the same member order, so the same bits, without waking the executors.
   bool host_psum = false;
   std::vector<std::vector<int64_t>> groups;  // host_psum: per group, its members' positions
-  Shape block_shape;                         // host_psum: of every block
+  Shape block_shape;                         // host_psum, psum_axes: of every block
+  // blocks: the body is exactly a psum of its one operand over these axes (a pending sum
+  // resolved), blocks of block_shape and dtype; empty otherwise.
+  global::AxisList psum_axes;
+  // blocks, device platforms: steps [this one, bucket_end) are psums over the same axes that the
+  // replay takes as one collective over their blocks laid end to end (plan_psum_buckets).
+  size_t bucket_end = 0;
   std::vector<std::vector<Ref>> in;          // per operand, per position
   std::vector<int> out;                      // value ids
   // reshard: the operand's metadata and the target
@@ -437,6 +443,19 @@ void jit_record_blocks(const Mesh& mesh, const std::vector<Array>& placed, const
   s.body = body;
   if (psum != nullptr && !psum->empty() && placed.size() == 1) {
     plan_host_psum(s, placed.front(), *psum);
+    const Array& x = placed.front();
+    const Tensor* first = nullptr;
+    bool same = true;
+    for (const Tensor& t : x.blocks()) {
+      if (!t.valid()) continue;
+      if (first == nullptr) first = &t;
+      same = same && t.shape() == first->shape() && t.dtype() == first->dtype();
+    }
+    if (first != nullptr && same) {
+      s.psum_axes = *psum;
+      s.block_shape = first->shape();
+      s.dtype = first->dtype();
+    }
   }
   t_recorder->add_step(std::move(s), placed, outs);
 }
@@ -505,6 +524,66 @@ JitTrace::~JitTrace() {
 }
 
 namespace {
+
+// Whether a psum step may join a bucket: a device platform (each collective there costs a
+// stream wait and a host round trip; host memory has host_psum), every device in this process,
+// and the direct algorithm, whose sum of each element is the same whatever else is summed with
+// it, so a bucket gives the separate psums' bits (a vendor library's may depend on the size).
+bool bucketable(const JitStep& s) {
+  if (s.kind != JitStep::blocks || s.host_psum || s.psum_axes.empty() || s.kernels != nullptr)
+    return false;
+  const std::vector<Device>& devs = s.mesh->devices();
+  for (const Device& d : devs) {
+    if (!is_local(d)) return false;
+  }
+  backend::Backend& be = backend_of(devs.front());
+  if (be.host_addressable()) return false;
+  const std::string algo = config::collective_algo();
+  if (algo != "auto" && algo != "direct") return false;
+  if (algo == "auto") {  // automatic picks the vendor library where it serves the group
+    std::vector<int> positions;
+    for (const std::string& a : s.psum_axes) positions.push_back(s.mesh->axis_position(a));
+    for (const auto& group : coll::make_group_layout(s.mesh->shape(), positions).members) {
+      std::vector<int> locals;
+      for (int64_t m : group) locals.push_back(devs[static_cast<size_t>(m)].local_index());
+      if (be.native_unavailable(locals).empty()) return false;
+    }
+  }
+  return true;
+}
+
+// Consecutive psum steps of one launch over the same axes and dtype, none reading another's
+// result, become one bucket (at most kBucketBytes per device): one collective instead of one each
+// (the gradients of a data-parallel step, resolved one leaf after another).
+void plan_psum_buckets(JitProgram& p) {
+  constexpr int64_t kBucketBytes = int64_t{256} << 20;
+  for (const JitSegment& seg : p.segments) {
+    if (seg.host || seg.fold || seg.inline_run) continue;
+    for (size_t i = seg.begin; i < seg.end;) {
+      const JitStep& s = p.steps[i];
+      if (!bucketable(s)) {
+        ++i;
+        continue;
+      }
+      std::set<int> made(s.out.begin(), s.out.end());
+      int64_t bytes = shape_size(s.block_shape) * static_cast<int64_t>(dtype_size(s.dtype));
+      size_t j = i + 1;
+      for (; j < seg.end; ++j) {
+        const JitStep& t = p.steps[j];
+        if (!bucketable(t) || t.psum_axes != s.psum_axes || t.dtype != s.dtype) break;
+        const int64_t b = shape_size(t.block_shape) * static_cast<int64_t>(dtype_size(t.dtype));
+        if (bytes + b > kBucketBytes) break;
+        bool reads_bucket = false;
+        for (const Ref& r : t.in.front()) reads_bucket = reads_bucket || made.count(r.vid) != 0;
+        if (reads_bucket) break;
+        made.insert(t.out.begin(), t.out.end());
+        bytes += b;
+      }
+      if (j - i >= 2) p.steps[i].bucket_end = j;
+      i = j;
+    }
+  }
+}
 
 // Which values live in planned buffers, and the buffers: per mesh, greedily, a buffer of the same
 // size freed by an earlier step is reused (a value's buffer is free after its last reader, a
@@ -766,6 +845,7 @@ void plan(JitProgram& p) {
       if (s.kind != JitStep::local || s.concurrent) seg.inline_run = false;
     }
   }
+  plan_psum_buckets(p);
   plan_buffers(p, last);
 }
 
@@ -991,6 +1071,30 @@ void run_step_at(const JitProgram& p, size_t step, JitArena& a, size_t pos, Cont
   }
 }
 
+// A bucket of psum steps [first, bucket_end) at one position: the blocks flattened and laid end
+// to end, one psum, and each step's result a piece of it (reshaped, no copy).
+void run_psum_bucket(const JitProgram& p, size_t first, JitArena& a, size_t pos, Context& ctx) {
+  const size_t end = p.steps[first].bucket_end;
+  std::vector<Tensor> flat;
+  for (size_t i = first; i < end; ++i) {
+    const Tensor& t = a.vals[flat_of(p, p.steps[i].in.front()[pos])];
+    flat.push_back(reshape(t, {shape_size(t.shape())}));
+  }
+  const Tensor sum = ctx.psum(concatenate(flat, 0), AxisNames(p.steps[first].psum_axes));
+  flat.clear();
+  int64_t at = 0;
+  for (size_t i = first; i < end; ++i) {
+    const JitStep& s = p.steps[i];
+    const int64_t n = shape_size(s.block_shape);
+    set_block(p, a, s.out.front(), pos, reshape(slice(sum, {at}, {at + n}), s.block_shape));
+    at += n;
+    for (int v : s.drop) {
+      Tensor& t = a.vals[p.values[static_cast<size_t>(v)].first + pos];
+      if (t.valid()) t = Tensor();
+    }
+  }
+}
+
 // A host_psum step: per group, the members' blocks folded in group order into the first member's
 // new block (as the direct algorithm's small reduction does), copied to the others'.
 void fold_psum(const JitProgram& p, size_t step, JitArena& a) {
@@ -1090,7 +1194,14 @@ std::vector<Array> jit_replay(const JitProgram& p, std::vector<Array> inputs,
       const Device d = ctx.device();
       size_t pos = 0;
       while (pos < devs.size() && devs[pos] != d) ++pos;
-      for (size_t i = seg.begin; i < seg.end; ++i) run_step_at(p, i, a, pos, &ctx);
+      for (size_t i = seg.begin; i < seg.end; ++i) {
+        if (p.steps[i].bucket_end > i) {
+          run_psum_bucket(p, i, a, pos, ctx);
+          i = p.steps[i].bucket_end - 1;
+          continue;
+        }
+        run_step_at(p, i, a, pos, &ctx);
+      }
       return std::vector<Tensor>{};
     };
     (void)run_bodies(mesh, body, {});
@@ -1162,6 +1273,17 @@ std::string jit_text(const JitProgram& p, const std::vector<bool>& donated) {
            p.segments.size(), " launches per call: ", device, " as one task per device, ",
            inline_runs, " on small blocks from the caller's thread, ", folds,
            " small psums folded from the caller's thread, ", host, " reshards from the caller\n");
+  size_t buckets = 0, bucketed = 0;
+  for (size_t i = 0; i < p.steps.size(); ++i) {
+    if (p.steps[i].bucket_end > i) {
+      ++buckets;
+      bucketed += p.steps[i].bucket_end - i;
+    }
+  }
+  if (buckets != 0) {
+    s += cat("  psum buckets: ", bucketed, " psums taken as ", buckets,
+             " collective(s) over their blocks laid end to end\n");
+  }
   s += cat("  compiled: ", compiled, " device-local steps as ", kernels,
            " kernel calls; intermediates in ", buffers, " planned buffers per device (",
            buffer_bytes, " bytes), reused by every call\n");

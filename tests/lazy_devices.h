@@ -106,6 +106,32 @@ class LazyDevices final : public backend::Backend {
     queue(device, [=, this] { inner_->fill(device, dtype, n, value, iota, y); });
   }
 
+  // Collective primitives: host memory underneath, so each runs at once. coll_begin runs the
+  // device's queued kernels first (its input is complete before a peer reads it, as the cuda
+  // platform's wait on its compute stream makes it); nothing is left to fence.
+  void coll_begin(int device) override { run_queue(device); }
+  void coll_copy_2d(int device, void* dst, size_t dpitch, const void* src, size_t spitch,
+                    size_t width, size_t height) override {
+    inner_->coll_copy_2d(device, dst, dpitch, src, spitch, width, height);
+  }
+  void coll_zero(int device, void* dst, size_t bytes) override {
+    inner_->coll_zero(device, dst, bytes);
+  }
+  void coll_fold(int device, backend::FoldOp op, DType in, DType out, void* dst,
+                 const std::vector<const void*>& srcs, int64_t len) override {
+    ++folds_;
+    inner_->coll_fold(device, op, in, out, dst, srcs, len);
+  }
+  void coll_mean(int device, DType in, DType out, void* dst, const void* sum, int64_t len,
+                 int64_t divisor) override {
+    inner_->coll_mean(device, in, out, dst, sum, len, divisor);
+  }
+  void coll_fence(int) override {}
+  void* coll_signal(int) override { return this; }
+  void coll_wait_token(int, void*) override {}
+  // Collective folds so far (a direct psum folds once per member's slice, or once when small).
+  int folds() const { return folds_.load(); }
+
  private:
   struct Kernel {
     std::function<void()> run;
@@ -145,7 +171,7 @@ class LazyDevices final : public backend::Backend {
   std::vector<std::deque<Kernel>> queues_;                                // guarded by mu_
   std::vector<std::pair<void*, std::shared_ptr<backend::Buffer>>> held_;  // guarded by mu_
   std::vector<std::vector<std::shared_ptr<backend::Buffer>>> freed_;      // guarded by mu_
-  std::atomic<int> ran_{0}, syncs_{0};
+  std::atomic<int> ran_{0}, syncs_{0}, folds_{0};
   std::atomic<bool> fail_next_{false};
 };
 

@@ -96,5 +96,42 @@ TEST(JitOnADevicePlatform, DonationWritesInPlaceAndLeavesKeptCopiesAlone) {
   EXPECT_NE(block_addresses(w3), block_addresses(kept));
 }
 
+// Pending sums resolved one after another (as a data-parallel step's gradients are, at their
+// sharding constraints) run as one psum over their blocks laid end to end on a device platform:
+// one collective instead of one per sum, with the direct algorithm's bits (each element's sum
+// is the same whatever else is summed with it).
+TEST(JitOnADevicePlatform, ConsecutivePsumsRunAsOneCollectiveWithTheSameBits) {
+  lazy();
+  Mesh mesh = make_mesh({kDevices}, {"x"}, "cuda");
+  const NamedSharding sx(mesh, P("x")), rep(mesh, P());
+  auto f = [rep](const Array& x, const Array& w) {
+    const Array a = sum(x, 0), b = sum(sin(x) * 0.5, 0), c = matmul(w, x);  // pending over x
+    return std::vector<Array>{with_sharding_constraint(a, rep), with_sharding_constraint(b, rep),
+                              with_sharding_constraint(c, rep), sum(x, 1)};
+  };
+  auto step = jit(f);
+  const Array w0 = device_put(iota(3 * 16, 0.5f, -0.03f), {3, 16}, NamedSharding(mesh, P(None, "x")));
+  const Array x0 = device_put(iota(16 * 8, 0.f, 0.37f), {16, 8}, sx);
+  (void)step(x0, w0);  // traced
+  const std::string text = step.lower(x0, w0).as_text();
+  EXPECT_NE(text.find("psum buckets: 3 psums taken as 1 collective"), std::string::npos) << text;
+  for (int round = 0; round < 3; ++round) {
+    const Array x = device_put(iota(16 * 8, 0.1f * round, 0.013f), {16, 8}, sx);
+    const Array w =
+        device_put(iota(3 * 16, -0.2f, 0.02f + 0.01f * round), {3, 16}, NamedSharding(mesh, P(None, "x")));
+    const std::vector<Array> want = f(x, w);
+    const int folds = lazy().folds();
+    const std::vector<Array> got = step(x, w);
+    // One small direct psum folds once (at the last arrival): three separate ones, three times.
+    EXPECT_EQ(lazy().folds() - folds, 1) << "the three psums did not run as one collective";
+    ASSERT_EQ(got.size(), want.size());
+    for (size_t i = 0; i < got.size(); ++i) {
+      SCOPED_TRACE(i);
+      expect_same_bits(got[i], want[i]);
+      EXPECT_EQ(got[i].sharding(), want[i].sharding());
+    }
+  }
+}
+
 }  // namespace
 }  // namespace meshrt

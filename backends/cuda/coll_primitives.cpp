@@ -35,6 +35,14 @@ void CudaBackend::coll_fold(int device, FoldOp op, DType in, DType out, void* ds
                             const std::vector<const void*>& srcs, int64_t len) {
   Logical& l = dev(device);
   set(device);
+  if (op != FoldOp::mean && in == out && !srcs.empty() && srcs.size() <= kMaxFoldTo) {
+    // The vectorised one-output fold (the ring's steps, direct's own blocks): same order, same bits.
+    void* const one[1] = {dst};
+    MESHRT_CUDA_CHECK(launch_fold_to(l.comm, static_cast<int>(op), in, one, 1, srcs.data(),
+                                     static_cast<int>(srcs.size()), len),
+                      device);
+    return;
+  }
   if (op != FoldOp::mean) {
     fold_chain(device, static_cast<int>(op), in, dst, len, srcs, len, len, 1);
     return;
@@ -47,7 +55,14 @@ void CudaBackend::coll_fold(int device, FoldOp op, DType in, DType out, void* ds
     sum = buf->data();
     l.hold.push_back(std::move(buf));  // until the fence: the stream still reads it
   }
-  fold_chain(device, static_cast<int>(FoldOp::sum), in, sum, len, srcs, len, len, 1);
+  if (srcs.size() <= kMaxFoldTo) {
+    void* const one[1] = {sum};
+    MESHRT_CUDA_CHECK(launch_fold_to(l.comm, static_cast<int>(FoldOp::sum), in, one, 1,
+                                     srcs.data(), static_cast<int>(srcs.size()), len),
+                      device);
+  } else {
+    fold_chain(device, static_cast<int>(FoldOp::sum), in, sum, len, srcs, len, len, 1);
+  }
   MESHRT_CUDA_CHECK(launch_mean(l.comm, in, out, dst, sum, len, static_cast<int64_t>(srcs.size())),
                     device);
 }
