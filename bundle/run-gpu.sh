@@ -269,9 +269,9 @@ if [ "$run_bench" = 1 ] && [ "$cuda_unusable" = 0 ]; then
   if want profile; then
     if command -v nsys >/dev/null 2>&1; then
       for st in dp fsdp; do
-        bench "Nsight Systems summary: $st step on 8 logical devices" 8 180 \
+        bench "Nsight Systems summary: $st step on 8 logical devices" 8 90 \
           sh -c "nsys profile --trace=cuda,osrt --sample=none --force-overwrite=true -o '$out/logs/$st' \
-                   ./bin/meshrt-mlp-bench --resident-only --strategy $st --repeats 3 > /dev/null 2>&1 &&
+                   ./bin/meshrt-mlp-bench --resident-only --strategy $st --repeats 2 > /dev/null 2>&1 &&
                  nsys stats --report cuda_gpu_kern_sum,cuda_gpu_mem_time_sum,cuda_api_sum,osrt_sum \
                    --format table '$out/logs/$st.nsys-rep' 2>&1 | cut -c1-220 | head -150"
       done
