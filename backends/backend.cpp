@@ -97,6 +97,10 @@ void Backend::coll_fence(int) { unsupported(*this, "collective data movement"); 
 void* Backend::coll_signal(int) { unsupported(*this, "collective data movement"); }
 void Backend::coll_wait_token(int, void*) { unsupported(*this, "collective data movement"); }
 void Backend::coll_release_token(int, void*) noexcept {}
+void Backend::coll_order_compute(int device, void* token) {
+  coll_wait_token(device, token);
+  coll_fence(device);
+}
 
 std::string Backend::native_unavailable(const std::vector<int>& group) {
   if (NativeComm* nc = native_comm()) return nc->unavailable(group);

@@ -178,6 +178,11 @@ class Backend {
   virtual void* coll_signal(int device);
   virtual void coll_wait_token(int device, void* token);
   virtual void coll_release_token(int device, void* token) noexcept;
+  // The device's own later work (its compute stream: op kernels, copies, its next collective)
+  // waits for a peer's token, and nothing else does: a collective whose outputs were written
+  // (and inputs read) by the work the token marks ends here without a host wait. The default
+  // waits on the communication stream and fences (correct, not asynchronous).
+  virtual void coll_order_compute(int device, void* token);
 
   // ---- the platform's vendor collective library (NCCL on cuda), or null where there is none.
   // Owned by the backend and valid as long as it is.

@@ -81,7 +81,7 @@ Pending start(Session& session, int64_t pos, const GroupLayout& layout, const Ca
       cross_complete(session, *p.inst_, pl);  // members in other processes: the second level
     } else if (direct_done_at_arrival(call) && pl.direct_ok(*p.inst_)) {
       // A group the platform cannot serve with direct is refused in finish(), with the reason.
-      direct_reduce_small(*p.inst_, pl);
+      (void)direct_reduce_small(*p.inst_, pl, p.index_);
     }
     session.publish(*p.inst_);
   }
@@ -101,6 +101,15 @@ void finish(Pending& p) {
       return;
     }
     // A device platform across processes: its library, over the group's spanning communicators.
+    // A small direct reduction queued at arrival: this member's later work waits for it on the
+    // device, no host wait (every input was complete at arrival: each member's begin()).
+    if (!spans && direct_done_at_arrival(inst.call())) {
+      if (void* token = direct_small_token(inst)) {
+        plane_of(inst, me).backend()->coll_order_compute(plane_of(inst, me).device(), token);
+        p.inst_.reset();
+        return;
+      }
+    }
     const Algo algo = spans ? Algo::native : inst.call().algo;
     // GPUs without peer access cannot run direct or ring: an error, not a fault.
     if (algo != Algo::native) plane_of(inst, me).require_direct(inst);

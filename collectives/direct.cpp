@@ -111,7 +111,12 @@ bool direct_done_at_arrival(const Call& call) {
          input_bytes(call) <= kSmallReduceBytes;
 }
 
-void direct_reduce_small(const Instance& inst, const Plane& pl) {
+void* direct_small_token(const Instance& inst) {
+  return inst.small_done_by < 0 ? nullptr
+                                : inst.token(inst.small_done_by, Instance::kSmallDoneUnit);
+}
+
+bool direct_reduce_small(Instance& inst, const Plane& pl, int64_t me) {
   const Call& c = inst.call();
   const int64_t n = count(c.shape);
   std::vector<const void*> srcs(static_cast<size_t>(inst.size()));
@@ -120,7 +125,14 @@ void direct_reduce_small(const Instance& inst, const Plane& pl) {
   for (int64_t j = 0; j < inst.size(); ++j) dsts[static_cast<size_t>(j)] = out_ptr(inst, j);
   // Host: a fold into member 0's output, copied to the others. GPU: one kernel for all of it.
   pl.fold_to(c.kind, c.dtype, out_dtype(c), dsts, srcs, n);
-  pl.fence();
+  if (pl.host()) return false;
+  if (c.kind == Kind::pmean && out_dtype(c) != c.dtype) {
+    pl.fence();  // the sum's temporary is released at a fence
+    return false;
+  }
+  inst.put_token(me, Instance::kSmallDoneUnit, pl.backend()->coll_signal(pl.device()));
+  inst.small_done_by = me;
+  return true;
 }
 
 void direct_collective(Instance& inst, int64_t me, const Shape& out_shape) {

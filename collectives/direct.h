@@ -21,8 +21,14 @@ inline constexpr int64_t kSmallReduceBytes = 32 * 1024;
 // Whether the member completing the rendezvous of `call` does all of its work
 // (direct_reduce_small) before publishing it.
 bool direct_done_at_arrival(const Call& call);
-// The small reduction, by the last member to arrive, through its plane `pl`.
-void direct_reduce_small(const Instance& inst, const Plane& pl);
+// The small reduction, by the last member to arrive (`me`), through its plane `pl`. On a device
+// platform the work is queued and its token put in `inst` (direct_small_token) rather than
+// waited for, where nothing of it outlives the queue (not a pmean that changes dtype, whose sum
+// needs a temporary until a fence); true then, and every member orders its later work after the
+// token instead of fencing (finish()).
+bool direct_reduce_small(Instance& inst, const Plane& pl, int64_t me);
+// The token of a small reduction queued without a wait, or null.
+void* direct_small_token(const Instance& inst);
 
 // Member `me`'s part of `inst` under direct, once the rendezvous is complete.
 void direct_collective(Instance& inst, int64_t me, const Shape& out_shape);

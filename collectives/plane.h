@@ -69,7 +69,8 @@ class Plane {
   // fold(op, srcs) written to every one of `dsts` (the same bits in each).
   void fold_to(Kind op, DType in, DType out, const std::vector<void*>& dsts,
                const std::vector<const void*>& srcs, int64_t len) const {
-    if (len != 0 && !dsts.empty()) be_->coll_fold_to(device_, fold_op(op), in, out, dsts, srcs, len);
+    if (len != 0 && !dsts.empty())
+      be_->coll_fold_to(device_, fold_op(op), in, out, dsts, srcs, len);
   }
   // `rows` rows of fold(op, srcs) (psum/pmax/pmin, dtype in = out): row r of dst at r*dpitch
   // elements, of every source at r*spitch.

@@ -101,11 +101,16 @@ class Instance {
   // token of `unit` before advancing its progress counter past it; peers read it after.
   void put_token(int64_t index, uint32_t unit, void* token);
   void* token(int64_t index, uint32_t unit) const;
+  // The member whose token (unit kSmallDoneUnit) marks a small reduction queued at arrival
+  // without a wait (collectives/direct.h), or -1. Written before the instance is published.
+  static constexpr uint32_t kSmallDoneUnit = 0xffffffffu;
+  int64_t small_done_by = -1;
 
   Instance() = default;
   Instance(const Instance&) = delete;
   Instance& operator=(const Instance&) = delete;
-  ~Instance();  // recycles the tokens (every member has fenced by then)
+  // Recycles the tokens: every member has fenced, or made its later work wait for them, by then.
+  ~Instance();
 
  private:
   friend class Session;

@@ -102,8 +102,8 @@ struct JitStep {
   // blocks, device platforms: steps [this one, bucket_end) are psums over the same axes that the
   // replay takes as one collective over their blocks laid end to end (plan_psum_buckets).
   size_t bucket_end = 0;
-  std::vector<std::vector<Ref>> in;          // per operand, per position
-  std::vector<int> out;                      // value ids
+  std::vector<std::vector<Ref>> in;  // per operand, per position
+  std::vector<int> out;              // value ids
   // reshard: the operand's metadata and the target
   Shape shape;
   DType dtype = DType::f32;

@@ -443,7 +443,8 @@ TEST_F(CudaKernels, FloatSumsWithinToleranceAndDeterministic) {
 // elements; an output that is also a source.
 TEST_F(CudaKernels, FoldToWritesTheCpuFoldToEveryOutput) {
   using backend::FoldOp;
-  for (int64_t len : {int64_t{1}, int64_t{3}, int64_t{1023}, int64_t{4097}, (int64_t{1} << 20) + 5}) {
+  for (int64_t len :
+       {int64_t{1}, int64_t{3}, int64_t{1023}, int64_t{4097}, (int64_t{1} << 20) + 5}) {
     for (int nsrc : {1, 2, 3, 8, 16, 17}) {
       if (len > 5000 && nsrc != 3 && nsrc != 16) continue;  // long rows: two source counts
       for (int64_t pad : {int64_t{0}, int64_t{1}}) {
@@ -471,8 +472,7 @@ TEST_F(CudaKernels, FoldToWritesTheCpuFoldToEveryOutput) {
               std::string what;
               EXPECT_EQ(first_mismatch(want, got, 0, what), -1)
                   << "fold_to op " << static_cast<int>(op) << " " << dtype_name(t) << ", " << nsrc
-                  << " sources, len " << len << ", pad " << pad << ", output " << k << ": "
-                  << what;
+                  << " sources, len " << len << ", pad " << pad << ", output " << k << ": " << what;
             }
             release();
           }

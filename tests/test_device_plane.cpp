@@ -95,6 +95,12 @@ class LazyStreams final : public test::CollectivesOnlyBackend {
     delete static_cast<Token*>(token);
     --live_tokens_;
   }
+  // The member's later work waits for the token: here, the token's work runs now (the stand-in
+  // has no compute stream; what the member does next sees its results, as on a GPU).
+  void coll_order_compute(int device, void* token) override {
+    ++stream(device).compute_orders;
+    coll_wait_token(device, token);
+  }
 
   backend::NativeComm* native_comm() override { return &native_; }
   // Groups whose members must not use direct or ring (as GPUs without peer access).
@@ -105,6 +111,7 @@ class LazyStreams final : public test::CollectivesOnlyBackend {
 
   int begins(int d) { return stream(d).begins; }
   int fences(int d) { return stream(d).fences; }
+  int compute_orders(int d) { return stream(d).compute_orders; }
   int live_tokens() const { return live_tokens_; }
   int64_t queued() const { return queued_; }
   int missing_tokens() const { return missing_tokens_; }
@@ -154,7 +161,7 @@ class LazyStreams final : public test::CollectivesOnlyBackend {
     std::mutex mu;
     std::deque<std::pair<uint64_t, std::function<void()>>> queue;  // guarded by mu
     uint64_t next = 0;                                             // guarded by mu
-    std::atomic<int> begins{0}, fences{0};
+    std::atomic<int> begins{0}, fences{0}, compute_orders{0};
   };
   Stream& stream(int d) { return streams_[static_cast<size_t>(d)]; }
   void enqueue(int d, std::function<void()> f) {
@@ -395,7 +402,11 @@ TEST(DevicePlane, EveryAlgorithmMatchesHostMemoryBitForBit) {
   for (int i = 0; i < n; ++i) {
     EXPECT_EQ(fake.begins(i), collectives)
         << "a member joined without waiting for its earlier work";
-    EXPECT_GE(fake.fences(i), collectives) << "a member left without fencing its stream";
+    EXPECT_GE(fake.fences(i) + fake.compute_orders(i), collectives)
+        << "a member left without fencing its stream or ordering its later work after it";
+    // The small direct reductions (psum of 37, pmin of 13: 2 cases x 2 determinism settings)
+    // end without a host wait: every member orders its later work after the completer's token.
+    EXPECT_EQ(fake.compute_orders(i), 4) << "member " << i;
   }
   EXPECT_EQ(fake.missing_tokens(), 0) << "a member waited on a token that was never recorded";
   EXPECT_EQ(fake.live_tokens(), 0) << "tokens were not recycled";

@@ -110,15 +110,16 @@ TEST(JitOnADevicePlatform, ConsecutivePsumsRunAsOneCollectiveWithTheSameBits) {
                               with_sharding_constraint(c, rep), sum(x, 1)};
   };
   auto step = jit(f);
-  const Array w0 = device_put(iota(3 * 16, 0.5f, -0.03f), {3, 16}, NamedSharding(mesh, P(None, "x")));
+  const Array w0 =
+      device_put(iota(3 * 16, 0.5f, -0.03f), {3, 16}, NamedSharding(mesh, P(None, "x")));
   const Array x0 = device_put(iota(16 * 8, 0.f, 0.37f), {16, 8}, sx);
   (void)step(x0, w0);  // traced
   const std::string text = step.lower(x0, w0).as_text();
   EXPECT_NE(text.find("psum buckets: 3 psums taken as 1 collective"), std::string::npos) << text;
   for (int round = 0; round < 3; ++round) {
     const Array x = device_put(iota(16 * 8, 0.1f * round, 0.013f), {16, 8}, sx);
-    const Array w =
-        device_put(iota(3 * 16, -0.2f, 0.02f + 0.01f * round), {3, 16}, NamedSharding(mesh, P(None, "x")));
+    const Array w = device_put(iota(3 * 16, -0.2f, 0.02f + 0.01f * round), {3, 16},
+                               NamedSharding(mesh, P(None, "x")));
     const std::vector<Array> want = f(x, w);
     const int folds = lazy().folds();
     const std::vector<Array> got = step(x, w);

@@ -36,7 +36,8 @@ void CudaBackend::coll_fold(int device, FoldOp op, DType in, DType out, void* ds
   Logical& l = dev(device);
   set(device);
   if (op != FoldOp::mean && in == out && !srcs.empty() && srcs.size() <= kMaxFoldTo) {
-    // The vectorised one-output fold (the ring's steps, direct's own blocks): same order, same bits.
+    // The vectorised one-output fold (the ring's steps, direct's own blocks): same order, same
+    // bits.
     void* const one[1] = {dst};
     MESHRT_CUDA_CHECK(launch_fold_to(l.comm, static_cast<int>(op), in, one, 1, srcs.data(),
                                      static_cast<int>(srcs.size()), len),
@@ -57,8 +58,8 @@ void CudaBackend::coll_fold(int device, FoldOp op, DType in, DType out, void* ds
   }
   if (srcs.size() <= kMaxFoldTo) {
     void* const one[1] = {sum};
-    MESHRT_CUDA_CHECK(launch_fold_to(l.comm, static_cast<int>(FoldOp::sum), in, one, 1,
-                                     srcs.data(), static_cast<int>(srcs.size()), len),
+    MESHRT_CUDA_CHECK(launch_fold_to(l.comm, static_cast<int>(FoldOp::sum), in, one, 1, srcs.data(),
+                                     static_cast<int>(srcs.size()), len),
                       device);
   } else {
     fold_chain(device, static_cast<int>(FoldOp::sum), in, sum, len, srcs, len, len, 1);
@@ -151,6 +152,14 @@ void CudaBackend::coll_wait_token(int device, void* token) {
     throw Error("[collectives] a peer's progress token is missing; this is a meshrt bug");
   set(device);
   MESHRT_CUDA_CHECK(cudaStreamWaitEvent(dev(device).comm, static_cast<cudaEvent_t>(token), 0),
+                    device);
+}
+
+void CudaBackend::coll_order_compute(int device, void* token) {
+  if (token == nullptr)
+    throw Error("[collectives] a peer's completion token is missing; this is a meshrt bug");
+  set(device);
+  MESHRT_CUDA_CHECK(cudaStreamWaitEvent(dev(device).compute, static_cast<cudaEvent_t>(token), 0),
                     device);
 }
 

@@ -133,6 +133,7 @@ class CudaBackend final : public backend::Backend {
   void* coll_signal(int device) override;
   void coll_wait_token(int device, void* token) override;
   void coll_release_token(int device, void* token) noexcept override;
+  void coll_order_compute(int device, void* token) override;
   // Members on different GPUs must reach each other's memory: their copies and fold kernels
   // read peers' buffers directly.
   std::string direct_unavailable(const std::vector<int>& group) override;
