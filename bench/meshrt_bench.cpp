@@ -377,7 +377,8 @@ Result measure(const Options& o, const Mesh& mesh, CollectiveAlgo algo, int64_t 
         c.psum(one, "x");
         auto t0 = Clock::now();
         for (int it = 0; it < o.iters; ++it) op(c, t);
-        c.psum(one, "x");
+        // Every member's work done on its device (a small psum may end without a host wait).
+        c.psum(one, "x").block_until_ready();
         per_device[static_cast<size_t>(c.axis_index("x"))] =
             std::chrono::duration<double>(Clock::now() - t0).count() / o.iters;
         if (o.check > 0) checked[static_cast<size_t>(c.axis_index("x"))] = op(c, t);
