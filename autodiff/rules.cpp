@@ -1,5 +1,5 @@
 // The derivative rules: one table, written once over T (Tensor or Array: the ops share their
-// names) and instantiated for both. Each entry names the op as the op dispatch reports it, what
+// OpIds) and instantiated for both. Each entry names the op (its OpId), what
 // the backward pass needs saved, and the vector-Jacobian product, made of ordinary ops (so a
 // backward pass is itself recorded when another tape watches it: jvp, grad of grad). Rules
 // follow JAX's: maximum/minimum split ties 0.5/0.5 and max/min reductions split them evenly,
@@ -7,11 +7,13 @@
 // shard_map (psum -> the cotangent as is, all_gather <-> psum_scatter, ppermute -> the inverse
 // permutation, all_to_all -> split and concat swapped). Comparisons, argmax and casts to
 // integers give integer or bool outputs, which are never followed: zero gradients, as in JAX.
-// pmax and pmin have no rule: JAX defines no derivative for them.
+// pmax and pmin have no rule: JAX defines no derivative for them. Which ops have a rule is the
+// Derivative column of the op table (runtime/detail/op_registry.cpp); test_op_registry checks
+// that this table agrees with it.
 #include <algorithm>
-#include <string_view>
+#include <array>
 #include <type_traits>
-#include <unordered_map>
+#include <variant>
 
 #include "autodiff/tape.h"
 #include "core/error.h"
@@ -22,6 +24,7 @@
 namespace meshrt::autodiff {
 
 using detail::cat;
+using detail::OpId;
 
 Tensor zeros_of(const Meta<Tensor>& m) { return zeros(m.shape, m.dtype, m.device); }
 Array zeros_of(const Meta<Array>& m) { return zeros(m.shape, m.dtype, m.sharding); }
@@ -47,6 +50,12 @@ template Tensor fit(Tensor, const Meta<Tensor>&);
 template Array fit(Array, const Meta<Array>&);
 
 namespace {
+
+// The node's attributes, of the kind its op carries.
+template <class A, class T>
+const A& attrs_of(const Node<T>& n) {
+  return std::get<A>(n.attrs);
+}
 
 template <class T>
 const T& ct_of(const CtList<T>& cts, size_t k) {
@@ -123,19 +132,19 @@ CtList<T> balanced(const Node<T>& n, const CtList<T>& c, Env&) {
 }
 template <class T, bool kMax>
 CtList<T> balanced_scalar(const Node<T>& n, const CtList<T>& c, Env&) {
-  return {share<T, kMax>(ct_of(c, 0), n.input(0), Scalar(n.attrs.value))};
+  return {share<T, kMax>(ct_of(c, 0), n.input(0), Scalar(attrs_of<detail::ScalarAttrs>(n).value))};
 }
 
 // C = op(A) @ op(B) with jnp.matmul's 1-D promotion and batch broadcasting undone, op
-// transposing where asked (matmul: neither; matmul_transposed, kAttrs: ints = {ta, tb}): each
-// stored operand's cotangent is one product of the other operand and G, read transposed as
-// needed, so no transpose is ever copied (dot_general's swapped dims).
-template <class T, bool kAttrs>
+// transposing where asked (MatmulAttrs): each stored operand's cotangent is one product of the
+// other operand and G, read transposed as needed, so no transpose is ever copied
+// (dot_general's swapped dims).
+template <class T>
 CtList<T> matmul_vjp(const Node<T>& n, const CtList<T>& c, Env&) {
-  const bool ta = kAttrs && n.attrs.ints.at(0) != 0, tb = kAttrs && n.attrs.ints.at(1) != 0;
-  // The forward product's precision (ints[2]), as JAX's dot_general transpose keeps it.
-  const Precision p =
-      n.attrs.ints.size() > 2 ? static_cast<Precision>(n.attrs.ints[2]) : Precision::highest;
+  const auto& at = attrs_of<detail::MatmulAttrs>(n);
+  const bool ta = at.transpose_a, tb = at.transpose_b;
+  // The forward product's precision, as JAX's dot_general transpose keeps it.
+  const Precision p = at.precision;
   const auto opts = [p] {
     if constexpr (std::is_same_v<T, Array>) {
       return OpOptions{.out_sharding = std::nullopt, .precision = p};
@@ -169,29 +178,30 @@ CtList<T> matmul_vjp(const Node<T>& n, const CtList<T>& c, Env&) {
 }
 
 template <class T>
-std::unordered_map<std::string_view, Rule<T>> make_table() {
+std::array<Rule<T>, detail::kOpCount> make_table() {
   constexpr bool kArray = std::is_same_v<T, Array>;
-  std::unordered_map<std::string_view, Rule<T>> t;
-  auto add_rule = [&t](std::string_view op, unsigned saves, bool out, Vjp<T> f) {
-    t.emplace(op, Rule<T>{op, saves, out, f});
+  std::array<Rule<T>, detail::kOpCount> t{};
+  auto add_rule = [&t](OpId op, unsigned saves, bool out, Vjp<T> f) {
+    t[static_cast<size_t>(op)] = Rule<T>{op, saves, out, f};
   };
   constexpr unsigned kNone = 0, kIn0 = 1, kIn01 = 3;  // bit i: input i is saved
 
   // ---- elementwise (run_node unbroadcasts and casts each cotangent to its input)
-  add_rule("add", kNone, false, [](const Node<T>&, const CtList<T>& c, Env&) -> CtList<T> {
+  add_rule(OpId::add, kNone, false, [](const Node<T>&, const CtList<T>& c, Env&) -> CtList<T> {
     return {ct_of(c, 0), ct_of(c, 0)};
   });
-  add_rule("subtract", kNone, false, [](const Node<T>&, const CtList<T>& c, Env&) -> CtList<T> {
+  add_rule(OpId::subtract, kNone, false, [](const Node<T>&, const CtList<T>& c, Env&) -> CtList<T> {
     return {ct_of(c, 0), neg(ct_of(c, 0))};
   });
-  add_rule("multiply", kIn01, false, [](const Node<T>& n, const CtList<T>& c, Env&) -> CtList<T> {
-    const T& g = ct_of(c, 0);
-    CtList<T> r(2);
-    if (n.in[0] != 0) r[0] = multiply(g, n.input(1));
-    if (n.in[1] != 0) r[1] = multiply(n.input(0), g);
-    return r;
-  });
-  add_rule("divide", kIn01, false, [](const Node<T>& n, const CtList<T>& c, Env&) -> CtList<T> {
+  add_rule(OpId::multiply, kIn01, false,
+           [](const Node<T>& n, const CtList<T>& c, Env&) -> CtList<T> {
+             const T& g = ct_of(c, 0);
+             CtList<T> r(2);
+             if (n.in[0] != 0) r[0] = multiply(g, n.input(1));
+             if (n.in[1] != 0) r[1] = multiply(n.input(0), g);
+             return r;
+           });
+  add_rule(OpId::divide, kIn01, false, [](const Node<T>& n, const CtList<T>& c, Env&) -> CtList<T> {
     const T& g = ct_of(c, 0);
     CtList<T> r(2);
     if (n.in[0] != 0) r[0] = divide(g, n.input(1));
@@ -199,130 +209,144 @@ std::unordered_map<std::string_view, Rule<T>> make_table() {
       r[1] = divide(multiply(neg(g), n.input(0)), multiply(n.input(1), n.input(1)));
     return r;
   });
-  add_rule("maximum", kIn01, false, &balanced<T, true>);
-  add_rule("minimum", kIn01, false, &balanced<T, false>);
-  add_rule("where", kIn0, false, [](const Node<T>& n, const CtList<T>& c, Env&) -> CtList<T> {
+  add_rule(OpId::maximum, kIn01, false, &balanced<T, true>);
+  add_rule(OpId::minimum, kIn01, false, &balanced<T, false>);
+  add_rule(OpId::where, kIn0, false, [](const Node<T>& n, const CtList<T>& c, Env&) -> CtList<T> {
     const T& g = ct_of(c, 0);
     const T zero = scalar_next_to(g, 0.0);
     return {std::nullopt, where(n.input(0), g, zero), where(n.input(0), zero, g)};
   });
-  add_rule("neg", kNone, false, [](const Node<T>&, const CtList<T>& c, Env&) -> CtList<T> {
+  add_rule(OpId::neg, kNone, false, [](const Node<T>&, const CtList<T>& c, Env&) -> CtList<T> {
     return {neg(ct_of(c, 0))};
   });
-  add_rule("exp", kNone, true, [](const Node<T>& n, const CtList<T>& c, Env&) -> CtList<T> {
+  add_rule(OpId::exp, kNone, true, [](const Node<T>& n, const CtList<T>& c, Env&) -> CtList<T> {
     return {multiply(ct_of(c, 0), n.output())};
   });
-  add_rule("log", kIn0, false, [](const Node<T>& n, const CtList<T>& c, Env&) -> CtList<T> {
+  add_rule(OpId::log, kIn0, false, [](const Node<T>& n, const CtList<T>& c, Env&) -> CtList<T> {
     return {divide(ct_of(c, 0), n.input(0))};
   });
-  add_rule("sin", kIn0, false, [](const Node<T>& n, const CtList<T>& c, Env&) -> CtList<T> {
+  add_rule(OpId::sin, kIn0, false, [](const Node<T>& n, const CtList<T>& c, Env&) -> CtList<T> {
     return {multiply(ct_of(c, 0), cos(n.input(0)))};
   });
-  add_rule("cos", kIn0, false, [](const Node<T>& n, const CtList<T>& c, Env&) -> CtList<T> {
+  add_rule(OpId::cos, kIn0, false, [](const Node<T>& n, const CtList<T>& c, Env&) -> CtList<T> {
     return {multiply(ct_of(c, 0), neg(sin(n.input(0))))};
   });
-  add_rule("tanh", kNone, true, [](const Node<T>& n, const CtList<T>& c, Env&) -> CtList<T> {
+  add_rule(OpId::tanh, kNone, true, [](const Node<T>& n, const CtList<T>& c, Env&) -> CtList<T> {
     const T& y = n.output();  // g * (1 + y) * (1 - y), as JAX
     return {multiply(multiply(ct_of(c, 0), add(y, 1.0)), subtract(1.0, y))};
   });
-  add_rule("sqrt", kNone, true, [](const Node<T>& n, const CtList<T>& c, Env&) -> CtList<T> {
+  add_rule(OpId::sqrt, kNone, true, [](const Node<T>& n, const CtList<T>& c, Env&) -> CtList<T> {
     return {multiply(ct_of(c, 0), divide(0.5, n.output()))};
   });
-  add_rule("relu", kNone, true, [](const Node<T>& n, const CtList<T>& c, Env&) -> CtList<T> {
+  add_rule(OpId::relu, kNone, true, [](const Node<T>& n, const CtList<T>& c, Env&) -> CtList<T> {
     const T& g = ct_of(c, 0);
     return {where(greater(n.output(), 0.0), g, scalar_next_to(g, 0.0))};
   });
   // ---- with a scalar (attrs.value)
-  add_rule("add_scalar", kNone, false,
+  add_rule(OpId::add_scalar, kNone, false,
            [](const Node<T>&, const CtList<T>& c, Env&) -> CtList<T> { return {ct_of(c, 0)}; });
-  add_rule("sub_scalar", kNone, false,
+  add_rule(OpId::sub_scalar, kNone, false,
            [](const Node<T>&, const CtList<T>& c, Env&) -> CtList<T> { return {ct_of(c, 0)}; });
-  add_rule("rsub_scalar", kNone, false, [](const Node<T>&, const CtList<T>& c, Env&) -> CtList<T> {
-    return {neg(ct_of(c, 0))};
-  });
-  add_rule("mul_scalar", kNone, false, [](const Node<T>& n, const CtList<T>& c, Env&) -> CtList<T> {
-    return {multiply(ct_of(c, 0), n.attrs.value)};
-  });
-  add_rule("div_scalar", kNone, false, [](const Node<T>& n, const CtList<T>& c, Env&) -> CtList<T> {
-    return {divide(ct_of(c, 0), n.attrs.value)};
-  });
-  add_rule("rdiv_scalar", kIn0, false, [](const Node<T>& n, const CtList<T>& c, Env&) -> CtList<T> {
-    const T& x = n.input(0);  // d(s / x) = -s / x^2
-    return {divide(multiply(ct_of(c, 0), -n.attrs.value), multiply(x, x))};
-  });
-  add_rule("max_scalar", kIn0, false, &balanced_scalar<T, true>);
-  add_rule("min_scalar", kIn0, false, &balanced_scalar<T, false>);
-  add_rule("identity", kNone, false, [](const Node<T>&, const CtList<T>& c, Env&) -> CtList<T> {
+  add_rule(
+      OpId::rsub_scalar, kNone, false,
+      [](const Node<T>&, const CtList<T>& c, Env&) -> CtList<T> { return {neg(ct_of(c, 0))}; });
+  add_rule(OpId::mul_scalar, kNone, false,
+           [](const Node<T>& n, const CtList<T>& c, Env&) -> CtList<T> {
+             return {multiply(ct_of(c, 0), attrs_of<detail::ScalarAttrs>(n).value)};
+           });
+  add_rule(OpId::div_scalar, kNone, false,
+           [](const Node<T>& n, const CtList<T>& c, Env&) -> CtList<T> {
+             return {divide(ct_of(c, 0), attrs_of<detail::ScalarAttrs>(n).value)};
+           });
+  add_rule(
+      OpId::rdiv_scalar, kIn0, false, [](const Node<T>& n, const CtList<T>& c, Env&) -> CtList<T> {
+        const T& x = n.input(0);  // d(s / x) = -s / x^2
+        return {
+            divide(multiply(ct_of(c, 0), -attrs_of<detail::ScalarAttrs>(n).value), multiply(x, x))};
+      });
+  add_rule(OpId::max_scalar, kIn0, false, &balanced_scalar<T, true>);
+  add_rule(OpId::min_scalar, kIn0, false, &balanced_scalar<T, false>);
+  add_rule(OpId::identity, kNone, false, [](const Node<T>&, const CtList<T>& c, Env&) -> CtList<T> {
     return {ct_of(c, 0)};  // a differentiated input as an inner tape's leaf
   });
-  add_rule("astype", kNone, false, [](const Node<T>&, const CtList<T>& c, Env&) -> CtList<T> {
+  add_rule(OpId::astype, kNone, false, [](const Node<T>&, const CtList<T>& c, Env&) -> CtList<T> {
     return {ct_of(c, 0)};  // run_node casts it back to the input's dtype
   });
 
   // ---- reductions
-  add_rule("sum", kNone, false, [](const Node<T>& n, const CtList<T>& c, Env&) -> CtList<T> {
-    return {unreduce(ct_of(c, 0), n.in_meta[0], n.attrs.axis, n.attrs.keepdims)};
+  add_rule(OpId::sum, kNone, false, [](const Node<T>& n, const CtList<T>& c, Env&) -> CtList<T> {
+    const auto& a = attrs_of<detail::ReduceAttrs>(n);
+    return {unreduce(ct_of(c, 0), n.in_meta[0], a.axis, a.keepdims)};
   });
-  add_rule("mean", kNone, false, [](const Node<T>& n, const CtList<T>& c, Env&) -> CtList<T> {
+  add_rule(OpId::mean, kNone, false, [](const Node<T>& n, const CtList<T>& c, Env&) -> CtList<T> {
+    const auto& at = attrs_of<detail::ReduceAttrs>(n);
     const Shape& s = n.in_meta[0].shape;
     int64_t count = shape_size(s);
-    if (n.attrs.axis) {
-      const int a = *n.attrs.axis < 0 ? *n.attrs.axis + static_cast<int>(s.size()) : *n.attrs.axis;
+    if (at.axis) {
+      const int a = *at.axis < 0 ? *at.axis + static_cast<int>(s.size()) : *at.axis;
       count = s[static_cast<size_t>(a)];
     }
-    return {divide(unreduce(ct_of(c, 0), n.in_meta[0], n.attrs.axis, n.attrs.keepdims),
+    return {divide(unreduce(ct_of(c, 0), n.in_meta[0], at.axis, at.keepdims),
                    static_cast<double>(count))};
   });
   // max/min: the cotangent split evenly among the positions that attain the extremum.
   auto extremum = [](const Node<T>& n, const CtList<T>& c, Env&) -> CtList<T> {
+    const auto& a = attrs_of<detail::ReduceAttrs>(n);
     const T& x = n.input(0);
     const DType dt = ct_of(c, 0).dtype();
-    const T at =
-        bool_as(equal(x, unreduce(n.output(), n.in_meta[0], n.attrs.axis, n.attrs.keepdims)), dt);
-    const T count = sum(at, n.attrs.axis, true);
-    const T g = unreduce(ct_of(c, 0), n.in_meta[0], n.attrs.axis, n.attrs.keepdims);
+    const T at = bool_as(equal(x, unreduce(n.output(), n.in_meta[0], a.axis, a.keepdims)), dt);
+    const T count = sum(at, a.axis, true);
+    const T g = unreduce(ct_of(c, 0), n.in_meta[0], a.axis, a.keepdims);
     return {divide(multiply(g, at), count)};
   };
-  add_rule("max", kIn0, true, extremum);
-  add_rule("min", kIn0, true, extremum);
-  add_rule("softmax", kNone, true, [](const Node<T>& n, const CtList<T>& c, Env&) -> CtList<T> {
+  add_rule(OpId::max, kIn0, true, extremum);
+  add_rule(OpId::min, kIn0, true, extremum);
+  add_rule(OpId::softmax, kNone, true, [](const Node<T>& n, const CtList<T>& c, Env&) -> CtList<T> {
     const T& y = n.output();
     const T& g = ct_of(c, 0);
-    return {multiply(y, subtract(g, sum(multiply(g, y), n.attrs.axis, true)))};
+    return {
+        multiply(y, subtract(g, sum(multiply(g, y), attrs_of<detail::AxisAttrs>(n).axis, true)))};
   });
-  add_rule("log_softmax", kNone, true, [](const Node<T>& n, const CtList<T>& c, Env&) -> CtList<T> {
-    const T& g = ct_of(c, 0);
-    return {subtract(g, multiply(exp(n.output()), sum(g, n.attrs.axis, true)))};
-  });
+  add_rule(OpId::log_softmax, kNone, true,
+           [](const Node<T>& n, const CtList<T>& c, Env&) -> CtList<T> {
+             const T& g = ct_of(c, 0);
+             return {subtract(
+                 g, multiply(exp(n.output()), sum(g, attrs_of<detail::AxisAttrs>(n).axis, true)))};
+           });
 
   // ---- linear algebra
-  add_rule("matmul", kIn01, false, matmul_vjp<T, false>);
-  add_rule("matmul_transposed", kIn01, false, matmul_vjp<T, true>);
+  add_rule(OpId::matmul, kIn01, false, matmul_vjp<T>);
+  add_rule(OpId::matmul_transposed, kIn01, false, matmul_vjp<T>);
 
   // ---- shape
-  add_rule("transpose", kNone, false, [](const Node<T>& n, const CtList<T>& c, Env&) -> CtList<T> {
-    std::vector<int> inverse(n.attrs.ints.size());
-    for (size_t i = 0; i < n.attrs.ints.size(); ++i)
-      inverse[static_cast<size_t>(n.attrs.ints[i])] = static_cast<int>(i);
-    return {transpose(ct_of(c, 0), inverse)};
+  add_rule(OpId::transpose, kNone, false,
+           [](const Node<T>& n, const CtList<T>& c, Env&) -> CtList<T> {
+             const std::vector<int64_t>& perm = attrs_of<detail::PermAttrs>(n).perm;
+             std::vector<int> inverse(perm.size());
+             for (size_t i = 0; i < perm.size(); ++i)
+               inverse[static_cast<size_t>(perm[i])] = static_cast<int>(i);
+             return {transpose(ct_of(c, 0), inverse)};
+           });
+  add_rule(OpId::reshape, kNone, false,
+           [](const Node<T>& n, const CtList<T>& c, Env&) -> CtList<T> {
+             return {reshape(ct_of(c, 0), n.in_meta[0].shape)};
+           });
+  add_rule(OpId::slice, kNone, false, [](const Node<T>& n, const CtList<T>& c, Env&) -> CtList<T> {
+    const auto& a = attrs_of<detail::SliceAttrs>(n);
+    return {unslice(ct_of(c, 0), n.in_meta[0], a.start, a.limit, a.strides)};
   });
-  add_rule("reshape", kNone, false, [](const Node<T>& n, const CtList<T>& c, Env&) -> CtList<T> {
-    return {reshape(ct_of(c, 0), n.in_meta[0].shape)};
-  });
-  add_rule("slice", kNone, false, [](const Node<T>& n, const CtList<T>& c, Env&) -> CtList<T> {
-    return {unslice(ct_of(c, 0), n.in_meta[0], n.attrs.ints, n.attrs.ints2, n.attrs.ints3)};
-  });
-  add_rule("pad", kNone, false, [](const Node<T>& n, const CtList<T>& c, Env&) -> CtList<T> {
+  add_rule(OpId::pad, kNone, false, [](const Node<T>& n, const CtList<T>& c, Env&) -> CtList<T> {
+    const auto& widths = attrs_of<detail::PadAttrs>(n).widths;
     Shape start, limit;
-    for (size_t d = 0; d < n.attrs.pairs.size(); ++d) {
-      start.push_back(n.attrs.pairs[d].first);
-      limit.push_back(n.attrs.pairs[d].first + n.in_meta[0].shape[d]);
+    for (size_t d = 0; d < widths.size(); ++d) {
+      start.push_back(widths[d].first);
+      limit.push_back(widths[d].first + n.in_meta[0].shape[d]);
     }
     return {slice(ct_of(c, 0), start, limit)};
   });
-  add_rule("concatenate", kNone, false,
+  add_rule(OpId::concatenate, kNone, false,
            [](const Node<T>& n, const CtList<T>& c, Env&) -> CtList<T> {
-             const int ax = *n.attrs.axis;
+             const int ax = attrs_of<detail::AxisAttrs>(n).axis;
              CtList<T> r;
              int64_t at = 0;
              for (const auto& m : n.in_meta) {
@@ -333,74 +357,81 @@ std::unordered_map<std::string_view, Rule<T>> make_table() {
              return r;
            });
   if constexpr (kArray) {
-    add_rule("stack", kNone, false, [](const Node<T>& n, const CtList<T>& c, Env&) -> CtList<T> {
-      const int ax = *n.attrs.axis;
-      CtList<T> r;
-      for (size_t i = 0; i < n.in_meta.size(); ++i) {
-        const auto at = static_cast<int64_t>(i);
-        r.push_back(reshape(slice_in_dim(ct_of(c, 0), at, at + 1, 1, ax), n.in_meta[i].shape));
-      }
-      return r;
-    });
-    add_rule("split", kNone, false, [](const Node<T>& n, const CtList<T>& c, Env&) -> CtList<T> {
-      std::vector<T> parts;
-      for (size_t k = 0; k < n.out_meta.size(); ++k)
-        parts.push_back(c[k] ? *c[k] : zeros_of(n.out_meta[k]));
-      return {concatenate(parts, *n.attrs.axis)};
-    });
-    add_rule("with_sharding_constraint", kNone, false,
+    add_rule(
+        OpId::stack, kNone, false, [](const Node<T>& n, const CtList<T>& c, Env&) -> CtList<T> {
+          const int ax = attrs_of<detail::AxisAttrs>(n).axis;
+          CtList<T> r;
+          for (size_t i = 0; i < n.in_meta.size(); ++i) {
+            const auto at = static_cast<int64_t>(i);
+            r.push_back(reshape(slice_in_dim(ct_of(c, 0), at, at + 1, 1, ax), n.in_meta[i].shape));
+          }
+          return r;
+        });
+    add_rule(OpId::split, kNone, false,
+             [](const Node<T>& n, const CtList<T>& c, Env&) -> CtList<T> {
+               std::vector<T> parts;
+               for (size_t k = 0; k < n.out_meta.size(); ++k)
+                 parts.push_back(c[k] ? *c[k] : zeros_of(n.out_meta[k]));
+               return {concatenate(parts, attrs_of<detail::AxisAttrs>(n).axis)};
+             });
+    add_rule(OpId::with_sharding_constraint, kNone, false,
              [](const Node<T>&, const CtList<T>& c, Env&) -> CtList<T> { return {ct_of(c, 0)}; });
-    add_rule("device_put", kNone, false,
+    add_rule(OpId::device_put, kNone, false,
              [](const Node<T>& n, const CtList<T>& c, Env&) -> CtList<T> {
                return {device_put(ct_of(c, 0), n.in_meta[0].sharding)};
              });
   } else {
-    add_rule("row", kNone, false, [](const Node<T>& n, const CtList<T>& c, Env&) -> CtList<T> {
+    add_rule(OpId::row, kNone, false, [](const Node<T>& n, const CtList<T>& c, Env&) -> CtList<T> {
       const Shape& s = n.in_meta[0].shape;
       std::vector<std::pair<int64_t, int64_t>> widths(s.size(), {0, 0});
-      widths[0] = {n.attrs.ints[0], s[0] - 1 - n.attrs.ints[0]};
+      const int64_t i = attrs_of<detail::RowAttrs>(n).index;
+      widths[0] = {i, s[0] - 1 - i};
       return {pad(expand_dims(ct_of(c, 0), 0), widths)};
     });
-    add_rule("dynamic_update_slice", kNone, false,
+    add_rule(OpId::dynamic_update_slice, kNone, false,
              [](const Node<T>& n, const CtList<T>& c, Env&) -> CtList<T> {
                const T& g = ct_of(c, 0);
                const Shape& us = n.in_meta[1].shape;
-               Shape limit = n.attrs.ints;
+               const Shape& starts = attrs_of<detail::UpdateSliceAttrs>(n).starts;
+               Shape limit = starts;
                for (size_t d = 0; d < limit.size(); ++d) limit[d] += us[d];
-               return {
-                   dynamic_update_slice(g, meshrt::zeros(us, g.dtype(), g.device()), n.attrs.ints),
-                   slice(g, n.attrs.ints, limit)};
+               return {dynamic_update_slice(g, meshrt::zeros(us, g.dtype(), g.device()), starts),
+                       slice(g, starts, limit)};
              });
     // ---- collectives (in shard_map bodies; env.ctx is the transposing body's Context)
-    add_rule("psum", kNone, false,
+    add_rule(OpId::psum, kNone, false,
              [](const Node<T>&, const CtList<T>& c, Env&) -> CtList<T> { return {ct_of(c, 0)}; });
-    add_rule("pmean", kNone, false, [](const Node<T>& n, const CtList<T>& c, Env& e) -> CtList<T> {
-      const int64_t size = ctx_of(e, "pmean").axis_size(AxisNames(n.attrs.axes));
-      return {divide(ct_of(c, 0), static_cast<double>(size))};
-    });
     add_rule(
-        "all_gather", kNone, false, [](const Node<T>& n, const CtList<T>& c, Env& e) -> CtList<T> {
-          return {
-              ctx_of(e, "all_gather")
-                  .psum_scatter(ct_of(c, 0), AxisNames(n.attrs.axes), n.attrs.a, n.attrs.keepdims)};
+        OpId::pmean, kNone, false, [](const Node<T>& n, const CtList<T>& c, Env& e) -> CtList<T> {
+          const int64_t size =
+              ctx_of(e, "pmean").axis_size(AxisNames(attrs_of<detail::CollectiveAttrs>(n).axes));
+          return {divide(ct_of(c, 0), static_cast<double>(size))};
         });
-    add_rule("psum_scatter", kNone, false,
+    add_rule(OpId::all_gather, kNone, false,
              [](const Node<T>& n, const CtList<T>& c, Env& e) -> CtList<T> {
-               return {ctx_of(e, "psum_scatter")
-                           .all_gather(ct_of(c, 0), AxisNames(n.attrs.axes), n.attrs.a,
-                                       n.attrs.keepdims)};
+               const auto& a = attrs_of<detail::GatherAttrs>(n);
+               return {ctx_of(e, "all_gather")
+                           .psum_scatter(ct_of(c, 0), AxisNames(a.axes), a.axis, a.tiled)};
              });
-    add_rule(
-        "ppermute", kNone, false, [](const Node<T>& n, const CtList<T>& c, Env& e) -> CtList<T> {
-          std::vector<std::pair<int64_t, int64_t>> inverse;
-          for (const auto& [src, dst] : n.attrs.pairs) inverse.emplace_back(dst, src);
-          return {ctx_of(e, "ppermute").ppermute(ct_of(c, 0), AxisNames(n.attrs.axes), inverse)};
-        });
-    add_rule("all_to_all", kNone, false,
+    add_rule(OpId::psum_scatter, kNone, false,
              [](const Node<T>& n, const CtList<T>& c, Env& e) -> CtList<T> {
+               const auto& a = attrs_of<detail::GatherAttrs>(n);
+               return {ctx_of(e, "psum_scatter")
+                           .all_gather(ct_of(c, 0), AxisNames(a.axes), a.axis, a.tiled)};
+             });
+    add_rule(OpId::ppermute, kNone, false,
+             [](const Node<T>& n, const CtList<T>& c, Env& e) -> CtList<T> {
+               const auto& a = attrs_of<detail::PpermuteAttrs>(n);
+               std::vector<std::pair<int64_t, int64_t>> inverse;
+               for (const auto& [src, dst] : a.perm) inverse.emplace_back(dst, src);
+               return {ctx_of(e, "ppermute").ppermute(ct_of(c, 0), AxisNames(a.axes), inverse)};
+             });
+    add_rule(OpId::all_to_all, kNone, false,
+             [](const Node<T>& n, const CtList<T>& c, Env& e) -> CtList<T> {
+               const auto& a = attrs_of<detail::AllToAllAttrs>(n);
                return {ctx_of(e, "all_to_all")
-                           .all_to_all(ct_of(c, 0), AxisNames(n.attrs.axes), n.attrs.b, n.attrs.a,
-                                       n.attrs.keepdims)};
+                           .all_to_all(ct_of(c, 0), AxisNames(a.axes), a.concat_axis, a.split_axis,
+                                       a.tiled)};
              });
   }
   return t;
@@ -409,12 +440,12 @@ std::unordered_map<std::string_view, Rule<T>> make_table() {
 }  // namespace
 
 template <class T>
-const Rule<T>* find_rule(std::string_view op) {
-  static const std::unordered_map<std::string_view, Rule<T>> table = make_table<T>();
-  auto it = table.find(op);
-  return it == table.end() ? nullptr : &it->second;
+const Rule<T>* find_rule(OpId op) {
+  static const std::array<Rule<T>, detail::kOpCount> table = make_table<T>();
+  const Rule<T>& r = table[static_cast<size_t>(op)];
+  return r.vjp == nullptr ? nullptr : &r;
 }
-template const Rule<Tensor>* find_rule<Tensor>(std::string_view);
-template const Rule<Array>* find_rule<Array>(std::string_view);
+template const Rule<Tensor>* find_rule<Tensor>(OpId);
+template const Rule<Array>* find_rule<Array>(OpId);
 
 }  // namespace meshrt::autodiff

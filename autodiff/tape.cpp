@@ -20,11 +20,6 @@ namespace {
 
 const AxisSet kNoAxes;
 
-bool is_collective(std::string_view op) {
-  return op == "psum" || op == "pmean" || op == "pmax" || op == "pmin" || op == "all_gather" ||
-         op == "psum_scatter" || op == "ppermute" || op == "all_to_all";
-}
-
 AxisSet unite(const Mesh& mesh, AxisSet a, const AxisSet& b) {
   for (const std::string& x : b) {
     if (std::find(a.begin(), a.end(), x) == a.end()) a.push_back(x);
@@ -130,18 +125,18 @@ const AxisSet& Tape::vma_of(uint64_t id) const {
   return it == vma_.end() ? kNoAxes : it->second;
 }
 
-void Tape::record(std::string_view op, std::span<const Tensor* const> inputs,
-                  std::span<Tensor> outputs, const detail::OpAttrs& attrs) {
+void Tape::record(detail::OpId op, std::span<const Tensor* const> inputs, std::span<Tensor> outputs,
+                  const detail::OpAttrs& attrs) {
   record_node<Tensor>(op, inputs, outputs, attrs);
 }
-void Tape::record(std::string_view op, std::span<const Array* const> inputs,
-                  std::span<Array> outputs, const detail::OpAttrs& attrs) {
+void Tape::record(detail::OpId op, std::span<const Array* const> inputs, std::span<Array> outputs,
+                  const detail::OpAttrs& attrs) {
   if (body_mesh_) return;  // a body computes on Tensors
   record_node<Array>(op, inputs, outputs, attrs);
 }
 
 template <class T>
-void Tape::record_node(std::string_view op, std::span<const T* const> inputs, std::span<T> outputs,
+void Tape::record_node(detail::OpId op, std::span<const T* const> inputs, std::span<T> outputs,
                        const detail::OpAttrs& attrs) {
   bool followed = false;
   for (const T* x : inputs) followed |= follows(x->trace_id());
@@ -159,10 +154,11 @@ void Tape::record_node(std::string_view op, std::span<const T* const> inputs, st
       op_vma = unite(mesh, op_vma, in_vma.back());
     }
     out_vma = op_vma;
-    if (is_collective(op)) {
-      op_vma = unite(mesh, op_vma, attrs.axes);
-      const bool reduces = op == "psum" || op == "pmean" || op == "pmax" || op == "pmin";
-      out_vma = reduces ? minus(op_vma, attrs.axes) : op_vma;
+    const detail::OpDef& def = detail::op_def(op);
+    if (def.collective) {
+      const AxisSet& axes = detail::collective_axes(attrs);
+      op_vma = unite(mesh, op_vma, axes);
+      out_vma = def.reduces_axes ? minus(op_vma, axes) : op_vma;
     }
   }
   bool float_out = false;
@@ -178,13 +174,13 @@ void Tape::record_node(std::string_view op, std::span<const T* const> inputs, st
   }
   const Rule<T>* rule = find_rule<T>(op);
   if (rule == nullptr) {
-    throw Error(cat("[autodiff] ", op,
+    throw Error(cat("[autodiff] ", detail::op_name(op),
                     " has no derivative (as in JAX): it was applied to a value being "
                     "differentiated; apply it to stop_gradient(x), or compute it outside the "
                     "differentiated function"));
   }
   Node<T> n;
-  n.op = std::string(op);
+  n.op = op;
   n.attrs = attrs;
   n.rule = rule;
   n.saved.resize(inputs.size());
@@ -367,7 +363,7 @@ std::optional<std::vector<Array>> Tape::shard_map(detail::RunShardMap run,
   }
 
   Node<Array> n;
-  n.op = "shard_map";
+  n.op = detail::OpId::shard_map;
   for (size_t i = 0; i < args.size(); ++i) {
     n.in.push_back(diff[i] ? args[i].trace_id() : 0);
     n.in_meta.push_back(Meta<Array>::of(args[i]));
@@ -482,7 +478,7 @@ namespace {
 template <class T>
 bool through_outer_tapes(T& x) {
   if (x.trace_id() == 0 || !detail::tracing()) return false;
-  detail::Traced<T> tr("identity", {&x});
+  detail::Traced<T> tr(detail::OpId::identity, {&x});
   x = tr(T(x));
   return x.trace_id() != 0;
 }

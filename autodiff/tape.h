@@ -69,20 +69,20 @@ using CtList = std::vector<std::optional<T>>;
 // must be saved for the backward pass, and the vector-Jacobian product.
 template <class T>
 struct Rule {
-  std::string_view op;
+  detail::OpId op;
   unsigned saves_inputs = 0;
   bool saves_output = false;
   // Cotangents of the inputs (nullopt: none) from those of the outputs (nullopt: zero).
   CtList<T> (*vjp)(const Node<T>& node, const CtList<T>& out_cts, Env& env) = nullptr;
 };
 
-// The rule for `op`, or nullptr when `op` has no derivative.
+// The rule for `op`, or nullptr when `op` has none (its OpDef says why: Derivative::zero, none).
 template <class T>
-const Rule<T>* find_rule(std::string_view op);
+const Rule<T>* find_rule(detail::OpId op);
 
 template <class T>
 struct Node {
-  std::string op;
+  detail::OpId op = detail::OpId::identity;
   detail::OpAttrs attrs;
   std::vector<uint64_t> in;  // trace ids this tape follows (0: a constant operand)
   std::vector<Meta<T>> in_meta;
@@ -133,9 +133,9 @@ class Tape final : public detail::Tracer {
   std::optional<Array> array_grad(uint64_t id);
 
   // detail::Tracer
-  void record(std::string_view op, std::span<const Tensor* const> inputs, std::span<Tensor> outputs,
+  void record(detail::OpId op, std::span<const Tensor* const> inputs, std::span<Tensor> outputs,
               const detail::OpAttrs& attrs) override;
-  void record(std::string_view op, std::span<const Array* const> inputs, std::span<Array> outputs,
+  void record(detail::OpId op, std::span<const Array* const> inputs, std::span<Array> outputs,
               const detail::OpAttrs& attrs) override;
   void check_read(uint64_t trace_id, std::string_view what) override;
   std::optional<std::vector<Array>> shard_map(detail::RunShardMap run,
@@ -161,7 +161,7 @@ class Tape final : public detail::Tracer {
 
  private:
   template <class T>
-  void record_node(std::string_view op, std::span<const T* const> inputs, std::span<T> outputs,
+  void record_node(detail::OpId op, std::span<const T* const> inputs, std::span<T> outputs,
                    const detail::OpAttrs& attrs);
   template <class T>
   void run_node(Node<T>& node, Env& env);

@@ -19,6 +19,7 @@
 namespace meshrt {
 
 using detail::cat;
+using detail::OpId;
 using global::Layout;
 using global::Operand;
 using global::OpMesh;
@@ -43,23 +44,9 @@ int norm_axis(std::string_view op, int axis, size_t rank) {
 }
 
 Shape broadcast_shape(std::string_view op, const std::vector<const Array*>& xs) {
-  size_t rank = 0;
-  for (const Array* x : xs) rank = std::max(rank, x->shape().size());
-  Shape out(rank, 1);
-  for (const Array* x : xs) {
-    const Shape& s = x->shape();
-    for (size_t k = 0; k < s.size(); ++k) {
-      int64_t& o = out[k + rank - s.size()];
-      if (s[k] == o || s[k] == 1) continue;
-      if (o != 1) {
-        std::string shapes;
-        for (const Array* y : xs) shapes += (shapes.empty() ? "" : ", ") + shape_tuple(y->shape());
-        throw Error(cat("[", op, "] Incompatible shapes for broadcasting: shapes=[", shapes, "]"));
-      }
-      o = s[k];
-    }
-  }
-  return out;
+  std::vector<Shape> shapes;
+  for (const Array* x : xs) shapes.push_back(x->shape());
+  return detail::broadcast_shapes(shapes, cat("[", op, "] "));
 }
 
 std::vector<const Array*> ptrs(const std::vector<Array>& xs) {
@@ -146,19 +133,23 @@ std::vector<Operand> operands(const std::vector<Array>& xs) {
   return out;
 }
 
-Array elementwise(std::string_view op, const std::vector<Array>& xs, bool linear, Fn f) {
+// `op` names the call in errors and the log; `id` is the op reported (its linearity decides
+// whether pending sums are kept).
+Array elementwise(std::string_view op, OpId id, const std::vector<Array>& xs, Fn f) {
+  MESHRT_DCHECK(detail::op_def(id).placement == detail::Placement::elementwise);
   const Shape out = broadcast_shape(op, ptrs(xs));
   const OpMesh m = global::op_mesh(op, ptrs(xs));
-  Plan p = global::elementwise_rule(m.mesh, operands(xs), out, linear);
+  Plan p = global::elementwise_rule(m.mesh, operands(xs), out, detail::op_def(id).linear);
   return apply(op, xs, p, p.out, {out}, global::LocalFn([f](const std::vector<Tensor>& b) {
                  return std::vector<Tensor>{f(b)};
                }))
       .front();
 }
 
-Array unary(std::string_view op, const Array& x, Tensor (*f)(const Tensor&)) {
-  detail::Traced<Array> tr(op, {&x});
-  return tr(elementwise(op, {x}, false, [f](const std::vector<Tensor>& b) { return f(b[0]); }));
+Array unary(OpId id, const Array& x, Tensor (*f)(const Tensor&)) {
+  detail::Traced<Array> tr(id, {&x});
+  return tr(elementwise(detail::op_name(id), id, {x},
+                        [f](const std::vector<Tensor>& b) { return f(b[0]); }));
 }
 
 // A scalar as a 0-d tensor of the dtype JAX gives it next to `t` (weak typing).
@@ -170,11 +161,11 @@ Tensor scalar_like(const Tensor& t, Scalar s) {
 }
 
 // Reported as <op>_scalar with its value (a bool result: no derivative rule needed).
-Array compare_scalar(std::string_view op, std::string_view traced_as, const Array& a, Scalar s,
+Array compare_scalar(std::string_view op, OpId traced_as, const Array& a, Scalar s,
                      Tensor (*f)(const Tensor&, const Tensor&)) {
   detail::Traced<Array> tr(traced_as, {&a});
-  if (tr) tr.attrs().value = s.value;
-  return tr(elementwise(op, {a}, false, [f, s](const std::vector<Tensor>& b) {
+  if (tr) tr.set_attrs(detail::ScalarAttrs{s.value});
+  return tr(elementwise(op, traced_as, {a}, [f, s](const std::vector<Tensor>& b) {
     return f(b[0], scalar_like(b[0], s));
   }));
 }
@@ -199,11 +190,13 @@ Array reduce_impl(std::string_view op, const Array& x, global::Reduction kind,
 
 Array reduce(std::string_view op, const Array& x, global::Reduction kind, std::optional<int> axis,
              bool keepdims) {
-  detail::Traced<Array> tr(op, {&x});
-  if (tr) {
-    tr.attrs().axis = axis;
-    tr.attrs().keepdims = keepdims;
-  }
+  const OpId id = kind == global::Reduction::sum    ? OpId::sum
+                  : kind == global::Reduction::mean ? OpId::mean
+                  : kind == global::Reduction::max  ? OpId::max
+                  : kind == global::Reduction::min  ? OpId::min
+                                                    : OpId::argmax;
+  detail::Traced<Array> tr(id, {&x});
+  if (tr) tr.set_attrs(detail::ReduceAttrs{axis, keepdims});
   return tr(reduce_impl(op, x, kind, axis, keepdims));
 }
 
@@ -213,14 +206,7 @@ Array reduce_impl(std::string_view op, const Array& x, global::Reduction kind,
   if (axis) ax = norm_axis(op, *axis, x.shape().size());
   const OpMesh m = global::op_mesh(op, {&x});
   Plan p = global::reduce_rule(m.mesh, {&x.shape(), global::layout_of(x)}, kind, ax, keepdims);
-  Shape out;
-  for (size_t d = 0; d < x.shape().size(); ++d) {
-    const bool reduced = !ax || static_cast<int>(d) == *ax;
-    if (!reduced)
-      out.push_back(x.shape()[d]);
-    else if (keepdims)
-      out.push_back(1);
-  }
+  const Shape out = detail::reduce_shape(x.shape(), ax, keepdims);
   const int64_t count = ax ? x.shape()[static_cast<size_t>(*ax)] : x.size();
   const global::AxisList over = p.reduce_axes;
   auto local = [kind, ax, keepdims, count](const Tensor& t) {
@@ -302,49 +288,16 @@ V swap_last_two(V v) {
 // reads them transposed).
 Array matmul_like(std::string_view op, const Array& a, const Array& b, const OpOptions& options,
                   bool ta, bool tb, std::function<Tensor(const Tensor&, const Tensor&)> f) {
-  detail::Traced<Array> tr(ta || tb ? "matmul_transposed" : "matmul", {&a, &b});
-  // {transpose_a, transpose_b, precision}: the backward products use the same precision.
-  if (tr) tr.attrs().ints = {ta ? 1 : 0, tb ? 1 : 0, static_cast<int64_t>(*options.precision)};
-  if ((ta && a.shape().size() < 2) || (tb && b.shape().size() < 2)) {
-    throw Error(cat("[", op, "] a transposed operand must be at least 2-D, got shapes ",
-                    shape_tuple(a.shape()), " and ", shape_tuple(b.shape()),
-                    "; use matmul for vectors"));
-  }
+  detail::Traced<Array> tr(ta || tb ? OpId::matmul_transposed : OpId::matmul, {&a, &b});
+  if (tr) tr.set_attrs(detail::MatmulAttrs{ta, tb, *options.precision});
+  const Shape out = detail::matmul_shape(a.shape(), b.shape(), ta, tb, op, cat("[", op, "] ")).out;
   const Shape sa = ta ? swap_last_two(a.shape()) : a.shape();
   const Shape sb = tb ? swap_last_two(b.shape()) : b.shape();
-  if (sa.empty() || sb.empty()) {
-    throw Error(cat("[", op, "] operands must be at least 1-D, got shapes ", shape_tuple(sa),
-                    " and ", shape_tuple(sb)));
-  }
-  const int64_t ka = sa.back(), kb = sb.size() == 1 ? sb[0] : sb[sb.size() - 2];
-  if (ka != kb) {
-    throw Error(cat("[", op, "] shapes ", shape_tuple(a.shape()), " and ", shape_tuple(b.shape()),
-                    ta || tb ? " (read transposed)" : "", " do not align: ", op,
-                    " contracts the first operand's last dimension (size ", ka,
-                    ") with the second's ", sb.size() == 1 ? "only" : "second-to-last",
-                    " dimension (size ", kb, "); transpose or reshape an operand"));
-  }
-  // Result shape: broadcast batch dims, then m (unless a is 1-D), then n (unless b is 1-D).
-  Shape ba(sa.begin(), sa.end() - std::min<size_t>(sa.size(), 2));
-  Shape bb(sb.begin(), sb.end() - std::min<size_t>(sb.size(), 2));
-  const size_t nb = std::max(ba.size(), bb.size());
-  Shape out(nb, 1);
-  for (size_t k = 0; k < ba.size(); ++k) out[k + nb - ba.size()] = ba[k];
-  for (size_t k = 0; k < bb.size(); ++k) {
-    int64_t& o = out[k + nb - bb.size()];
-    if (bb[k] != 1 && o != 1 && bb[k] != o) {
-      throw Error(cat("[", op, "] batch dimensions ", shape_tuple(sa), " and ", shape_tuple(sb),
-                      " do not broadcast"));
-    }
-    if (bb[k] != 1) o = bb[k];
-  }
-  if (sa.size() >= 2) out.push_back(sa[sa.size() - 2]);
-  if (sb.size() >= 2) out.push_back(sb.back());
   const OpMesh m = global::op_mesh(op, {&a, &b});
   Layout la = global::layout_of(a), lb = global::layout_of(b);
   if (ta) la.dims = swap_last_two(la.dims);
   if (tb) lb.dims = swap_last_two(lb.dims);
-  Plan p = global::matmul_rule(m.mesh, {&sa, la}, {&sb, lb}, out);
+  Plan p = global::matmul_rule(m.mesh, {&sa, la}, {&sb, lb});
   if (ta) p.need[0].dims = swap_last_two(p.need[0].dims);
   if (tb) p.need[1].dims = swap_last_two(p.need[1].dims);
   Array r = apply(op, {a, b}, p, p.out, {out}, [f](const std::vector<Tensor>& t) {
@@ -365,7 +318,7 @@ Shape local_shape(const Mesh& mesh, const Layout& l, const Shape& global_shape) 
 }
 
 Array reshaped(std::string_view op, const Array& x, const Shape& out) {
-  detail::Traced<Array> tr("reshape", {&x});
+  detail::Traced<Array> tr(OpId::reshape, {&x});
   if (shape_size(out) != x.size()) {
     throw Error(cat("[", op, "] cannot reshape array of shape ", shape_tuple(x.shape()), " (size ",
                     x.size(), ") into shape ", shape_tuple(out), " (size ", shape_size(out), ")"));
@@ -379,11 +332,11 @@ Array reshaped(std::string_view op, const Array& x, const Shape& out) {
 }
 
 Array join(std::string_view op, const std::vector<Array>& xs, int axis, bool stack_) {
-  detail::Traced<Array> tr(op, xs);
+  detail::Traced<Array> tr(stack_ ? OpId::stack : OpId::concatenate, xs);
   if (xs.empty()) throw Error(cat("[", op, "] needs at least one array"));
   const Shape& s0 = xs.front().shape();
   const int ax = norm_axis(op, axis, s0.size() + (stack_ ? 1 : 0));
-  if (tr) tr.attrs().axis = ax;
+  if (tr) tr.set_attrs(detail::AxisAttrs{ax});
   Shape out = s0;
   for (size_t i = 1; i < xs.size(); ++i) {
     const Shape& s = xs[i].shape();
@@ -472,8 +425,8 @@ Array arange(int64_t n, DType dtype, const Sharding& s) {
   });
 }
 Array astype(const Array& x, DType dtype) {
-  detail::Traced<Array> tr("astype", {&x});
-  return tr(elementwise("astype", {x}, false,
+  detail::Traced<Array> tr(OpId::astype, {&x});
+  return tr(elementwise("astype", OpId::astype, {x},
                         [dtype](const std::vector<Tensor>& b) { return astype(b[0], dtype); }));
 }
 
@@ -481,92 +434,94 @@ Array with_sharding_constraint(const Array& x, const Sharding& s) {
   if (x.blocks().empty()) {
     throw Error("[with_sharding_constraint] an empty (default-constructed or moved-from) Array");
   }
-  detail::Traced<Array> tr("with_sharding_constraint", {&x});
+  detail::Traced<Array> tr(OpId::with_sharding_constraint, {&x});
   return tr(constrain("with_sharding_constraint", x, s));
 }
 
 // ---- elementwise
-#define MESHRT_BINARY(name, linear)                                                        \
+#define MESHRT_BINARY(name)                                                                \
   Array name(const Array& a, const Array& b) {                                             \
-    detail::Traced<Array> tr(#name, {&a, &b});                                             \
-    return tr(elementwise(#name, {a, b}, linear,                                           \
+    detail::Traced<Array> tr(OpId::name, {&a, &b});                                        \
+    return tr(elementwise(#name, OpId::name, {a, b},                                       \
                           [](const std::vector<Tensor>& t) { return name(t[0], t[1]); })); \
   }
-MESHRT_BINARY(add, true)
-MESHRT_BINARY(subtract, true)
-MESHRT_BINARY(multiply, false)
-MESHRT_BINARY(divide, false)
-MESHRT_BINARY(maximum, false)
-MESHRT_BINARY(minimum, false)
-MESHRT_BINARY(equal, false)
-MESHRT_BINARY(not_equal, false)
-MESHRT_BINARY(less, false)
-MESHRT_BINARY(less_equal, false)
-MESHRT_BINARY(greater, false)
-MESHRT_BINARY(greater_equal, false)
+MESHRT_BINARY(add)
+MESHRT_BINARY(subtract)
+MESHRT_BINARY(multiply)
+MESHRT_BINARY(divide)
+MESHRT_BINARY(maximum)
+MESHRT_BINARY(minimum)
+MESHRT_BINARY(equal)
+MESHRT_BINARY(not_equal)
+MESHRT_BINARY(less)
+MESHRT_BINARY(less_equal)
+MESHRT_BINARY(greater)
+MESHRT_BINARY(greater_equal)
 #undef MESHRT_BINARY
 
 Array where(const Array& c, const Array& a, const Array& b) {
-  detail::Traced<Array> tr("where", {&c, &a, &b});
-  return tr(elementwise("where", {c, a, b}, false,
+  detail::Traced<Array> tr(OpId::where, {&c, &a, &b});
+  return tr(elementwise("where", OpId::where, {c, a, b},
                         [](const std::vector<Tensor>& t) { return where(t[0], t[1], t[2]); }));
 }
 
 Array neg(const Array& x) {
-  detail::Traced<Array> tr("neg", {&x});
-  return tr(elementwise("neg", {x}, true, [](const std::vector<Tensor>& t) { return neg(t[0]); }));
+  detail::Traced<Array> tr(OpId::neg, {&x});
+  return tr(
+      elementwise("neg", OpId::neg, {x}, [](const std::vector<Tensor>& t) { return neg(t[0]); }));
 }
-Array exp(const Array& x) { return unary("exp", x, &exp); }
-Array log(const Array& x) { return unary("log", x, &log); }
-Array sin(const Array& x) { return unary("sin", x, &sin); }
-Array cos(const Array& x) { return unary("cos", x, &cos); }
-Array tanh(const Array& x) { return unary("tanh", x, &tanh); }
-Array sqrt(const Array& x) { return unary("sqrt", x, &sqrt); }
-Array relu(const Array& x) { return unary("relu", x, &relu); }
+Array exp(const Array& x) { return unary(OpId::exp, x, &exp); }
+Array log(const Array& x) { return unary(OpId::log, x, &log); }
+Array sin(const Array& x) { return unary(OpId::sin, x, &sin); }
+Array cos(const Array& x) { return unary(OpId::cos, x, &cos); }
+Array tanh(const Array& x) { return unary(OpId::tanh, x, &tanh); }
+Array sqrt(const Array& x) { return unary(OpId::sqrt, x, &sqrt); }
+Array relu(const Array& x) { return unary(OpId::relu, x, &relu); }
 
 // Recorded for autodiff as <op>_scalar (rsub_/rdiv_ with the scalar first), with its value.
-Array scalar_elementwise(std::string_view op, std::string_view traced_as, const Array& a, Scalar s,
-                         bool linear, Fn f) {
+Array scalar_elementwise(std::string_view op, OpId traced_as, const Array& a, Scalar s, Fn f) {
   detail::Traced<Array> tr(traced_as, {&a});
-  if (tr) tr.attrs().value = s.value;
-  return tr(elementwise(op, {a}, linear, std::move(f)));
+  if (tr) tr.set_attrs(detail::ScalarAttrs{s.value});
+  return tr(elementwise(op, traced_as, {a}, std::move(f)));
 }
 
-#define MESHRT_SCALAR(name, traced_as, linear, expr)                               \
+#define MESHRT_SCALAR(name, traced_as, expr)                                       \
   Array name(const Array& a, Scalar s) {                                           \
-    return scalar_elementwise(#name, traced_as, a, s, linear,                      \
+    return scalar_elementwise(#name, OpId::traced_as, a, s,                        \
                               [s](const std::vector<Tensor>& t) { return expr; }); \
   }
-MESHRT_SCALAR(add, "add_scalar", false, add(t[0], s))
-MESHRT_SCALAR(subtract, "sub_scalar", false, subtract(t[0], s))
-MESHRT_SCALAR(multiply, "mul_scalar", true, multiply(t[0], s))
-MESHRT_SCALAR(divide, "div_scalar", true, divide(t[0], s))
-MESHRT_SCALAR(maximum, "max_scalar", false, maximum(t[0], s))
-MESHRT_SCALAR(minimum, "min_scalar", false, minimum(t[0], s))
+MESHRT_SCALAR(add, add_scalar, add(t[0], s))
+MESHRT_SCALAR(subtract, sub_scalar, subtract(t[0], s))
+MESHRT_SCALAR(multiply, mul_scalar, multiply(t[0], s))
+MESHRT_SCALAR(divide, div_scalar, divide(t[0], s))
+MESHRT_SCALAR(maximum, max_scalar, maximum(t[0], s))
+MESHRT_SCALAR(minimum, min_scalar, minimum(t[0], s))
 #undef MESHRT_SCALAR
 Array subtract(Scalar s, const Array& b) {
-  return scalar_elementwise("subtract", "rsub_scalar", b, s, false,
+  return scalar_elementwise("subtract", OpId::rsub_scalar, b, s,
                             [s](const std::vector<Tensor>& t) { return subtract(s, t[0]); });
 }
 Array divide(Scalar s, const Array& b) {
-  return scalar_elementwise("divide", "rdiv_scalar", b, s, false,
+  return scalar_elementwise("divide", OpId::rdiv_scalar, b, s,
                             [s](const std::vector<Tensor>& t) { return divide(s, t[0]); });
 }
 Array equal(const Array& a, Scalar s) {
-  return compare_scalar("equal", "equal_scalar", a, s, &equal);
+  return compare_scalar("equal", OpId::equal_scalar, a, s, &equal);
 }
 Array not_equal(const Array& a, Scalar s) {
-  return compare_scalar("not_equal", "not_equal_scalar", a, s, &not_equal);
+  return compare_scalar("not_equal", OpId::not_equal_scalar, a, s, &not_equal);
 }
-Array less(const Array& a, Scalar s) { return compare_scalar("less", "less_scalar", a, s, &less); }
+Array less(const Array& a, Scalar s) {
+  return compare_scalar("less", OpId::less_scalar, a, s, &less);
+}
 Array less_equal(const Array& a, Scalar s) {
-  return compare_scalar("less_equal", "less_equal_scalar", a, s, &less_equal);
+  return compare_scalar("less_equal", OpId::less_equal_scalar, a, s, &less_equal);
 }
 Array greater(const Array& a, Scalar s) {
-  return compare_scalar("greater", "greater_scalar", a, s, &greater);
+  return compare_scalar("greater", OpId::greater_scalar, a, s, &greater);
 }
 Array greater_equal(const Array& a, Scalar s) {
-  return compare_scalar("greater_equal", "greater_equal_scalar", a, s, &greater_equal);
+  return compare_scalar("greater_equal", OpId::greater_equal_scalar, a, s, &greater_equal);
 }
 
 // ---- reductions
@@ -587,8 +542,8 @@ Array argmax(const Array& x, std::optional<int> axis, bool keepdims) {
 }
 
 Array softmax(const Array& x, int axis) {
-  detail::Traced<Array> tr("softmax", {&x});
-  if (tr) tr.attrs().axis = axis;
+  detail::Traced<Array> tr(OpId::softmax, {&x});
+  if (tr) tr.set_attrs(detail::AxisAttrs{axis});
   const int ax = norm_axis("softmax", axis, x.shape().size());
   std::vector<bool> whole(x.shape().size(), false);
   whole[static_cast<size_t>(ax)] = true;
@@ -597,8 +552,8 @@ Array softmax(const Array& x, int axis) {
             }).front());
 }
 Array log_softmax(const Array& x, int axis) {
-  detail::Traced<Array> tr("log_softmax", {&x});
-  if (tr) tr.attrs().axis = axis;
+  detail::Traced<Array> tr(OpId::log_softmax, {&x});
+  if (tr) tr.set_attrs(detail::AxisAttrs{axis});
   const int ax = norm_axis("log_softmax", axis, x.shape().size());
   std::vector<bool> whole(x.shape().size(), false);
   whole[static_cast<size_t>(ax)] = true;
@@ -657,8 +612,8 @@ Array transpose(const Array& x, std::vector<int> perm) {
     throw Error(cat("[transpose] axes don't match array: a permutation of ", n, " axes is needed"));
   Shape out;
   for (int p : perm) out.push_back(x.shape()[static_cast<size_t>(p)]);
-  detail::Traced<Array> tr("transpose", {&x});
-  if (tr) tr.attrs().ints.assign(perm.begin(), perm.end());
+  detail::Traced<Array> tr(OpId::transpose, {&x});
+  if (tr) tr.set_attrs(detail::PermAttrs{{perm.begin(), perm.end()}});
   Plan p = global::transpose_rule({&x.shape(), global::layout_of(x)}, perm);
   return tr(apply("transpose", {x}, p, p.out, {out}, [perm](const std::vector<Tensor>& b) {
               return std::vector<Tensor>{transpose(b[0], perm)};
@@ -727,11 +682,10 @@ Array slice(const Array& x, const Shape& start, const Shape& limit, const Shape&
     out.push_back((limit[d] - start[d] + st - 1) / st);
     whole[d] = start[d] != 0 || limit[d] != s[d] || st != 1;
   }
-  detail::Traced<Array> tr("slice", {&x});
+  detail::Traced<Array> tr(OpId::slice, {&x});
   if (tr) {
-    tr.attrs().ints = start;
-    tr.attrs().ints2 = limit;
-    tr.attrs().ints3 = strides.empty() ? Shape(start.size(), 1) : strides;
+    tr.set_attrs(
+        detail::SliceAttrs{start, limit, strides.empty() ? Shape(start.size(), 1) : strides});
   }
   return tr(gathered("slice", x, whole, {out},
                      [start, limit, strides, whole](const std::vector<Tensor>& b) {
@@ -767,14 +721,13 @@ Array dynamic_slice_in_dim(const Array& x, int64_t start, int64_t size, int axis
   whole[static_cast<size_t>(ax)] = true;
   Shape out = x.shape();
   out[static_cast<size_t>(ax)] = size;
-  detail::Traced<Array> tr("slice", {&x});
+  detail::Traced<Array> tr(OpId::slice, {&x});
   if (tr) {  // recorded as the static slice it is once the start is clamped
     const int64_t at = std::clamp<int64_t>(start, 0, n - size);
-    tr.attrs().ints = Shape(x.shape().size(), 0);
-    tr.attrs().ints[static_cast<size_t>(ax)] = at;
-    tr.attrs().ints2 = x.shape();
-    tr.attrs().ints2[static_cast<size_t>(ax)] = at + size;
-    tr.attrs().ints3 = Shape(x.shape().size(), 1);
+    detail::SliceAttrs a{Shape(x.shape().size(), 0), x.shape(), Shape(x.shape().size(), 1)};
+    a.start[static_cast<size_t>(ax)] = at;
+    a.limit[static_cast<size_t>(ax)] = at + size;
+    tr.set_attrs(std::move(a));
   }
   return tr(gathered("dynamic_slice_in_dim", x, whole, {out}, [=](const std::vector<Tensor>& b) {
               return std::vector<Tensor>{dynamic_slice_in_dim(b[0], start, size, ax)};
@@ -805,8 +758,8 @@ Array pad(const Array& x, const std::vector<std::pair<int64_t, int64_t>>& widths
     out[d] += widths[d].first + widths[d].second;
     whole[d] = widths[d].first != 0 || widths[d].second != 0;
   }
-  detail::Traced<Array> tr("pad", {&x});
-  if (tr) tr.attrs().pairs = widths;
+  detail::Traced<Array> tr(OpId::pad, {&x});
+  if (tr) tr.set_attrs(detail::PadAttrs{widths});
   return tr(gathered("pad", x, whole, {out}, [widths, value](const std::vector<Tensor>& b) {
               return std::vector<Tensor>{pad(b[0], widths, value)};
             }).front());
@@ -828,8 +781,8 @@ std::vector<Array> split(const Array& x, int64_t sections, int axis) {
   whole[static_cast<size_t>(ax)] = true;
   Shape piece = x.shape();
   piece[static_cast<size_t>(ax)] = n / sections;
-  detail::Traced<Array> tr("split", {&x});
-  if (tr) tr.attrs().axis = ax;
+  detail::Traced<Array> tr(OpId::split, {&x});
+  if (tr) tr.set_attrs(detail::AxisAttrs{ax});
   return tr.outputs(
       gathered("split", x, whole, std::vector<Shape>(static_cast<size_t>(sections), piece),
                [sections, ax](const std::vector<Tensor>& b) { return split(b[0], sections, ax); }));

@@ -185,9 +185,8 @@ class JitProgram {
 class JitTracer final : public Tracer {
  public:
   explicit JitTracer(JitRecorder* rec) : rec_(rec) {}
-  void record(std::string_view, std::span<const Tensor* const>, std::span<Tensor>,
-              const OpAttrs&) override {}
-  void record(std::string_view op, std::span<const Array* const> inputs, std::span<Array> outputs,
+  void record(OpId, std::span<const Tensor* const>, std::span<Tensor>, const OpAttrs&) override {}
+  void record(OpId op, std::span<const Array* const> inputs, std::span<Array> outputs,
               const OpAttrs& attrs) override;
   void check_read(uint64_t trace_id, std::string_view what) override {
     if (followed_.count(trace_id) == 0) return;
@@ -301,13 +300,13 @@ class JitRecorder {
   JitRecorder* previous_recorder = nullptr;
 };
 
-void JitTracer::record(std::string_view op, std::span<const Array* const> inputs,
-                       std::span<Array> outputs, const OpAttrs&) {
+void JitTracer::record(OpId op, std::span<const Array* const> inputs, std::span<Array> outputs,
+                       const OpAttrs&) {
   bool follows = false;
   for (const Array* x : inputs) {
     follows = follows || followed_.count(x->trace_id()) != 0 || rec_->any_known(*x);
   }
-  if (op == "device_put" && !inputs.empty() && outputs.size() == 1) {
+  if (op == OpId::device_put && !inputs.empty() && outputs.size() == 1) {
     // runtime/'s device_put makes no global-view launch: it is a step of its own.
     const Array& x = *inputs.front();
     JitStep s;
@@ -320,7 +319,7 @@ void JitTracer::record(std::string_view op, std::span<const Array* const> inputs
     rec_->add_step(std::move(s), {x}, {outputs.front()});
   }
   JitLine line;
-  line.op = std::string(op);
+  line.op = std::string(meshrt::detail::op_name(op));
   for (const Array* x : inputs) {
     line.ins.push_back(aval(*x));
     int from = rec_->line_of(*x);
@@ -337,7 +336,7 @@ void JitTracer::record(std::string_view op, std::span<const Array* const> inputs
   for (Array& y : outputs) {
     line.outs.push_back(aval(y));
     if (follows && !rec_->computed(y)) {
-      throw Error(cat("[jit] the op '", op,
+      throw Error(cat("[jit] the op '", line.op,
                       "' is not supported inside a jitted function yet (it computes its result "
                       "without a global-view launch jit can record); call it outside jit"));
     }

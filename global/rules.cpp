@@ -2,24 +2,16 @@
 // per-device op runs, and which layout the result gets. They reproduce what jax.jit (GSPMD /
 // Shardy, Auto axes) gives for one op, except where operands conflict (see merge_candidates).
 //
-//   op family                                  rule
-//   ---------------------------------------    ----------------------------------------------
-//   + - * / maximum minimum comparisons        elementwise_rule   (broadcasting; linear ops
-//   where, unary math, astype, scalar forms                        keep pending sums)
-//   sum mean (pending sum), max min, argmax    reduce_rule
-//   softmax log_softmax, slice*, pad, split,   gather_dims_rule   (the touched dims gathered,
-//   x[i], dynamic_slice_in_dim                                     results re-sliced where the
-//                                                                  operand's axes divide them)
-//   matmul dot                                 matmul_rule        (contracting axes -> pending sum)
-//   transpose                                  transpose_rule
-//   reshape squeeze expand_dims                reshape_rule       (blocks stay contiguous)
-//   concatenate stack                          join_rule
+// Which op uses which rule, and which ops keep pending sums (linear), is the Placement and linear
+// columns of the op table (runtime/detail/op_registry.cpp); array_ops.cpp calls the rule its
+// op's row names.
 #include "global/rules.h"
 
 #include <algorithm>
 
 #include "core/error.h"
 #include "core/strings.h"
+#include "runtime/detail/op_registry.h"
 
 namespace meshrt::global {
 namespace {
@@ -176,7 +168,7 @@ Plan gather_dims_rule(const Mesh& mesh, const Operand& x, const std::vector<bool
   return p;
 }
 
-Plan matmul_rule(const Mesh& mesh, const Operand& a, const Operand& b, const Shape& out_shape) {
+Plan matmul_rule(const Mesh& mesh, const Operand& a, const Operand& b) {
   // Promote 1-D operands: a (k) -> (1, k), b (k) -> (k, 1).
   Layout la = without_partial(a.layout), lb = without_partial(b.layout);
   Shape sa = *a.shape, sb = *b.shape;
@@ -193,14 +185,11 @@ Plan matmul_rule(const Mesh& mesh, const Operand& a, const Operand& b, const Sha
   const size_t nb = std::max(ra, rb) - 2;  // batch dims of the result
   const int64_t ea = shape_size(sa), eb = shape_size(sb);
   // Result dims: batch..., m, n (before removing promoted ones).
-  Shape full(nb + 2);
-  for (size_t r = 0; r < nb; ++r) {
-    const int64_t ka = static_cast<int64_t>(r) - static_cast<int64_t>(nb - (ra - 2));
-    const int64_t kb = static_cast<int64_t>(r) - static_cast<int64_t>(nb - (rb - 2));
-    full[r] = std::max(ka >= 0 ? sa[ka] : 1, kb >= 0 ? sb[kb] : 1);
-  }
-  full[nb] = sa[ra - 2];
-  full[nb + 1] = sb[rb - 1];
+  const meshrt::detail::MatmulShape ms =
+      meshrt::detail::matmul_shape(*a.shape, *b.shape, false, false, "matmul", "[matmul] ");
+  Shape full = ms.batch;
+  full.push_back(ms.m);
+  full.push_back(ms.n);
   std::vector<AxisList> dims(nb + 2);
   std::vector<Candidate> src(nb + 2, Candidate{{}, 0, 0});
   for (size_t r = 0; r < nb; ++r) {
@@ -261,7 +250,6 @@ Plan matmul_rule(const Mesh& mesh, const Operand& a, const Operand& b, const Sha
   if (b1) out.dims.pop_back();
   if (a1) out.dims.erase(out.dims.begin() + static_cast<int64_t>(nb));
   out.partial = kc;
-  (void)out_shape;
   p.need = {na, nbl};
   p.out.push_back(out);
   return p;

@@ -1,7 +1,7 @@
 // global/rules.h: placement rules of the global-view ops, one per op family (not installed).
 // Each rule maps the operands' layouts (and shapes) to the layouts the operands must have when
 // the per-device op runs (`need`) and the layouts of the results (`out`). rules.cpp holds them
-// all, with the table of which op uses which rule at its top.
+// all; which op uses which is its row's Placement in runtime/detail/op_registry.cpp.
 #pragma once
 
 #include <optional>
@@ -23,8 +23,9 @@ struct Operand {
   Layout layout;
 };
 
-// Elementwise with NumPy broadcasting. `linear`: the op keeps pending sums when every operand
-// has the same ones (+, -, negation, multiplication or division by a scalar).
+// Elementwise with NumPy broadcasting. `linear` (the op's OpDef::linear): the op keeps pending
+// sums when every operand has the same ones (+, -, negation, multiplication or division by a
+// scalar).
 Plan elementwise_rule(const Mesh& mesh, const std::vector<Operand>& xs, const Shape& out_shape,
                       bool linear);
 // Reductions over `axis` (nullopt: all). sum/mean leave a pending sum over the reduced dims'
@@ -38,7 +39,7 @@ Plan reduce_rule(const Mesh& mesh, const Operand& x, Reduction kind, std::option
 Plan gather_dims_rule(const Mesh& mesh, const Operand& x, const std::vector<bool>& whole,
                       const Shape& out_shape);
 // matmul/dot: (..., m, k) @ (..., k, n), 1-D operands promoted as jnp.matmul does.
-Plan matmul_rule(const Mesh& mesh, const Operand& a, const Operand& b, const Shape& out_shape);
+Plan matmul_rule(const Mesh& mesh, const Operand& a, const Operand& b);
 Plan transpose_rule(const Operand& x, const std::vector<int>& perm);
 Plan reshape_rule(const Mesh& mesh, const Operand& x, const Shape& out_shape);
 // concatenate / stack along `axis` (stack: a new unsharded dimension at `axis`).

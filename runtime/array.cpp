@@ -283,7 +283,7 @@ Array reshard_to(const Array& x, const Sharding& to);
 }  // namespace
 
 Array device_put(const Array& x, const Sharding& to) {
-  detail::Traced<Array> tr("device_put", {&x});
+  detail::Traced<Array> tr(detail::OpId::device_put, {&x});
   return tr(reshard_to(x, to));
 }
 

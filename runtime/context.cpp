@@ -285,8 +285,8 @@ coll::Call base_call(coll::Kind kind, const Tensor& x, const coll::GroupLayout& 
 #define MESHRT_REDUCTION(method, kind)                                                           \
   Tensor Context::method(const Tensor& x, const AxisNames& axes,                                 \
                          const CollectiveOptions& options) {                                     \
-    detail::Traced<Tensor> tr(#method, {&x});                                                    \
-    if (tr) tr.attrs().axes = axes.names();                                                      \
+    detail::Traced<Tensor> tr(detail::OpId::method, {&x});                                       \
+    if (tr) tr.set_attrs(detail::CollectiveAttrs{axes.names()});                                 \
     if (x.valid() && x.dtype() == DType::bool_) {                                                \
       throw Error("[" #method                                                                    \
                   "] bool operands are not reduced; convert first, e.g. "                        \
@@ -369,12 +369,8 @@ GatherPlan plan_ppermute(int64_t pos, const Tensor& x, const coll::GroupLayout& 
 
 Tensor Context::all_gather(const Tensor& x, const AxisNames& axes, int axis, bool tiled,
                            const CollectiveOptions& options) {
-  detail::Traced<Tensor> tr("all_gather", {&x});
-  if (tr) {
-    tr.attrs().axes = axes.names();
-    tr.attrs().a = axis;
-    tr.attrs().keepdims = tiled;
-  }
+  detail::Traced<Tensor> tr(detail::OpId::all_gather, {&x});
+  if (tr) tr.set_attrs(detail::GatherAttrs{axes.names(), axis, tiled});
   return tr(all_gather_start(x, axes, axis, tiled, options).wait());
 }
 
@@ -392,11 +388,8 @@ PendingTensor Context::all_gather_start(const Tensor& x, const AxisNames& axes, 
 
 Tensor Context::ppermute(const Tensor& x, const AxisNames& axes,
                          const std::vector<std::pair<int64_t, int64_t>>& perm) {
-  detail::Traced<Tensor> tr("ppermute", {&x});
-  if (tr) {
-    tr.attrs().axes = axes.names();
-    tr.attrs().pairs = perm;
-  }
+  detail::Traced<Tensor> tr(detail::OpId::ppermute, {&x});
+  if (tr) tr.set_attrs(detail::PpermuteAttrs{axes.names(), perm});
   return tr(ppermute_start(x, axes, perm).wait());
 }
 
@@ -413,12 +406,8 @@ PendingTensor Context::ppermute_start(const Tensor& x, const AxisNames& axes,
 
 Tensor Context::psum_scatter(const Tensor& x, const AxisNames& axes, int scatter_dimension,
                              bool tiled, const CollectiveOptions& options) {
-  detail::Traced<Tensor> tr("psum_scatter", {&x});
-  if (tr) {
-    tr.attrs().axes = axes.names();
-    tr.attrs().a = scatter_dimension;
-    tr.attrs().keepdims = tiled;
-  }
+  detail::Traced<Tensor> tr(detail::OpId::psum_scatter, {&x});
+  if (tr) tr.set_attrs(detail::GatherAttrs{axes.names(), scatter_dimension, tiled});
   Prepared p = prepare(*state_, x, axes, "psum_scatter");
   const int64_t n = p.group_size;
   const auto rank = static_cast<int64_t>(x.shape().size());
@@ -453,13 +442,8 @@ Tensor Context::psum_scatter(const Tensor& x, const AxisNames& axes, int scatter
 
 Tensor Context::all_to_all(const Tensor& x, const AxisNames& axes, int split_axis, int concat_axis,
                            bool tiled, const CollectiveOptions& options) {
-  detail::Traced<Tensor> tr("all_to_all", {&x});
-  if (tr) {
-    tr.attrs().axes = axes.names();
-    tr.attrs().a = split_axis;
-    tr.attrs().b = concat_axis;
-    tr.attrs().keepdims = tiled;
-  }
+  detail::Traced<Tensor> tr(detail::OpId::all_to_all, {&x});
+  if (tr) tr.set_attrs(detail::AllToAllAttrs{axes.names(), split_axis, concat_axis, tiled});
   Prepared p = prepare(*state_, x, axes, "all_to_all");
   const int64_t n = p.group_size;
   const auto rank = static_cast<int64_t>(x.shape().size());

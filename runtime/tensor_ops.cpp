@@ -21,6 +21,7 @@ using backend::ReduceOp;
 using backend::Strided;
 using backend::UnaryOp;
 using detail::cat;
+using detail::OpId;
 
 namespace {
 
@@ -65,19 +66,8 @@ std::vector<int64_t> broadcast_strides(const Tensor& t, const Shape& out) {
   return st;
 }
 
-Shape broadcast_shapes(const Shape& a, const Shape& b, const char* op) {
-  Shape out(std::max(a.size(), b.size()));
-  for (size_t i = 0; i < out.size(); ++i) {
-    const int64_t da = i < out.size() - a.size() ? 1 : a[i - (out.size() - a.size())];
-    const int64_t db = i < out.size() - b.size() ? 1 : b[i - (out.size() - b.size())];
-    if (da != db && da != 1 && db != 1) {
-      throw Error(cat("[ops] ", op, ": shapes ", shape_str(a), " and ", shape_str(b),
-                      " are not broadcastable (dimension ", i, ": ", da, " vs ", db, ")"));
-    }
-    out[i] = da == 1 ? db : da;
-  }
-  return out;
-}
+// "[ops] add: ", the start of an op's shape errors.
+std::string ops_where(std::string_view op) { return cat("[ops] ", op, ": "); }
 
 Tensor cast(const Tensor& x, DType to) { return x.dtype() == to ? x : astype(x, to); }
 
@@ -94,8 +84,11 @@ DType weak_result(DType t, const Scalar& s) {
   return t == DType::bool_ ? DType::i64 : t;
 }
 
-Tensor binary_op(BinaryOp op, const Tensor& a0, const Tensor& b0, const char* name) {
-  detail::Traced<Tensor> tr(name, {&a0, &b0});
+Tensor binary_op(OpId id, const Tensor& a0, const Tensor& b0) {
+  const detail::OpDef& def = detail::op_def(id);
+  const BinaryOp op = std::get<BinaryOp>(def.kernel);
+  const char* name = def.name.data();
+  detail::Traced<Tensor> tr(id, {&a0, &b0});
   check_same_device(a0, b0, name);
   DType t = promote_types(a0.dtype(), b0.dtype());
   if (op == BinaryOp::div) t = float_dtype_for(t);
@@ -105,49 +98,30 @@ Tensor binary_op(BinaryOp op, const Tensor& a0, const Tensor& b0, const char* na
                     "or astype to an integer type first"));
   }
   const Tensor a = cast(a0, t), b = cast(b0, t);
-  const Shape shape = broadcast_shapes(a.shape(), b.shape(), name);
-  const bool compare = op == BinaryOp::eq || op == BinaryOp::ne || op == BinaryOp::lt ||
-                       op == BinaryOp::le || op == BinaryOp::gt || op == BinaryOp::ge;
-  const DType out_t = compare ? DType::bool_ : t;
+  const Shape shape = detail::broadcast_shapes(a.shape(), b.shape(), ops_where(name));
+  const DType out_t = backend::is_comparison(op) ? DType::bool_ : t;
   Tensor y = empty(shape, out_t, a.device());
   be(a).binary(dev(a), op, t, out_t, shape, {a.data(), broadcast_strides(a, shape)},
                {b.data(), broadcast_strides(b, shape)}, y.data());
   return tr(y);
 }
 
-// The op a tensor-scalar operation is recorded as (autodiff's rules name them so).
-const char* scalar_op_name(BinaryOp op, bool scalar_first) {
-  switch (op) {
-    case BinaryOp::add:
-      return "add_scalar";
-    case BinaryOp::sub:
-      return scalar_first ? "rsub_scalar" : "sub_scalar";
-    case BinaryOp::mul:
-      return "mul_scalar";
-    case BinaryOp::div:
-      return scalar_first ? "rdiv_scalar" : "div_scalar";
-    case BinaryOp::max:
-      return "max_scalar";
-    case BinaryOp::min:
-      return "min_scalar";
-    default:
-      return "compare_scalar";
-  }
-}
-
-Tensor scalar_op(BinaryOp op, const Tensor& x, Scalar s, bool scalar_first, const char* name) {
-  detail::Traced<Tensor> tr(scalar_op_name(op, scalar_first), {&x});
-  if (tr) tr.attrs().value = s.value;
-  check_valid(x, name);
+// `x op s` (`s op x` when scalar_first), reported as the *_scalar op `id` with its value; the
+// work is the tensor-tensor op `as` with the scalar as a 0-d operand.
+Tensor scalar_op(OpId id, OpId as, const Tensor& x, Scalar s, bool scalar_first) {
+  detail::Traced<Tensor> tr(id, {&x});
+  if (tr) tr.set_attrs(detail::ScalarAttrs{s.value});
+  check_valid(x, detail::op_name(as).data());
   DType t = weak_result(x.dtype(), s);
   Tensor xs = cast(x, t);
   Tensor c = scalar_like(s.value, t, x.device());
-  return tr(scalar_first ? binary_op(op, c, xs, name) : binary_op(op, xs, c, name));
+  return tr(scalar_first ? binary_op(as, c, xs) : binary_op(as, xs, c));
 }
 
-Tensor unary_op(UnaryOp op, const Tensor& x0, const char* name, bool to_float) {
-  detail::Traced<Tensor> tr(name, {&x0});
-  check_valid(x0, name);
+Tensor unary_op(OpId id, const Tensor& x0, bool to_float) {
+  const UnaryOp op = std::get<UnaryOp>(detail::op_def(id).kernel);
+  detail::Traced<Tensor> tr(id, {&x0});
+  check_valid(x0, detail::op_name(id).data());
   const Tensor x = to_float ? cast(x0, float_dtype_for(x0.dtype())) : x0;
   Tensor y = empty(x.shape(), x.dtype(), x.device());
   be(x).unary(dev(x), op, x.dtype(), x.dtype(), x.shape(), {x.data(), dense(x.shape())}, y.data());
@@ -188,25 +162,18 @@ Reduced plan_reduce(const Tensor& x, std::optional<int> axis, bool keepdims, con
   for (int d = 0; d < a; ++d) r.outer *= s[static_cast<size_t>(d)];
   r.len = s[static_cast<size_t>(a)];
   for (size_t d = static_cast<size_t>(a) + 1; d < s.size(); ++d) r.inner *= s[d];
-  r.out_shape = s;
-  if (keepdims)
-    r.out_shape[static_cast<size_t>(a)] = 1;
-  else
-    r.out_shape.erase(r.out_shape.begin() + a);
+  r.out_shape = detail::reduce_shape(s, a, keepdims);
   return r;
 }
 
 Tensor reduce_op(ReduceOp op, const Tensor& x0, std::optional<int> axis, bool keepdims,
                  const char* name) {
-  detail::Traced<Tensor> tr(op == ReduceOp::sum   ? "sum"
-                            : op == ReduceOp::max ? "max"
-                            : op == ReduceOp::min ? "min"
-                                                  : "argmax",
+  detail::Traced<Tensor> tr(op == ReduceOp::sum   ? OpId::sum
+                            : op == ReduceOp::max ? OpId::max
+                            : op == ReduceOp::min ? OpId::min
+                                                  : OpId::argmax,
                             {&x0});
-  if (tr) {
-    tr.attrs().axis = axis;
-    tr.attrs().keepdims = keepdims;
-  }
+  if (tr) tr.set_attrs(detail::ReduceAttrs{axis, keepdims});
   check_valid(x0, name);
   Reduced r = plan_reduce(x0, axis, keepdims, name);
   if ((op == ReduceOp::max || op == ReduceOp::min || op == ReduceOp::argmax) && r.len == 0) {
@@ -278,7 +245,7 @@ Tensor arange(int64_t n, DType dtype, Device device) {
   return t;
 }
 Tensor astype(const Tensor& x, DType dtype) {
-  detail::Traced<Tensor> tr("astype", {&x});
+  detail::Traced<Tensor> tr(OpId::astype, {&x});
   check_valid(x, "astype");
   Tensor y = empty(x.shape(), dtype, x.device());
   be(x).unary(dev(x), UnaryOp::copy, x.dtype(), dtype, x.shape(), {x.data(), dense(x.shape())},
@@ -291,70 +258,66 @@ Tensor copy(const Tensor& x) {
 }
 
 // ---- elementwise
-Tensor add(const Tensor& a, const Tensor& b) { return binary_op(BinaryOp::add, a, b, "add"); }
-Tensor subtract(const Tensor& a, const Tensor& b) {
-  return binary_op(BinaryOp::sub, a, b, "subtract");
-}
-Tensor multiply(const Tensor& a, const Tensor& b) {
-  return binary_op(BinaryOp::mul, a, b, "multiply");
-}
-Tensor divide(const Tensor& a, const Tensor& b) { return binary_op(BinaryOp::div, a, b, "divide"); }
-Tensor maximum(const Tensor& a, const Tensor& b) {
-  return binary_op(BinaryOp::max, a, b, "maximum");
-}
-Tensor minimum(const Tensor& a, const Tensor& b) {
-  return binary_op(BinaryOp::min, a, b, "minimum");
-}
-Tensor equal(const Tensor& a, const Tensor& b) { return binary_op(BinaryOp::eq, a, b, "equal"); }
-Tensor not_equal(const Tensor& a, const Tensor& b) {
-  return binary_op(BinaryOp::ne, a, b, "not_equal");
-}
-Tensor less(const Tensor& a, const Tensor& b) { return binary_op(BinaryOp::lt, a, b, "less"); }
-Tensor less_equal(const Tensor& a, const Tensor& b) {
-  return binary_op(BinaryOp::le, a, b, "less_equal");
-}
-Tensor greater(const Tensor& a, const Tensor& b) {
-  return binary_op(BinaryOp::gt, a, b, "greater");
-}
+Tensor add(const Tensor& a, const Tensor& b) { return binary_op(OpId::add, a, b); }
+Tensor subtract(const Tensor& a, const Tensor& b) { return binary_op(OpId::subtract, a, b); }
+Tensor multiply(const Tensor& a, const Tensor& b) { return binary_op(OpId::multiply, a, b); }
+Tensor divide(const Tensor& a, const Tensor& b) { return binary_op(OpId::divide, a, b); }
+Tensor maximum(const Tensor& a, const Tensor& b) { return binary_op(OpId::maximum, a, b); }
+Tensor minimum(const Tensor& a, const Tensor& b) { return binary_op(OpId::minimum, a, b); }
+Tensor equal(const Tensor& a, const Tensor& b) { return binary_op(OpId::equal, a, b); }
+Tensor not_equal(const Tensor& a, const Tensor& b) { return binary_op(OpId::not_equal, a, b); }
+Tensor less(const Tensor& a, const Tensor& b) { return binary_op(OpId::less, a, b); }
+Tensor less_equal(const Tensor& a, const Tensor& b) { return binary_op(OpId::less_equal, a, b); }
+Tensor greater(const Tensor& a, const Tensor& b) { return binary_op(OpId::greater, a, b); }
 Tensor greater_equal(const Tensor& a, const Tensor& b) {
-  return binary_op(BinaryOp::ge, a, b, "greater_equal");
+  return binary_op(OpId::greater_equal, a, b);
 }
 
-Tensor add(const Tensor& a, Scalar b) { return scalar_op(BinaryOp::add, a, b, false, "add"); }
+Tensor add(const Tensor& a, Scalar b) {
+  return scalar_op(OpId::add_scalar, OpId::add, a, b, false);
+}
 Tensor subtract(const Tensor& a, Scalar b) {
-  return scalar_op(BinaryOp::sub, a, b, false, "subtract");
+  return scalar_op(OpId::sub_scalar, OpId::subtract, a, b, false);
 }
 Tensor subtract(Scalar a, const Tensor& b) {
-  return scalar_op(BinaryOp::sub, b, a, true, "subtract");
+  return scalar_op(OpId::rsub_scalar, OpId::subtract, b, a, true);
 }
 Tensor multiply(const Tensor& a, Scalar b) {
-  return scalar_op(BinaryOp::mul, a, b, false, "multiply");
+  return scalar_op(OpId::mul_scalar, OpId::multiply, a, b, false);
 }
-Tensor divide(const Tensor& a, Scalar b) { return scalar_op(BinaryOp::div, a, b, false, "divide"); }
-Tensor divide(Scalar a, const Tensor& b) { return scalar_op(BinaryOp::div, b, a, true, "divide"); }
+Tensor divide(const Tensor& a, Scalar b) {
+  return scalar_op(OpId::div_scalar, OpId::divide, a, b, false);
+}
+Tensor divide(Scalar a, const Tensor& b) {
+  return scalar_op(OpId::rdiv_scalar, OpId::divide, b, a, true);
+}
 Tensor maximum(const Tensor& a, Scalar b) {
-  return scalar_op(BinaryOp::max, a, b, false, "maximum");
+  return scalar_op(OpId::max_scalar, OpId::maximum, a, b, false);
 }
 Tensor minimum(const Tensor& a, Scalar b) {
-  return scalar_op(BinaryOp::min, a, b, false, "minimum");
+  return scalar_op(OpId::min_scalar, OpId::minimum, a, b, false);
 }
-Tensor equal(const Tensor& a, Scalar b) { return scalar_op(BinaryOp::eq, a, b, false, "equal"); }
+Tensor equal(const Tensor& a, Scalar b) {
+  return scalar_op(OpId::equal_scalar, OpId::equal, a, b, false);
+}
 Tensor not_equal(const Tensor& a, Scalar b) {
-  return scalar_op(BinaryOp::ne, a, b, false, "not_equal");
+  return scalar_op(OpId::not_equal_scalar, OpId::not_equal, a, b, false);
 }
-Tensor less(const Tensor& a, Scalar b) { return scalar_op(BinaryOp::lt, a, b, false, "less"); }
+Tensor less(const Tensor& a, Scalar b) {
+  return scalar_op(OpId::less_scalar, OpId::less, a, b, false);
+}
 Tensor less_equal(const Tensor& a, Scalar b) {
-  return scalar_op(BinaryOp::le, a, b, false, "less_equal");
+  return scalar_op(OpId::less_equal_scalar, OpId::less_equal, a, b, false);
 }
 Tensor greater(const Tensor& a, Scalar b) {
-  return scalar_op(BinaryOp::gt, a, b, false, "greater");
+  return scalar_op(OpId::greater_scalar, OpId::greater, a, b, false);
 }
 Tensor greater_equal(const Tensor& a, Scalar b) {
-  return scalar_op(BinaryOp::ge, a, b, false, "greater_equal");
+  return scalar_op(OpId::greater_equal_scalar, OpId::greater_equal, a, b, false);
 }
 
 Tensor where(const Tensor& cond, const Tensor& a0, const Tensor& b0) {
-  detail::Traced<Tensor> tr("where", {&cond, &a0, &b0});
+  detail::Traced<Tensor> tr(OpId::where, {&cond, &a0, &b0});
   check_same_device(cond, a0, "where");
   check_same_device(a0, b0, "where");
   if (cond.dtype() != DType::bool_) {
@@ -363,8 +326,8 @@ Tensor where(const Tensor& cond, const Tensor& a0, const Tensor& b0) {
   }
   const DType t = promote_types(a0.dtype(), b0.dtype());
   const Tensor a = cast(a0, t), b = cast(b0, t);
-  const Shape shape =
-      broadcast_shapes(broadcast_shapes(cond.shape(), a.shape(), "where"), b.shape(), "where");
+  const Shape shapes[] = {cond.shape(), a.shape(), b.shape()};
+  const Shape shape = detail::broadcast_shapes(shapes, ops_where("where"));
   Tensor y = empty(shape, t, a.device());
   be(a).select(dev(a), t, shape, {cond.data(), broadcast_strides(cond, shape)},
                {a.data(), broadcast_strides(a, shape)}, {b.data(), broadcast_strides(b, shape)},
@@ -375,15 +338,15 @@ Tensor where(const Tensor& cond, const Tensor& a0, const Tensor& b0) {
 Tensor neg(const Tensor& x) {
   if (x.valid() && x.dtype() == DType::bool_)
     throw Error("[ops] neg: negating a bool tensor is not supported");
-  return unary_op(UnaryOp::neg, x, "neg", false);
+  return unary_op(OpId::neg, x, false);
 }
-Tensor exp(const Tensor& x) { return unary_op(UnaryOp::exp, x, "exp", true); }
-Tensor log(const Tensor& x) { return unary_op(UnaryOp::log, x, "log", true); }
-Tensor sin(const Tensor& x) { return unary_op(UnaryOp::sin, x, "sin", true); }
-Tensor cos(const Tensor& x) { return unary_op(UnaryOp::cos, x, "cos", true); }
-Tensor tanh(const Tensor& x) { return unary_op(UnaryOp::tanh, x, "tanh", true); }
-Tensor sqrt(const Tensor& x) { return unary_op(UnaryOp::sqrt, x, "sqrt", true); }
-Tensor relu(const Tensor& x) { return unary_op(UnaryOp::relu, x, "relu", false); }
+Tensor exp(const Tensor& x) { return unary_op(OpId::exp, x, true); }
+Tensor log(const Tensor& x) { return unary_op(OpId::log, x, true); }
+Tensor sin(const Tensor& x) { return unary_op(OpId::sin, x, true); }
+Tensor cos(const Tensor& x) { return unary_op(OpId::cos, x, true); }
+Tensor tanh(const Tensor& x) { return unary_op(OpId::tanh, x, true); }
+Tensor sqrt(const Tensor& x) { return unary_op(OpId::sqrt, x, true); }
+Tensor relu(const Tensor& x) { return unary_op(OpId::relu, x, false); }
 
 // ---- reductions
 Tensor sum(const Tensor& x, std::optional<int> axis, bool keepdims) {
@@ -407,16 +370,16 @@ Tensor mean(const Tensor& x, std::optional<int> axis, bool keepdims) {
 }
 // As jax.nn: shifted = x - max(x); log_softmax = shifted - log(sum(exp(shifted))).
 Tensor log_softmax(const Tensor& x0, int axis) {
-  detail::Traced<Tensor> tr("log_softmax", {&x0});
-  if (tr) tr.attrs().axis = axis;
+  detail::Traced<Tensor> tr(OpId::log_softmax, {&x0});
+  if (tr) tr.set_attrs(detail::AxisAttrs{axis});
   check_valid(x0, "log_softmax");
   const Tensor x = cast(x0, float_dtype_for(x0.dtype()));
   const Tensor shifted = x - max(x, axis, true);
   return tr(shifted - log(sum(exp(shifted), axis, true)));
 }
 Tensor softmax(const Tensor& x0, int axis) {
-  detail::Traced<Tensor> tr("softmax", {&x0});
-  if (tr) tr.attrs().axis = axis;
+  detail::Traced<Tensor> tr(OpId::softmax, {&x0});
+  if (tr) tr.set_attrs(detail::AxisAttrs{axis});
   check_valid(x0, "softmax");
   const Tensor x = cast(x0, float_dtype_for(x0.dtype()));
   const Tensor e = exp(x - max(x, axis, true));
@@ -430,46 +393,27 @@ namespace {
 Tensor matmul_impl(const Tensor& a0, const Tensor& b0, bool ta, bool tb, const char* name,
                    Precision precision) {
   check_same_device(a0, b0, name);
-  if (a0.ndim() == 0 || b0.ndim() == 0) {
-    throw Error(cat("[ops] ", name, ": operands must be at least 1-D, got shapes ",
-                    shape_str(a0.shape()), " and ", shape_str(b0.shape()),
-                    " (use multiply for scalars)"));
-  }
-  if ((ta && a0.ndim() < 2) || (tb && b0.ndim() < 2)) {
-    throw Error(cat("[ops] ", name, ": a transposed operand must be at least 2-D, got shapes ",
-                    shape_str(a0.shape()), " and ", shape_str(b0.shape()),
-                    "; use matmul for vectors"));
-  }
+  const detail::MatmulShape ms =
+      detail::matmul_shape(a0.shape(), b0.shape(), ta, tb, name, ops_where(name));
   const DType t = promote_types(a0.dtype(), b0.dtype());
   if (t == DType::bool_) {
     throw Error(cat("[ops] ", name, " of bool tensors: convert with astype first"));
   }
   // 1-D operands are promoted to matrices and the added dimension removed afterwards (jnp.matmul).
   Tensor a = cast(a0, t), b = cast(b0, t);
-  const bool a_vec = a.ndim() == 1, b_vec = b.ndim() == 1;
-  if (a_vec) a = reshape(a, {1, a.shape()[0]});
-  if (b_vec) b = reshape(b, {b.shape()[0], 1});
+  if (a.ndim() == 1) a = reshape(a, {1, a.shape()[0]});
+  if (b.ndim() == 1) b = reshape(b, {b.shape()[0], 1});
   const int64_t ar = a.shape()[static_cast<size_t>(a.ndim() - 2)], ac = a.shape().back();
   const int64_t br = b.shape()[static_cast<size_t>(b.ndim() - 2)], bc = b.shape().back();
-  const int64_t m = ta ? ac : ar, k = ta ? ar : ac, k2 = tb ? bc : br, n = tb ? br : bc;
-  if (k != k2) {
-    throw Error(cat("[ops] ", name, ": shapes ", shape_str(a0.shape()), " and ",
-                    shape_str(b0.shape()), (ta || tb ? " (read transposed)" : ""),
-                    " are not aligned: contracting dimension ", k, " != ", k2));
-  }
-  const Shape a_batch(a.shape().begin(), a.shape().end() - 2),
-      b_batch(b.shape().begin(), b.shape().end() - 2);
-  const Shape batch = broadcast_shapes(a_batch, b_batch, name);
+  const int64_t m = ms.m, k = ms.k, n = ms.n;
+  const Shape& batch = ms.batch;
   Shape a_full = batch, b_full = batch;
   a_full.insert(a_full.end(), {ar, ac});
   b_full.insert(b_full.end(), {br, bc});
   // Batch dims that broadcast are materialised so the kernel sees dense batches.
   if (a.shape() != a_full) a = gather_view(a, a_full, 0, broadcast_strides(a, a_full));
   if (b.shape() != b_full) b = gather_view(b, b_full, 0, broadcast_strides(b, b_full));
-  Shape out = batch;
-  if (!a_vec) out.push_back(m);
-  if (!b_vec) out.push_back(n);
-  Tensor y = empty(out, t, a.device());
+  Tensor y = empty(ms.out, t, a.device());
   if (precision != Precision::highest && t == DType::f32) {
     be(a).matmul_prec(dev(a), t, shape_size(batch), m, n, k, a.data(), ta, b.data(), tb, y.data(),
                       precision);
@@ -502,19 +446,18 @@ Precision default_matmul_precision() {
   return static_cast<Precision>(p);
 }
 
-// Traced as {transpose_a, transpose_b, precision}: the backward products use the same precision.
 Tensor matmul(const Tensor& a, const Tensor& b, const MatmulOptions& o) {
   const Precision p = precision_of(o);
-  detail::Traced<Tensor> tr("matmul", {&a, &b});
-  if (tr) tr.attrs().ints = {0, 0, static_cast<int64_t>(p)};
+  detail::Traced<Tensor> tr(OpId::matmul, {&a, &b});
+  if (tr) tr.set_attrs(detail::MatmulAttrs{false, false, p});
   return tr(matmul_impl(a, b, false, false, "matmul", p));
 }
 
 Tensor matmul_transposed(const Tensor& a, const Tensor& b, bool transpose_a, bool transpose_b,
                          const MatmulOptions& o) {
   const Precision p = precision_of(o);
-  detail::Traced<Tensor> tr("matmul_transposed", {&a, &b});
-  if (tr) tr.attrs().ints = {transpose_a ? 1 : 0, transpose_b ? 1 : 0, static_cast<int64_t>(p)};
+  detail::Traced<Tensor> tr(OpId::matmul_transposed, {&a, &b});
+  if (tr) tr.set_attrs(detail::MatmulAttrs{transpose_a, transpose_b, p});
   return tr(matmul_impl(a, b, transpose_a, transpose_b, "matmul_transposed", p));
 }
 
@@ -530,7 +473,7 @@ Tensor dot(const Tensor& a, const Tensor& b, const MatmulOptions& o) {
 }
 
 Tensor transpose(const Tensor& x, std::vector<int> perm) {
-  detail::Traced<Tensor> tr("transpose", {&x});
+  detail::Traced<Tensor> tr(OpId::transpose, {&x});
   check_valid(x, "transpose");
   const auto rank = static_cast<int>(x.ndim());
   if (perm.empty()) {
@@ -560,13 +503,13 @@ Tensor transpose(const Tensor& x, std::vector<int> perm) {
     out.push_back(x.shape()[static_cast<size_t>(p)]);
     st.push_back(ds[static_cast<size_t>(p)]);
   }
-  if (tr) tr.attrs().ints.assign(perm.begin(), perm.end());
+  if (tr) tr.set_attrs(detail::PermAttrs{{perm.begin(), perm.end()}});
   return tr(gather_view(x, out, 0, st));
 }
 
 // ---- shape
 Tensor reshape(const Tensor& x, Shape shape) {
-  detail::Traced<Tensor> tr("reshape", {&x});
+  detail::Traced<Tensor> tr(OpId::reshape, {&x});
   check_valid(x, "reshape");
   int infer = -1;
   int64_t known = 1;
@@ -599,7 +542,7 @@ Tensor reshape(const Tensor& x, Shape shape) {
 
 namespace {
 Tensor row_view(const Tensor& x, int64_t i, const std::string& op) {
-  detail::Traced<Tensor> tr("row", {&x});
+  detail::Traced<Tensor> tr(OpId::row, {&x});
   check_valid(x, op.c_str());
   if (x.shape().empty()) throw Error(cat("[ops] ", op, ": indexing a 0-d tensor (it has no rows)"));
   const int64_t n = x.shape()[0];
@@ -608,7 +551,7 @@ Tensor row_view(const Tensor& x, int64_t i, const std::string& op) {
                     " (negative indices count from the end)"));
   }
   if (i < 0) i += n;
-  if (tr) tr.attrs().ints = {i};
+  if (tr) tr.set_attrs(detail::RowAttrs{i});
   Shape rest(x.shape().begin() + 1, x.shape().end());
   const size_t row_bytes = static_cast<size_t>(shape_size(rest)) * dtype_size(x.dtype());
   return tr(Tensor(x.buffer(), x.byte_offset() + static_cast<size_t>(i) * row_bytes,
@@ -620,7 +563,7 @@ Tensor row(const Tensor& x, int64_t i) { return row_view(x, i, "row"); }
 Tensor Tensor::operator[](int64_t i) const { return row_view(*this, i, cat("t[", i, "]")); }
 
 Tensor slice(const Tensor& x, const Shape& start, const Shape& limit, const Shape& strides) {
-  detail::Traced<Tensor> tr("slice", {&x});
+  detail::Traced<Tensor> tr(OpId::slice, {&x});
   check_valid(x, "slice");
   const size_t rank = x.shape().size();
   if (start.size() != rank || limit.size() != rank ||
@@ -643,11 +586,8 @@ Tensor slice(const Tensor& x, const Shape& start, const Shape& limit, const Shap
     st[d] = ds[d] * step;
     offset += start[d] * ds[d];
   }
-  if (tr) {
-    tr.attrs().ints = start;
-    tr.attrs().ints2 = limit;
-    tr.attrs().ints3 = strides.empty() ? Shape(rank, 1) : strides;
-  }
+  if (tr)
+    tr.set_attrs(detail::SliceAttrs{start, limit, strides.empty() ? Shape(rank, 1) : strides});
   return tr(gather_view(x, out, offset, st));
 }
 
@@ -675,7 +615,7 @@ Tensor dynamic_slice_in_dim(const Tensor& x, int64_t start, int64_t size, int ax
 }
 
 Tensor dynamic_update_slice(const Tensor& x, const Tensor& update, const Shape& starts) {
-  detail::Traced<Tensor> tr("dynamic_update_slice", {&x, &update});
+  detail::Traced<Tensor> tr(OpId::dynamic_update_slice, {&x, &update});
   check_same_device(x, update, "dynamic_update_slice");
   if (update.ndim() != x.ndim() || starts.size() != x.shape().size()) {
     throw Error(cat("[ops] dynamic_update_slice: update ", shape_str(update.shape()),
@@ -692,12 +632,12 @@ Tensor dynamic_update_slice(const Tensor& x, const Tensor& update, const Shape& 
   }
   Tensor y = copy(x);
   place(y, cast(update, x.dtype()), at);
-  if (tr) tr.attrs().ints = at;
+  if (tr) tr.set_attrs(detail::UpdateSliceAttrs{at});
   return tr(y);
 }
 
 Tensor concatenate(const std::vector<Tensor>& xs, int axis) {
-  detail::Traced<Tensor> tr("concatenate", xs);
+  detail::Traced<Tensor> tr(OpId::concatenate, xs);
   if (xs.empty()) throw Error("[ops] concatenate: needs at least one tensor");
   check_valid(xs[0], "concatenate");
   const int a = normalize(axis, xs[0].ndim(), "concatenate", xs[0].shape());
@@ -722,7 +662,7 @@ Tensor concatenate(const std::vector<Tensor>& xs, int axis) {
     place(y, cast(x, t), at);
     at[static_cast<size_t>(a)] += x.shape()[static_cast<size_t>(a)];
   }
-  if (tr) tr.attrs().axis = a;
+  if (tr) tr.set_attrs(detail::AxisAttrs{a});
   return tr(y);
 }
 
@@ -791,8 +731,8 @@ Tensor expand_dims(const Tensor& x, int axis) {
 }
 
 Tensor pad(const Tensor& x, const std::vector<std::pair<int64_t, int64_t>>& widths, double value) {
-  detail::Traced<Tensor> tr("pad", {&x});
-  if (tr) tr.attrs().pairs = widths;
+  detail::Traced<Tensor> tr(OpId::pad, {&x});
+  if (tr) tr.set_attrs(detail::PadAttrs{widths});
   check_valid(x, "pad");
   if (widths.size() != x.shape().size()) {
     throw Error(cat("[ops] pad: ", widths.size(), " (before, after) pairs given for shape ",

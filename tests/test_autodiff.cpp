@@ -221,7 +221,8 @@ TEST(Autodiff, MatmulTransposedEqualsAnExplicitTranspose) {
   EXPECT_MESHRT_ERROR(matmul_transposed(tensor(va, {32}, d), tensor(vb, sb, d), true, false),
                       "[ops] matmul_transposed", "at least 2-D");
   EXPECT_MESHRT_ERROR(matmul_transposed(tensor(va, sa, d), tensor(vb, sb, d), false, true),
-                      "[ops] matmul_transposed", "not aligned", "4 != 8");
+                      "[ops] matmul_transposed", "(read transposed) do not align",
+                      "last dimension (size 4)", "second-to-last dimension (size 8)");
 }
 
 TEST(Autodiff, TiesSplitAsJax) {

@@ -608,7 +608,8 @@ TEST(GlobalViewErrors, NameTheOpAndTheFix) {
                       "Mesh('x': 4)", "device_put");
   Array c = iota_f32({3}, NamedSharding(m8, P()));
   EXPECT_MESHRT_ERROR(multiply(a, c),
-                      "[multiply] Incompatible shapes for broadcasting: shapes=[(8, 4), (3,)]");
+                      "[multiply] shapes (8, 4) and (3,) are not broadcastable (dimension 1: 4 vs "
+                      "3)");
   EXPECT_MESHRT_ERROR(sum(a, 2), "[sum] axis 2 is out of bounds for array of dimension 2");
   EXPECT_MESHRT_ERROR(matmul(a, a), "[matmul] shapes (8, 4) and (8, 4) do not align",
                       "last dimension (size 4)", "second-to-last dimension (size 8)");

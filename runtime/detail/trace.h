@@ -4,7 +4,7 @@
 // tape inside a differentiated shard_map), every differentiable op reports what it ran:
 //
 //   Tensor exp(const Tensor& x) {
-//     detail::Traced<Tensor> tr("exp", {&x});
+//     detail::Traced<Tensor> tr(OpId::exp, {&x});
 //     return tr(unary_op(UnaryOp::exp, x));   // recorded when a tracer follows x
 //   }
 //
@@ -25,6 +25,8 @@
 #include <vector>
 
 #include "core/dtype.h"
+#include "core/error.h"
+#include "runtime/detail/op_registry.h"
 
 namespace meshrt {
 class Tensor;
@@ -36,19 +38,6 @@ class Context;
 }  // namespace meshrt
 
 namespace meshrt::detail {
-
-// What an op's derivative rule needs besides its operands (each op uses the fields it names).
-struct OpAttrs {
-  std::optional<int> axis;                         // reductions, softmax, concatenate, ...
-  bool keepdims = false;                           // reductions; tiled (collectives)
-  std::vector<int64_t> ints;                       // perm, shape, start, starts, index
-  std::vector<int64_t> ints2;                      // limit
-  std::vector<int64_t> ints3;                      // strides
-  std::vector<std::pair<int64_t, int64_t>> pairs;  // pad widths, ppermute pairs
-  double value = 0.0;                              // scalar operand
-  std::vector<std::string> axes;                   // collectives' mesh axes
-  int a = 0, b = 0;                                // collectives' dimensions
-};
 
 using ErasedBody = std::function<std::vector<Tensor>(Context&, const std::vector<Tensor>&)>;
 using RunShardMap = std::vector<Array> (*)(const ErasedBody&, const Mesh&,
@@ -63,10 +52,10 @@ class Tracer {
   // `op` ran on `inputs` giving `outputs`: the tracer records it when it follows an input, and
   // then gives each output a trace id (next_trace_id) unless an earlier tracer in the stack gave
   // it one for this op (outputs arrive with id 0).
-  virtual void record(std::string_view op, std::span<const Tensor* const> inputs,
-                      std::span<Tensor> outputs, const OpAttrs& attrs) = 0;
-  virtual void record(std::string_view op, std::span<const Array* const> inputs,
-                      std::span<Array> outputs, const OpAttrs& attrs) = 0;
+  virtual void record(OpId op, std::span<const Tensor* const> inputs, std::span<Tensor> outputs,
+                      const OpAttrs& attrs) = 0;
+  virtual void record(OpId op, std::span<const Array* const> inputs, std::span<Array> outputs,
+                      const OpAttrs& attrs) = 0;
   // A host read (`what`: "to_vector", ...) of a value with this trace id: throws when the tracer
   // differentiates it (a gradient cannot flow through host memory).
   virtual void check_read(uint64_t trace_id, std::string_view what) = 0;
@@ -109,14 +98,14 @@ void check_host_read(uint64_t trace_id, std::string_view what);
 template <class T>
 class Traced {
  public:
-  Traced(std::string_view op, std::initializer_list<const T*> inputs) {
+  Traced(OpId op, std::initializer_list<const T*> inputs) {
     if (!tracing()) return;
     state_ = trace_state();
     ++state_->suppressed;
     op_ = op;
     inputs_.assign(inputs.begin(), inputs.end());
   }
-  Traced(std::string_view op, const std::vector<T>& inputs) {
+  Traced(OpId op, const std::vector<T>& inputs) {
     if (!tracing()) return;
     state_ = trace_state();
     ++state_->suppressed;
@@ -128,9 +117,12 @@ class Traced {
   ~Traced() {
     if (state_ != nullptr) --state_->suppressed;
   }
-  // True when the op will be reported: fill attrs() then.
+  // True when the op will be reported: set its attributes (the kind its OpDef names) then.
   explicit operator bool() const { return state_ != nullptr; }
-  OpAttrs& attrs() { return attrs_; }
+  template <class A>
+  void set_attrs(A attrs) {
+    attrs_ = std::move(attrs);
+  }
 
   T operator()(T out) {
     if (state_ != nullptr) report(std::span<T>(&out, 1));
@@ -146,12 +138,13 @@ class Traced {
     TraceState* s = state_;
     state_ = nullptr;
     --s->suppressed;
+    MESHRT_DCHECK(attrs_.index() == op_def(op_).attrs);
     for (T& y : outs) y.set_trace_id(0);  // an op may return an operand; its result is new
     for (Tracer* t : std::vector<Tracer*>(s->tracers)) t->record(op_, inputs_, outs, attrs_);
   }
 
   TraceState* state_ = nullptr;
-  std::string_view op_;
+  OpId op_ = OpId::identity;
   std::vector<const T*> inputs_;
   OpAttrs attrs_;
 };
