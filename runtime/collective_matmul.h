@@ -21,7 +21,13 @@
 
 namespace meshrt::collective_matmul {
 
-enum class Variant { naive, overlapped, bidirectional };
+// How the collective and the local matmuls are arranged (the file comment describes each).
+enum class Variant {
+  naive,          // one whole collective, then (or before) one matmul
+  overlapped,     // a one-way ring of ppermutes overlapped with per-block matmuls
+  bidirectional,  // the ring with half of each block travelling each way
+};
+// "naive", "overlapped" or "bidirectional".
 const char* variant_name(Variant v);
 
 // Inside a body. lhs_block: (m/N, k); rhs_block: (k/N, n); returns (m/N, n).
@@ -34,6 +40,8 @@ Tensor matmul_reduce_scatter(Context& ctx, const Tensor& lhs_block, const Tensor
 // The whole program: shard_map over `mesh` with the specs above; inputs are resharded as needed.
 Array allgather_matmul(const Array& lhs, const Array& rhs, const Mesh& mesh,
                        const std::string& axis, Variant variant);
+// The whole program of the matmul reduce-scatter: lhs is resharded to P(None, axis), rhs to
+// P(axis, None); the result is sharded on rows, P(axis, None).
 Array matmul_reduce_scatter(const Array& lhs, const Array& rhs, const Mesh& mesh,
                             const std::string& axis, Variant variant);
 

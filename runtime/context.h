@@ -34,10 +34,15 @@ struct PendingState;
 // One mesh axis name or several ("x", {"x", "y"}); several are mixed radix, first name major.
 class AxisNames {
  public:
+  // One axis: ctx.psum(x, "x").
   AxisNames(const char* name) : names_{name} {}
+  // One axis, from a std::string.
   AxisNames(std::string name) : names_{std::move(name)} {}
+  // Several axes, first major: ctx.psum(x, {"x", "y"}).
   AxisNames(std::initializer_list<std::string> names) : names_(names) {}
+  // Several axes from a vector, first major.
   explicit AxisNames(std::vector<std::string> names) : names_(std::move(names)) {}
+  // The axis names, first major.
   const std::vector<std::string>& names() const { return names_; }
 
  private:
@@ -51,7 +56,13 @@ class AxisNames {
 // bidi_ring: halves travelling in opposite directions; native: the platform's own (NCCL on cuda,
 // an error naming the devices where two members share a GPU; direct on cpu). Every algorithm gives
 // the same results up to floating-point summation order, bit-identical on every device of a group.
-enum class CollectiveAlgo { automatic, direct, ring, bidi_ring, native };
+enum class CollectiveAlgo {
+  automatic,  // MESHRT_COLLECTIVE_ALGO, else the platform's choice
+  direct,     // one shot over shared memory
+  ring,       // unidirectional ring, chunked and pipelined
+  bidi_ring,  // halves travelling in opposite directions
+  native,     // the platform's library (NCCL on cuda)
+};
 
 // The algorithm named `name`: "auto", "direct", "ring", "bidi_ring" or "native" (the values of
 // MESHRT_COLLECTIVE_ALGO). Throws meshrt::Error listing the names for any other string.
@@ -60,8 +71,9 @@ CollectiveAlgo parse_collective_algo(std::string_view name);
 // enumerator's name.
 std::string_view collective_algo_name(CollectiveAlgo algo);
 
+// Options of one collective call (the last argument of the Context collectives).
 struct CollectiveOptions {
-  CollectiveAlgo algo = CollectiveAlgo::automatic;
+  CollectiveAlgo algo = CollectiveAlgo::automatic;  // how the data moves
   // Reductions give the same bits under every algorithm: ((x0 op x1) op x2)... in group-index
   // order, as direct computes them. ring/bidi_ring then all-gather the inputs over the ring and
   // fold locally (N times the input in staging memory). Also MESHRT_DETERMINISTIC=1.
@@ -87,7 +99,9 @@ class PendingTensor {
  public:
   // An empty handle: valid() is false.
   PendingTensor();
+  // Takes over the collective; the moved-from handle is no longer valid().
   PendingTensor(PendingTensor&&) noexcept;
+  // Abandons this handle's collective if still valid (see Lifetime), then takes over the other's.
   PendingTensor& operator=(PendingTensor&&) noexcept;
   ~PendingTensor();
   // Blocks until the collective's output on this device is complete, then returns it. Throws
@@ -115,6 +129,7 @@ class Context {
  public:
   // The device this body runs on, and the mesh of the shard_map.
   Device device() const;
+  // The mesh the shard_map runs over.
   const Mesh& mesh() const;
   // Mixed radix over axes (first name major): the device's index in its group.
   int64_t axis_index(const AxisNames& axes) const;
@@ -127,6 +142,7 @@ class Context {
   Tensor pmean(const Tensor& x, const AxisNames& axes, const CollectiveOptions& options = {});
   // Elementwise maximum / minimum over the group.
   Tensor pmax(const Tensor& x, const AxisNames& axes, const CollectiveOptions& options = {});
+  // Elementwise minimum over the group.
   Tensor pmin(const Tensor& x, const AxisNames& axes, const CollectiveOptions& options = {});
   // Every member's block, in group order, stacked at `axis` (tiled: concatenated along it).
   Tensor all_gather(const Tensor& x, const AxisNames& axes, int axis = 0, bool tiled = false,
@@ -146,6 +162,7 @@ class Context {
   // The body may compute in between (collective matmul overlaps its ring steps this way).
   PendingTensor ppermute_start(const Tensor& x, const AxisNames& axes,
                                const std::vector<std::pair<int64_t, int64_t>>& perm);
+  // all_gather, started now: wait() on the handle gives its result.
   PendingTensor all_gather_start(const Tensor& x, const AxisNames& axes, int axis = 0,
                                  bool tiled = false, const CollectiveOptions& options = {});
 

@@ -34,15 +34,24 @@ class Device {
   // "cpu:3", "cuda:0"; with several processes the process comes first: "p1:cpu:3".
   std::string str() const;
 
+  // Same id(), i.e. the same device.
   friend bool operator==(const Device& a, const Device& b) { return a.id_ == b.id_; }
+  // Ordered by id(): devices() order.
   friend auto operator<=>(const Device& a, const Device& b) { return a.id_ <=> b.id_; }
 
+  // Added to a cuda device's id, so cpu and cuda ids never collide.
   static constexpr int kCudaIdBase = 1 << 20;
+  // Ids of process p start at p * kProcessIdStride.
   static constexpr int kProcessIdStride = 4096;
 
   // Internal: devices are made by the platform registry.
-  enum class Kind : unsigned char { cpu, cuda };
+  enum class Kind : unsigned char {
+    cpu,   // a simulated device of the cpu platform
+    cuda,  // a (logical) GPU of the cuda platform
+  };
+  // Internal: the device `local_index` of a platform in process `process_index`.
   Device(Kind kind, int local_index, int process_index = 0);
+  // The platform, as an enum (platform() names it).
   Kind kind() const { return kind_; }
 
  private:
@@ -76,10 +85,12 @@ std::string default_platform();
 // process), and the most held at once since the start or reset_peak_memory_stats(). Memory a
 // platform's allocator keeps cached for reuse is not counted (JAX's memory_stats bytes_in_use).
 struct MemoryStats {
-  int64_t bytes_in_use = 0;
-  int64_t peak_bytes_in_use = 0;
+  int64_t bytes_in_use = 0;       // held now
+  int64_t peak_bytes_in_use = 0;  // the most held at once since the start or the last reset
 };
+// The current MemoryStats (jax.Device.memory_stats, summed over devices). Thread-safe.
 MemoryStats memory_stats();
+// Starts a new peak: peak_bytes_in_use becomes bytes_in_use. Thread-safe.
 void reset_peak_memory_stats();
 
 // This process's devices of a platform (devices() filtered to process_index()), in local index
@@ -89,11 +100,14 @@ const std::vector<Device>& local_devices(std::string_view platform = "");
 // This process's index in the job, 0..process_count()-1 (jax.process_index); 0 and 1 when the
 // program runs as one process or before distributed::initialize().
 int process_index();
+// Number of processes in the job (jax.process_count); 1 without distributed::initialize().
 int process_count();
 
 }  // namespace meshrt
 
+// Hashes a Device by its id(), for unordered containers.
 template <>
 struct std::hash<meshrt::Device> {
+  // The hash of d.id().
   size_t operator()(const meshrt::Device& d) const noexcept { return std::hash<int>()(d.id()); }
 };

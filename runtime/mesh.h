@@ -22,15 +22,19 @@ class Mesh {
   // devices: prod(shape) distinct devices of one platform, in row-major order.
   Mesh(std::vector<Device> devices, Shape shape, std::vector<std::string> axis_names);
 
+  // Devices along each axis: {4, 2}.
   const Shape& shape() const;
+  // The axis names, one per dimension of shape(): {"data", "model"}.
   const std::vector<std::string>& axis_names() const;
   // Size of a named axis; an unknown name is an Error.
   int64_t axis_size(std::string_view axis) const;
   // Position of a named axis in axis_names(), or -1.
   int axis_position(std::string_view axis) const;
+  // Number of devices, prod(shape()).
   int64_t size() const;
   // Row-major order (mesh.devices.flat in JAX); valid while any copy of this Mesh lives.
   const std::vector<Device>& devices() const;
+  // The devices' platform: "cpu" or "cuda".
   std::string_view platform() const;
   // Coordinates of the device at flat position `flat`.
   std::vector<int64_t> coords(int64_t flat) const;
@@ -39,6 +43,7 @@ class Mesh {
   // "Mesh('x': 4, 'y': 2)".
   std::string str() const;
 
+  // Same devices in the same order, shape and axis names.
   friend bool operator==(const Mesh& a, const Mesh& b);
 
  private:

@@ -43,6 +43,7 @@
 
 namespace meshrt {
 
+// Options of shard_map (beyond JAX's mesh, in_specs and out_specs).
 struct ShardMapOptions {
   // Check at run time that outputs are equal along the mesh axes their out_spec leaves out
   // (JAX's check_vma, done on values). Off: the first device's block (mesh order) is used.
@@ -86,6 +87,7 @@ enum class OutForm { single, list, braced };
 template <class Body, detail::OutForm kForm>
 class ShardMapped {
  public:
+  // Holds the body and its specs; nothing is checked or run until the call. Use shard_map().
   ShardMapped(Body body, Mesh mesh, std::vector<PartitionSpec> in_specs,
               std::vector<PartitionSpec> out_specs, ShardMapOptions options)
       : body_(std::move(body)),
@@ -108,6 +110,9 @@ class ShardMapped {
     return detail::run_shard_map(erased, mesh_, in_specs_, out_specs_, args, options_);
   }
 
+  // Bodies over separate blocks: body(Context&, const Tensor&...) called with one Array per
+  // in_spec; returns an Array for a Tensor body, std::vector<Array> for a vector body. Errors in
+  // the specs or in a body are thrown here, naming the body (ShardMapOptions::name).
   template <class... A>
   requires(std::is_same_v<A, Array>&&...) auto operator()(const A&... args) const {
     static_assert((std::is_same_v<A, Array> && ...), "shard_map arguments are meshrt::Arrays");
@@ -165,6 +170,8 @@ auto shard_map(Body body, Mesh mesh, std::vector<PartitionSpec> in_specs, Partit
                                                     std::move(in_specs), {std::move(out_specs)},
                                                     detail::with_name<Body>(std::move(options)));
 }
+// The same with out_specs a vector of PartitionSpecs: the body returns std::vector<Tensor>, one
+// block per out_spec, and the call returns std::vector<Array>.
 template <class Body>
 auto shard_map(Body body, Mesh mesh, std::vector<PartitionSpec> in_specs,
                std::vector<PartitionSpec> out_specs, ShardMapOptions options = {}) {

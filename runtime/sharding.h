@@ -35,6 +35,7 @@ class Sharding {
   std::vector<std::pair<Device, Index>> devices_indices_map(const Shape& global_shape) const;
   // True when no mesh axis of size > 1 is used.
   bool is_fully_replicated() const;
+  // The platform of the devices: "cpu" or "cuda".
   std::string_view platform() const;
   // The devices holding blocks, in mesh.devices.flat order; valid while any copy of this
   // Sharding lives.
@@ -46,11 +47,14 @@ class Sharding {
 
   // Internal accessors (nullptr / empty when not a NamedSharding).
   const Mesh* mesh_or_null() const;
+  // The spec of a NamedSharding; an empty spec otherwise.
   const PartitionSpec& spec_or_empty() const;
 
  protected:
   struct Impl;
+  // Made by the subclasses, which build the shared, immutable state.
   explicit Sharding(std::shared_ptr<const Impl> impl) : impl_(std::move(impl)) {}
+  // Shared between copies; never modified after construction.
   std::shared_ptr<const Impl> impl_;
 };
 
@@ -71,15 +75,20 @@ bool same_placement(const PartitionSpec& a, const PartitionSpec& b);
 // mesh (unknown axes, an axis used twice); shapes are checked when they are given.
 class NamedSharding : public Sharding {
  public:
+  // jax.sharding.NamedSharding(mesh, spec); an Error for an axis not in the mesh or used twice.
   NamedSharding(Mesh mesh, PartitionSpec spec);
+  // The mesh the blocks are placed on.
   const Mesh& mesh() const;
+  // How the dimensions map onto the mesh axes.
   const PartitionSpec& spec() const;
 };
 
 // The whole array on one device.
 class SingleDeviceSharding : public Sharding {
  public:
+  // jax.sharding.SingleDeviceSharding(device).
   explicit SingleDeviceSharding(Device device);
+  // The device holding the whole array.
   Device device() const;
 };
 
