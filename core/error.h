@@ -15,6 +15,7 @@ namespace meshrt {
 // failed: ..."), with the original nested inside it (std::rethrow_if_nested).
 class Error : public std::runtime_error {
  public:
+  // `what` is the whole message: "[component] what happened; what to do".
   explicit Error(const std::string& what);
 };
 

@@ -19,8 +19,11 @@
 
 namespace meshrt {
 
+// Records the collectives the global view inserts while a Recording is alive (the file comment
+// has an example). Thread-safe: entries may be added from any thread.
 class CollectiveLog {
  public:
+  // One inserted collective.
   struct Entry {
     // The op that caused it: for a pending sum taken later, the op that made the sum ("sum",
     // "matmul", "gradient of args[0].w1 (matmul)"), with `note` saying where it was taken
@@ -29,18 +32,20 @@ class CollectiveLog {
     std::string op;
     std::string collective;  // "psum", "psum_scatter", "all_gather", "all_to_all"
     std::string algorithm;   // how it moved ("direct", or "copy" for reshards by block copies)
-    std::string from, to;    // shardings as text ("P('x',) sum over ('x',)" for pending sums)
+    // The shardings before (`from`) and after (`to`), as text.
+    std::string from, to;  // shardings as text ("P('x',) sum over ('x',)" for pending sums)
     // Bytes each device receives (and sends): psum, its block (4 for a float32 scalar: the
     // addend out, the sum back); psum_scatter, all_gather and all_to_all, the (n-1)/n of the
     // block that comes from the other devices.
     int64_t bytes_per_device = 0;
-    double seconds = 0;
-    std::string note;  // why, where it is not obvious (e.g. a spec that does not divide)
+    double seconds = 0;  // wall time the collective took
+    std::string note;    // why, where it is not obvious (e.g. a spec that does not divide)
   };
 
   // While the returned object lives, inserted collectives are appended to this log.
   class Recording {
    public:
+    // Moves the recording; the moved-from object records nothing.
     Recording(Recording&&) noexcept;
     Recording& operator=(Recording&&) = delete;
     ~Recording();
@@ -50,10 +55,15 @@ class CollectiveLog {
     explicit Recording(CollectiveLog* log);
     CollectiveLog* log_;
   };
+  // Starts recording into this log until the returned Recording is destroyed. Several
+  // recordings (of this log or others) may be active at once.
   [[nodiscard]] Recording record();
 
+  // A copy of the entries recorded so far, oldest first.
   std::vector<Entry> entries() const;
+  // Number of entries recorded so far.
   size_t size() const;
+  // Drops every entry; active recordings keep recording.
   void clear();
   // A table: op, collective, algorithm, from -> to, bytes per device, microseconds.
   std::string str() const;

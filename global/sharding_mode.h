@@ -8,9 +8,15 @@
 
 namespace meshrt {
 
-enum class ShardingMode { auto_, explicit_ };
+// How global-view ops treat operands whose shardings do not fit (the file comment has the details).
+enum class ShardingMode {
+  auto_,      // reshard them, logged in the CollectiveLog (JAX's Auto)
+  explicit_,  // throw an Error naming the shardings and the fix (JAX's Explicit)
+};
 
+// Sets the mode for the whole process (every thread); takes effect at the next op.
 void set_sharding_mode(ShardingMode mode);
+// The current mode: MESHRT_SHARDING at start (auto_ when unset), then the last set_sharding_mode.
 ShardingMode sharding_mode();
 
 }  // namespace meshrt
