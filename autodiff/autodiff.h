@@ -42,6 +42,7 @@ class Tape;
 
 // The value of `x`, cut from the computation: no gradient flows through it (lax.stop_gradient).
 Tensor stop_gradient(const Tensor& x);
+// The same for an Array: its value, with no gradient flowing through it.
 Array stop_gradient(const Array& x);
 
 namespace autodiff_detail {
@@ -228,8 +229,11 @@ auto grad(F f) {
 template <class Out, class... A>
 class Pullback {
  public:
+  // Made by vjp(): the recording, the primals it followed and the primal output.
   Pullback(std::shared_ptr<autodiff_detail::Recording> rec, std::tuple<A...> watched, Out out)
       : rec_(std::move(rec)), watched_(std::move(watched)), out_(std::move(out)) {}
+  // The cotangents of the primals for the output cotangent `ct` (a tree shaped like the
+  // output). Call it once: a second call is an Error.
   std::tuple<A...> operator()(const Out& ct) const {
     autodiff_detail::seed_tree(*rec_, out_, ct);
     rec_->backward();

@@ -52,6 +52,7 @@
 
 namespace meshrt {
 
+// Options of jit(): JAX's in_shardings, out_shardings and donate_argnums, and a name.
 struct JitOptions {
   // One entry per positional argument: every Array leaf of that argument is placed on this
   // sharding before the program runs (device_put; nullopt or a missing entry: as given). A
@@ -155,9 +156,13 @@ void clear_leaves(Tree& tree) {
 template <class F>
 class Jitted {
  public:
+  // Wraps f; nothing is traced until the first call. Use jit().
   Jitted(F f, JitOptions options)
       : f_(std::move(f)), options_(std::move(options)), cache_(std::make_shared<Cache>()) {}
 
+  // Runs f on `args`: the first call with a new signature (shapes, dtypes, shardings, static
+  // values) traces f and compiles it; later calls replay the compiled program. Donated arguments
+  // are reset to empty Arrays. Returns what f returns.
   template <class... Args>
   auto operator()(Args&&... args) const {
     using R = std::invoke_result_t<const F&, const std::remove_cvref_t<Args>&...>;

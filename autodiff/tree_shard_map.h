@@ -197,6 +197,7 @@ void flatten_out_specs(const Walk& w, const std::string& path, const S& s,
 template <class Body, class InSpecs, class OutSpecs>
 class TreeShardMapped {
  public:
+  // Holds the body and its specs; nothing is checked or run until the call. Use tree_shard_map().
   TreeShardMapped(Body body, Mesh mesh, InSpecs in_specs, OutSpecs out_specs,
                   ShardMapOptions options)
       : body_(std::make_shared<const Body>(std::move(body))),
@@ -205,6 +206,9 @@ class TreeShardMapped {
         out_specs_(std::move(out_specs)),
         options_(std::move(options)) {}
 
+  // Runs the body over the mesh: each argument is a tree of Arrays matching its in_spec tree;
+  // returns the body's result tree with an Array per Tensor, placed by out_specs. Errors name the
+  // tree path of the leaf at fault.
   template <class... Args>
   auto operator()(const Args&... args) const {
     using tree_detail::map_node;
