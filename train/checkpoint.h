@@ -48,11 +48,12 @@ namespace meshrt::checkpoint {
 // A restore target without data (jax.ShapeDtypeStruct): the shape, dtype and sharding the
 // restored Array gets. `sharding` must be set (the default names no device).
 struct ShapeDtypeStruct {
-  Shape shape;
-  DType dtype = DType::f32;
-  Sharding sharding = SingleDeviceSharding(Device());
+  Shape shape;                                         // the global shape
+  DType dtype = DType::f32;                            // the element type
+  Sharding sharding = SingleDeviceSharding(Device());  // where the blocks go; set it
 };
 
+// Options of save(): asynchronous writes, how many steps to keep, metadata.
 struct SaveOptions {
   // Copy the blocks to the host (cpu: keep references to the immutable blocks), return, and write
   // on a background thread; the next save() or wait_until_finished() joins it and raises its

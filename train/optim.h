@@ -47,7 +47,10 @@ namespace meshrt::optim {
 // float32 scalar Array on the count's sharding (optax.Schedule). Copies share the function.
 class Schedule {
  public:
+  // The function: the step count (an int32 scalar Array) to a float32 scalar Array.
   using Fn = std::function<Array(const Array& count)>;
+  // A schedule named `name` (shown by name() and in optimizer names) computing `fn`; the
+  // functions below make the optax ones.
   Schedule(std::string name, Fn fn);
 
   // The value at `count` (an int32 scalar Array): a float32 scalar Array on count's sharding.
@@ -88,12 +91,16 @@ Schedule join_schedules(std::vector<Schedule> schedules, std::vector<int64_t> bo
 // keeps no step count in the state; a Schedule (constant(v) too) keeps one, as in optax.
 class ScalarOrSchedule {
  public:
+  // A constant number (implicit, as optax takes floats).
   ScalarOrSchedule(double value) : value_(value) {}  // NOLINT: implicit, as optax takes floats
-  ScalarOrSchedule(Schedule schedule)                // NOLINT
+  // A schedule of the step count (implicit).
+  ScalarOrSchedule(Schedule schedule)  // NOLINT
       : schedule_(std::make_shared<Schedule>(std::move(schedule))) {}
+  // True for a Schedule, false for a number.
   bool is_schedule() const { return schedule_ != nullptr; }
-  double value() const;              // an Error for a Schedule
-  const Schedule& schedule() const;  // an Error for a number
+  double value() const;              // the number; an Error for a Schedule
+  const Schedule& schedule() const;  // the Schedule; an Error for a number
+  // The number as text ("0.001") or the schedule's name(), for optimizer names.
   std::string str() const;
 
  private:
@@ -109,9 +116,9 @@ class ScalarOrSchedule {
 // parameter's shape, dtype and sharding. `name` is the transform's ("scale_by_adam"), static.
 template <class Params>
 struct TransformState {
-  std::string name;
-  std::map<std::string, Array> scalars;
-  std::map<std::string, Params> trees;
+  std::string name;                      // the transform's name ("scale_by_adam"), static
+  std::map<std::string, Array> scalars;  // replicated scalars: "count" where kept
+  std::map<std::string, Params> trees;   // per-parameter moments: "mu", "nu", "trace"
 };
 MESHRT_TREE_DEFINE(template <class Params>, TransformState<Params>, name, scalars, trees)
 
@@ -121,7 +128,7 @@ MESHRT_TREE_DEFINE(template <class Params>, TransformState<Params>, name, scalar
 // "state.parts[1].trees['mu'].w1".
 template <class Params>
 struct State {
-  std::vector<TransformState<Params>> parts;
+  std::vector<TransformState<Params>> parts;  // one per transform of the chain, in order
 
   // The step count of the first transform that keeps one (an int32 scalar Array), else an
   // Error. Read it with to_vector<int32_t>() outside jit.
@@ -187,6 +194,7 @@ std::vector<std::string> leaf_paths(const Tree& tree) {
 // share the transforms.
 class GradientTransformation {
  public:
+  // The transforms, applied in order; the functions below (sgd, adam, chain, ...) make them.
   explicit GradientTransformation(std::vector<detail::TransformPtr> transforms)
       : transforms_(std::move(transforms)) {}
 
@@ -224,6 +232,7 @@ class GradientTransformation {
     return update_impl(grads, state, nullptr);
   }
 
+  // The transforms, in order (nested chains flattened).
   const std::vector<detail::TransformPtr>& transforms() const { return transforms_; }
 
  private:
@@ -274,6 +283,7 @@ class GradientTransformation {
 // Applies the transforms of each argument in order (optax.chain); nested chains flatten, so the
 // state has one part per transform.
 GradientTransformation chain(const std::vector<GradientTransformation>& transforms);
+// chain(a, b, ...): the same with the transformations as arguments.
 template <class... T>
 GradientTransformation chain(const GradientTransformation& first, const T&... rest) {
   return chain(std::vector<GradientTransformation>{first, rest...});
