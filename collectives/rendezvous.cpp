@@ -1,5 +1,7 @@
 #include "collectives/rendezvous.h"
 
+#include <chrono>
+#include <map>
 #include <sstream>
 
 #include "backends/backend.h"
@@ -399,11 +401,21 @@ void Session::device_finished(int64_t pos, bool threw) {
 // running device might still arrive; a waiting one only if its own instance can complete. What
 // cannot be shown live this way is deadlocked.
 void Session::check_deadlock_locked() {
+  // Every sleeping waiter calls this when a slice of its sleep ends: with many devices waiting
+  // on one slow collective (256 simulated devices on 2 cores), one check per millisecond is
+  // plenty, and a deadlock is still reported within a few slices.
+  const auto now = std::chrono::steady_clock::now();
+  if (now < next_deadlock_check_) return;
+  next_deadlock_check_ = now + std::chrono::milliseconds(1);
   const size_t n = devs_.size();
   std::vector<bool> live(n);
   for (size_t p = 0; p < n; ++p) live[p] = devs_[p].state == DevState::running;
+  // Waiters of one instance's rendezvous share the answer within a pass (every member arrived or
+  // live): computed once per instance, so a pass is O(devices), not O(devices x members).
+  std::map<const Instance*, bool> gathered;
   for (bool changed = true; changed;) {
     changed = false;
+    gathered.clear();
     for (size_t p = 0; p < n; ++p) {
       if (live[p] || devs_[p].state != DevState::waiting) continue;
       const Instance& w = *devs_[p].waiting_on;
@@ -413,9 +425,16 @@ void Session::check_deadlock_locked() {
         const auto k = static_cast<size_t>(devs_[p].progress_index);
         ok = w.progress_[k].load(std::memory_order_acquire) >= devs_[p].progress_unit ||
              live[static_cast<size_t>(w.member(k))];
-      }
-      for (size_t k = 0; k < w.members_->size() && ok && devs_[p].progress_index < 0; ++k) {
-        if (!w.arrived(k) && !live[static_cast<size_t>(w.member(k))]) ok = false;
+      } else {
+        auto it = gathered.find(&w);
+        if (it == gathered.end()) {
+          bool all = true;
+          for (size_t k = 0; k < w.members_->size() && all; ++k) {
+            if (!w.arrived(k) && !live[static_cast<size_t>(w.member(k))]) all = false;
+          }
+          it = gathered.emplace(&w, all).first;
+        }
+        ok = it->second;
       }
       if (ok) live[p] = changed = true;
     }

@@ -201,7 +201,9 @@ class Session {
   const std::shared_ptr<const CrossProcess> cross_;
   mutable core::YieldLock mu_;
   std::vector<Dev> devs_;  // guarded by mu_
-  int64_t left_ = 0;       // guarded by mu_: devices out of their body
+  // guarded by mu_: check_deadlock_locked runs at most once per millisecond
+  std::chrono::steady_clock::time_point next_deadlock_check_{};
+  int64_t left_ = 0;  // guarded by mu_: devices out of their body
   using Open = std::map<Key, std::shared_ptr<Instance>>;
   Open open_;                                 // guarded by mu_: gathering or failed
   std::vector<Open::node_type> spare_nodes_;  // guarded by mu_: reused map nodes
