@@ -18,9 +18,9 @@ namespace meshrt {
 // One device's piece of an Array: its device, the [start, stop) range it holds per dimension,
 // and the data.
 struct Shard {
-  Device device;
-  Index index;
-  Tensor data;
+  Device device;  // the device holding it
+  Index index;    // [start, stop) per dimension of the global array
+  Tensor data;    // the block, on `device`
 };
 
 // Array: a global array: a shape, a dtype, a sharding, and one block per device of the sharding
@@ -41,13 +41,18 @@ void set_pending_sum_origin(const Array& x, std::string origin);
 std::string pending_sum_origin(const Array& x);
 }  // namespace detail
 
+// A global array over the devices of its sharding (jax.Array); see the comment above.
 class Array {
  public:
+  // An empty Array: valid() is false (see above).
   Array() = default;
   // False for a default-constructed (or donated) Array: it holds no value.
   bool valid() const { return !blocks_.empty(); }
+  // The global shape (not the block's): () for an empty Array.
   const Shape& shape() const { return shape_; }
+  // The element type.
   DType dtype() const { return dtype_; }
+  // Where the blocks live (jax.Array.sharding).
   const Sharding& sharding() const { return sharding_; }
   // The one device holding the whole array (a SingleDeviceSharding, or a mesh of one device);
   // an Error for an Array spread over several devices.
@@ -105,6 +110,7 @@ class Array {
         std::vector<std::string> pending_sum_axes);
   // Internal (autodiff): which traced value this is; 0 when no tape follows it. Copies share it.
   uint64_t trace_id() const { return trace_id_; }
+  // Internal (autodiff): sets trace_id() on this handle.
   void set_trace_id(uint64_t id) { trace_id_ = id; }
 
  private:
@@ -141,11 +147,13 @@ std::ostream& operator<<(std::ostream& os, const Array& x);
 
 // Places host data (row-major, prod(shape) elements) on the devices of `to`.
 Array device_put(const void* data, int64_t count, DType dtype, Shape shape, const Sharding& to);
+// Places typed host data on the devices of `to` (jax.device_put); the dtype is dtype_v<T>.
 template <class T>
 Array device_put(std::span<const T> data, Shape shape, const Sharding& to) {
   return device_put(data.data(), static_cast<int64_t>(data.size()), dtype_v<T>, std::move(shape),
                     to);
 }
+// The same from a std::vector (std::vector<bool> included, as DType::bool_).
 template <class T>
 Array device_put(const std::vector<T>& data, Shape shape, const Sharding& to) {
   if constexpr (std::is_same_v<T, bool>) {

@@ -27,12 +27,19 @@ class Buffer;
 //   std::vector<float> host = (t * 2.0).to_vector<float>();
 class Tensor {
  public:
+  // An empty handle: valid() is false, and ops on it are an Error.
   Tensor() = default;
+  // The dimensions, row-major.
   const Shape& shape() const { return shape_; }
+  // The element type.
   DType dtype() const { return dtype_; }
+  // The device holding the block.
   Device device() const { return device_; }
+  // Number of elements, prod(shape()).
   int64_t size() const { return shape_size(shape_); }
+  // Number of dimensions (0 for a scalar).
   int64_t ndim() const { return static_cast<int64_t>(shape_.size()); }
+  // Bytes of the elements, size() * dtype_size(dtype()).
   size_t nbytes() const { return static_cast<size_t>(size()) * dtype_size(dtype_); }
   // False for a default-constructed Tensor.
   bool valid() const { return buffer_ != nullptr; }
@@ -65,6 +72,7 @@ class Tensor {
          Device device);
   // The block this tensor views, shared with every copy and view of it.
   const std::shared_ptr<backend::Buffer>& buffer() const { return buffer_; }
+  // Where this tensor's element 0 lies in buffer(), in bytes.
   size_t byte_offset() const { return byte_offset_; }
   // Device address of element 0 (a host pointer on cpu; nullptr when not valid()). Valid while
   // any Tensor or Array shares the block, not merely while this Tensor lives: keep a Tensor for as
@@ -74,6 +82,7 @@ class Tensor {
   void copy_to_host(void* dst, DType expected) const;
   // Internal (autodiff): which traced value this is; 0 when no tape follows it. Copies share it.
   uint64_t trace_id() const { return trace_id_; }
+  // Internal (autodiff): sets trace_id() on this handle.
   void set_trace_id(uint64_t id) { trace_id_ = id; }
 
  private:
@@ -92,11 +101,13 @@ Tensor empty(Shape shape, DType dtype, Device device);
 
 // Copies host data into a new tensor on `device`; data.size() must equal prod(shape).
 Tensor tensor(const void* data, int64_t count, DType dtype, Shape shape, Device device);
+// Copies typed host data into a new tensor on `device`; the dtype is dtype_v<T>.
 template <class T>
 Tensor tensor(std::span<const T> data, Shape shape, Device device) {
   return tensor(data.data(), static_cast<int64_t>(data.size()), dtype_v<T>, std::move(shape),
                 device);
 }
+// The same from a std::vector (std::vector<bool> included, as DType::bool_).
 template <class T>
 Tensor tensor(const std::vector<T>& data, Shape shape, Device device) {
   if constexpr (std::is_same_v<T, bool>) {
