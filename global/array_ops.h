@@ -30,63 +30,71 @@ namespace meshrt {
 
 // Options of ops that can be told their result's sharding (JAX's out_sharding=).
 struct OpOptions {
-  std::optional<Sharding> out_sharding;
+  std::optional<Sharding> out_sharding;  // unset: the op's placement rule decides
   // The product's precision (default_matmul_precision() when unset; see core/dtype.h).
   std::optional<Precision> precision;
 };
 
 // ---- creation on a sharding (each device fills its own block)
-Array zeros(Shape shape, DType dtype, const Sharding& sharding);
-Array ones(Shape shape, DType dtype, const Sharding& sharding);
+
+Array zeros(Shape shape, DType dtype, const Sharding& sharding);  // jnp.zeros placed by `sharding`
+Array ones(Shape shape, DType dtype, const Sharding& sharding);   // jnp.ones placed by `sharding`
+// jnp.full placed by `sharding`: every element `value`, cast to dtype.
 Array full(Shape shape, double value, DType dtype, const Sharding& sharding);
-Array arange(int64_t n, DType dtype, const Sharding& sharding);
-Array astype(const Array& x, DType dtype);
+Array arange(int64_t n, DType dtype, const Sharding& sharding);  // 0, 1, ..., n-1 by `sharding`
+Array astype(const Array& x, DType dtype);  // x.astype(dtype); keeps the sharding
 
 // ---- resharding
+
 // jax.lax.with_sharding_constraint: the value resharded to `sharding` (pending sums summed with
 // psum_scatter where the spec shards them). A spec that does not divide the shape is not an
 // error: as jax.jit does, the axes that do not divide are dropped (the CollectiveLog says so).
 Array with_sharding_constraint(const Array& x, const Sharding& sharding);
 
 // ---- elementwise (broadcasting)
-Array add(const Array& a, const Array& b);
-Array subtract(const Array& a, const Array& b);
-Array multiply(const Array& a, const Array& b);
-Array divide(const Array& a, const Array& b);
-Array maximum(const Array& a, const Array& b);
-Array minimum(const Array& a, const Array& b);
-Array equal(const Array& a, const Array& b);
-Array not_equal(const Array& a, const Array& b);
-Array less(const Array& a, const Array& b);
-Array less_equal(const Array& a, const Array& b);
-Array greater(const Array& a, const Array& b);
-Array greater_equal(const Array& a, const Array& b);
-Array where(const Array& cond, const Array& a, const Array& b);
 
-Array neg(const Array& x);
-Array exp(const Array& x);
-Array log(const Array& x);
-Array sin(const Array& x);
-Array cos(const Array& x);
-Array tanh(const Array& x);
-Array sqrt(const Array& x);
-Array relu(const Array& x);
+Array add(const Array& a, const Array& b);                       // a + b
+Array subtract(const Array& a, const Array& b);                  // a - b
+Array multiply(const Array& a, const Array& b);                  // a * b
+Array divide(const Array& a, const Array& b);                    // a / b, true division
+Array maximum(const Array& a, const Array& b);                   // NaN propagates
+Array minimum(const Array& a, const Array& b);                   // NaN propagates
+Array equal(const Array& a, const Array& b);                     // a == b; comparisons give bool
+Array not_equal(const Array& a, const Array& b);                 // a != b
+Array less(const Array& a, const Array& b);                      // a < b
+Array less_equal(const Array& a, const Array& b);                // a <= b
+Array greater(const Array& a, const Array& b);                   // a > b
+Array greater_equal(const Array& a, const Array& b);             // a >= b
+Array where(const Array& cond, const Array& a, const Array& b);  // cond is bool
 
-Array add(const Array& a, Scalar b);
-Array subtract(const Array& a, Scalar b);
-Array subtract(Scalar a, const Array& b);
-Array multiply(const Array& a, Scalar b);
-Array divide(const Array& a, Scalar b);
-Array divide(Scalar a, const Array& b);
-Array maximum(const Array& a, Scalar b);
-Array minimum(const Array& a, Scalar b);
-Array equal(const Array& a, Scalar b);
-Array not_equal(const Array& a, Scalar b);
-Array less(const Array& a, Scalar b);
-Array less_equal(const Array& a, Scalar b);
-Array greater(const Array& a, Scalar b);
-Array greater_equal(const Array& a, Scalar b);
+Array neg(const Array& x);   // -x
+Array exp(const Array& x);   // integer inputs give floats
+Array log(const Array& x);   // natural logarithm; integer inputs give floats
+Array sin(const Array& x);   // integer inputs give floats
+Array cos(const Array& x);   // integer inputs give floats
+Array tanh(const Array& x);  // integer inputs give floats
+Array sqrt(const Array& x);  // integer inputs give floats
+Array relu(const Array& x);  // max(x, 0), jax.nn.relu
 
+Array add(const Array& a, Scalar b);            // a + b
+Array subtract(const Array& a, Scalar b);       // a - b
+Array subtract(Scalar a, const Array& b);       // a - b
+Array multiply(const Array& a, Scalar b);       // a * b
+Array divide(const Array& a, Scalar b);         // a / b, true division
+Array divide(Scalar a, const Array& b);         // a / b, true division
+Array maximum(const Array& a, Scalar b);        // NaN propagates
+Array minimum(const Array& a, Scalar b);        // NaN propagates
+Array equal(const Array& a, Scalar b);          // a == b; bool results
+Array not_equal(const Array& a, Scalar b);      // a != b
+Array less(const Array& a, Scalar b);           // a < b
+Array less_equal(const Array& a, Scalar b);     // a <= b
+Array greater(const Array& a, Scalar b);        // a > b
+Array greater_equal(const Array& a, Scalar b);  // a >= b
+
+// Operators, as on Tensors: `a + b` is add(a, b), `a - b` subtract, `a * b` multiply, `a / b`
+// divide, `-x` neg(x), and `==`, `!=`, `<`, `<=`, `>`, `>=` the comparisons (bool results); a
+// Scalar may stand on either side. `a += b` (and -=, *=, /=) rebinds `a` to the new Array.
+//@{
 inline Array operator+(const Array& a, const Array& b) { return add(a, b); }
 inline Array operator-(const Array& a, const Array& b) { return subtract(a, b); }
 inline Array operator*(const Array& a, const Array& b) { return multiply(a, b); }
@@ -120,35 +128,52 @@ inline Array& operator+=(Array& a, Scalar b) { return a = add(a, b); }
 inline Array& operator-=(Array& a, Scalar b) { return a = subtract(a, b); }
 inline Array& operator*=(Array& a, Scalar b) { return a = multiply(a, b); }
 inline Array& operator/=(Array& a, Scalar b) { return a = divide(a, b); }
+//@}
 
 // ---- reductions: axis = std::nullopt reduces everything; negative axes count from the end
+
+// jnp.sum; sums of integers are int64. Over a sharded dim the result is a pending sum
+// (see the file comment).
 Array sum(const Array& x, std::optional<int> axis = std::nullopt, bool keepdims = false);
+// jnp.mean; integer inputs give floats.
 Array mean(const Array& x, std::optional<int> axis = std::nullopt, bool keepdims = false);
+// jnp.max: the largest element (a pmax over the axes sharding the reduced dims).
 Array max(const Array& x, std::optional<int> axis = std::nullopt, bool keepdims = false);
+// jnp.min: the smallest element (a pmin over the axes sharding the reduced dims).
 Array min(const Array& x, std::optional<int> axis = std::nullopt, bool keepdims = false);
+// jnp.argmax: the index of the largest element, as int64.
 Array argmax(const Array& x, std::optional<int> axis = std::nullopt, bool keepdims = false);
-Array softmax(const Array& x, int axis = -1);
-Array log_softmax(const Array& x, int axis = -1);
+Array softmax(const Array& x, int axis = -1);      // jax.nn.softmax along `axis`
+Array log_softmax(const Array& x, int axis = -1);  // jax.nn.log_softmax along `axis`
 
 // ---- linear algebra
+
+// jnp.matmul (2-D, batched and 1-D operands); contracting a sharded dim gives a pending sum.
+// options: out_sharding constrains the result, precision the product's.
 Array matmul(const Array& a, const Array& b, const OpOptions& options = {});
 // matmul with a and/or b read transposed in their last two dims, without a transpose op: the
 // placement rule sees the swapped operand (as jax.jit would for dot_general's swapped dims).
 Array matmul_transposed(const Array& a, const Array& b, bool transpose_a, bool transpose_b,
                         const OpOptions& options = {});
+// jnp.dot for 1-D and 2-D operands, and N-D . 1-D.
 Array dot(const Array& a, const Array& b, const OpOptions& options = {});
-Array transpose(const Array& x, std::vector<int> perm = {});
+Array transpose(const Array& x, std::vector<int> perm = {});  // empty perm reverses the dims
 
 // ---- shape
-Array reshape(const Array& x, Shape shape);
+
+Array reshape(const Array& x, Shape shape);  // one entry may be -1
+// lax.slice: [start, limit) with optional strides per dimension.
 Array slice(const Array& x, const Shape& start, const Shape& limit, const Shape& strides = {});
+// lax.slice_in_dim: [start, limit) with `stride` along `axis` only.
 Array slice_in_dim(const Array& x, int64_t start, int64_t limit, int64_t stride = 1, int axis = 0);
+// lax.dynamic_slice_in_dim: `start` clamped so the slice fits.
 Array dynamic_slice_in_dim(const Array& x, int64_t start, int64_t size, int axis = 0);
-Array concatenate(const std::vector<Array>& xs, int axis = 0);
-std::vector<Array> split(const Array& x, int64_t sections, int axis = 0);
-Array stack(const std::vector<Array>& xs, int axis = 0);
-Array squeeze(const Array& x, std::vector<int> axes = {});
-Array expand_dims(const Array& x, int axis);
+Array concatenate(const std::vector<Array>& xs, int axis = 0);  // jnp.concatenate along `axis`
+std::vector<Array> split(const Array& x, int64_t sections, int axis = 0);  // equal parts
+Array stack(const std::vector<Array>& xs, int axis = 0);    // jnp.stack: a new dim at `axis`
+Array squeeze(const Array& x, std::vector<int> axes = {});  // empty: every size-1 dim
+Array expand_dims(const Array& x, int axis);                // a size-1 dim at `axis`
+// jnp.pad(mode="constant"): (before, after) >= 0 per dimension.
 Array pad(const Array& x, const std::vector<std::pair<int64_t, int64_t>>& widths,
           double value = 0.0);
 // x[i]: row i of the leading dimension (negative counts from the end), as jnp indexing.
