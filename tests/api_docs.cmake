@@ -3,13 +3,14 @@
 # project header it includes, transitively; a public header missing from the Doxyfile's INPUT is a
 # failure too, so a new header is checked from the day meshrt.h includes it. Internal detail
 # namespaces are left out by the Doxyfile's EXCLUDE_SYMBOLS (listed there, with the reason).
-# Doxygen does not warn about enumerators, so they are read from its XML output.
+# Doxygen does not warn about enumerators, nor about members of an undocumented namespace, so
+# enumerators and namespaces are read from its XML output.
 # Usage: cmake -DROOT=<repo> -DDOXYGEN=<exe> -DWORK=<dir> -P api_docs.cmake
 cmake_minimum_required(VERSION 3.20)
 
 # Headers whose documentation is still being written (issue 30): their undocumented symbols are
 # counted and printed, not failed. Empty this list, never grow it.
-set(PENDING core/dtype.h global/array_ops.h runtime/array.h runtime/tensor.h runtime/tensor_ops.h)
+set(PENDING core/dtype.h)
 
 # The public headers: meshrt.h and its project includes (spelled from the repository root).
 set(public include/meshrt/meshrt.h)
@@ -65,6 +66,19 @@ foreach(xml IN LISTS xmls)
     string(REPLACE "${ROOT}/" "" file "${CMAKE_MATCH_1}")
     list(APPEND failures "${file}:${CMAKE_MATCH_2}: enumerator ${name} is not documented")
   endforeach()
+endforeach()
+
+# Namespaces without a comment (docs/namespaces.dox): Doxygen checks a namespace's members only
+# once the namespace is documented. The compound's own description is indented by 4.
+foreach(xml IN LISTS xmls)
+  get_filename_component(name ${xml} NAME)
+  if(name MATCHES "^namespace" AND NOT name STREQUAL "namespacestd.xml")
+    file(READ ${xml} text)
+    if(text MATCHES "\n    <briefdescription>${ws}</briefdescription>${ws}<detaileddescription>${ws}</detaileddescription>")
+      string(REGEX MATCH "<compoundname>([^<]*)</compoundname>" _ "${text}")
+      list(APPEND failures "docs/namespaces.dox: namespace ${CMAKE_MATCH_1} is not documented")
+    endif()
+  endif()
 endforeach()
 
 list(LENGTH public n)
