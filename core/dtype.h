@@ -13,32 +13,45 @@ namespace meshrt {
 
 // Element type of a Tensor or Array. Names follow NumPy/JAX (float32, ..., bool). bool_ is what
 // comparisons return (one byte per element, 0 or 1).
-enum class DType { f32, f64, i32, i64, bool_ };
+enum class DType {
+  f32,    // float32
+  f64,    // float64
+  i32,    // int32
+  i64,    // int64
+  bool_,  // bool
+};
 
+// The DType of a C++ element type: dtype_of<float>::value is DType::f32. Specialized for float,
+// double, int32_t, int64_t and bool; any other type fails to compile with a message.
 template <class T>
 struct dtype_of {
   static_assert(!std::is_same_v<T, T>,
                 "meshrt supports float, double, int32_t, int64_t and bool elements only");
 };
+// float is float32.
 template <>
 struct dtype_of<float> {
-  static constexpr DType value = DType::f32;
+  static constexpr DType value = DType::f32;  // the DType
 };
+// double is float64.
 template <>
 struct dtype_of<double> {
-  static constexpr DType value = DType::f64;
+  static constexpr DType value = DType::f64;  // the DType
 };
+// int32_t is int32.
 template <>
 struct dtype_of<int32_t> {
-  static constexpr DType value = DType::i32;
+  static constexpr DType value = DType::i32;  // the DType
 };
+// int64_t is int64.
 template <>
 struct dtype_of<int64_t> {
-  static constexpr DType value = DType::i64;
+  static constexpr DType value = DType::i64;  // the DType
 };
+// bool is bool_ (stored as one byte).
 template <>
 struct dtype_of<bool> {
-  static constexpr DType value = DType::bool_;
+  static constexpr DType value = DType::bool_;  // the DType
 };
 
 // dtype_v<float> == DType::f32; any other element type is a compile-time error.
@@ -57,7 +70,11 @@ inline std::ostream& operator<<(std::ostream& os, DType dtype) { return os << dt
 // exponent, 10-bit mantissa) and accumulate in f32, as JAX does on GPUs by default. cpu computes
 // in full precision whatever is asked. set_default_matmul_precision (runtime/tensor_ops.h) and
 // MESHRT_MATMUL_PRECISION choose the default; matmul/dot options choose per call.
-enum class Precision { highest, tf32 };
+enum class Precision {
+  highest,  // true fp32 products for f32 (JAX's Precision.HIGHEST)
+  tf32,     // f32 operands may be rounded to TF32 on GPUs with tensor cores
+};
+// "highest" or "tf32" (the values of MESHRT_MATMUL_PRECISION).
 std::string_view precision_name(Precision p);
 // The C++ element type name, for error messages: "float", "double", "int32_t", "int64_t", "bool".
 std::string_view dtype_cpp_name(DType dtype);
