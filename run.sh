@@ -105,6 +105,7 @@ case "$cmd" in
     ;;
   docs)
     install_missing
+    mkdir -p build/docs  # Doxygen makes only the last folder of OUTPUT_DIRECTORY
     doxygen docs/Doxyfile
     echo "run.sh: the API reference is build/docs/html/index.html"
     ;;
