@@ -1,7 +1,18 @@
 #!/usr/bin/env bash
 # meshrt's entry point.
 #   ./run.sh demo                         set up, build, run the walkthrough on 8 simulated cpu devices
-#   ./run.sh test [--sanitize=thread|address]   set up, build, run the whole suite (CTest)
+#   ./run.sh test [--sanitize=thread|address]   set up, build, run the whole suite (CTest); a
+#                                         sanitizer builds build-<name>/ (RelWithDebInfo) and any
+#                                         report fails the test: address = ASan + UBSan + LSan
+#                                         (about 14 min for the suite on 2 cores), thread = TSan
+#                                         (about 21 min); the multi-process tests use the Open MPI
+#                                         suppression files in tests/sanitizers/
+#   ./run.sh test --sanitize=address --ci-subset   the same, over CI's subset only (CTest label
+#                                         sanitize_ci: collectives, shard_map, global view, jit,
+#                                         autodiff, trees, the mpirun tests)
+#   ./run.sh fuzz [SECONDS]               build the libFuzzer targets (fuzz/, clang) in build-fuzz/
+#                                         and run each for SECONDS (default 45) on a copy of its
+#                                         seed corpus fuzz/corpus/<target>; fails on any crash
 #   ./run.sh perf [--quick]               set up, build, print the collective performance report
 #   ./run.sh bench                        set up, build, run the Google Benchmark suites
 #   (meshrt-bench, the nccl-tests-style CLI, is build/bench/meshrt-bench; see README)
@@ -20,10 +31,12 @@ cd "$(dirname "$0")"
 cmd="${1:-demo}"
 [ $# -gt 0 ] && shift
 sanitize=""
+ci_subset=0
 extra=()
 for arg in "$@"; do
   case "$arg" in
     --sanitize=thread|--sanitize=address) sanitize="${arg#--sanitize=}" ;;
+    --ci-subset) ci_subset=1 ;;
     --sanitize=*) echo "run.sh: --sanitize takes thread or address" >&2; exit 2 ;;
     *) extra+=("$arg") ;;
   esac
@@ -37,6 +50,8 @@ for_cmd="$cmd"
 [ "$cmd" = packages ] && for_cmd="${extra[0]:-test}"
 if [ "$for_cmd" = bench ]; then packages+=(gnuplot-nox); fi
 if [ "$for_cmd" = docs ]; then packages+=(doxygen); fi
+# libFuzzer's runtime (clang's -fsanitize=fuzzer) is only a recommendation of clang's packages.
+if [ "$for_cmd" = fuzz ]; then packages+=(libclang-rt-dev); fi
 
 install_missing() {
   local missing=()
@@ -86,7 +101,35 @@ case "$cmd" in
     elif [ "$sanitize" = "address" ]; then
       export ASAN_OPTIONS="detect_leaks=1:abort_on_error=1" UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"
     fi
+    if [ "$ci_subset" = 1 ]; then
+      [ -n "$sanitize" ] || { echo "run.sh: --ci-subset goes with --sanitize=..." >&2; exit 2; }
+      extra+=(-L sanitize_ci)
+    fi
     ctest --test-dir "$build_dir" --output-on-failure -j "$jobs" "${extra[@]}"
+    ;;
+  fuzz)
+    install_missing
+    seconds="${extra[0]:-45}"
+    cmake -S fuzz -B build-fuzz -G Ninja -DCMAKE_CXX_COMPILER=clang++ \
+      $(command -v ccache >/dev/null 2>&1 && echo -DCMAKE_CXX_COMPILER_LAUNCHER=ccache) \
+      > build-fuzz.configure.log 2>&1 || { cat build-fuzz.configure.log; exit 1; }
+    cmake --build build-fuzz -j "$(nproc)"
+    # New inputs go to a scratch copy: the committed corpus holds seeds and regressions only.
+    for corpus in fuzz/corpus/*/; do
+      target="$(basename "$corpus")"
+      work="build-fuzz/corpus/$target"
+      mkdir -p "$work"
+      echo "run.sh: fuzz_$target for ${seconds} s"
+      # -malloc_limit_mb: one allocation above 1 GiB is a failure (an input-chosen size).
+      if ! "./build-fuzz/fuzz_$target" -max_total_time="$seconds" -rss_limit_mb=2048 \
+          -malloc_limit_mb=1024 -print_final_stats=1 -artifact_prefix="build-fuzz/$target-" \
+          "$work" "$corpus" > "$work.log" 2>&1; then
+        tail -n 60 "$work.log"
+        echo "run.sh: fuzz_$target failed; its input is build-fuzz/$target-*, its log $work.log" >&2
+        exit 1
+      fi
+      grep -E "^(Done|stat::number_of_executed_units)" "$work.log" || true
+    done
     ;;
   perf)
     configure_and_build --target meshrt-perf-report meshrt-ops-report mpi_baseline
@@ -117,7 +160,7 @@ case "$cmd" in
     echo "${packages[@]}"
     ;;
   *)
-    echo "usage: ./run.sh demo | test [--sanitize=thread|address] | perf [--quick] | bench | build | docs | gpu-bundle [OUT.tar.xz] | packages [command]" >&2
+    echo "usage: ./run.sh demo | test [--sanitize=thread|address [--ci-subset]] | fuzz [SECONDS] | perf [--quick] | bench | build | docs | gpu-bundle [OUT.tar.xz] | packages [command]" >&2
     exit 2
     ;;
 esac

@@ -2,7 +2,7 @@
 # Usage: cmake -DROOT=<repo> -DCLANG_FORMAT=<exe> -P check_format.cmake
 file(GLOB_RECURSE files RELATIVE ${ROOT}
      ${ROOT}/core/* ${ROOT}/backends/* ${ROOT}/collectives/* ${ROOT}/runtime/* ${ROOT}/global/*
-     ${ROOT}/autodiff/* ${ROOT}/bench/* ${ROOT}/examples/* ${ROOT}/tests/* ${ROOT}/include/*)
+     ${ROOT}/autodiff/* ${ROOT}/bench/* ${ROOT}/examples/* ${ROOT}/tests/* ${ROOT}/include/* ${ROOT}/fuzz/*)
 list(FILTER files INCLUDE REGEX "\\.(h|cpp|cu|c)$")
 list(FILTER files EXCLUDE REGEX "^tests/data/")
 set(bad "")

@@ -10,7 +10,7 @@ set(vendor_re "^(cuda[a-z_0-9]*\\.h|cuda\\.h|cublas[a-z_0-9]*\\.h|nccl\\.h|mpi\\
 set(errors "")
 file(GLOB_RECURSE files RELATIVE ${ROOT}
      ${ROOT}/core/* ${ROOT}/backends/* ${ROOT}/collectives/* ${ROOT}/runtime/* ${ROOT}/global/*
-     ${ROOT}/autodiff/* ${ROOT}/train/* ${ROOT}/bench/* ${ROOT}/examples/* ${ROOT}/tests/* ${ROOT}/include/*)
+     ${ROOT}/autodiff/* ${ROOT}/train/* ${ROOT}/bench/* ${ROOT}/examples/* ${ROOT}/tests/* ${ROOT}/include/* ${ROOT}/fuzz/*)
 list(FILTER files INCLUDE REGEX "\\.(h|cpp|cu|c)$")
 foreach(f IN LISTS files)
   string(REGEX MATCH "^[^/]+" top ${f})
