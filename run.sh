@@ -108,15 +108,17 @@ case "$cmd" in
     ctest --test-dir "$build_dir" --output-on-failure -j "$jobs" "${extra[@]}"
     ;;
   fuzz)
-    install_missing
+    configure_and_build --target meshrt  # fuzz_bench_args links the core
     seconds="${extra[0]:-45}"
     cmake -S fuzz -B build-fuzz -G Ninja -DCMAKE_CXX_COMPILER=clang++ \
+      "-DMESHRT_CORE=$PWD/$build_dir/libmeshrt.so" \
       $(command -v ccache >/dev/null 2>&1 && echo -DCMAKE_CXX_COMPILER_LAUNCHER=ccache) \
       > build-fuzz.configure.log 2>&1 || { cat build-fuzz.configure.log; exit 1; }
     cmake --build build-fuzz -j "$(nproc)"
     # New inputs go to a scratch copy: the committed corpus holds seeds and regressions only.
     for corpus in fuzz/corpus/*/; do
       target="$(basename "$corpus")"
+      [ -x "build-fuzz/fuzz_$target" ] || { echo "run.sh: build-fuzz/fuzz_$target was not built" >&2; exit 1; }
       work="build-fuzz/corpus/$target"
       mkdir -p "$work"
       echo "run.sh: fuzz_$target for ${seconds} s"

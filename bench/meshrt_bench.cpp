@@ -31,6 +31,7 @@
 #include <thread>
 #include <vector>
 
+#include "bench/bench_args.h"
 #include "bench/link_model.h"
 
 using namespace meshrt;
@@ -38,21 +39,7 @@ using Clock = std::chrono::steady_clock;
 
 namespace {
 
-struct Options {
-  std::string op = "all_reduce";
-  int64_t min_bytes = 32 << 20, max_bytes = 32 << 20;
-  double factor = 2;
-  int64_t step_bytes = 0;
-  int devices = 8;
-  std::string platform = "cpu";
-  std::vector<CollectiveAlgo> algos{CollectiveAlgo::direct};
-  DType dtype = DType::f32;
-  int iters = 20, warmup = 5, check = 1;
-  std::optional<bench::LinkModel> model;
-  std::string json, plot;
-  bool procs = false;  // --procs: one of several processes under mpirun
-  bool devices_given = false;
-};
+using Options = bench::BenchArgs;
 
 [[noreturn]] void usage(const std::string& why) {
   std::fprintf(
@@ -72,106 +59,6 @@ struct Options {
 }
 
 std::string name_of(CollectiveAlgo a) { return std::string(collective_algo_name(a)); }
-
-int64_t parse_size(const std::string& s) {
-  char* end = nullptr;
-  double v = std::strtod(s.c_str(), &end);
-  std::string u = end;
-  if (u == "K" || u == "k")
-    v *= 1024;
-  else if (u == "M" || u == "m")
-    v *= 1024 * 1024;
-  else if (u == "G" || u == "g")
-    v *= 1024.0 * 1024 * 1024;
-  else if (!u.empty())
-    usage("bad size '" + s + "'");
-  return static_cast<int64_t>(v);
-}
-
-DType parse_dtype(const std::string& d) {
-  if (d == "float32" || d == "float") return DType::f32;
-  if (d == "float64" || d == "double") return DType::f64;
-  if (d == "int32") return DType::i32;
-  if (d == "int64") return DType::i64;
-  usage("unknown dtype '" + d + "'");
-}
-
-// A comma-separated list of algorithm names; "all" stands for direct, ring and bidi_ring.
-std::vector<CollectiveAlgo> parse_algos(const std::string& list) {
-  std::vector<CollectiveAlgo> algos;
-  for (size_t at = 0; at <= list.size();) {
-    size_t end = list.find(',', at);
-    if (end == std::string::npos) end = list.size();
-    const std::string one = list.substr(at, end - at);
-    if (one == "all") {
-      algos.insert(algos.end(),
-                   {CollectiveAlgo::direct, CollectiveAlgo::ring, CollectiveAlgo::bidi_ring});
-    } else {
-      try {
-        algos.push_back(parse_collective_algo(one));
-      } catch (const Error& e) {
-        usage(e.what());
-      }
-    }
-    at = end + 1;
-  }
-  return algos;
-}
-
-Options parse(int argc, char** argv) {
-  Options o;
-  if (argc < 2) usage("which collective?");
-  o.op = argv[1];
-  if (o.op != "all_reduce" && o.op != "all_gather" && o.op != "reduce_scatter" &&
-      o.op != "all_to_all" && o.op != "ppermute") {
-    usage("unknown collective '" + o.op + "'");
-  }
-  for (int i = 2; i < argc; ++i) {
-    std::string a = argv[i];
-    auto next = [&]() -> std::string {
-      if (i + 1 >= argc) usage(a + " needs a value");
-      return argv[++i];
-    };
-    if (a == "-b")
-      o.min_bytes = parse_size(next());
-    else if (a == "-e")
-      o.max_bytes = parse_size(next());
-    else if (a == "-f")
-      o.factor = std::stod(next());
-    else if (a == "-i")
-      o.step_bytes = parse_size(next());
-    else if (a == "-g") {
-      o.devices = std::stoi(next());
-      o.devices_given = true;
-    } else if (a == "--procs")
-      o.procs = true;
-    else if (a == "-n")
-      o.iters = std::stoi(next());
-    else if (a == "-w")
-      o.warmup = std::stoi(next());
-    else if (a == "-c")
-      o.check = std::stoi(next());
-    else if (a == "--platform")
-      o.platform = next();
-    else if (a == "--json" || a == "-J")
-      o.json = next();
-    else if (a == "--plot")
-      o.plot = next();
-    else if (a == "--link-model")
-      o.model = bench::LinkModel::parse(next());
-    else if (a == "-d")
-      o.dtype = parse_dtype(next());
-    else if (a == "--algo")
-      o.algos = parse_algos(next());
-    else
-      usage("unknown option '" + a + "'");
-  }
-  if (o.min_bytes < 1 || o.max_bytes < o.min_bytes || o.devices < 1 || o.iters < 1 ||
-      o.factor <= 1) {
-    usage("need 1 <= -b <= -e, -g >= 1, -n >= 1, -f > 1");
-  }
-  return o;
-}
 
 bench::Op kind_of(const std::string& op) {
   if (op == "all_gather") return bench::Op::all_gather;
@@ -524,7 +411,12 @@ bool write_plot(const Options& o, const std::vector<Result>& results) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  Options o = parse(argc, argv);
+  Options o;
+  try {
+    o = bench::parse_args(argc, argv);
+  } catch (const Error& e) {
+    usage(e.what());
+  }
   try {
     if (o.procs) {
       // Each process's devices come from its environment (mpirun -x MESHRT_CPU_DEVICES=n).
