@@ -256,12 +256,7 @@ class Jitted {
                                   " is an empty (default-constructed, moved-from or "
                                   "donated) Array"));
     }
-    const Mesh* sm = s.mesh_or_null();
-    const Mesh* lm = leaf.sharding().mesh_or_null();
-    const bool same =
-        (sm != nullptr && lm != nullptr && *sm == *lm) ||
-        (sm == nullptr && lm == nullptr && s.device_list() == leaf.sharding().device_list());
-    if (!same) {
+    if (!s.same_domain(leaf.sharding())) {
       throw Error(jit_detail::msg("[jit] in_shardings[", k, "] is ", s.str(), " but ", path,
                                   " lives on ", leaf.sharding().str(),
                                   ", another mesh; device_put the argument onto the jitted "
@@ -392,13 +387,12 @@ class Jitted {
     for (size_t i = 0; i < outs.size(); ++i) {
       const std::optional<Sharding>& s = o.size() == 1 ? o.front() : o[i];
       if (!s) continue;
-      const Mesh* sm = s->mesh_or_null();
-      const Mesh* lm = outs[i].sharding().mesh_or_null();
-      if (sm == nullptr || lm == nullptr || !(*sm == *lm)) {
+      if (!s->same_mesh(outs[i].sharding())) {
         throw Error(jit_detail::msg("[jit] out_shardings for ", paths[i], " is ", s->str(),
                                     " but the result lives on ", outs[i].sharding().str(),
                                     "; out_shardings must be on the result's mesh"));
       }
+      const Mesh* sm = s->mesh_or_null();
       const PartitionSpec& spec = s->spec_or_empty();
       for (size_t d = 0; d < spec.size() && d < outs[i].shape().size(); ++d) {
         int64_t n = 1;

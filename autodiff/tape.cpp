@@ -542,10 +542,7 @@ Array Recording::grad(const Array& leaf, const std::string& path) {
     meshrt::detail::set_pending_sum_origin(
         r, cat("gradient of ", path, made_by.empty() ? "" : " (" + made_by + ")"));
   }
-  const Mesh* lm = leaf.sharding().mesh_or_null();
-  const Mesh* gm = r.sharding().mesh_or_null();
-  if (lm != nullptr && gm != nullptr && *lm == *gm)
-    return with_sharding_constraint(r, leaf.sharding());
+  if (leaf.sharding().same_mesh(r.sharding())) return with_sharding_constraint(r, leaf.sharding());
   return device_put(r, leaf.sharding());
 }
 

@@ -243,8 +243,7 @@ Array reduce_impl(std::string_view op, const Array& x, global::Reduction kind,
 
 Layout layout_for(std::string_view op, const Sharding& s, const Mesh& mesh, const Shape& shape,
                   std::string* note) {
-  const Mesh* sm = s.mesh_or_null();
-  if (sm == nullptr || !(*sm == mesh)) {
+  if (const Mesh* sm = s.mesh_or_null(); sm == nullptr || !(*sm == mesh)) {
     throw Error(cat("[", op, "] the sharding ", s.str(), " is not on the operand's mesh ",
                     mesh.str(), "; use device_put to move an Array to another mesh or platform"));
   }
@@ -264,13 +263,12 @@ Layout layout_for(std::string_view op, const Sharding& s, const Mesh& mesh, cons
 }
 
 Array constrain(std::string_view op, const Array& x, const Sharding& s) {
-  const Mesh* sm = s.mesh_or_null();
-  const Mesh* xm = x.sharding().mesh_or_null();
-  if (sm == nullptr || xm == nullptr || !(*sm == *xm)) {
+  if (!s.same_mesh(x.sharding())) {
     Array y = device_put(x, s);
     detail::jit_record_reshard(x, s, y);
     return y;
   }
+  const Mesh* xm = x.sharding().mesh_or_null();
   std::string note;
   Layout l = layout_for(op, s, *xm, x.shape(), &note);
   return global::reshard(x, *xm, l, op, /*implicit=*/false, note);

@@ -115,10 +115,7 @@ OpMesh op_mesh(std::string_view op, const std::vector<const Array*>& xs) {
     }
     const Sharding& a = first->sharding();
     const Sharding& b = x->sharding();
-    const bool same =
-        (a.mesh_or_null() && b.mesh_or_null() && *a.mesh_or_null() == *b.mesh_or_null()) ||
-        (!a.mesh_or_null() && !b.mesh_or_null() && a.device_list() == b.device_list());
-    if (!same) {
+    if (!a.same_domain(b)) {
       throw Error(cat("[", op, "] operands live on different ",
                       a.platform() != b.platform() ? "platforms" : "meshes", ": ", sharding_text(a),
                       " and ", sharding_text(b),

@@ -143,6 +143,18 @@ bool Sharding::is_fully_replicated() const {
 std::string_view Sharding::platform() const { return impl_->devices.front().platform(); }
 const std::vector<Device>& Sharding::device_list() const { return impl_->devices; }
 const Mesh* Sharding::mesh_or_null() const { return impl_->mesh ? &*impl_->mesh : nullptr; }
+
+bool Sharding::same_mesh(const Sharding& other) const {
+  const Mesh* a = mesh_or_null();
+  const Mesh* b = other.mesh_or_null();
+  return a != nullptr && b != nullptr && *a == *b;
+}
+
+bool Sharding::same_domain(const Sharding& other) const {
+  if (mesh_or_null() == nullptr && other.mesh_or_null() == nullptr)
+    return device_list() == other.device_list();
+  return same_mesh(other);
+}
 const PartitionSpec& Sharding::spec_or_empty() const { return impl_->spec; }
 
 bool Sharding::is_equivalent_to(const Sharding& other, const Shape& global_shape) const {

@@ -45,6 +45,12 @@ class Sharding {
   // "NamedSharding(mesh=Mesh('x': 4), spec=P('x',))" or "SingleDeviceSharding(device=cpu:0)".
   std::string str() const;
 
+  // True when Arrays of the two shardings may meet in one op without device_put: both are on
+  // equal meshes, or both are single-device shardings of the same device.
+  bool same_domain(const Sharding& other) const;
+  // True when both are NamedShardings over equal meshes (specs may differ).
+  bool same_mesh(const Sharding& other) const;
+
   // Internal accessors (nullptr / empty when not a NamedSharding).
   const Mesh* mesh_or_null() const;
   // The spec of a NamedSharding; an empty spec otherwise.

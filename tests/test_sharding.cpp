@@ -221,6 +221,24 @@ TEST(Sharding, FullyReplicatedAndPlatform) {
   EXPECT_EQ(base.shard_shape({8, 4}), (Shape{4, 4}));
 }
 
+// Whether Arrays of two shardings may meet in one op without device_put.
+TEST(Sharding, SameDomainAndSameMesh) {
+  Mesh mesh = make_mesh({4, 2}, {"x", "y"});
+  Mesh same = make_mesh({4, 2}, {"x", "y"});
+  Mesh other = make_mesh({8}, {"x"});
+  const NamedSharding a(mesh, P("x")), b(same, P(None, "y")), c(other, P("x"));
+  const SingleDeviceSharding d0(devices()[0]), d0b(devices()[0]), d1(devices()[1]);
+  EXPECT_TRUE(a.same_domain(b));  // equal meshes, other specs
+  EXPECT_TRUE(a.same_mesh(b));
+  EXPECT_FALSE(a.same_domain(c));
+  EXPECT_FALSE(a.same_mesh(c));
+  EXPECT_TRUE(d0.same_domain(d0b));  // one device
+  EXPECT_FALSE(d0.same_mesh(d0b));   // no mesh at all
+  EXPECT_FALSE(d0.same_domain(d1));
+  EXPECT_FALSE(a.same_domain(d0));
+  EXPECT_FALSE(d0.same_domain(a));
+}
+
 TEST(ShardingErrors, UnknownAxis) {
   Mesh mesh = make_mesh({4, 2}, {"x", "y"});
   EXPECT_MESHRT_ERROR(NamedSharding(mesh, P("z")), "[sharding]",
