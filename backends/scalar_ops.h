@@ -10,6 +10,7 @@
 
 #include "backends/op_codes.h"
 #include "core/dtype.h"
+#include "core/error.h"
 
 #if defined(__CUDACC__)
 #define MESHRT_HD __host__ __device__ __forceinline__
@@ -19,10 +20,17 @@
 
 namespace meshrt::backend::scalar {
 
-// Calls f with a value of the element type of `t` (host code: kernel dispatch).
+// Calls f with a value of the element type of `t` (host code: kernel dispatch). The 16-bit floats
+// are not among them: a platform whose kernels dispatch here has no bf16/f16 kernels, and says so
+// (visit_any_dtype below includes them, for platforms that have).
 template <class F>
 decltype(auto) visit_dtype(DType t, F&& f) {
   switch (t) {
+    case DType::bf16:
+    case DType::f16:
+      throw Error(std::string("[backend] ") + std::string(dtype_name(t)) +
+                  " has no kernel on this platform yet (it has float32, float64, int32, int64 and "
+                  "bool); astype to float32 first, or run on the cpu platform");
     case DType::f32:
       return f(float{});
     case DType::f64:
@@ -36,6 +44,18 @@ decltype(auto) visit_dtype(DType t, F&& f) {
   }
   return f(bool{});
 }
+
+// visit_dtype with bfloat16 and float16 too (host code: the cpu kernels).
+template <class F>
+decltype(auto) visit_any_dtype(DType t, F&& f) {
+  if (t == DType::bf16) return f(bfloat16{});
+  if (t == DType::f16) return f(float16{});
+  return visit_dtype(t, std::forward<F>(f));
+}
+
+// Floating-point element types: float, double, bfloat16, float16.
+template <class T>
+inline constexpr bool is_float_v = std::is_floating_point_v<T> || is_half_v<T>;
 
 // Integers wrap (two's complement) without signed-overflow UB.
 template <class T>
@@ -76,7 +96,18 @@ MESHRT_HD T wrap_mul(T a, T b) {
 // and x86 gives INT_MIN); everything else is the C++ conversion (to bool: x != 0).
 template <class O, class I>
 MESHRT_HD O convert(I v) {
-  if constexpr (std::is_floating_point_v<I> && std::is_integral_v<O> && !std::is_same_v<O, bool>) {
+  if constexpr (is_half_v<I> && is_half_v<O>) {
+    return O(static_cast<float>(v));  // exact into float, rounded once
+  } else if constexpr (std::is_same_v<I, bfloat16> && std::is_same_v<O, double>) {
+    // XLA's cpu widens through float with denormals flushed: a subnormal bfloat16 gives ±0.
+    return (v.bits() & 0x7f80u) == 0 ? ((v.bits() & 0x8000u) ? -0.0 : 0.0)
+                                      : static_cast<double>(static_cast<float>(v));
+  } else if constexpr (is_half_v<I>) {
+    return convert<O>(static_cast<float>(v));
+  } else if constexpr (is_half_v<O>) {
+    return O(v);  // doubles and integers through float first, as JAX (core/half.h)
+  } else if constexpr (std::is_floating_point_v<I> && std::is_integral_v<O> &&
+                       !std::is_same_v<O, bool>) {
     constexpr O kMax = static_cast<O>(~std::make_unsigned_t<O>{0} >> 1);
     constexpr O kMin = static_cast<O>(-kMax - 1);
     if (v != v) return O(0);
@@ -93,14 +124,14 @@ MESHRT_HD O convert(I v) {
 // max/min propagate NaN, as XLA's.
 template <class T>
 MESHRT_HD T max_nan(T a, T b) {
-  if constexpr (std::is_floating_point_v<T>)
+  if constexpr (is_float_v<T>)
     return (a > b || a != a) ? a : b;
   else
     return a > b ? a : b;
 }
 template <class T>
 MESHRT_HD T min_nan(T a, T b) {
-  if constexpr (std::is_floating_point_v<T>)
+  if constexpr (is_float_v<T>)
     return (a < b || a != a) ? a : b;
   else
     return a < b ? a : b;
@@ -118,7 +149,7 @@ MESHRT_HD T fold_min(T a, T b) {
 // argmax: does v at a later index replace the best so far? (first maximum; a NaN wins and stays)
 template <class T>
 MESHRT_HD bool argmax_better(T best, T v) {
-  if constexpr (std::is_floating_point_v<T>)
+  if constexpr (is_float_v<T>)
     return (best == best) && (v > best || v != v);
   else
     return v > best;
@@ -137,6 +168,8 @@ template <class T>
 MESHRT_HD T unary(int op, T v) {
   if constexpr (std::is_same_v<T, bool>) {
     return v;
+  } else if constexpr (is_half_v<T>) {
+    return T(unary(op, static_cast<float>(v)));  // in float, rounded once
   } else if constexpr (std::is_floating_point_v<T>) {
     switch (op) {
       case kNeg:

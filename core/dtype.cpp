@@ -1,6 +1,8 @@
 #include "core/dtype.h"
 
 #include <charconv>
+#include <cstdio>
+#include <cstdlib>
 #include <system_error>
 
 #include "core/error.h"
@@ -20,6 +22,9 @@ size_t dtype_size(DType dtype) {
       return 8;
     case DType::bool_:
       return 1;
+    case DType::bf16:
+    case DType::f16:
+      return 2;
   }
   throw Error("[dtype] unknown dtype value " + std::to_string(static_cast<int>(dtype)));
 }
@@ -38,6 +43,10 @@ std::string_view dtype_name(DType dtype) {
       return "int64";
     case DType::bool_:
       return "bool";
+    case DType::bf16:
+      return "bfloat16";
+    case DType::f16:
+      return "float16";
   }
   return "unknown";
 }
@@ -54,11 +63,15 @@ std::string_view dtype_cpp_name(DType dtype) {
       return "int64_t";
     case DType::bool_:
       return "bool";
+    case DType::bf16:
+      return "meshrt::bfloat16";
+    case DType::f16:
+      return "meshrt::float16";
   }
   return "unknown";
 }
 
-bool is_floating(DType dtype) { return dtype == DType::f32 || dtype == DType::f64; }
+bool is_floating(DType dtype) { return dtype == DType::f32 || dtype == DType::f64 || is_half(dtype); }
 
 int64_t shape_size(const Shape& shape) {
   int64_t n = 1;
@@ -76,6 +89,21 @@ void append_value(std::string& s, T v) {
     auto [end, ec] = std::to_chars(buf, buf + sizeof buf, v);
     std::string t(buf, ec == std::errc() ? end : buf);
     // NumPy marks integral floats with a trailing dot: "2." is a float, "2" an integer.
+    if (t.find_first_of(".eni") == std::string::npos) t += ".";
+    s += t;
+  } else if constexpr (is_half_v<T>) {
+    // The shortest decimal that reads back as the same 16-bit value (as NumPy's repr).
+    const float f = static_cast<float>(v);
+    if (f != f || f - f != 0.0f) {
+      append_value(s, f);  // nan, inf, -inf
+      return;
+    }
+    char buf[64];
+    for (int p = 1; p <= 9; ++p) {
+      std::snprintf(buf, sizeof buf, "%.*g", p, static_cast<double>(f));
+      if (T(std::strtof(buf, nullptr)).bits() == v.bits()) break;
+    }
+    std::string t(buf);
     if (t.find_first_of(".eni") == std::string::npos) t += ".";
     s += t;
   } else {
@@ -116,6 +144,12 @@ std::string detail::values_str(const void* data, DType dtype, const Shape& shape
       break;
     case DType::bool_:
       append_values(s, static_cast<const uint8_t*>(data), shape, 0, at);
+      break;
+    case DType::bf16:
+      append_values(s, static_cast<const bfloat16*>(data), shape, 0, at);
+      break;
+    case DType::f16:
+      append_values(s, static_cast<const float16*>(data), shape, 0, at);
       break;
   }
   return s;

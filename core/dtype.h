@@ -9,24 +9,29 @@
 #include <type_traits>
 #include <vector>
 
+#include "core/half.h"
+
 namespace meshrt {
 
 // Element type of a Tensor or Array. Names follow NumPy/JAX (float32, ..., bool). bool_ is what
-// comparisons return (one byte per element, 0 or 1).
+// comparisons return (one byte per element, 0 or 1). bf16 (bfloat16) and f16 (float16) store 16
+// bits and compute in float32 (core/half.h); they come last so the older values keep their numbers.
 enum class DType {
   f32,    // float32
   f64,    // float64
   i32,    // int32
   i64,    // int64
   bool_,  // bool
+  bf16,   // bfloat16 (meshrt::bfloat16)
+  f16,    // float16 (meshrt::float16)
 };
 
 // The DType of a C++ element type: dtype_of<float>::value is DType::f32. Specialized for float,
-// double, int32_t, int64_t and bool; any other type fails to compile with a message.
+// double, bfloat16, float16, int32_t, int64_t and bool; any other type fails to compile with a message.
 template <class T>
 struct dtype_of {
   static_assert(!std::is_same_v<T, T>,
-                "meshrt supports float, double, int32_t, int64_t and bool elements only");
+                "meshrt supports float, double, bfloat16, float16, int32_t, int64_t and bool elements only");
 };
 // float is float32.
 template <>
@@ -39,6 +44,16 @@ struct dtype_of<double> {
   static constexpr DType value = DType::f64;  // the DType
 };
 // int32_t is int32.
+// meshrt::bfloat16 is bf16.
+template <>
+struct dtype_of<bfloat16> {
+  static constexpr DType value = DType::bf16;  // the DType
+};
+// meshrt::float16 is f16.
+template <>
+struct dtype_of<float16> {
+  static constexpr DType value = DType::f16;  // the DType
+};
 template <>
 struct dtype_of<int32_t> {
   static constexpr DType value = DType::i32;  // the DType
@@ -60,7 +75,7 @@ inline constexpr DType dtype_v = dtype_of<std::remove_cv_t<T>>::value;
 
 // Size of one element in bytes.
 size_t dtype_size(DType dtype);
-// "float32", "float64", "int32", "int64", "bool".
+// "float32", "float64", "int32", "int64", "bool", "bfloat16", "float16".
 std::string_view dtype_name(DType dtype);
 // Prints dtype_name(): "float32".
 inline std::ostream& operator<<(std::ostream& os, DType dtype) { return os << dtype_name(dtype); }
@@ -76,7 +91,8 @@ enum class Precision {
 };
 // "highest" or "tf32" (the values of MESHRT_MATMUL_PRECISION).
 std::string_view precision_name(Precision p);
-// The C++ element type name, for error messages: "float", "double", "int32_t", "int64_t", "bool".
+// The C++ element type name, for error messages: "float", "double", "int32_t", "int64_t", "bool",
+// "meshrt::bfloat16", "meshrt::float16".
 std::string_view dtype_cpp_name(DType dtype);
 
 // A row-major array shape. Every entry is >= 0.
@@ -84,8 +100,10 @@ using Shape = std::vector<int64_t>;
 
 // Number of elements (1 for rank 0).
 int64_t shape_size(const Shape& shape);
-// True for f32 and f64.
+// True for f32, f64, bf16 and f16.
 bool is_floating(DType dtype);
+// True for bf16 and f16 (16-bit floats that compute in float32).
+inline bool is_half(DType dtype) { return dtype == DType::bf16 || dtype == DType::f16; }
 // Python tuple notation, as JAX prints shapes: "(8, 4)", "(10,)", "()".
 std::string shape_str(const Shape& shape);
 

@@ -190,6 +190,11 @@ Array reduce_impl(std::string_view op, const Array& x, global::Reduction kind,
 
 Array reduce(std::string_view op, const Array& x, global::Reduction kind, std::optional<int> axis,
              bool keepdims) {
+  // bf16/f16 sums and means (jnp.sum/jnp.mean): in float32 across every device, rounded once.
+  if ((kind == global::Reduction::sum || kind == global::Reduction::mean) && x.valid() &&
+      is_half(x.dtype())) {
+    return astype(reduce(op, astype(x, DType::f32), kind, axis, keepdims), x.dtype());
+  }
   const OpId id = kind == global::Reduction::sum    ? OpId::sum
                   : kind == global::Reduction::mean ? OpId::mean
                   : kind == global::Reduction::max  ? OpId::max

@@ -141,7 +141,7 @@ double erf_inv64(double x) {
 void check_float(DType dtype, const char* api, const char* what = "dtype") {
   if (!is_floating(dtype)) {
     throw Error(
-        detail::cat("[", api, "] ", what, " must be float32 or float64, got ", dtype_name(dtype)));
+        detail::cat("[", api, "] ", what, " must be a float dtype (float32, float64, bfloat16, float16), got ", dtype_name(dtype)));
   }
 }
 
@@ -164,10 +164,38 @@ std::vector<uint32_t> bits32(const Key& k, int64_t size) {
   return out;
 }
 
+// jax.random.uniform for bfloat16 / float16 (current stream; checked against JAX 0.10.2): the low
+// 8 bits of each word for bf16 (JAX draws at least 8 bits: bf16 has 7 mantissa bits), the low 16
+// for f16, as the mantissa of a value in [1, 2); then every step in H, rounded as XLA does.
+template <class H>
+std::vector<double> uniform_half(const Key& k, int64_t size, double minval, double maxval,
+                                 const char* api) {
+  if (k.stream() == Stream::legacy) {
+    throw Error(detail::cat("[", api, "] bfloat16/float16 draws follow the current stream only; ",
+                            "use random::key(seed) (Stream::current), or draw float32 and astype"));
+  }
+  constexpr bool bf = std::is_same_v<H, bfloat16>;
+  constexpr uint32_t rng_bits = bf ? 8 : 16, nmant = bf ? 7 : 10;
+  constexpr uint16_t one = bf ? 0x3F80 : 0x3C00;
+  const std::vector<uint32_t> w = bits32(k, size);
+  const H lo(static_cast<float>(minval)), hi(static_cast<float>(maxval));
+  const H span = hi - lo;
+  std::vector<double> out(static_cast<size_t>(size));
+  for (int64_t i = 0; i < size; ++i) {
+    const uint32_t b = w[static_cast<size_t>(i)] & ((1u << rng_bits) - 1u);
+    const H f = H::from_bits(static_cast<uint16_t>((b >> (rng_bits - nmant)) | one)) - H(1.0f);
+    const H r = f * span + lo;
+    out[static_cast<size_t>(i)] = static_cast<double>(r < lo ? lo : r);
+  }
+  return out;
+}
+
 std::vector<double> uniform_impl(const Key& k, const Shape& shape, DType dtype, double minval,
                                  double maxval, const char* api) {
   check_float(dtype, api);
   const int64_t size = checked_size(shape, api);
+  if (dtype == DType::bf16) return uniform_half<bfloat16>(k, size, minval, maxval, api);
+  if (dtype == DType::f16) return uniform_half<float16>(k, size, minval, maxval, api);
   std::vector<double> out(static_cast<size_t>(size));
   if (dtype == DType::f32) {
     const std::vector<uint32_t> w = bits32(k, size);
@@ -192,6 +220,18 @@ std::vector<double> uniform_impl(const Key& k, const Shape& shape, DType dtype, 
 std::vector<double> normal_impl(const Key& k, const Shape& shape, DType dtype, const char* api) {
   check_float(dtype, api);
   // JAX: u = uniform(key, shape, lo = nextafter(-1, 0), hi = 1); z = sqrt(2) * erf_inv(u).
+  if (is_half(dtype)) {
+    // In H: erf_inv in float32 rounded to H, times sqrt(2) rounded to H, rounded again (XLA).
+    auto run = [&](auto h) {
+      using H = decltype(h);
+      const H lo = H::from_bits(dtype == DType::bf16 ? 0xBF7F : 0xBBFF);  // nextafter(-1, 0)
+      std::vector<double> u = uniform_impl(k, shape, dtype, static_cast<double>(lo), 1.0, api);
+      const H sqrt2(std::sqrt(2.0f));
+      for (double& v : u) v = static_cast<double>(H(erf_inv32(static_cast<float>(v))) * sqrt2);
+      return u;
+    };
+    return dtype == DType::bf16 ? run(bfloat16{}) : run(float16{});
+  }
   if (dtype == DType::f32) {
     const float lo = std::nextafter(-1.0f, 0.0f);
     std::vector<double> u = uniform_impl(k, shape, DType::f32, lo, 1.0, api);
@@ -335,7 +375,10 @@ std::vector<bool> bernoulli_values(const Key& k, double p, const Shape& shape, D
   check_float(p_dtype, "random.bernoulli", "the dtype of p");
   // JAX: uniform(key, shape, p.dtype) < p, compared in p's dtype.
   const std::vector<double> u = uniform_impl(k, shape, p_dtype, 0.0, 1.0, "random.bernoulli");
-  const double pp = p_dtype == DType::f32 ? static_cast<double>(static_cast<float>(p)) : p;
+  const double pp = p_dtype == DType::f32    ? static_cast<double>(static_cast<float>(p))
+                    : p_dtype == DType::bf16 ? static_cast<double>(bfloat16(p))
+                    : p_dtype == DType::f16  ? static_cast<double>(float16(p))
+                                             : p;
   std::vector<bool> out(u.size());
   for (size_t i = 0; i < u.size(); ++i) out[i] = u[i] < pp;
   return out;
@@ -366,6 +409,12 @@ std::vector<int64_t> permutation_values(const Key& k, int64_t n) {
 }
 
 namespace {
+template <class H, class V>
+std::vector<H> halves(const std::vector<V>& v) {
+  std::vector<H> h(v.size());
+  for (size_t i = 0; i < v.size(); ++i) h[i] = H(static_cast<double>(v[i]));
+  return h;
+}
 // Host values as a Tensor / Array of `dtype` (values are exact in it).
 template <class V>
 Tensor to_tensor(const std::vector<V>& v, Shape shape, Device device, DType dtype) {
@@ -378,6 +427,10 @@ Tensor to_tensor(const std::vector<V>& v, Shape shape, Device device, DType dtyp
       return tensor(std::vector<int64_t>(v.begin(), v.end()), std::move(shape), device);
     case DType::bool_:
       return tensor(std::vector<bool>(v.begin(), v.end()), std::move(shape), device);
+    case DType::bf16:
+      return tensor(halves<bfloat16>(v), std::move(shape), device);
+    case DType::f16:
+      return tensor(halves<float16>(v), std::move(shape), device);
     default:
       return tensor(std::vector<float>(v.begin(), v.end()), std::move(shape), device);
   }
@@ -393,6 +446,10 @@ Array to_array(const std::vector<V>& v, Shape shape, const Sharding& s, DType dt
       return device_put(std::vector<int64_t>(v.begin(), v.end()), std::move(shape), s);
     case DType::bool_:
       return device_put(std::vector<bool>(v.begin(), v.end()), std::move(shape), s);
+    case DType::bf16:
+      return device_put(halves<bfloat16>(v), std::move(shape), s);
+    case DType::f16:
+      return device_put(halves<float16>(v), std::move(shape), s);
     default:
       return device_put(std::vector<float>(v.begin(), v.end()), std::move(shape), s);
   }

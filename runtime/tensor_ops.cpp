@@ -205,14 +205,19 @@ DType promote_types(DType a, DType b) {
         return 1;
       case DType::i64:
         return 2;
-      case DType::f32:
+      case DType::bf16:
+      case DType::f16:
         return 3;
-      case DType::f64:
+      case DType::f32:
         return 4;
+      case DType::f64:
+        return 5;
     }
     return 0;
   };
-  // JAX's lattice with x64: bool < ints < floats; any int with float32 gives float32.
+  // JAX's lattice with x64: bool < ints < {bf16, f16} < f32 < f64; any int with a float gives the
+  // float; bf16 with f16 meet at float32.
+  if (rank(a) == 3 && rank(b) == 3) return DType::f32;
   return rank(a) > rank(b) ? a : b;
 }
 
@@ -221,6 +226,9 @@ DType float_dtype_for(DType x) {
     case DType::f64:
     case DType::i64:
       return DType::f64;
+    case DType::bf16:
+    case DType::f16:
+      return x;
     default:
       return DType::f32;
   }
@@ -363,6 +371,8 @@ Tensor argmax(const Tensor& x, std::optional<int> axis, bool keepdims) {
 }
 Tensor mean(const Tensor& x, std::optional<int> axis, bool keepdims) {
   check_valid(x, "mean");
+  // bf16/f16 (jnp.mean): summed and divided in float32, rounded once.
+  if (is_half(x.dtype())) return astype(mean(astype(x, DType::f32), axis, keepdims), x.dtype());
   const Tensor xf = cast(x, float_dtype_for(x.dtype()));
   Reduced r = plan_reduce(xf, axis, keepdims, "mean");
   return divide(reduce_op(ReduceOp::sum, xf, axis, keepdims, "mean"),

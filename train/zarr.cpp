@@ -117,6 +117,9 @@ std::vector<unsigned char> parse_fill(const Value& v, DType dtype, const std::st
       if (!v.is_bool()) return bad();
       put(out, static_cast<uint8_t>(v.as_bool() ? 1 : 0));
       return out;
+    case DType::bf16:
+    case DType::f16:
+      break;  // no Zarr data type here (data_type_name says so)
   }
   return bad();
 }
@@ -127,7 +130,8 @@ std::string_view data_type_name(DType dtype) {
   for (const TypeName& t : kTypes) {
     if (t.dtype == dtype) return t.name;
   }
-  throw Error(cat("[checkpoint] dtype ", dtype_name(dtype), " has no Zarr v3 data type here"));
+  throw Error(cat("[checkpoint] dtype ", dtype_name(dtype),
+                  " has no Zarr v3 data type here; astype the leaf to float32 before saving"));
 }
 
 std::optional<DType> data_type_from_name(std::string_view name) {

@@ -78,6 +78,43 @@ void fold_into(FoldOp op, DType out, void* dst, const std::vector<const void*>& 
   }
 }
 
+// bf16/f16: each tile of outputs accumulates in float over every source and rounds once (a mean
+// divides in float first), so a direct fold rounds once per output whatever the group size.
+template <class H>
+void fold_half(FoldOp op, void* dst, const std::vector<const void*>& srcs, int64_t len) {
+  constexpr int64_t kTile = 1024;
+  float acc[kTile];
+  float v[kTile];
+  const float n = static_cast<float>(srcs.size());
+  for (int64_t base = 0; base < len; base += kTile) {
+    const int64_t m = std::min(kTile, len - base);
+    const H* s0 = static_cast<const H*>(srcs[0]) + base;
+    for (int64_t e = 0; e < m; ++e) acc[e] = static_cast<float>(s0[e]);
+    for (size_t j = 1; j < srcs.size(); ++j) {
+      const H* sj = static_cast<const H*>(srcs[j]) + base;
+      for (int64_t e = 0; e < m; ++e) v[e] = static_cast<float>(sj[e]);
+      switch (op) {
+        case FoldOp::max:
+          for (int64_t e = 0; e < m; ++e) acc[e] = fold_max(acc[e], v[e]);
+          break;
+        case FoldOp::min:
+          for (int64_t e = 0; e < m; ++e) acc[e] = fold_min(acc[e], v[e]);
+          break;
+        default:
+#pragma omp simd
+          for (int64_t e = 0; e < m; ++e) acc[e] += v[e];
+          break;
+      }
+    }
+    H* d = static_cast<H*>(dst) + base;
+    if (op == FoldOp::mean) {
+      for (int64_t e = 0; e < m; ++e) d[e] = H(acc[e] / n);
+    } else {
+      for (int64_t e = 0; e < m; ++e) d[e] = H(acc[e]);
+    }
+  }
+}
+
 }  // namespace
 
 void fold(FoldOp op, DType in, DType out, void* dst, const std::vector<const void*>& srcs,
@@ -92,6 +129,10 @@ void fold(FoldOp op, DType in, DType out, void* dst, const std::vector<const voi
       return fold_into<int32_t>(op, out, dst, srcs, len);
     case DType::i64:
       return fold_into<int64_t>(op, out, dst, srcs, len);
+    case DType::bf16:
+      return fold_half<bfloat16>(op, dst, srcs, len);
+    case DType::f16:
+      return fold_half<float16>(op, dst, srcs, len);
     case DType::bool_:
       break;  // rejected by the runtime before a rendezvous
   }
@@ -112,9 +153,16 @@ void fold_rows(FoldOp op, DType dtype, void* dst, int64_t dpitch,
 
 void mean_from_sum(DType in, DType out, void* dst, const void* sum, int64_t len, int64_t divisor) {
   if (in == DType::bool_) throw Error("[collectives] pmean of an unsupported dtype");
-  backend::scalar::visit_dtype(in, [&](auto tv) {
+  backend::scalar::visit_any_dtype(in, [&](auto tv) {
     using T = decltype(tv);
     const T* s = static_cast<const T*>(sum);
+    if constexpr (is_half_v<T>) {
+      // A 16-bit sum (ring, cross-process): divided in float, rounded once.
+      T* d = static_cast<T*>(dst);
+      for (int64_t e = 0; e < len; ++e)
+        d[e] = T(static_cast<float>(s[e]) / static_cast<float>(divisor));
+      return;
+    }
     if (out == DType::f32) {
       float* d = static_cast<float*>(dst);
       for (int64_t e = 0; e < len; ++e)

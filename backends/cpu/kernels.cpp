@@ -76,7 +76,7 @@ void parallel_items(int64_t n, int64_t per_item, F&& fn) {
 
 template <class F>
 void with_type(DType t, F&& f) {
-  backend::scalar::visit_dtype(t, std::forward<F>(f));
+  backend::scalar::visit_any_dtype(t, std::forward<F>(f));
 }
 
 // Walks output elements [b, e) of `shape` (row-major): fn(out_index, len, offsets) per run along
@@ -320,6 +320,8 @@ void binary(BinaryOp op, DType in, DType out, const std::vector<int64_t>& shape,
     const I* bp = static_cast<const I*>(b.data);
     const int64_t sa = shape.empty() ? 0 : a.strides.back(),
                   sb = shape.empty() ? 0 : b.strides.back();
+    bool b_broadcast = false;
+    for (size_t d = 0; d < shape.size(); ++d) b_broadcast |= shape[d] > 1 && b.strides[d] == 0;
     const bool compare = op == BinaryOp::eq || op == BinaryOp::ne || op == BinaryOp::lt ||
                          op == BinaryOp::le || op == BinaryOp::gt || op == BinaryOp::ge;
     if ((compare && out != DType::bool_) || (!compare && out != in)) {
@@ -356,7 +358,15 @@ void binary(BinaryOp op, DType in, DType out, const std::vector<int64_t>& shape,
                   case BinaryOp::mul:
                     return run2(pa, sa, pb, sb, yp, len, [](I u, I v) { return wrap_mul(u, v); });
                   case BinaryOp::div:
-                    if constexpr (std::is_floating_point_v<I>) {
+                    if constexpr (std::is_same_v<I, float16>) {
+                      // XLA's cpu divides float16 by a broadcast divisor as a product with its
+                      // reciprocal rounded to float16 (checked against JAX 0.10.2).
+                      if (b_broadcast) {
+                        return run2(pa, sa, pb, sb, yp, len,
+                                    [](I u, I v) { return u * I(1.0f / static_cast<float>(v)); });
+                      }
+                    }
+                    if constexpr (backend::scalar::is_float_v<I>) {
                       return run2(pa, sa, pb, sb, yp, len, [](I u, I v) { return u / v; });
                     } else {
                       throw Error(
@@ -462,9 +472,20 @@ void copy_2d(void* dst, size_t dpitch, const void* src, size_t spitch, size_t wi
 
 void reduce(ReduceOp op, DType dtype, int64_t outer, int64_t len, int64_t inner, const void* x,
             void* y) {
+  if (is_half(dtype)) {
+    // bf16/f16 accumulate in float32 and round once per output (JAX's sums of bf16).
+    const int64_t n = outer * len * inner, m = outer * inner;
+    std::vector<float> xf(static_cast<size_t>(n));
+    unary(UnaryOp::copy, dtype, DType::f32, {n}, {x, {1}}, xf.data());
+    if (op == ReduceOp::argmax) return reduce(op, DType::f32, outer, len, inner, xf.data(), y);
+    std::vector<float> yf(static_cast<size_t>(m));
+    reduce(op, DType::f32, outer, len, inner, xf.data(), yf.data());
+    unary(UnaryOp::copy, DType::f32, dtype, {m}, {yf.data(), {1}}, y);
+    return;
+  }
   with_type(dtype, [&](auto tv) {
     using T = decltype(tv);
-    if constexpr (std::is_same_v<T, bool>) {
+    if constexpr (std::is_same_v<T, bool> || is_half_v<T>) {
       throw Error("[cpu] reductions of bool are converted to integers by the runtime first");
     } else {
       const T* xp = static_cast<const T*>(x);
@@ -621,9 +642,20 @@ void blocked_gemm(const T* A, const T* B, T* C, const GemmLayout& g) {
 
 void matmul(DType dtype, int64_t batch, int64_t m, int64_t n, int64_t k, const void* a,
             const void* b, void* c, bool trans_a, bool trans_b) {
+  if (is_half(dtype)) {
+    // bf16/f16: operands widened to float32, one sgemm (f32 accumulation), the result rounded once.
+    const int64_t na = batch * m * k, nb = batch * k * n, nc = batch * m * n;
+    std::vector<float> af(static_cast<size_t>(na)), bf(static_cast<size_t>(nb)),
+        cf(static_cast<size_t>(nc));
+    unary(UnaryOp::copy, dtype, DType::f32, {na}, {a, {1}}, af.data());
+    unary(UnaryOp::copy, dtype, DType::f32, {nb}, {b, {1}}, bf.data());
+    matmul(DType::f32, batch, m, n, k, af.data(), bf.data(), cf.data(), trans_a, trans_b);
+    unary(UnaryOp::copy, DType::f32, dtype, {nc}, {cf.data(), {1}}, c);
+    return;
+  }
   with_type(dtype, [&](auto tv) {
     using T = decltype(tv);
-    if constexpr (std::is_same_v<T, bool>) {
+    if constexpr (std::is_same_v<T, bool> || is_half_v<T>) {
       throw Error("[cpu] matmul of bool is converted by the runtime first");
     } else {
       const T* ap = static_cast<const T*>(a);

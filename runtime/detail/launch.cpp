@@ -153,6 +153,13 @@ std::string first_difference(DType dtype, int64_t n, const char* pa, const char*
         }
         case DType::bool_:
           return cat(*p != 0 ? "True" : "False");
+        case DType::bf16:
+        case DType::f16: {
+          uint16_t b;
+          std::memcpy(&b, p, 2);
+          return cat(dtype == DType::bf16 ? static_cast<float>(bfloat16::from_bits(b))
+                                          : static_cast<float>(float16::from_bits(b)));
+        }
       }
       return "?";
     };
