@@ -101,7 +101,7 @@ MESHRT_HD O convert(I v) {
   } else if constexpr (std::is_same_v<I, bfloat16> && std::is_same_v<O, double>) {
     // XLA's cpu widens through float with denormals flushed: a subnormal bfloat16 gives ±0.
     return (v.bits() & 0x7f80u) == 0 ? ((v.bits() & 0x8000u) ? -0.0 : 0.0)
-                                      : static_cast<double>(static_cast<float>(v));
+                                     : static_cast<double>(static_cast<float>(v));
   } else if constexpr (is_half_v<I>) {
     return convert<O>(static_cast<float>(v));
   } else if constexpr (is_half_v<O>) {

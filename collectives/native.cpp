@@ -158,10 +158,11 @@ void native_collective(Session& session, int64_t pos, Instance& inst, int64_t me
   // The native communicators (NCCL) are not given 16-bit float types yet: refuse them rather than
   // move or sum the wrong number of bytes.
   if (is_half(m.call.dtype)) {
-    throw meshrt::Error(std::string("[collectives] the native algorithm has no ") +
-                std::string(dtype_name(m.call.dtype)) +
-                " support yet; use algorithm direct or ring (MESHRT_COLLECTIVE_ALGO=direct), or "
-                "astype to float32 first");
+    throw meshrt::Error(
+        std::string("[collectives] the native algorithm has no ") +
+        std::string(dtype_name(m.call.dtype)) +
+        " support yet; use algorithm direct or ring (MESHRT_COLLECTIVE_ALGO=direct), or "
+        "astype to float32 first");
   }
   switch (m.call.kind) {
     case Kind::psum:

@@ -71,7 +71,9 @@ std::string_view dtype_cpp_name(DType dtype) {
   return "unknown";
 }
 
-bool is_floating(DType dtype) { return dtype == DType::f32 || dtype == DType::f64 || is_half(dtype); }
+bool is_floating(DType dtype) {
+  return dtype == DType::f32 || dtype == DType::f64 || is_half(dtype);
+}
 
 int64_t shape_size(const Shape& shape) {
   int64_t n = 1;

@@ -30,8 +30,9 @@ enum class DType {
 // double, bfloat16, float16, int32_t, int64_t and bool; any other type fails to compile with a message.
 template <class T>
 struct dtype_of {
-  static_assert(!std::is_same_v<T, T>,
-                "meshrt supports float, double, bfloat16, float16, int32_t, int64_t and bool elements only");
+  static_assert(
+      !std::is_same_v<T, T>,
+      "meshrt supports float, double, bfloat16, float16, int32_t, int64_t and bool elements only");
 };
 // float is float32.
 template <>

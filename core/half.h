@@ -46,7 +46,7 @@ inline uint16_t f32_to_f16_bits(float f) {
   if (a < 0x38800000u) {
     // Below float16's smallest normal (2^-14): a subnormal, in units of 2^-24, rounded to even.
     if (a < 0x33000000u) return static_cast<uint16_t>(sign);  // < 2^-25: rounds to zero
-    const uint32_t e = a >> 23;                                // 102 .. 112
+    const uint32_t e = a >> 23;                               // 102 .. 112
     const uint32_t m = (a & 0x7fffffu) | 0x800000u;
     const uint32_t shift = 126u - e;  // value = m * 2^(e - 150); in units of 2^-24: m >> (126 - e)
     const uint32_t q = m >> shift, rem = m & ((1u << shift) - 1u), half = 1u << (shift - 1u);
@@ -96,17 +96,24 @@ struct HalfOps {
 class bfloat16 : public detail::HalfOps<bfloat16> {
  public:
   bfloat16() = default;
+  // Rounds f to nearest, ties to even.
   explicit bfloat16(float f) : bits_(detail::f32_to_bf16_bits(f)) {}
+  // Through float first, as JAX (d can round twice).
   explicit bfloat16(double d) : bfloat16(static_cast<float>(d)) {}
+  // An integer, through float first, as JAX.
   template <class I, std::enable_if_t<std::is_integral_v<I>, int> = 0>
   explicit bfloat16(I i) : bfloat16(static_cast<float>(i)) {}
+  // The exact value as float.
   explicit operator float() const { return detail::bf16_bits_to_f32(bits_); }
+  // The exact value as double.
   explicit operator double() const { return static_cast<double>(static_cast<float>(*this)); }
+  // The value whose 16 bits are b.
   static bfloat16 from_bits(uint16_t b) {
     bfloat16 h;
     h.bits_ = b;
     return h;
   }
+  // The 16 bits as stored.
   uint16_t bits() const { return bits_; }
 
  private:
@@ -118,17 +125,24 @@ class bfloat16 : public detail::HalfOps<bfloat16> {
 class float16 : public detail::HalfOps<float16> {
  public:
   float16() = default;
+  // Rounds f to nearest, ties to even.
   explicit float16(float f) : bits_(detail::f32_to_f16_bits(f)) {}
+  // Through float first, as JAX (d can round twice).
   explicit float16(double d) : float16(static_cast<float>(d)) {}
+  // An integer, through float first, as JAX.
   template <class I, std::enable_if_t<std::is_integral_v<I>, int> = 0>
   explicit float16(I i) : float16(static_cast<float>(i)) {}
+  // The exact value as float.
   explicit operator float() const { return detail::f16_bits_to_f32(bits_); }
+  // The exact value as double.
   explicit operator double() const { return static_cast<double>(static_cast<float>(*this)); }
+  // The value whose 16 bits are b.
   static float16 from_bits(uint16_t b) {
     float16 h;
     h.bits_ = b;
     return h;
   }
+  // The 16 bits as stored.
   uint16_t bits() const { return bits_; }
 
  private:

@@ -140,8 +140,9 @@ double erf_inv64(double x) {
 
 void check_float(DType dtype, const char* api, const char* what = "dtype") {
   if (!is_floating(dtype)) {
-    throw Error(
-        detail::cat("[", api, "] ", what, " must be a float dtype (float32, float64, bfloat16, float16), got ", dtype_name(dtype)));
+    throw Error(detail::cat("[", api, "] ", what,
+                            " must be bfloat16, float16, float32 or float64, got ",
+                            dtype_name(dtype)));
   }
 }
 

@@ -22,7 +22,7 @@ namespace {
 
 DType parse_dt(const std::string& s) {
   static const std::map<std::string, DType> k = {
-      {"f32", DType::f32},   {"f64", DType::f64},   {"i32", DType::i32}, {"i64", DType::i64},
+      {"f32", DType::f32},    {"f64", DType::f64},   {"i32", DType::i32}, {"i64", DType::i64},
       {"bool", DType::bool_}, {"bf16", DType::bf16}, {"f16", DType::f16}};
   return k.at(s);
 }
@@ -129,16 +129,26 @@ bool is_nan(DType t, uint64_t bits) {
 std::vector<unsigned char> bytes_of(const Tensor& t) { return test::host_bytes(t); }
 std::vector<unsigned char> bytes_of(const Array& a) {
   std::vector<unsigned char> out(static_cast<size_t>(a.size()) * dtype_size(a.dtype()));
-  auto put = [&](auto v) {
-    std::memcpy(out.data(), v.data(), out.size());
-  };
+  auto put = [&](auto v) { std::memcpy(out.data(), v.data(), out.size()); };
   switch (a.dtype()) {
-    case DType::f32: put(a.to_vector<float>()); break;
-    case DType::f64: put(a.to_vector<double>()); break;
-    case DType::i32: put(a.to_vector<int32_t>()); break;
-    case DType::i64: put(a.to_vector<int64_t>()); break;
-    case DType::bf16: put(a.to_vector<bfloat16>()); break;
-    case DType::f16: put(a.to_vector<float16>()); break;
+    case DType::f32:
+      put(a.to_vector<float>());
+      break;
+    case DType::f64:
+      put(a.to_vector<double>());
+      break;
+    case DType::i32:
+      put(a.to_vector<int32_t>());
+      break;
+    case DType::i64:
+      put(a.to_vector<int64_t>());
+      break;
+    case DType::bf16:
+      put(a.to_vector<bfloat16>());
+      break;
+    case DType::f16:
+      put(a.to_vector<float16>());
+      break;
     case DType::bool_: {
       const std::vector<bool> b = a.to_vector<bool>();
       for (size_t i = 0; i < b.size(); ++i) out[i] = b[i] ? 1 : 0;
@@ -170,8 +180,8 @@ void expect_value(const Case& c, const Value& want, const X& got) {
         continue;
     }
     ++bad;
-    ADD_FAILURE() << c.where() << " element " << i << ": got bits 0x" << std::hex << a
-                  << ", JAX 0x" << b << std::dec << " (tolerance " << want.tol << " ulp)";
+    ADD_FAILURE() << c.where() << " element " << i << ": got bits 0x" << std::hex << a << ", JAX 0x"
+                  << b << std::dec << " (tolerance " << want.tol << " ulp)";
   }
 }
 
@@ -214,13 +224,15 @@ const std::map<std::string, TensorOp>& tensor_ops() {
       return arange(std::stoll(c.params.at("n")), parse_dt(c.params.at("dtype")), dev());
     };
     using B = Tensor (*)(const Tensor&, const Tensor&);
-    const std::map<std::string, B> bin = {
-        {"add", add},         {"subtract", subtract},   {"multiply", multiply},
-        {"divide", divide},   {"maximum", maximum},     {"minimum", minimum},
-        {"equal", equal},     {"not_equal", not_equal}, {"less", less},
-        {"less_equal", less_equal}, {"greater", greater}, {"greater_equal", greater_equal}};
-    for (const auto& [name, f] : bin) {
-      m[name] = [f](const Case&, const std::vector<Tensor>& x) { return f(x[0], x[1]); };
+    const std::map<std::string, B> bin = {{"add", add},           {"subtract", subtract},
+                                          {"multiply", multiply}, {"divide", divide},
+                                          {"maximum", maximum},   {"minimum", minimum},
+                                          {"equal", equal},       {"not_equal", not_equal},
+                                          {"less", less},         {"less_equal", less_equal},
+                                          {"greater", greater},   {"greater_equal", greater_equal}};
+    for (const auto& kv : bin) {
+      const B f = kv.second;
+      m[kv.first] = [f](const Case&, const std::vector<Tensor>& x) { return f(x[0], x[1]); };
     }
     m["add_scalar"] = [](const Case& c, const std::vector<Tensor>& x) {
       return add(x[0], scalar_of(c));
@@ -253,11 +265,12 @@ const std::map<std::string, TensorOp>& tensor_ops() {
       return equal(x[0], scalar_of(c));
     };
     using U = Tensor (*)(const Tensor&);
-    const std::map<std::string, U> un = {{"neg", neg},   {"exp", exp},   {"log", log},
-                                         {"sin", sin},   {"cos", cos},   {"tanh", tanh},
+    const std::map<std::string, U> un = {{"neg", neg},   {"exp", exp},  {"log", log},
+                                         {"sin", sin},   {"cos", cos},  {"tanh", tanh},
                                          {"sqrt", sqrt}, {"relu", relu}};
-    for (const auto& [name, f] : un) {
-      m[name] = [f](const Case&, const std::vector<Tensor>& x) { return f(x[0]); };
+    for (const auto& kv : un) {
+      const U f = kv.second;
+      m[kv.first] = [f](const Case&, const std::vector<Tensor>& x) { return f(x[0]); };
     }
     m["where"] = [](const Case&, const std::vector<Tensor>& x) { return where(x[0], x[1], x[2]); };
     m["sum"] = [](const Case& c, const std::vector<Tensor>& x) { return sum(x[0], axis_of(c)); };
@@ -318,9 +331,8 @@ const std::map<std::string, TensorOp>& tensor_ops() {
     };
     m["grad_cast_matmul"] = [](const Case& c, const std::vector<Tensor>& x) {
       const DType dt = parse_dt(c.params.at("dtype"));
-      return grad([dt](const Tensor& w, const Tensor& v) {
-        return sum(matmul(v, astype(w, dt)));
-      })(x[0], x[1]);
+      return grad([dt](const Tensor& w, const Tensor& v) { return sum(matmul(v, astype(w, dt))); })(
+          x[0], x[1]);
     };
     m["grad_mean_relu"] = [](const Case&, const std::vector<Tensor>& x) {
       return grad([](const Tensor& v) { return mean(relu(v)); })(x[0]);
@@ -369,8 +381,8 @@ const std::map<std::string, ArrayOp>& array_ops() {
     m["coll_pmin"] = coll([](Context& c, const Tensor& b) { return c.pmin(b, "x"); }, P());
     m["coll_all_gather"] =
         coll([](Context& c, const Tensor& b) { return c.all_gather(b, "x", 0, true); }, P());
-    m["coll_psum_scatter"] = coll(
-        [](Context& c, const Tensor& b) { return c.psum_scatter(b, "x", 1, true); }, P("x"));
+    m["coll_psum_scatter"] =
+        coll([](Context& c, const Tensor& b) { return c.psum_scatter(b, "x", 1, true); }, P("x"));
     return m;
   }();
   return ops;
@@ -481,20 +493,20 @@ TEST(LowPrecision, PsumAccumulatesInFloat32) {
   for (CollectiveAlgo algo :
        {CollectiveAlgo::direct, CollectiveAlgo::ring, CollectiveAlgo::bidi_ring}) {
     for (bool det : {false, true}) {
-    SCOPED_TRACE(static_cast<int>(algo));
-    const Array s = shard_map(
-        [algo, det](Context& c, const Tensor& b) {
-          return c.psum(b, "x", CollectiveOptions{.algo = algo, .deterministic = det});
-        },
-        mesh, {P("x")}, P())(x);
-    const std::vector<bfloat16> got = s.to_vector<bfloat16>();
-    if (algo == CollectiveAlgo::direct || det) {
-      // One fold over all 8 sources: 256 + 7 = 263, rounded once to bf16: 264.
-      for (const bfloat16& g : got) EXPECT_EQ(static_cast<float>(g), 264.0f);
-    } else {
-      // Ring folds round once per step; never below the bf16 running sum's 256.
-      for (const bfloat16& g : got) EXPECT_GE(static_cast<float>(g), 256.0f);
-    }
+      SCOPED_TRACE(static_cast<int>(algo));
+      const Array s = shard_map(
+          [algo, det](Context& c, const Tensor& b) {
+            return c.psum(b, "x", CollectiveOptions{.algo = algo, .deterministic = det});
+          },
+          mesh, {P("x")}, P())(x);
+      const std::vector<bfloat16> got = s.to_vector<bfloat16>();
+      if (algo == CollectiveAlgo::direct || det) {
+        // One fold over all 8 sources: 256 + 7 = 263, rounded once to bf16: 264.
+        for (const bfloat16& g : got) EXPECT_EQ(static_cast<float>(g), 264.0f);
+      } else {
+        // Ring folds round once per step; never below the bf16 running sum's 256.
+        for (const bfloat16& g : got) EXPECT_GE(static_cast<float>(g), 256.0f);
+      }
     }
   }
 }
