@@ -27,7 +27,8 @@ enum class DType {
 };
 
 // The DType of a C++ element type: dtype_of<float>::value is DType::f32. Specialized for float,
-// double, bfloat16, float16, int32_t, int64_t and bool; any other type fails to compile with a message.
+// double, bfloat16, float16, int32_t, int64_t and bool; any other type fails to compile with a
+// message.
 template <class T>
 struct dtype_of {
   static_assert(
