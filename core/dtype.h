@@ -45,7 +45,6 @@ template <>
 struct dtype_of<double> {
   static constexpr DType value = DType::f64;  // the DType
 };
-// int32_t is int32.
 // meshrt::bfloat16 is bf16.
 template <>
 struct dtype_of<bfloat16> {
@@ -56,6 +55,7 @@ template <>
 struct dtype_of<float16> {
   static constexpr DType value = DType::f16;  // the DType
 };
+// int32_t is int32.
 template <>
 struct dtype_of<int32_t> {
   static constexpr DType value = DType::i32;  // the DType
