@@ -108,8 +108,13 @@ ncclDataType_t nccl_type(DType t) {
       return ncclInt64;
     case DType::bool_:
       return ncclUint8;
+    case DType::bf16:
+      return ncclBfloat16;
+    case DType::f16:
+      return ncclFloat16;
   }
-  return ncclUint8;
+  throw Error("[nccl] no NCCL type for " + std::string(dtype_name(t)) +
+              "; use CollectiveAlgo::direct or ring");
 }
 
 class NcclComm final : public backend::NativeComm {
