@@ -1053,6 +1053,14 @@ void run_kernels(const JitProgram& p, size_t step, JitArena& a, size_t pos) {
   }
 }
 
+// Lets go of the blocks at `pos` that step `s` read for the last time.
+void drop_blocks(const JitProgram& p, const JitStep& s, JitArena& a, size_t pos) {
+  for (int v : s.drop) {
+    Tensor& t = a.vals[p.values[static_cast<size_t>(v)].first + pos];
+    if (t.valid()) t = Tensor();
+  }
+}
+
 void run_step_at(const JitProgram& p, size_t step, JitArena& a, size_t pos, Context* ctx) {
   const JitStep& s = p.steps[step];
   if (s.kernels != nullptr) {
@@ -1064,10 +1072,7 @@ void run_step_at(const JitProgram& p, size_t step, JitArena& a, size_t pos, Cont
     std::vector<Tensor> outs = s.kind == JitStep::local ? s.fn(ins) : s.body(*ctx, ins);
     for (size_t o = 0; o < s.out.size(); ++o) set_block(p, a, s.out[o], pos, std::move(outs[o]));
   }
-  for (int v : s.drop) {
-    Tensor& t = a.vals[p.values[static_cast<size_t>(v)].first + pos];
-    if (t.valid()) t = Tensor();
-  }
+  drop_blocks(p, s, a, pos);
 }
 
 // A bucket of psum steps [first, bucket_end) at one position: the blocks flattened and laid end
@@ -1087,10 +1092,7 @@ void run_psum_bucket(const JitProgram& p, size_t first, JitArena& a, size_t pos,
     const int64_t n = shape_size(s.block_shape);
     set_block(p, a, s.out.front(), pos, reshape(slice(sum, {at}, {at + n}), s.block_shape));
     at += n;
-    for (int v : s.drop) {
-      Tensor& t = a.vals[p.values[static_cast<size_t>(v)].first + pos];
-      if (t.valid()) t = Tensor();
-    }
+    drop_blocks(p, s, a, pos);
   }
 }
 
