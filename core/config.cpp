@@ -74,6 +74,10 @@ const std::vector<Variable>& variables() {
        "stream-ordered), to rule an ordering problem in or out"},
       {"MESHRT_SHARDING", "auto, explicit", "auto",
        "explicit: an implicit reshard in a global-view op is an error"},
+      {"MESHRT_MATMUL_PLACEMENT", "cheapest, jax", "cheapest",
+       "how the global view computes a 2-D matmul of sharded operands: cheapest moves the fewest "
+       "bytes (e.g. rows of the lhs instead of partial products) and then reshards to the "
+       "sharding jax.jit gives; jax always computes it as jax.jit does"},
       {"MESHRT_LOG_COLLECTIVES", "0, 1", "0", "1: print every collective the global view inserts"},
       {"MESHRT_REQUIRE_CUDA", "0, 1", "0",
        "tests: 1 makes a cuda run on a machine where cuda is not usable a failure, not a skip"},
@@ -147,6 +151,10 @@ bool cuda_sync_copies() { return flag("MESHRT_CUDA_SYNC_COPIES", "cuda"); }
 
 bool explicit_sharding() {
   return choice("MESHRT_SHARDING", "sharding", {"auto", "explicit"}) == "explicit";
+}
+
+bool matmul_placement_as_jax() {
+  return choice("MESHRT_MATMUL_PLACEMENT", "matmul", {"cheapest", "jax"}) == "jax";
 }
 
 bool log_collectives() { return flag("MESHRT_LOG_COLLECTIVES", "collective_log"); }

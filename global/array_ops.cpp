@@ -4,14 +4,17 @@
 
 #include <algorithm>
 #include <functional>
+#include <optional>
 #include <type_traits>
 
+#include "core/config.h"
 #include "core/error.h"
 #include "core/strings.h"
 #include "global/jit_record.h"
 #include "global/layout.h"
 #include "global/reshard.h"
 #include "global/rules.h"
+#include "global/sharding_mode.h"
 #include "runtime/detail/platform.h"
 #include "runtime/detail/sharding_impl.h"
 #include "runtime/detail/trace.h"
@@ -301,11 +304,36 @@ Array matmul_like(std::string_view op, const Array& a, const Array& b, const OpO
   if (ta) la.dims = swap_last_two(la.dims);
   if (tb) lb.dims = swap_last_two(lb.dims);
   Plan p = global::matmul_rule(m.mesh, {&sa, la}, {&sb, lb});
+  // A placement that moves fewer bytes, then the reshard to the rule's layout (auto mode only:
+  // in explicit mode every reshard is the user's).
+  std::optional<global::MatmulChoice> alt;
+  if (!m.single && sharding_mode() == ShardingMode::auto_ && !config::matmul_placement_as_jax()) {
+    alt = global::cheaper_matmul(m.mesh, {&sa, la}, {&sb, lb}, p);
+  }
   if (ta) p.need[0].dims = swap_last_two(p.need[0].dims);
   if (tb) p.need[1].dims = swap_last_two(p.need[1].dims);
-  Array r = apply(op, {a, b}, p, p.out, {out}, [f](const std::vector<Tensor>& t) {
-              return std::vector<Tensor>{f(t[0], t[1])};
-            }).front();
+  const Kernel kernel = [f](const std::vector<Tensor>& t) {
+    return std::vector<Tensor>{f(t[0], t[1])};
+  };
+  Array r;
+  if (alt) {
+    Plan q = alt->plan;
+    if (ta) q.need[0].dims = swap_last_two(q.need[0].dims);
+    if (tb) q.need[1].dims = swap_last_two(q.need[1].dims);
+    const std::string note =
+        cat("computed as ", alt->form, " (", layout_str(alt->plan.out.front()), "): about ",
+            alt->cost, " elements written per device against ", alt->jax_cost,
+            " for jax.jit's placement; MESHRT_MATMUL_PLACEMENT=jax computes it as jax.jit does");
+    const Array pa = global::reshard(a, m.mesh, q.need[0], op, /*implicit=*/true, note, "args[0]");
+    const Array pb = global::reshard(b, m.mesh, q.need[1], op, /*implicit=*/true, note, "args[1]");
+    r = apply(op, {pa, pb}, q, q.out, {out}, kernel).front();
+    Layout to = p.out.front();
+    to.partial.clear();  // a pending sum of jax.jit's placement is taken here, at once
+    r = global::reshard(r, m.mesh, to, op, /*implicit=*/false,
+                        cat("to the sharding jax.jit gives a ", op, " of these operands"));
+  } else {
+    r = apply(op, {a, b}, p, p.out, {out}, kernel).front();
+  }
   if (options.out_sharding) {
     // Unlike with_sharding_constraint, out_sharding= must divide the result (as device_put).
     (void)meshrt::detail::checked_shard_shape(*options.out_sharding, r.shape(), op);

@@ -40,6 +40,26 @@ Plan gather_dims_rule(const Mesh& mesh, const Operand& x, const std::vector<bool
                       const Shape& out_shape);
 // matmul/dot: (..., m, k) @ (..., k, n), 1-D operands promoted as jnp.matmul does.
 Plan matmul_rule(const Mesh& mesh, const Operand& a, const Operand& b);
+// A placement of a 2-D matmul that moves fewer bytes than `jax` (matmul_rule's, jax.jit's),
+// computed in another layout and then resharded to `jax.out` (so results, shardings and pending
+// sums are what matmul_rule promises; only the way there differs):
+//   rows:    the contraction's mesh axes moved onto the lhs rows (all_to_all), the rhs replicated
+//            over them (all_gather): no partial products, and each device multiplies a block of
+//            whole rows. The tensor-parallel MLP's x @ W with x P(None, 'x') and W P('x', None)
+//            writes a (batch, n) partial product per device otherwise.
+//   split_k: axes splitting both the lhs rows and the rhs columns (one of them gathered by the
+//            rule) moved onto the contraction of both (all_to_all): a partial product of the
+//            small result, summed into jax.out (psum_scatter).
+// Costs are the elements each device writes into new blocks (moved operands, the product, a
+// partial product's sum); an alternative is taken below 3/4 of the rule's cost.
+struct MatmulChoice {
+  Plan plan;         // need: per operand; out: the layout the product is computed in
+  const char* form;  // "rows" or "split_k"
+  int64_t cost = 0;  // per device, elements
+  int64_t jax_cost = 0;
+};
+std::optional<MatmulChoice> cheaper_matmul(const Mesh& mesh, const Operand& a, const Operand& b,
+                                           const Plan& jax);
 Plan transpose_rule(const Operand& x, const std::vector<int>& perm);
 Plan reshape_rule(const Mesh& mesh, const Operand& x, const Shape& out_shape);
 // concatenate / stack along `axis` (stack: a new unsharded dimension at `axis`).

@@ -560,6 +560,107 @@ TEST(GlobalViewPendingSums, MatmulOverAShardedContractionIsPending) {
   }
 }
 
+// A 2-D matmul computed another way when that moves fewer bytes (global::cheaper_matmul): the
+// result's sharding, pending sums and values stay jax.jit's placement's, the log names the form,
+// MESHRT_MATMUL_PLACEMENT=jax and explicit mode keep jax.jit's placement, jit gives eager's bits.
+namespace {
+Array small_ints(const Shape& shape, const Sharding& s, int salt) {
+  std::vector<float> h(static_cast<size_t>(shape_size(shape)));
+  for (size_t i = 0; i < h.size(); ++i) h[i] = static_cast<float>((i * 5 + salt) % 7) - 3.0f;
+  return device_put(h, shape, s);  // sums of these stay exact in float32
+}
+struct Placed {
+  Array r;
+  std::vector<std::string> collectives;
+  std::string notes;
+};
+template <class F>
+Placed placed_with(const char* placement, F f) {
+  setenv("MESHRT_MATMUL_PLACEMENT", placement, 1);
+  CollectiveLog log;
+  Placed p;
+  {
+    auto on = log.record();
+    p.r = f();
+  }
+  unsetenv("MESHRT_MATMUL_PLACEMENT");
+  p.collectives = collectives_of(log);
+  for (const auto& e : log.entries()) p.notes += e.note + "\n";
+  return p;
+}
+void expect_same_result(const Placed& got, const Placed& jax) {
+  EXPECT_EQ(got.r.sharding(), jax.r.sharding());
+  EXPECT_EQ(got.r.pending_sum_axes(), jax.r.pending_sum_axes());
+  EXPECT_EQ(got.r.to_vector<float>(), jax.r.to_vector<float>());
+}
+}  // namespace
+
+TEST(GlobalViewMatmulPlacement, RowsInsteadOfGatheringTheLhs) {
+  // The tensor-parallel MLP's dz @ W.T: jax.jit gathers all of dz; rows moves three blocks.
+  Mesh mesh = make_mesh({8}, {"x"});
+  Array dz = small_ints({256, 32}, NamedSharding(mesh, P(None, "x")), 1);
+  Array w = small_ints({32, 32}, NamedSharding(mesh, P("x")), 2);
+  auto f = [&] { return matmul_transposed(dz, w, false, true); };
+  const Placed jax = placed_with("jax", f), got = placed_with("cheapest", f);
+  expect_same_result(got, jax);
+  EXPECT_EQ(jax.r.sharding().spec_or_empty(), P(None, "x"));
+  EXPECT_EQ(jax.collectives, std::vector<std::string>{"all_gather"});
+  EXPECT_EQ(got.collectives, (std::vector<std::string>{"all_to_all", "all_gather", "all_to_all"}));
+  EXPECT_NE(got.notes.find("computed as rows (P('x',)): about 4096 elements written per device "
+                           "against 9216 for jax.jit's placement"),
+            std::string::npos)
+      << got.notes;
+  EXPECT_EQ(jax.notes.find("computed as"), std::string::npos);
+  // jit takes the same placement: eager's bits, and the same collectives when traced.
+  auto step =
+      jit([&](const Array& a, const Array& b) { return matmul_transposed(a, b, false, true); });
+  EXPECT_EQ(step(dz, w).to_vector<float>(), got.r.to_vector<float>());
+}
+
+TEST(GlobalViewMatmulPlacement, SplitKInsteadOfGatheringOneSide) {
+  // The tensor-parallel MLP's weight gradient a.T @ dz: rows and columns both on 'x'.
+  Mesh mesh = make_mesh({8}, {"x"});
+  Array a = small_ints({256, 32}, NamedSharding(mesh, P(None, "x")), 3);
+  Array dz = small_ints({256, 32}, NamedSharding(mesh, P(None, "x")), 4);
+  auto f = [&] { return matmul_transposed(a, dz, true, false); };
+  const Placed jax = placed_with("jax", f), got = placed_with("cheapest", f);
+  expect_same_result(got, jax);
+  EXPECT_TRUE(jax.r.pending_sum_axes().empty());
+  EXPECT_EQ(got.collectives,
+            (std::vector<std::string>{"all_to_all", "all_to_all", "psum_scatter"}));
+  EXPECT_NE(got.notes.find("computed as split_k"), std::string::npos) << got.notes;
+}
+
+TEST(GlobalViewMatmulPlacement, KeepsJaxPlacementWhereItIsCheapest) {
+  Mesh mesh = make_mesh({8}, {"x"});
+  // A partial product summed later (a pending sum) is cheaper than rows and a gather.
+  Array a = small_ints({256, 32}, NamedSharding(mesh, P(None, "x")), 5);
+  Array w = small_ints({32, 32}, NamedSharding(mesh, P("x")), 6);
+  const Placed tp = placed_with("cheapest", [&] { return matmul(a, w); });
+  EXPECT_EQ(tp.r.pending_sum_axes(), std::vector<std::string>{"x"});
+  EXPECT_TRUE(tp.collectives.empty());
+  // Data parallel: nothing moves at all.
+  Array x = small_ints({256, 32}, NamedSharding(mesh, P("x")), 7);
+  Array wr = small_ints({32, 32}, NamedSharding(mesh, P()), 8);
+  const Placed dp = placed_with("cheapest", [&] { return matmul(x, wr); });
+  EXPECT_TRUE(dp.collectives.empty());
+  EXPECT_EQ(dp.r.sharding().spec_or_empty(), P("x"));
+  // A small lhs: gathering it is cheaper than moving the rhs.
+  Array s = small_ints({8, 32}, NamedSharding(mesh, P(None, "x")), 9);
+  const Placed small =
+      placed_with("cheapest", [&] { return matmul_transposed(s, w, false, true); });
+  EXPECT_EQ(small.collectives, std::vector<std::string>{"all_gather"});
+  // Explicit mode never reshards on its own: jax.jit's placement, which needs a gather: an error.
+  set_sharding_mode(ShardingMode::explicit_);
+  Array dz = small_ints({256, 32}, NamedSharding(mesh, P(None, "x")), 1);
+  EXPECT_MESHRT_ERROR(matmul_transposed(dz, w, false, true), "explicit sharding mode");
+  set_sharding_mode(ShardingMode::auto_);
+  // A bad value of the variable is an error naming it.
+  setenv("MESHRT_MATMUL_PLACEMENT", "fastest", 1);
+  EXPECT_MESHRT_ERROR(matmul_transposed(dz, w, false, true), "MESHRT_MATMUL_PLACEMENT", "fastest");
+  unsetenv("MESHRT_MATMUL_PLACEMENT");
+}
+
 TEST(GlobalViewReshard, PlannerPicksTheCollective) {
   Mesh mesh = make_mesh({4, 2}, {"x", "y"});
   Array x = iota_f32({8, 8}, NamedSharding(mesh, P("x", "y")));
