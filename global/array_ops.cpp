@@ -289,6 +289,32 @@ V swap_last_two(V v) {
   return v;
 }
 
+// A matmul's product computed as rows (`rows`, laid out as `computed`: the rows split over one
+// more axis than `pending`'s dims) as the pending sum over that axis jax.jit's placement gives
+// (`pending`): taking the sum moves the rows; the addends (each device's rows in place, zeros
+// elsewhere) are made only if something reads them.
+Array deferred_rows(const Mesh& mesh, const Array& rows, const Layout& pending,
+                    const Layout& computed, std::string_view op) {
+  const std::string axis = pending.partial.front();
+  const int64_t n = mesh.axis_size(axis);
+  auto make_addends = [mesh, rows, pending, computed, axis, n]() {
+    Layout in = computed;
+    const global::Body pad_rows = [axis, n](Context& ctx, const std::vector<Tensor>& b) {
+      const int64_t i = ctx.axis_index(AxisNames(axis));
+      const int64_t r = b[0].shape()[0];
+      return std::vector<Tensor>{pad(b[0], {{i * r, (n - 1 - i) * r}, {0, 0}})};
+    };
+    return global::run_blocks(mesh, {rows}, {in}, {pending}, {rows.shape()}, pad_rows)
+        .front()
+        .blocks();
+  };
+  Array r = meshrt::detail::make_deferred_pending_sum(rows.shape(), rows.dtype(),
+                                                      NamedSharding(mesh, global::spec_of(pending)),
+                                                      pending.partial, rows, make_addends);
+  meshrt::detail::set_pending_sum_origin(r, std::string(op));
+  return r;
+}
+
 // matmul, dot and matmul_transposed: `ta`/`tb` read an operand with its last two dims swapped
 // (the placement rule sees the swapped operand; its blocks are placed as stored, and the kernel
 // reads them transposed).
@@ -327,10 +353,12 @@ Array matmul_like(std::string_view op, const Array& a, const Array& b, const OpO
     const Array pa = global::reshard(a, m.mesh, q.need[0], op, /*implicit=*/true, note, "args[0]");
     const Array pb = global::reshard(b, m.mesh, q.need[1], op, /*implicit=*/true, note, "args[1]");
     r = apply(op, {pa, pb}, q, q.out, {out}, kernel).front();
-    Layout to = p.out.front();
-    to.partial.clear();  // a pending sum of jax.jit's placement is taken here, at once
-    r = global::reshard(r, m.mesh, to, op, /*implicit=*/false,
-                        cat("to the sharding jax.jit gives a ", op, " of these operands"));
+    if (alt->deferred) {
+      r = deferred_rows(m.mesh, r, p.out.front(), q.out.front(), op);
+    } else {
+      r = global::reshard(r, m.mesh, p.out.front(), op, /*implicit=*/false,
+                          cat("to the sharding jax.jit gives a ", op, " of these operands"));
+    }
   } else {
     r = apply(op, {a, b}, p, p.out, {out}, kernel).front();
   }

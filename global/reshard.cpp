@@ -37,8 +37,20 @@ double since(std::chrono::steady_clock::time_point t0) {
 
 // Sums the pending addends of `x`: psum_scatter for partial axes `to` appends to a dimension
 // right after that dimension's current axes, psum over the rest.
+Array reshard_summed(const Array& sum, const Mesh& mesh, const Layout& to, std::string_view op,
+                     const std::string& note);
+
 Array resolve(const Array& x, const Mesh& mesh, const Layout& to, std::string_view op,
               const std::string& note) {
+  if (const Array* sum = meshrt::detail::deferred_sum(x)) {
+    // Already summed in another layout (a matmul computed as rows): moved, not summed.
+    const std::string origin = meshrt::detail::pending_sum_origin(x);
+    return reshard_summed(*sum, mesh, to, origin.empty() ? op : std::string_view(origin),
+                          cat("the sum of a pending ", origin.empty() ? std::string(op) : origin,
+                              " already taken as rows, moved at ",
+                              op == "read" ? std::string("a read of the value") : std::string(op),
+                              note.empty() ? "" : "; ", note));
+  }
   Layout have = layout_of(x);
   Layout next = have;
   next.partial.clear();
@@ -267,5 +279,14 @@ std::vector<Array> run_local(const Mesh& mesh, const std::vector<Array>& placed,
   meshrt::detail::jit_record_local(mesh, placed, fn, res, /*concurrent=*/false);
   return res;
 }
+
+namespace {
+Array reshard_summed(const Array& sum, const Mesh& mesh, const Layout& to, std::string_view op,
+                     const std::string& note) {
+  Layout dims = to;
+  dims.partial.clear();
+  return reshard(sum, mesh, dims, op, /*implicit=*/false, note);
+}
+}  // namespace
 
 }  // namespace meshrt::global

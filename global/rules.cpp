@@ -318,14 +318,18 @@ std::optional<MatmulChoice> cheaper_matmul(const Mesh& mesh, const Operand& a, c
   final_dims.partial.clear();
   const int64_t jax_cost = matmul_cost(mesh, sa, la, sb, lb, so, jax, final_dims);
   std::optional<MatmulChoice> best;
-  auto consider = [&](Plan p, const char* form) {
+  auto consider = [&](Plan p, const char* form, bool deferred) {
     if (!well_formed(mesh, sa, p.need[0]) || !well_formed(mesh, sb, p.need[1]) ||
         !well_formed(mesh, so, p.out.front())) {
       return;
     }
-    const int64_t c = matmul_cost(mesh, sa, la, sb, lb, so, p, final_dims);
+    // Deferred: the rows stay until the sum is taken, then move once (an all_to_all into a
+    // sharded layout, the usual taker: the bias add after a tensor-parallel layer).
+    const int64_t c = deferred ? matmul_cost(mesh, sa, la, sb, lb, so, p, p.out.front()) +
+                                     local_elems(mesh, so, p.out.front())
+                               : matmul_cost(mesh, sa, la, sb, lb, so, p, final_dims);
     if (4 * c < 3 * jax_cost && (!best || c < best->cost)) {
-      best = MatmulChoice{std::move(p), form, c, jax_cost};
+      best = MatmulChoice{std::move(p), form, c, jax_cost, deferred};
     }
   };
   // rows: the contraction's axes onto the lhs rows, the rhs whole along them.
@@ -335,7 +339,12 @@ std::optional<MatmulChoice> cheaper_matmul(const Mesh& mesh, const Operand& a, c
     const AxisList m = plus(la.dims[0], k);
     p.need = {Layout{{m, {}}, {}}, Layout{{{}, minus(lb.dims[1], m)}, {}}};
     p.out = {Layout{{m, minus(lb.dims[1], m)}, {}}};
-    consider(std::move(p), "rows");
+    // A deferred pending sum: the rule's result is a pending sum over exactly the rows' new axis
+    // and is otherwise laid out as the rows (one axis: each device's addend is its rows).
+    const Layout& j = jax.out.front();
+    const bool deferred = !j.partial.empty() && la.dims[0].empty() && k.size() == 1 &&
+                          j.partial == k && j.dims[0].empty() && j.dims[1] == p.out.front().dims[1];
+    if (j.partial.empty() || deferred) consider(std::move(p), "rows", deferred);
   }
   // split_k: axes on both the lhs rows and the rhs columns onto the contraction.
   AxisList both;
@@ -346,7 +355,7 @@ std::optional<MatmulChoice> cheaper_matmul(const Mesh& mesh, const Operand& a, c
     const AxisList kk = plus(la.dims[1], both);
     p.need = {Layout{{minus(la.dims[0], both), kk}, {}}, Layout{{kk, minus(lb.dims[1], both)}, {}}};
     p.out = {Layout{{minus(la.dims[0], both), minus(lb.dims[1], both)}, kk}};
-    consider(std::move(p), "split_k");
+    consider(std::move(p), "split_k", false);
   }
   return best;
 }

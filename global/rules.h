@@ -46,7 +46,9 @@ Plan matmul_rule(const Mesh& mesh, const Operand& a, const Operand& b);
 //   rows:    the contraction's mesh axes moved onto the lhs rows (all_to_all), the rhs replicated
 //            over them (all_gather): no partial products, and each device multiplies a block of
 //            whole rows. The tensor-parallel MLP's x @ W with x P(None, 'x') and W P('x', None)
-//            writes a (batch, n) partial product per device otherwise.
+//            writes a (batch, n) partial product per device otherwise; there the rule's result
+//            is a pending sum, and the rows become a deferred one (`deferred`), priced as moved
+//            once more (an all_to_all into a sharded layout) when it is taken.
 //   split_k: axes splitting both the lhs rows and the rhs columns (one of them gathered by the
 //            rule) moved onto the contraction of both (all_to_all): a partial product of the
 //            small result, summed into jax.out (psum_scatter).
@@ -57,6 +59,9 @@ struct MatmulChoice {
   const char* form;  // "rows" or "split_k"
   int64_t cost = 0;  // per device, elements
   int64_t jax_cost = 0;
+  // jax.out is a pending sum and plan.out its summed value in rows: the result is a deferred
+  // pending sum (its sum moved from the rows when taken, its addends made only if read).
+  bool deferred = false;
 };
 std::optional<MatmulChoice> cheaper_matmul(const Mesh& mesh, const Operand& a, const Operand& b,
                                            const Plan& jax);

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <optional>
@@ -97,6 +98,12 @@ void set_pending_sum_resolver(PendingSumResolver resolver) { g_resolver.store(re
 struct SumCache {
   std::mutex mu;
   std::shared_ptr<const Array> sum;  // guarded by mu
+  // A deferred pending sum (make_deferred_pending_sum): the sum in another layout, and how to
+  // make the addends when something reads them; the addends once made (guarded by addends_mu).
+  std::shared_ptr<const Array> deferred_sum;
+  std::function<std::vector<Tensor>()> make_addends;
+  std::mutex addends_mu;
+  std::vector<Tensor> addends;
   // Its own lock: the resolver, run under mu, reads it.
   std::mutex origin_mu;
   std::string origin;  // guarded by origin_mu
@@ -113,6 +120,26 @@ std::string pending_sum_origin(const Array& x) {
   return x.sum_cache_->origin;
 }
 
+Array make_deferred_pending_sum(Shape shape, DType dtype, Sharding sharding,
+                                std::vector<std::string> pending_sum_axes, Array sum,
+                                std::function<std::vector<Tensor>()> make_addends) {
+  MESHRT_DCHECK(!pending_sum_axes.empty() && sum.valid() && sum.pending_sum_axes().empty());
+  Array a;
+  a.shape_ = std::move(shape);
+  a.dtype_ = dtype;
+  a.sharding_ = std::move(sharding);
+  a.pending_sum_axes_ = std::move(pending_sum_axes);
+  a.sum_cache_ = std::make_shared<SumCache>();
+  a.sum_cache_->deferred_sum = std::make_shared<const Array>(std::move(sum));
+  a.sum_cache_->make_addends = std::move(make_addends);
+  a.deferred_ = true;
+  return a;
+}
+
+const Array* deferred_sum(const Array& x) {
+  return x.deferred_ ? x.sum_cache_->deferred_sum.get() : nullptr;
+}
+
 Array resolve_pending_sums(const Array& x) {
   if (x.pending_sum_axes().empty()) return x;
   PendingSumResolver r = g_resolver.load();
@@ -123,8 +150,15 @@ Array resolve_pending_sums(const Array& x) {
 }
 }  // namespace detail
 
+const std::vector<Tensor>& Array::deferred_blocks() const {
+  detail::SumCache& c = *sum_cache_;
+  std::lock_guard<std::mutex> lock(c.addends_mu);
+  if (c.addends.empty()) c.addends = c.make_addends();
+  return c.addends;
+}
+
 Device Array::device() const {
-  if (blocks_.empty()) throw Error("[array] device() of an empty (default-constructed) Array");
+  if (!valid()) throw Error("[array] device() of an empty (default-constructed) Array");
   const auto& devs = sharding_.device_list();
   if (devs.size() != 1) {
     throw Error(cat("[array] device() of an Array spread over ", devs.size(), " devices (",
@@ -141,7 +175,7 @@ Array device_put(const Tensor& x, const Sharding& to) {
 }
 
 const Array& Array::block_until_ready() const {
-  if (blocks_.empty()) {
+  if (!valid()) {
     throw Error("[array] block_until_ready on an empty (default-constructed) Array");
   }
   if (!pending_sum_axes_.empty()) {
@@ -166,7 +200,7 @@ const Array& Array::block_until_ready() const {
 }
 
 std::vector<Shard> Array::addressable_shards() const {
-  if (blocks_.empty()) {
+  if (!valid()) {
     throw Error("[array] addressable_shards of an empty (default-constructed) Array");
   }
   detail::check_host_read(trace_id_, "addressable_shards");
@@ -181,7 +215,7 @@ std::vector<Shard> Array::addressable_shards() const {
 }
 
 void Array::check_item() const {
-  if (blocks_.empty()) throw Error("[array] item() of an empty (default-constructed) Array");
+  if (!valid()) throw Error("[array] item() of an empty (default-constructed) Array");
   if (size() != 1) {
     throw Error(cat("[array] item() needs an Array of exactly one element, but this ",
                     dtype_name(dtype_), shape_str(shape_), " Array has ", size(),
@@ -190,7 +224,7 @@ void Array::check_item() const {
 }
 
 std::string Array::str() const {
-  if (blocks_.empty()) return "Array(empty)";
+  if (!valid()) return "Array(empty)";
   std::string s =
       cat("Array(", dtype_name(dtype_), shape_str(shape_), ", sharding=", sharding_.str());
   if (!pending_sum_axes_.empty()) {
@@ -215,7 +249,7 @@ std::ostream& operator<<(std::ostream& os, const Array& x) {
 }
 
 void Array::copy_to_host(void* dst, DType expected) const {
-  if (blocks_.empty()) throw Error("[array] to_vector on an empty (default-constructed) Array");
+  if (!valid()) throw Error("[array] to_vector on an empty (default-constructed) Array");
   detail::check_host_read(trace_id_, "to_vector");
   if (!pending_sum_axes_.empty()) {
     detail::resolve_pending_sums(*this).copy_to_host(dst, expected);

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <ostream>
 #include <span>
@@ -37,6 +38,14 @@ namespace detail {
 struct SumCache;
 // `x` itself when it has no pending sums, else the summed Array (summed once per Array).
 Array resolve_pending_sums(const Array& x);
+// A pending sum over `pending_sum_axes` whose value is already summed, in another layout
+// (`sum`): the global view's matmul computed as rows. Resolving it moves `sum`; its addends are
+// made by `make_addends` only when something reads blocks() (a linear op keeping the sum).
+Array make_deferred_pending_sum(Shape shape, DType dtype, Sharding sharding,
+                                std::vector<std::string> pending_sum_axes, Array sum,
+                                std::function<std::vector<Tensor>()> make_addends);
+// The summed value of a deferred pending sum, or null for any other Array.
+const Array* deferred_sum(const Array& x);
 void set_pending_sum_origin(const Array& x, std::string origin);
 std::string pending_sum_origin(const Array& x);
 }  // namespace detail
@@ -47,7 +56,7 @@ class Array {
   // An empty Array: valid() is false (see above).
   Array() = default;
   // False for a default-constructed (or donated) Array: it holds no value.
-  bool valid() const { return !blocks_.empty(); }
+  bool valid() const { return !blocks_.empty() || deferred_; }
   // The global shape (not the block's): () for an empty Array.
   const Shape& shape() const { return shape_; }
   // The element type.
@@ -75,7 +84,7 @@ class Array {
   // The block held by each device, in the sharding's device order. For an Array with pending
   // sums these are the per-device addends (see pending_sum_axes()). The reference lives as long
   // as this Array; copy the Tensors to keep blocks beyond it.
-  const std::vector<Tensor>& blocks() const { return blocks_; }
+  const std::vector<Tensor>& blocks() const { return deferred_ ? deferred_blocks() : blocks_; }
   // Mesh axes over which the blocks are addends of a sum not yet taken (a global-view op's
   // Partial placement, e.g. sum(x, 0) of x sharded on that axis). Empty for Arrays made by
   // device_put or shard_map. sharding() is the sharding the value has once summed; reading the
@@ -115,6 +124,7 @@ class Array {
 
  private:
   void check_item() const;
+  const std::vector<Tensor>& deferred_blocks() const;
   Shape shape_;
   DType dtype_ = DType::f32;
   Sharding sharding_ = SingleDeviceSharding(Device());
@@ -122,7 +132,11 @@ class Array {
   std::vector<std::string> pending_sum_axes_;
   std::shared_ptr<detail::SumCache> sum_cache_;  // with pending sums: the sum, once taken
   uint64_t trace_id_ = 0;
+  bool deferred_ = false;  // a deferred pending sum: blocks() makes the addends when first read
   friend Array detail::resolve_pending_sums(const Array& x);
+  friend Array detail::make_deferred_pending_sum(Shape, DType, Sharding, std::vector<std::string>,
+                                                 Array, std::function<std::vector<Tensor>()>);
+  friend const Array* detail::deferred_sum(const Array& x);
   friend void detail::set_pending_sum_origin(const Array& x, std::string origin);
   friend std::string detail::pending_sum_origin(const Array& x);
 };

@@ -631,13 +631,58 @@ TEST(GlobalViewMatmulPlacement, SplitKInsteadOfGatheringOneSide) {
   EXPECT_NE(got.notes.find("computed as split_k"), std::string::npos) << got.notes;
 }
 
+TEST(GlobalViewMatmulPlacement, ForwardProductIsADeferredPendingSum) {
+  // The tensor-parallel MLP's x @ W: jax.jit's placement leaves a (256, 32) partial product per
+  // device; as rows each device multiplies 32 whole rows, and the pending sum is taken by moving
+  // them (one all_to_all into P(None, 'x'), where jax.jit's placement runs a psum_scatter).
+  Mesh mesh = make_mesh({8}, {"x"});
+  Array a = small_ints({256, 32}, NamedSharding(mesh, P(None, "x")), 5);
+  Array w = small_ints({32, 32}, NamedSharding(mesh, P("x")), 6);
+  const NamedSharding cols(mesh, P(None, "x"));
+  const Placed jax = placed_with("jax", [&] { return matmul(a, w); });
+  const Placed got = placed_with("cheapest", [&] { return matmul(a, w); });
+  EXPECT_EQ(got.r.pending_sum_axes(), std::vector<std::string>{"x"});
+  EXPECT_EQ(got.r.sharding(), jax.r.sharding());
+  ASSERT_NE(meshrt::detail::deferred_sum(got.r), nullptr);
+  EXPECT_EQ(got.collectives, (std::vector<std::string>{"all_to_all", "all_gather"}));
+  EXPECT_TRUE(jax.collectives.empty());
+  // Taking the sum into a sharded layout: a move, not a sum.
+  const Placed taken_jax =
+      placed_with("jax", [&] { return with_sharding_constraint(jax.r, cols); });
+  const Placed taken =
+      placed_with("cheapest", [&] { return with_sharding_constraint(got.r, cols); });
+  EXPECT_EQ(taken_jax.collectives, std::vector<std::string>{"psum_scatter"});
+  EXPECT_EQ(taken.collectives, std::vector<std::string>{"all_to_all"});
+  EXPECT_NE(taken.notes.find("the sum of a pending matmul already taken as rows"),
+            std::string::npos)
+      << taken.notes;
+  expect_same_result(taken, taken_jax);
+  // Read as it is (replicated), and through a linear op that keeps the pending sum (which reads
+  // the addends: each device's rows in place, zeros elsewhere): jax.jit's values.
+  EXPECT_EQ(got.r.to_vector<float>(), jax.r.to_vector<float>());
+  const Placed twice = placed_with("cheapest", [&] { return got.r * 2.0; });
+  EXPECT_EQ(twice.r.pending_sum_axes(), std::vector<std::string>{"x"});
+  EXPECT_EQ(twice.r.to_vector<float>(), (jax.r * 2.0).to_vector<float>());
+  // jit: the same placement, eager's bits, pending sums and shardings.
+  auto step = jit([&](const Array& x, const Array& y) { return matmul(x, y) + 1.0; });
+  const Array eager = matmul(a, w) + 1.0;
+  const Array traced = step(a, w), replayed = step(a, w);
+  EXPECT_EQ(traced.sharding(), eager.sharding());
+  EXPECT_EQ(replayed.to_vector<float>(), eager.to_vector<float>());
+  auto pending_out = jit([&](const Array& x, const Array& y) { return matmul(x, y); });
+  const Array p1 = pending_out(a, w), p2 = pending_out(a, w);
+  EXPECT_EQ(p2.pending_sum_axes(), std::vector<std::string>{"x"});
+  EXPECT_EQ(p2.to_vector<float>(), jax.r.to_vector<float>());
+}
+
 TEST(GlobalViewMatmulPlacement, KeepsJaxPlacementWhereItIsCheapest) {
   Mesh mesh = make_mesh({8}, {"x"});
-  // A partial product summed later (a pending sum) is cheaper than rows and a gather.
-  Array a = small_ints({256, 32}, NamedSharding(mesh, P(None, "x")), 5);
+  // A few rows: their partial product (a pending sum) is cheaper than moving the rhs.
+  Array a = small_ints({8, 32}, NamedSharding(mesh, P(None, "x")), 5);
   Array w = small_ints({32, 32}, NamedSharding(mesh, P("x")), 6);
   const Placed tp = placed_with("cheapest", [&] { return matmul(a, w); });
   EXPECT_EQ(tp.r.pending_sum_axes(), std::vector<std::string>{"x"});
+  EXPECT_EQ(meshrt::detail::deferred_sum(tp.r), nullptr);
   EXPECT_TRUE(tp.collectives.empty());
   // Data parallel: nothing moves at all.
   Array x = small_ints({256, 32}, NamedSharding(mesh, P("x")), 7);
