@@ -289,6 +289,11 @@ AxisList plus(AxisList a, const AxisList& b) {
   return a;
 }
 
+// What one more collective costs, in elements: its fixed cost (a launch and a rendezvous, 2-4 us
+// on the cpu platform) is about the time 64 KiB take to copy. Small products keep jax.jit's
+// placement, which has the fewest collectives.
+constexpr int64_t kCollectiveElems = 16 * 1024;
+
 // Elements a device writes for one placement: moved operands, the product, the move to the
 // final layout. A partial product counts once: its sum reads it where it is, in address order,
 // in about the time the gather of the whole product would take to write it (the tensor-parallel
@@ -296,11 +301,12 @@ AxisList plus(AxisList a, const AxisList& b) {
 int64_t matmul_cost(const Mesh& mesh, const Shape& sa, const Layout& la, const Shape& sb,
                     const Layout& lb, const Shape& so, const Plan& p, const Layout& final_dims) {
   int64_t c = 0;
-  if (p.need[0].dims != la.dims) c += local_elems(mesh, sa, p.need[0]);
-  if (p.need[1].dims != lb.dims) c += local_elems(mesh, sb, p.need[1]);
+  if (p.need[0].dims != la.dims) c += kCollectiveElems + local_elems(mesh, sa, p.need[0]);
+  if (p.need[1].dims != lb.dims) c += kCollectiveElems + local_elems(mesh, sb, p.need[1]);
   const Layout& o = p.out.front();
   c += local_elems(mesh, so, o);
-  if (o.dims != final_dims.dims) c += local_elems(mesh, so, final_dims);
+  if (!o.partial.empty()) c += kCollectiveElems;  // its sum
+  if (o.dims != final_dims.dims) c += kCollectiveElems + local_elems(mesh, so, final_dims);
   return c;
 }
 
@@ -326,7 +332,7 @@ std::optional<MatmulChoice> cheaper_matmul(const Mesh& mesh, const Operand& a, c
     // Deferred: the rows stay until the sum is taken, then move once (an all_to_all into a
     // sharded layout, the usual taker: the bias add after a tensor-parallel layer).
     const int64_t c = deferred ? matmul_cost(mesh, sa, la, sb, lb, so, p, p.out.front()) +
-                                     local_elems(mesh, so, p.out.front())
+                                     kCollectiveElems + local_elems(mesh, so, p.out.front())
                                : matmul_cost(mesh, sa, la, sb, lb, so, p, final_dims);
     if (4 * c < 3 * jax_cost && (!best || c < best->cost)) {
       best = MatmulChoice{std::move(p), form, c, jax_cost, deferred};

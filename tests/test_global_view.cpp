@@ -598,16 +598,16 @@ void expect_same_result(const Placed& got, const Placed& jax) {
 TEST(GlobalViewMatmulPlacement, RowsInsteadOfGatheringTheLhs) {
   // The tensor-parallel MLP's dz @ W.T: jax.jit gathers all of dz; rows moves three blocks.
   Mesh mesh = make_mesh({8}, {"x"});
-  Array dz = small_ints({256, 32}, NamedSharding(mesh, P(None, "x")), 1);
-  Array w = small_ints({32, 32}, NamedSharding(mesh, P("x")), 2);
+  Array dz = small_ints({4096, 64}, NamedSharding(mesh, P(None, "x")), 1);
+  Array w = small_ints({64, 64}, NamedSharding(mesh, P("x")), 2);
   auto f = [&] { return matmul_transposed(dz, w, false, true); };
   const Placed jax = placed_with("jax", f), got = placed_with("cheapest", f);
   expect_same_result(got, jax);
   EXPECT_EQ(jax.r.sharding().spec_or_empty(), P(None, "x"));
   EXPECT_EQ(jax.collectives, std::vector<std::string>{"all_gather"});
   EXPECT_EQ(got.collectives, (std::vector<std::string>{"all_to_all", "all_gather", "all_to_all"}));
-  EXPECT_NE(got.notes.find("computed as rows (P('x',)): about 4096 elements written per device "
-                           "against 9216 for jax.jit's placement"),
+  EXPECT_NE(got.notes.find("computed as rows (P('x',)): about 151552 elements written per device "
+                           "against 311296 for jax.jit's placement"),
             std::string::npos)
       << got.notes;
   EXPECT_EQ(jax.notes.find("computed as"), std::string::npos);
@@ -620,8 +620,8 @@ TEST(GlobalViewMatmulPlacement, RowsInsteadOfGatheringTheLhs) {
 TEST(GlobalViewMatmulPlacement, SplitKInsteadOfGatheringOneSide) {
   // The tensor-parallel MLP's weight gradient a.T @ dz: rows and columns both on 'x'.
   Mesh mesh = make_mesh({8}, {"x"});
-  Array a = small_ints({256, 32}, NamedSharding(mesh, P(None, "x")), 3);
-  Array dz = small_ints({256, 32}, NamedSharding(mesh, P(None, "x")), 4);
+  Array a = small_ints({4096, 64}, NamedSharding(mesh, P(None, "x")), 3);
+  Array dz = small_ints({4096, 64}, NamedSharding(mesh, P(None, "x")), 4);
   auto f = [&] { return matmul_transposed(a, dz, true, false); };
   const Placed jax = placed_with("jax", f), got = placed_with("cheapest", f);
   expect_same_result(got, jax);
@@ -632,12 +632,12 @@ TEST(GlobalViewMatmulPlacement, SplitKInsteadOfGatheringOneSide) {
 }
 
 TEST(GlobalViewMatmulPlacement, ForwardProductIsADeferredPendingSum) {
-  // The tensor-parallel MLP's x @ W: jax.jit's placement leaves a (256, 32) partial product per
-  // device; as rows each device multiplies 32 whole rows, and the pending sum is taken by moving
+  // The tensor-parallel MLP's x @ W: jax.jit's placement leaves a (4096, 64) partial product per
+  // device; as rows each device multiplies 512 whole rows, and the pending sum is taken by moving
   // them (one all_to_all into P(None, 'x'), where jax.jit's placement runs a psum_scatter).
   Mesh mesh = make_mesh({8}, {"x"});
-  Array a = small_ints({256, 32}, NamedSharding(mesh, P(None, "x")), 5);
-  Array w = small_ints({32, 32}, NamedSharding(mesh, P("x")), 6);
+  Array a = small_ints({4096, 64}, NamedSharding(mesh, P(None, "x")), 5);
+  Array w = small_ints({64, 64}, NamedSharding(mesh, P("x")), 6);
   const NamedSharding cols(mesh, P(None, "x"));
   const Placed jax = placed_with("jax", [&] { return matmul(a, w); });
   const Placed got = placed_with("cheapest", [&] { return matmul(a, w); });
@@ -697,7 +697,7 @@ TEST(GlobalViewMatmulPlacement, KeepsJaxPlacementWhereItIsCheapest) {
   EXPECT_EQ(small.collectives, std::vector<std::string>{"all_gather"});
   // Explicit mode never reshards on its own: jax.jit's placement, which needs a gather: an error.
   set_sharding_mode(ShardingMode::explicit_);
-  Array dz = small_ints({256, 32}, NamedSharding(mesh, P(None, "x")), 1);
+  Array dz = small_ints({4096, 32}, NamedSharding(mesh, P(None, "x")), 1);
   EXPECT_MESHRT_ERROR(matmul_transposed(dz, w, false, true), "explicit sharding mode");
   set_sharding_mode(ShardingMode::auto_);
   // A bad value of the variable is an error naming it.
