@@ -1,6 +1,8 @@
 // tests/test_checkpoint.cpp: train/checkpoint.h: round trips bit for bit, restores onto other
 // meshes and shardings, latest/keep, async saves, corrupt and truncated files, crash safety
-// (a child process killed while saving), a checkpoint written by Python's zarr, CRC-32C vectors.
+// (a child process killed while saving), a checkpoint written by Python's zarr, bfloat16/float16
+// leaves (round trips, casts onto other float dtypes, a checkpoint written by zarr-python and
+// tensorstore), CRC-32C vectors.
 #include <fcntl.h>
 #include <signal.h>
 #include <spawn.h>
@@ -8,11 +10,13 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <map>
 #include <random>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -584,6 +588,131 @@ TEST(Checkpoint, ReadsWhatZarrPythonWrote) {
   EXPECT_EQ(r.step_count.to_vector<int64_t>(), std::vector<int64_t>{7});
   EXPECT_EQ(r.mask.to_vector<bool>(), (std::vector<bool>{true, false, false, true, false}));
   EXPECT_TRUE(r.layers[0].sharding() == NamedSharding(m2, P(None, "x")));
+}
+
+// ---- bfloat16 and float16 leaves.
+
+template <class H>
+std::vector<H> from_bits(const std::vector<uint16_t>& bits) {
+  std::vector<H> out;
+  for (uint16_t b : bits) out.push_back(H::from_bits(b));
+  return out;
+}
+template <class H>
+std::vector<uint16_t> bits_of(const std::vector<H>& v) {
+  std::vector<uint16_t> out;
+  for (H h : v) out.push_back(h.bits());
+  return out;
+}
+// Corner bits (zeros, infinities, NaNs with and without payload, the smallest and largest
+// subnormals), then spread patterns.
+std::vector<uint16_t> lowp_bits(size_t n, std::vector<uint16_t> specials, uint16_t stride) {
+  for (size_t i = specials.size(); i < n; ++i) {
+    specials.push_back(static_cast<uint16_t>(0x3000 + stride * i));
+  }
+  return specials;
+}
+
+TEST(Checkpoint, LowPrecisionRoundTripBitForBit) {
+  if (auto why = test::too_few_devices(8); !why.empty()) GTEST_SKIP() << why;
+  TempDir dir;
+  const auto bf = lowp_bits(64 * 8,
+                            {0x0000, 0x8000, 0x7f80, 0xff80, 0x7fc0, 0x7f81, 0xffc1, 0x0001, 0x007f,
+                             0x8001, 0x3f80, 0x3f81},
+                            97);
+  const auto hf = lowp_bits(
+      12 * 4, {0x0000, 0x8000, 0x7c00, 0xfc00, 0x7e00, 0x7c01, 0x0001, 0x03ff, 0x7bff, 0xfbff}, 53);
+  std::map<std::string, Array> tree{
+      {"bf", device_put(from_bits<bfloat16>(bf), {64, 8}, NamedSharding(mesh_2d(), P("a", "b")))},
+      {"hf", device_put(from_bits<float16>(hf), {12, 4}, NamedSharding(mesh_1d(4), P("x")))},
+      {"scalar",
+       device_put(std::vector<bfloat16>{bfloat16(-2.5f)}, {}, NamedSharding(mesh_1d(), P()))},
+  };
+  checkpoint::save(dir.path(), tree, 1);
+  const std::string s = dir / "1";
+  EXPECT_NE(read_file(s + "/bf/zarr.json").find("\"data_type\": \"bfloat16\""), std::string::npos);
+  EXPECT_NE(read_file(s + "/hf/zarr.json").find("\"data_type\": \"float16\""), std::string::npos);
+  EXPECT_EQ(fs::file_size(s + "/bf/c/0/0"), 16u * 4 * 2 + 4);  // 2 bytes an element + CRC-32C
+  std::map<std::string, Array> r = checkpoint::restore(dir.path(), tree);
+  for (const auto& [k, v] : tree) expect_same(r.at(k), v, k);
+  EXPECT_EQ(bits_of(r.at("bf").to_vector<bfloat16>()), bf);
+  EXPECT_EQ(bits_of(r.at("hf").to_vector<float16>()), hf);
+  // Onto other shardings.
+  std::map<std::string, ShapeDtypeStruct> other{
+      {"bf", {{64, 8}, DType::bf16, NamedSharding(mesh_1d(), P(None, "x"))}},
+      {"hf", {{12, 4}, DType::f16, SingleDeviceSharding(devices()[5])}},
+      {"scalar", {{}, DType::bf16, NamedSharding(mesh_2d(), P())}},
+  };
+  std::map<std::string, Array> o = checkpoint::restore(dir.path(), other);
+  EXPECT_EQ(bits_of(o.at("bf").to_vector<bfloat16>()), bf);
+  EXPECT_EQ(bits_of(o.at("hf").to_vector<float16>()), hf);
+  EXPECT_EQ(static_cast<float>(o.at("scalar").item<bfloat16>()), -2.5f);
+  EXPECT_TRUE(o.at("bf").sharding() == NamedSharding(mesh_1d(), P(None, "x")));
+  // A 16-bit float leaf restores onto another float dtype (as orbax casts); not onto an integer.
+  std::map<std::string, ShapeDtypeStruct> wide{
+      {"bf", {{64, 8}, DType::f32, NamedSharding(mesh_1d(), P("x"))}},
+      {"hf", {{12, 4}, DType::f64, NamedSharding(mesh_1d(4), P("x"))}},
+      {"scalar", {{}, DType::f32, NamedSharding(mesh_2d(), P())}},
+  };
+  std::map<std::string, Array> w = checkpoint::restore(dir.path(), wide);
+  EXPECT_EQ(w.at("bf").dtype(), DType::f32);
+  const std::vector<float> bf_f32 = w.at("bf").to_vector<float>();
+  for (size_t i = 0; i < bf.size(); ++i) {  // bfloat16 is float32's upper 16 bits
+    uint32_t u = 0;
+    std::memcpy(&u, &bf_f32[i], 4);
+    if ((bf[i] & 0x7f80) == 0x7f80 && (bf[i] & 0x7f) != 0) {
+      EXPECT_TRUE(std::isnan(bf_f32[i])) << i;
+    } else {
+      EXPECT_EQ(u, uint32_t{bf[i]} << 16) << i;
+    }
+  }
+  EXPECT_EQ(w.at("hf").to_vector<double>()[8], 65504.0);
+  EXPECT_EQ(w.at("hf").to_vector<double>()[7], 1023.0 / (1 << 24));  // largest subnormal
+  std::map<std::string, ShapeDtypeStruct> ints = other;
+  ints.at("hf").dtype = DType::i32;
+  EXPECT_MESHRT_ERROR(checkpoint::restore(dir.path(), ints), "tree['hf']", "holds float16",
+                      "target is int32");
+}
+
+// A checkpoint written by Python (tests/data/gen_checkpoint.py): float16 by zarr-python, bfloat16
+// by tensorstore, and a float32 leaf restored onto bf16/f16 targets against tensorstore's casts.
+TEST(Checkpoint, ReadsLowPrecisionPythonWrote) {
+  if (auto why = test::too_few_devices(8); !why.empty()) GTEST_SKIP() << why;
+  const std::string dir = test::test_data_dir() + "/zarr_ckpt_lowp";
+  ASSERT_EQ(checkpoint::latest(dir), 3);
+  const auto meta = checkpoint::metadata(dir);
+  EXPECT_NE(meta.at("writer").find("tensorstore"), std::string::npos);
+  EXPECT_FALSE(fs::exists(dir + "/3/bf16/c/0/2"));  // two chunks along dim 1: 0 and 1
+  // The generator's formulas, written out here.
+  std::vector<uint16_t> bf{0x0000, 0x8000, 0x7F80, 0xFF80, 0x7FC0, 0x0001, 0x3F80, 0x3F81};
+  for (int i = 8; i < 24; ++i) bf.push_back(static_cast<uint16_t>(0x3C00 + 37 * i));
+  std::vector<uint16_t> hf{0x0000, 0x8000, 0x7C00, 0xFC00, 0x7E00, 0x0001, 0x03FF, 0x7BFF};
+  for (int i = 8; i < 10; ++i) hf.push_back(static_cast<uint16_t>(0x3C00 + 101 * i));
+  auto parse_bits = [](const std::string& text) {
+    std::vector<uint16_t> out;
+    std::istringstream in(text);
+    for (std::string w; in >> w;) out.push_back(static_cast<uint16_t>(std::stoul(w, nullptr, 16)));
+    return out;
+  };
+  const std::vector<uint16_t> cast_bf16 = parse_bits(meta.at("cast_bf16"));
+  const std::vector<uint16_t> cast_f16 = parse_bits(meta.at("cast_f16"));
+  ASSERT_EQ(cast_bf16.size(), 8u);
+  ASSERT_EQ(cast_f16.size(), 8u);
+
+  // Targets that cut across Python's chunks ((2, 3), 4 with an edge chunk, 3 with one).
+  std::map<std::string, ShapeDtypeStruct> like{
+      {"bf16", {{4, 6}, DType::bf16, NamedSharding(mesh_2d(), P("a", "b"))}},
+      {"f16", {{10}, DType::f16, NamedSharding(mesh_1d(2), P("x"))}},
+      {"master", {{8}, DType::bf16, NamedSharding(mesh_1d(), P("x"))}},
+  };
+  std::map<std::string, Array> r = checkpoint::restore(dir, like);
+  EXPECT_EQ(bits_of(r.at("bf16").to_vector<bfloat16>()), bf);
+  EXPECT_EQ(bits_of(r.at("f16").to_vector<float16>()), hf);
+  EXPECT_EQ(r.at("master").dtype(), DType::bf16);
+  EXPECT_EQ(bits_of(r.at("master").to_vector<bfloat16>()), cast_bf16);
+  like.at("master").dtype = DType::f16;
+  like.at("master").sharding = NamedSharding(mesh_2d(), P("a"));
+  EXPECT_EQ(bits_of(checkpoint::restore(dir, like).at("master").to_vector<float16>()), cast_f16);
 }
 
 // ---- CRC-32C against published vectors (RFC 3720 B.4; the "123456789" check value).

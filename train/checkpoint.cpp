@@ -28,6 +28,7 @@
 #include "backends/process_comm.h"
 #include "core/error.h"
 #include "core/strings.h"
+#include "runtime/tensor_ops.h"
 #include "train/crc32c.h"
 #include "train/json.h"
 #include "train/zarr.h"
@@ -1006,12 +1007,17 @@ std::vector<Array> restore_leaves(const std::string& dir, const std::vector<Targ
     std::optional<std::string> text = read_text(file, kMaxArrayJson, plan.what);
     if (!text) throw Error(cat(plan.what, ": ", file, " is missing; the checkpoint is corrupt"));
     plan.meta = zarr::parse_array(json::parse(*text, cat(plan.what, ": ", file)), plan.what);
-    if (plan.meta.shape != t.shape || plan.meta.dtype != t.dtype) {
+    // As orbax (tensorstore's cast to the target's dtype), a floating leaf restores onto another
+    // floating dtype, rounded to nearest even; other dtype changes are errors.
+    const bool cast = is_floating(plan.meta.dtype) && is_floating(t.dtype);
+    if (plan.meta.shape != t.shape || (plan.meta.dtype != t.dtype && !cast)) {
       throw Error(cat(plan.what, ": the checkpoint holds ", dtype_name(plan.meta.dtype),
                       shape_str(plan.meta.shape), " and the target is ", dtype_name(t.dtype),
-                      shape_str(t.shape), "; restore onto a target of the saved shape and dtype"));
+                      shape_str(t.shape),
+                      "; restore onto a target of the saved shape and dtype (a floating dtype "
+                      "may change to another floating dtype)"));
     }
-    if (plan.meta.fill_value.size() != dtype_size(t.dtype)) {
+    if (plan.meta.fill_value.size() != dtype_size(plan.meta.dtype)) {
       throw Error(cat(plan.what, ": bad fill_value"));
     }
     const Grid g = block_grid(t.sharding, t.shape, plan.what);
@@ -1026,7 +1032,7 @@ std::vector<Array> restore_leaves(const std::string& dir, const std::vector<Targ
       if (!fresh) continue;
       Dest d;
       d.index = g.indices[i];
-      d.tensor = empty(g.block, t.dtype, devs[i]);
+      d.tensor = empty(g.block, plan.meta.dtype, devs[i]);  // as stored; cast after reading
       if (host_memory(d.tensor)) {
         d.data = static_cast<unsigned char*>(d.tensor.data());
       } else {
@@ -1072,10 +1078,11 @@ std::vector<Array> restore_leaves(const std::string& dir, const std::vector<Targ
     LeafPlan& plan = plans[li];
     for (Dest& d : plan.dests) {
       if (!d.host.empty()) {
-        d.tensor =
-            tensor(d.host.data(), shape_size(plan.block), t.dtype, plan.block, d.tensor.device());
+        d.tensor = tensor(d.host.data(), shape_size(plan.block), plan.meta.dtype, plan.block,
+                          d.tensor.device());
         d.host = {};
       }
+      if (plan.meta.dtype != t.dtype) d.tensor = astype(d.tensor, t.dtype);
     }
     const auto& devs = t.sharding.device_list();
     std::vector<Tensor> blocks(devs.size());

@@ -13,8 +13,10 @@
 // a Zarr v3 array at its tree path as a folder path ("tree.params.W[0]" -> `params/W/0`, map
 // entries by key, a tree that is one Array -> `value`), with a zarr.json for every group between.
 // Chunks are the sharding's blocks (chunk grid = block grid, keys "c/i/j"), codecs bytes
-// (little-endian) + crc32c, data types float32/float64/int32/int64/bool: Python's
-// zarr.open_group(f"{dir}/{step}") reads every leaf. Static fields of the tree are not saved.
+// (little-endian) + crc32c, data types float32/float64/float16/int32/int64/bool and bfloat16 (the
+// Zarr extension name tensorstore writes): Python's zarr.open_group(f"{dir}/{step}") reads every
+// leaf but bfloat16 ones (tensorstore reads those). Static fields of the tree are not saved.
+// restore() casts a floating leaf onto a target of another floating dtype (as orbax does).
 //
 // Guarantees. A save writes into `<dir>/<step>.tmp-<random>/`, fsyncs every file and folder,
 // then renames it to `<dir>/<step>` in one step: a crash at any point leaves earlier checkpoints

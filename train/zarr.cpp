@@ -6,6 +6,7 @@
 #include <limits>
 
 #include "core/error.h"
+#include "core/half.h"
 #include "core/strings.h"
 
 namespace meshrt::detail::zarr {
@@ -16,8 +17,15 @@ struct TypeName {
   std::string_view name;
 };
 constexpr TypeName kTypes[] = {
-    {DType::f32, "float32"}, {DType::f64, "float64"}, {DType::i32, "int32"},
-    {DType::i64, "int64"},   {DType::bool_, "bool"},
+    {DType::f32, "float32"},
+    {DType::f64, "float64"},
+    {DType::i32, "int32"},
+    {DType::i64, "int64"},
+    {DType::bool_, "bool"},
+    {DType::f16, "float16"},
+    // Not a core Zarr v3 type: the registered extension (zarr-extensions data-types/bfloat16),
+    // as tensorstore (orbax's writer) and zarrs spell it.
+    {DType::bf16, "bfloat16"},
 };
 
 using json::Value;
@@ -63,46 +71,62 @@ std::vector<unsigned char> parse_fill(const Value& v, DType dtype, const std::st
     throw Error(
         cat(what, ": zarr.json's fill_value does not fit data type ", data_type_name(dtype)));
   };
-  auto float_value = [&](bool f32) -> std::optional<double> {
+  // A float fill value: a number, "NaN"/"Infinity"/"-Infinity", or the bit pattern as "0x" and
+  // two hex digits per byte of the type. `bits` holds that pattern when one was given.
+  std::optional<uint64_t> bits;
+  auto float_value = [&](size_t width) -> std::optional<double> {
     if (v.is_number()) return v.as_double();
     if (!v.is_string()) return std::nullopt;
     const std::string& s = v.as_string();
     if (s == "NaN") return std::numeric_limits<double>::quiet_NaN();
     if (s == "Infinity") return std::numeric_limits<double>::infinity();
     if (s == "-Infinity") return -std::numeric_limits<double>::infinity();
-    if (s.size() == (f32 ? 10u : 18u) && s.starts_with("0x")) {  // the bit pattern
-      uint64_t bits = 0;
+    if (s.size() == 2 + 2 * width && s.starts_with("0x")) {  // the bit pattern
+      uint64_t b = 0;
       for (char c : s.substr(2)) {
         const int d = c >= '0' && c <= '9'   ? c - '0'
                       : c >= 'a' && c <= 'f' ? c - 'a' + 10
                       : c >= 'A' && c <= 'F' ? c - 'A' + 10
                                              : -1;
         if (d < 0) return std::nullopt;
-        bits = bits << 4 | static_cast<uint64_t>(d);
+        b = b << 4 | static_cast<uint64_t>(d);
       }
-      if (f32) {
-        float f;
-        const auto b32 = static_cast<uint32_t>(bits);
-        std::memcpy(&f, &b32, 4);
-        return f;
-      }
-      double d;
-      std::memcpy(&d, &bits, 8);
-      return d;
+      bits = b;
+      return 0.0;
     }
     return std::nullopt;
   };
   switch (dtype) {
     case DType::f32: {
-      auto d = float_value(true);
+      auto d = float_value(4);
       if (!d) return bad();
-      put(out, static_cast<float>(*d));
+      if (bits) {
+        put(out, static_cast<uint32_t>(*bits));
+      } else {
+        put(out, static_cast<float>(*d));
+      }
       return out;
     }
     case DType::f64: {
-      auto d = float_value(false);
+      auto d = float_value(8);
       if (!d) return bad();
-      put(out, *d);
+      if (bits) {
+        put(out, *bits);
+      } else {
+        put(out, *d);
+      }
+      return out;
+    }
+    case DType::bf16: {
+      auto d = float_value(2);
+      if (!d) return bad();
+      put(out, bits ? static_cast<uint16_t>(*bits) : bfloat16(*d).bits());
+      return out;
+    }
+    case DType::f16: {
+      auto d = float_value(2);
+      if (!d) return bad();
+      put(out, bits ? static_cast<uint16_t>(*bits) : float16(*d).bits());
       return out;
     }
     case DType::i32:
@@ -117,9 +141,6 @@ std::vector<unsigned char> parse_fill(const Value& v, DType dtype, const std::st
       if (!v.is_bool()) return bad();
       put(out, static_cast<uint8_t>(v.as_bool() ? 1 : 0));
       return out;
-    case DType::bf16:
-    case DType::f16:
-      break;  // no Zarr data type here (data_type_name says so)
   }
   return bad();
 }
@@ -167,6 +188,8 @@ json::Value array_json(const ArrayMeta& meta, json::Value attributes) {
   switch (meta.dtype) {
     case DType::f32:
     case DType::f64:
+    case DType::bf16:
+    case DType::f16:
       doc.set("fill_value", Value::number(0.0));
       break;
     case DType::bool_:
@@ -217,8 +240,9 @@ ArrayMeta parse_array(const json::Value& doc, const std::string& what) {
   const Value& dt = member(doc, "data_type", what);
   std::optional<DType> dtype = dt.is_string() ? data_type_from_name(dt.as_string()) : std::nullopt;
   if (!dtype) {
-    throw Error(cat(what, ": data_type ", dt.is_string() ? quote(dt.as_string()) : "(not a name)",
-                    " is not one meshrt reads (float32, float64, int32, int64, bool)"));
+    throw Error(
+        cat(what, ": data_type ", dt.is_string() ? quote(dt.as_string()) : "(not a name)",
+            " is not one meshrt reads (float32, float64, float16, bfloat16, int32, int64, bool)"));
   }
   m.dtype = *dtype;
 

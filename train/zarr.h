@@ -28,7 +28,8 @@ struct ArrayMeta {
   std::vector<unsigned char> fill_value;  // one element, little-endian
 };
 
-// Zarr v3 data type names: "float32", "float64", "int32", "int64", "bool".
+// Zarr v3 data type names: "float32", "float64", "float16", "int32", "int64", "bool" (core
+// types) and "bfloat16" (the registered extension data type, as tensorstore writes it).
 std::string_view data_type_name(DType dtype);
 std::optional<DType> data_type_from_name(std::string_view name);
 
