@@ -341,6 +341,40 @@ TEST(Multiprocess, GlobalViewOps) {
   EXPECT_EQ(gathered<float>(m), mm);
 }
 
+// The tensor-parallel layer's products placed by bytes (docs/global-view.md, "How a matmul is
+// placed") across processes: the forward product as rows (a deferred pending sum taken by moving
+// them, or read through its addends), the input gradient as rows, the weight gradient split_k.
+TEST(Multiprocess, MatmulPlacedAsRowsAndSplitK) {
+  Mesh mesh = make_mesh({8}, {"x"});
+  const int64_t m = 4096, k = 64;
+  std::vector<float> hx(static_cast<size_t>(m * k)), hw(static_cast<size_t>(k * k));
+  for (size_t i = 0; i < hx.size(); ++i) hx[i] = static_cast<float>((i * 5 + 1) % 7) - 3.f;
+  for (size_t i = 0; i < hw.size(); ++i) hw[i] = static_cast<float>((i * 3 + 2) % 5) - 2.f;
+  Array x = device_put(hx, {m, k}, NamedSharding(mesh, P(None, "x")));
+  Array w = device_put(hw, {k, k}, NamedSharding(mesh, P("x")));
+  // Host products (small integers: exact in float32).
+  std::vector<float> xw(static_cast<size_t>(m * k), 0.f), xwt(xw.size(), 0.f), xtx(hw.size(), 0.f);
+  for (int64_t r = 0; r < m; ++r)
+    for (int64_t c = 0; c < k; ++c)
+      for (int64_t j = 0; j < k; ++j) {
+        xw[static_cast<size_t>(r * k + c)] +=
+            hx[static_cast<size_t>(r * k + j)] * hw[static_cast<size_t>(j * k + c)];
+        xwt[static_cast<size_t>(r * k + c)] +=
+            hx[static_cast<size_t>(r * k + j)] * hw[static_cast<size_t>(c * k + j)];
+      }
+  for (int64_t a = 0; a < k; ++a)
+    for (int64_t b = 0; b < k; ++b)
+      for (int64_t r = 0; r < m; ++r)
+        xtx[static_cast<size_t>(a * k + b)] +=
+            hx[static_cast<size_t>(r * k + a)] * hx[static_cast<size_t>(r * k + b)];
+  Array fwd = matmul(x, w);
+  ASSERT_NE(detail::deferred_sum(fwd), nullptr);
+  EXPECT_EQ(gathered<float>(with_sharding_constraint(fwd, NamedSharding(mesh, P(None, "x")))), xw);
+  EXPECT_EQ(gathered<float>(fwd * 1.0), xw);  // through the addends
+  EXPECT_EQ(gathered<float>(matmul_transposed(x, w, false, true)), xwt);
+  EXPECT_EQ(gathered<float>(matmul_transposed(x, x, true, false)), xtx);
+}
+
 TEST(Multiprocess, MismatchIsAnErrorOnEveryProcess) {
   if (process_count() == 1) GTEST_SKIP() << "needs several processes";
   Mesh mesh = make_mesh({8}, {"x"});
