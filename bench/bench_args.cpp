@@ -26,6 +26,8 @@ DType parse_dtype(const std::string& d) {
   if (d == "float64" || d == "double") return DType::f64;
   if (d == "int32") return DType::i32;
   if (d == "int64") return DType::i64;
+  if (d == "bfloat16" || d == "bf16") return DType::bf16;
+  if (d == "float16" || d == "f16") return DType::f16;
   bad("unknown dtype '" + d + "'");
 }
 

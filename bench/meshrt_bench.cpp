@@ -47,7 +47,7 @@ using Options = bench::BenchArgs;
       "meshrt-bench: %s\n"
       "usage: meshrt-bench all_reduce|all_gather|reduce_scatter|all_to_all|ppermute\n"
       "  -b MIN -e MAX (bytes, K/M/G suffixes) -f FACTOR | -i STEP   -g DEVICES   -d "
-      "float32|float64|int32|int64\n"
+      "float32|float64|bfloat16|float16|int32|int64\n"
       "  -n ITERS -w WARMUP -c CHECK   --algo direct|ring|bidi_ring|native|auto|all (or a comma "
       "list)\n"
       "  --platform cpu|cuda (cuda: MESHRT_CUDA_DEVICES_PER_GPU=k splits each GPU into k devices)\n"
@@ -206,6 +206,11 @@ Array make_input(const Options& o, const Mesh& mesh, int64_t per, std::vector<do
       return device_put(host, {per * n}, sharding);
     case DType::i32:
       return device_put(std::vector<int32_t>(host.begin(), host.end()), {per * n}, sharding);
+    case DType::bf16:
+    case DType::f16: {  // small integers: the sums are exact in 16 bits too
+      Array f = device_put(std::vector<float>(host.begin(), host.end()), {per * n}, sharding);
+      return astype(f, o.dtype);
+    }
     default:
       return device_put(std::vector<int64_t>(host.begin(), host.end()), {per * n}, sharding);
   }

@@ -75,10 +75,11 @@ double hand_fold_seconds(int64_t n, size_t bytes, int threads, int reps) {
 // Seconds per call of op on a mesh of the first n cpu devices, each device holding `elems`
 // floats: iterations timed on device 0 between two synchronising psums; median over reps.
 double time_op(int64_t n, int64_t elems, int iters, int reps,
-               const std::function<Tensor(Context&, const Tensor&)>& op) {
+               const std::function<Tensor(Context&, const Tensor&)>& op, DType dtype = DType::f32) {
   Mesh mesh = make_mesh({n}, {"x"});
   std::vector<float> host(static_cast<size_t>(n * elems), 1.0f);
   Array x = device_put(host, {n * elems}, NamedSharding(mesh, P("x")));
+  if (dtype != DType::f32) x = astype(x, dtype);
   std::vector<double> samples;
   std::vector<Clock::time_point> start(static_cast<size_t>(n)), end(static_cast<size_t>(n));
   shard_map(
@@ -277,6 +278,15 @@ int main(int argc, char** argv) {
     double m = mpi_allreduce(static_cast<int>(n), big, quick ? 2 : 4, quick ? 3 : 5);
     row("psum 64 MiB/device, float32", t_big, "Open MPI MPI_Allreduce 8 ranks", m, "<= 0.33x");
   }
+  // bfloat16 (issue 28): the same bound for its bytes, and the same element count as the
+  // float32 row in half the bytes (about half the time if the fold keeps up with memory).
+  const double bw_bf16 = bw_now(big);
+  const double t_bf16 = time_op(n, big_elems * 2, quick ? 2 : 4, reps, psum, DType::bf16);
+  row("psum 64 MiB/device, bfloat16", t_bf16, meshrt::bench::psum_formula(),
+      meshrt::bench::psum_traffic(n, big).seconds(bw_bf16), "<= 1.1x");
+  const double t_bf16_half = time_op(n, big_elems, quick ? 2 : 4, reps, psum, DType::bf16);
+  row("psum 16 Mi elements/device, bfloat16", t_bf16_half, "the float32 row (64 MiB)", t_big,
+      "~0.5x");
   auto [t_small, t_small_mean] = latency_op(n, quick ? 2000 : 20000, reps, psum);
   row("psum of one float: median per call", t_small, "std::barrier rendezvous (mean)",
       barrier_psum_latency(static_cast<int>(n), quick ? 2000 : 20000, reps), "< 8 us");

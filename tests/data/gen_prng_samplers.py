@@ -43,11 +43,14 @@ def main():
                     for shape in SHAPES:
                         emit(stream, "randint", seed, (lo, hi), dtype,
                              jax.random.randint(k, shape, lo, hi, getattr(jnp, dtype)))
-            for dtype in ("float32", "float64"):
+            # bfloat16/float16 p: JAX draws uniform in p's dtype and compares there (meshrt
+            # draws 16-bit uniforms in the current stream only).
+            dtypes = ("float32", "float64") + (("bfloat16", "float16") if flag else ())
+            for dtype in dtypes:
                 for p in (0.5, 0.1, 0.0, 1.0, 0.9999, 1e-9, -0.5, 1.5):
                     for shape in SHAPES:
                         emit(stream, "bernoulli", seed, (p,), dtype,
-                             jax.random.bernoulli(k, getattr(np, dtype)(p), shape))
+                             jax.random.bernoulli(k, getattr(jnp, dtype)(p), shape))
             for n in (0, 1, 2, 3, 10, 100, 1625, 1626, -1):
                 emit(stream, "permutation", seed, (n,), "int64", jax.random.permutation(k, n))
         # Long draws, one seed: many values, and permutations of 2 sort rounds (n > 1625) with
@@ -57,6 +60,9 @@ def main():
         emit(stream, "randint", 0, (-2**40, 2**40), "int64", jax.random.randint(k, (2000,), -2**40, 2**40, jnp.int64))
         emit(stream, "bernoulli", 0, (0.25,), "float32", jax.random.bernoulli(k, np.float32(0.25), (2000,)))
         emit(stream, "bernoulli", 0, (0.25,), "float64", jax.random.bernoulli(k, np.float64(0.25), (2000,)))
+        if flag:
+            for dtype in ("bfloat16", "float16"):
+                emit(stream, "bernoulli", 0, (0.3,), dtype, jax.random.bernoulli(k, getattr(jnp, dtype)(0.3), (2000,)))
         for n in (1700, 20000):
             emit(stream, "permutation", 0, (n,), "int64", jax.random.permutation(k, n))
         # A derived key (the init pattern: split, fold_in).
