@@ -1,0 +1,174 @@
+// global/jit_ir.h: jit's program, as the recorder writes it, the plan annotates it and the replay
+// and the printer read it (not installed; the public entry points are global/jit_program.h).
+//
+// A value is a set of blocks, one per mesh position, named by its index into `values` (its id);
+// a step reads values' blocks by id and position (`Ref`) and makes new values. Four passes, one
+// file each: global/jit_record.cpp (the trace: steps and lines), global/jit_plan.cpp (unused steps
+// removed, last uses, launches, psum buckets), global/jit_buffers.cpp (which values live in
+// planned buffers, and the buffers), global/jit_replay.cpp (running the steps on new inputs),
+// global/jit_print.cpp (as_text, as_dot).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "backends/backend.h"
+#include "global/collective_log.h"
+#include "global/layout.h"
+#include "global/reshard.h"
+#include "runtime/array.h"
+#include "runtime/detail/kernel_tape.h"
+#include "runtime/mesh.h"
+#include "runtime/sharding.h"
+
+namespace meshrt::detail {
+
+// One device's block of a value: value id and mesh position.
+struct Ref {
+  int vid = -1;
+  int pos = 0;
+  bool operator==(const Ref&) const = default;
+};
+
+struct JitValue {
+  int npos = 0;
+  bool constant = false;
+  int input = -1;              // the input leaf it is, or -1
+  std::vector<Tensor> blocks;  // constants only
+  bool keep_to_end = false;    // read from another position or returned: never dropped early
+  size_t block_bytes = 0;      // the largest block
+  size_t first = 0;            // its first block's index in a replay's flat tables
+  // Made by a compiled step and read only by compiled steps at the same position: its blocks
+  // live in the program's planned buffers (no Tensor per call); else every block is a Tensor.
+  bool planned = false;
+  int home = -1;        // planned: its buffer (of its maker's mesh)
+  int64_t home_at = 0;  // planned: its offset in that buffer
+};
+
+struct JitStep {
+  enum Kind { local, blocks, reshard } kind = local;
+  std::optional<Mesh> mesh;  // local, blocks
+  int mesh_index = -1;       // local, blocks: into JitProgram::meshes
+  global::LocalFn fn;
+  bool concurrent = false;  // local: large blocks, computed on every device's executor at once
+  // local: the kernels fn calls, recorded at trace time (null: fn itself runs; why_not says why)
+  std::shared_ptr<const KernelProgram> kernels;
+  std::string why_not;
+  // per temporary of `kernels`: its planned buffer (an index into the mesh's buffers), or -1 - j
+  // when it holds a result that leaves the compiled steps (the j-th of `fresh` buffers allocated
+  // per call, since a Tensor keeps it)
+  std::vector<int> temp_home;
+  size_t fresh = 0;
+  // (temporary, operand): a temporary that leaves may take the operand's buffer instead of a new
+  // one, when the operand is a donated input read here for the last time, this call holds its
+  // only reference, and the kernels allow it (KernelProgram::may_write_over): in-place donation.
+  std::vector<std::pair<uint32_t, uint32_t>> reuse;
+  std::vector<uint32_t> dyn_operands;  // compiled: operands whose address changes per call
+  global::Body body;
+  // blocks: a psum of the operand over mesh axes that the replay folds from the caller's thread
+  // (host memory, every device in this process, small blocks): the direct algorithm's fold, in
+  // the same member order, so the same bits, without waking the executors.
+  bool host_psum = false;
+  std::vector<std::vector<int64_t>> groups;  // host_psum: per group, its members' positions
+  Shape block_shape;                         // host_psum, psum_axes: of every block
+  // blocks: the body is exactly a psum of its one operand over these axes (a pending sum
+  // resolved), blocks of block_shape and dtype; empty otherwise.
+  global::AxisList psum_axes;
+  // blocks, device platforms: steps [this one, bucket_end) are psums over the same axes that the
+  // replay takes as one collective over their blocks laid end to end (plan_psum_buckets).
+  size_t bucket_end = 0;
+  std::vector<std::vector<Ref>> in;  // per operand, per position
+  std::vector<int> out;              // value ids
+  // reshard: the operand's metadata and the target
+  Shape shape;
+  DType dtype = DType::f32;
+  std::optional<Sharding> from, to;
+  std::vector<std::string> pending;
+  std::vector<int> drop;  // values whose blocks at the running position are not read again
+  // Flat table indices (JitValue::first + position), computed once: in_flat[pos * operands + i]
+  // is operand i's block at pos; out_first[o] is result o's first block.
+  std::vector<uint32_t> in_flat;
+  std::vector<uint32_t> out_first;
+};
+
+struct JitSegment {
+  size_t begin = 0, end = 0;  // steps [begin, end)
+  bool host = false;          // a reshard run from the caller
+  bool inline_run = false;  // every device's steps from the caller's thread (tiny, no collectives)
+  bool fold = false;        // one host_psum step
+};
+
+struct JitLine {
+  std::string op;
+  std::vector<std::string> ins, outs;
+  std::vector<int> in_from;  // per operand: producing line, -1 - k for input k, kConst
+  std::vector<CollectiveLog::Entry> collectives;
+  std::vector<int> out_vids;  // its results' values, where a step made them
+  bool replayed = true;       // false when plan() dropped every step making its results
+};
+constexpr int kConst = -1000000;
+
+struct JitOutput {
+  std::vector<Ref> refs;
+  Shape shape;
+  DType dtype = DType::f32;
+  std::optional<Sharding> sharding;
+  std::vector<std::string> pending;
+};
+
+// One call's working memory, kept by the program and reused by later calls (a call takes one
+// that is free, or makes one): the flat tables of blocks, the planned buffers of each mesh
+// position, the kernels' stride scratch.
+struct JitArena {
+  std::vector<Tensor> vals;  // per value and position (value.first + pos)
+  std::vector<char*> ptrs;   // the same blocks' addresses (planned blocks': set once)
+  // per compiled step and position: its kernels' slot addresses, the planned ones set once
+  std::vector<std::vector<std::vector<char*>>> base;
+  std::vector<std::vector<std::vector<std::shared_ptr<backend::Buffer>>>> bufs;  // [mesh][pos][k]
+  std::vector<std::vector<std::vector<backend::Strided>>> scratch;               // [step][pos]
+  std::vector<char> donated;  // per input leaf: donated by this call
+};
+
+// A mesh position's device, its backend (null for another process's) and local index.
+struct JitPlace {
+  Device device;
+  backend::Backend* backend = nullptr;
+  int local = 0;
+};
+
+class JitProgram {
+ public:
+  std::string name;
+  std::vector<Mesh> meshes;                   // of the steps
+  std::vector<std::vector<JitPlace>> places;  // per mesh, per position
+  std::vector<std::vector<size_t>> planned;   // per mesh: the planned buffers' sizes
+  size_t flat = 0;                            // blocks over all values
+  mutable std::mutex arenas_mu;
+  mutable std::vector<std::unique_ptr<JitArena>> arenas;  // free ones
+  std::vector<JitValue> values;
+  std::vector<JitStep> steps;
+  std::vector<int> input_vids;
+  std::vector<std::string> in_paths, in_avals, out_paths, out_avals;
+  std::vector<JitOutput> outputs;
+  std::vector<int> output_from;  // per output: producing line (as JitLine::in_from)
+  std::vector<JitSegment> segments;
+  std::vector<JitLine> lines;
+};
+
+// The plan (global/jit_plan.cpp): drops steps whose results are never used, plans when blocks can
+// be dropped, groups the steps into launches and psum buckets, then plans the buffers. Called once,
+// when the trace ends.
+void jit_plan(JitProgram& p);
+
+// The buffer pass (global/jit_buffers.cpp): which values live in planned buffers, and the buffers;
+// with the replay's flat tables and the meshes' places. `last`: each value's last reading step,
+// or -1.
+void jit_plan_buffers(JitProgram& p, const std::vector<int>& last);
+
+}  // namespace meshrt::detail

@@ -1,0 +1,157 @@
+// jit's printed forms: the program as text (as_text) and as a Graphviz digraph (as_dot).
+#include <algorithm>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "core/strings.h"
+#include "global/jit_ir.h"
+#include "global/jit_program.h"
+
+namespace meshrt::detail {
+
+namespace {
+
+std::string line_ref(const JitProgram& p, int from) {
+  if (from == kConst) return "const";
+  if (from < 0) return p.in_paths[static_cast<size_t>(-1 - from)];
+  return cat("%", from);
+}
+
+}  // namespace
+
+std::string jit_text(const JitProgram& p, const std::vector<bool>& donated) {
+  std::string s = cat("jit(", p.name, ")\n");
+  for (size_t i = 0; i < p.in_paths.size(); ++i) {
+    s += cat("  in  ", p.in_paths[i], ": ", p.in_avals[i], "\n");
+  }
+  for (size_t k = 0; k < p.lines.size(); ++k) {
+    const JitLine& l = p.lines[k];
+    s += cat("  %", k, " = ", l.op, "(");
+    for (size_t i = 0; i < l.ins.size(); ++i) {
+      s += cat(i ? ", " : "", line_ref(p, l.in_from[i]), ": ", l.ins[i]);
+    }
+    s += ") -> ";
+    for (size_t i = 0; i < l.outs.size(); ++i) s += cat(i ? ", " : "", l.outs[i]);
+    s += l.replayed ? "\n" : "  (unused: not replayed)\n";
+    for (const CollectiveLog::Entry& e : l.collectives) {
+      s += cat("      ", e.collective, " ", e.from, " -> ", e.to, ", ", e.bytes_per_device,
+               " bytes per device", e.note.empty() ? "" : " (" + e.note + ")", "\n");
+    }
+  }
+  for (size_t i = 0; i < p.out_paths.size(); ++i) {
+    s += cat("  out ", p.out_paths[i], " = ", line_ref(p, p.output_from[i]), ": ", p.out_avals[i],
+             "\n");
+  }
+  size_t host = 0, device = 0, inline_runs = 0, folds = 0, collectives = 0;
+  for (const JitSegment& seg : p.segments) {
+    (seg.host ? host : seg.fold ? folds : seg.inline_run ? inline_runs : device) += 1;
+  }
+  size_t compiled = 0, kernels = 0, buffers = 0, buffer_bytes = 0;
+  std::map<std::string, size_t> why_not;  // of device-local steps not compiled
+  for (const JitStep& st : p.steps) {
+    collectives += st.kind == JitStep::blocks ? 1 : 0;
+    if (st.kernels != nullptr) {
+      ++compiled;
+      kernels += st.kernels->size();
+    } else if (st.kind == JitStep::local) {
+      ++why_not[st.why_not.empty() ? "not recorded" : st.why_not];
+    }
+  }
+  for (const std::vector<size_t>& m : p.planned) {
+    buffers += m.size();
+    for (size_t b : m) buffer_bytes += b;
+  }
+  s += cat("  replay: ", p.steps.size(), " steps (", collectives, " with collectives) in ",
+           p.segments.size(), " launches per call: ", device, " as one task per device, ",
+           inline_runs, " on small blocks from the caller's thread, ", folds,
+           " small psums folded from the caller's thread, ", host, " reshards from the caller\n");
+  size_t buckets = 0, bucketed = 0;
+  for (size_t i = 0; i < p.steps.size(); ++i) {
+    if (p.steps[i].bucket_end > i) {
+      ++buckets;
+      bucketed += p.steps[i].bucket_end - i;
+    }
+  }
+  if (buckets != 0) {
+    s += cat("  psum buckets: ", bucketed, " psums taken as ", buckets,
+             " collective(s) over their blocks laid end to end\n");
+  }
+  s += cat("  compiled: ", compiled, " device-local steps as ", kernels,
+           " kernel calls; intermediates in ", buffers, " planned buffers per device (",
+           buffer_bytes, " bytes), reused by every call\n");
+  // Only what a call with these donations can do: a step counts when one of the operands whose
+  // buffer it may take is a donated input.
+  size_t in_place = 0;
+  for (const JitStep& st : p.steps) {
+    in_place += std::any_of(st.reuse.begin(), st.reuse.end(), [&](const auto& r) {
+      const int input = p.values[static_cast<size_t>(st.in[r.second].front().vid)].input;
+      return input >= 0 && static_cast<size_t>(input) < donated.size() &&
+             donated[static_cast<size_t>(input)];
+    });
+  }
+  if (in_place != 0) {
+    s += cat("  in place: ", in_place,
+             in_place == 1 ? " compiled step writes" : " compiled steps write",
+             " results into the buffers of donated inputs read there last\n");
+  }
+  for (const auto& [why, n] : why_not) {
+    s += cat("  not compiled: ", n, n == 1 ? " step" : " steps", " (", why, ")\n");
+  }
+  return s;
+}
+
+namespace {
+std::string esc(const std::string& s) {
+  std::string out;
+  for (char c : s) {
+    if (c == '"' || c == '\\') out += '\\';
+    out += c;
+  }
+  return out;
+}
+}  // namespace
+
+std::string jit_dot(const JitProgram& p) {
+  std::string s = cat("digraph \"jit(", esc(p.name), ")\" {\n  rankdir=TB;\n",
+                      "  node [shape=box, fontname=\"monospace\", fontsize=10];\n");
+  auto node_of = [&](int from) {
+    if (from == kConst) return std::string("const");
+    if (from < 0) return cat("in", -1 - from);
+    return cat("op", from);
+  };
+  bool has_const = false;
+  for (size_t i = 0; i < p.in_paths.size(); ++i) {
+    s += cat("  in", i, " [shape=ellipse, label=\"", esc(p.in_paths[i]), "\\n", esc(p.in_avals[i]),
+             "\"];\n");
+  }
+  for (size_t k = 0; k < p.lines.size(); ++k) {
+    const JitLine& l = p.lines[k];
+    std::string outs;
+    for (size_t i = 0; i < l.outs.size(); ++i) outs += (i ? "\\n" : "") + esc(l.outs[i]);
+    s += cat("  op", k, " [label=\"%", k, " ", esc(l.op), "\\n", outs, "\"];\n");
+    for (size_t c = 0; c < l.collectives.size(); ++c) {
+      const CollectiveLog::Entry& e = l.collectives[c];
+      s += cat("  op", k, "_c", c,
+               " [shape=octagon, style=filled, fillcolor=\"#ff9999\", color=red, label=\"",
+               esc(e.collective), "\\n", e.bytes_per_device, " B/device\\n", esc(e.from), " -> ",
+               esc(e.to), "\"];\n");
+      s += cat("  op", k, "_c", c, " -> op", k, " [color=red];\n");
+    }
+    for (size_t i = 0; i < l.in_from.size(); ++i) {
+      has_const = has_const || l.in_from[i] == kConst;
+      const std::string target = l.collectives.empty() ? cat("op", k) : cat("op", k, "_c0");
+      s += cat("  ", node_of(l.in_from[i]), " -> ", target, ";\n");
+    }
+  }
+  for (size_t i = 0; i < p.out_paths.size(); ++i) {
+    has_const = has_const || p.output_from[i] == kConst;
+    s += cat("  out", i, " [shape=ellipse, label=\"", esc(p.out_paths[i]), "\\n",
+             esc(p.out_avals[i]), "\"];\n");
+    s += cat("  ", node_of(p.output_from[i]), " -> out", i, ";\n");
+  }
+  if (has_const) s += "  const [shape=plaintext, label=\"constant\"];\n";
+  return s + "}\n";
+}
+
+}  // namespace meshrt::detail

@@ -1,0 +1,468 @@
+// jit's recorder: the trace (a tracer that follows the function's values and lists its ops) and the
+// hooks the global view's launches call (global/jit_record.h), each appending a step.
+#include "global/jit_record.h"
+
+#include <algorithm>
+#include <charconv>
+#include <map>
+#include <optional>
+#include <tuple>
+#include <unordered_set>
+
+#include "collectives/direct.h"
+#include "collectives/groups.h"
+#include "core/config.h"
+#include "core/error.h"
+#include "core/strings.h"
+#include "global/collective_log.h"
+#include "global/jit_ir.h"
+#include "global/jit_program.h"
+#include "global/layout.h"
+#include "runtime/detail/kernel_tape.h"
+#include "runtime/detail/launch.h"
+#include "runtime/detail/platform.h"
+#include "runtime/detail/trace.h"
+#include "runtime/tensor_ops.h"
+
+namespace meshrt::detail {
+
+namespace {
+
+// Blocks are told apart by the memory they view (views of one block differ in offset or shape).
+using BlockKey = std::tuple<const void*, size_t, Shape, int>;
+BlockKey key_of(const Tensor& t) {
+  return {t.buffer().get(), t.byte_offset(), t.shape(), static_cast<int>(t.dtype())};
+}
+
+std::string aval(const Array& a) {
+  std::string s = cat(dtype_name(a.dtype()), "[");
+  for (size_t i = 0; i < a.shape().size(); ++i) s += cat(i ? "," : "", a.shape()[i]);
+  s += "]";
+  if (a.sharding().mesh_or_null() == nullptr) return s + " " + a.sharding().str();
+  return s + " " + global::layout_str(global::layout_of(a));
+}
+
+thread_local JitRecorder* t_recorder = nullptr;
+
+}  // namespace
+
+// The tracer half of a trace: follows every value the program computes (so reading one on the
+// host is refused), and lists the ops for the program's text.
+class JitTracer final : public Tracer {
+ public:
+  explicit JitTracer(JitRecorder* rec) : rec_(rec) {}
+  void record(OpId, std::span<const Tensor* const>, std::span<Tensor>, const OpAttrs&) override {}
+  void record(OpId op, std::span<const Array* const> inputs, std::span<Array> outputs,
+              const OpAttrs& attrs) override;
+  void check_read(uint64_t trace_id, std::string_view what) override {
+    if (followed_.count(trace_id) == 0) return;
+    throw Error(cat("[jit] ", what,
+                    " of a value computed inside a jitted function: its value is not known at "
+                    "trace time (jit records the function once and replays it on new inputs); "
+                    "return the value from the function and read it after the call, or compute "
+                    "it outside jit"));
+  }
+  std::optional<std::vector<Array>> shard_map(RunShardMap, const ErasedBody&, const Mesh&,
+                                              const std::vector<PartitionSpec>&,
+                                              const std::vector<PartitionSpec>&,
+                                              const std::vector<Array>&,
+                                              const ShardMapOptions&) override {
+    throw_shard_map_in_jit();
+  }
+  void follow(Array& a) {
+    if (a.trace_id() == 0) a.set_trace_id(next_trace_id());
+    followed_.insert(a.trace_id());
+  }
+
+ private:
+  JitRecorder* rec_;
+  std::unordered_set<uint64_t> followed_;
+};
+
+class JitRecorder {
+ public:
+  explicit JitRecorder(std::string name) : prog(std::make_shared<JitProgram>()), tracer(this) {
+    prog->name = std::move(name);
+  }
+
+  int new_value(int npos) {
+    JitValue v;
+    v.npos = npos;
+    prog->values.push_back(std::move(v));
+    return static_cast<int>(prog->values.size()) - 1;
+  }
+  void register_array(const Array& a, int vid) {
+    for (const Tensor& t : a.blocks()) {
+      size_t& b = prog->values[static_cast<size_t>(vid)].block_bytes;
+      b = std::max(b, t.nbytes());
+    }
+    for (size_t p = 0; p < a.blocks().size(); ++p) {
+      const Tensor& t = a.blocks()[p];
+      if (known.emplace(key_of(t), Ref{vid, static_cast<int>(p)}).second) keep.push_back(t);
+    }
+  }
+  // The blocks of `a` as refs; blocks nothing made are a constant of the program.
+  std::vector<Ref> refs_of(const Array& a) {
+    std::vector<Ref> refs;
+    int constant = -1;
+    for (size_t p = 0; p < a.blocks().size(); ++p) {
+      auto it = known.find(key_of(a.blocks()[p]));
+      if (it == known.end()) {
+        if (constant < 0) {
+          constant = new_value(static_cast<int>(a.blocks().size()));
+          prog->values[static_cast<size_t>(constant)].constant = true;
+          prog->values[static_cast<size_t>(constant)].blocks = a.blocks();
+          register_array(a, constant);
+        }
+        refs.push_back(Ref{constant, static_cast<int>(p)});
+      } else {
+        refs.push_back(it->second);
+      }
+    }
+    return refs;
+  }
+  // True when every block of `a` is an input's or a step's (not a constant's).
+  bool computed(const Array& a) const {
+    for (const Tensor& t : a.blocks()) {
+      auto it = known.find(key_of(t));
+      if (it == known.end() || prog->values[static_cast<size_t>(it->second.vid)].constant)
+        return false;
+    }
+    return !a.blocks().empty();
+  }
+  bool any_known(const Array& a) const {
+    for (const Tensor& t : a.blocks()) {
+      auto it = known.find(key_of(t));
+      if (it != known.end() && !prog->values[static_cast<size_t>(it->second.vid)].constant)
+        return true;
+    }
+    return false;
+  }
+  void add_step(JitStep s, const std::vector<Array>& ins, const std::vector<Array>& outs) {
+    for (const Array& a : ins) s.in.push_back(refs_of(a));
+    for (const Array& a : outs) {
+      const int vid = new_value(static_cast<int>(a.blocks().size()));
+      s.out.push_back(vid);
+      register_array(a, vid);
+    }
+    prog->steps.push_back(std::move(s));
+  }
+  int line_of(const Array& a) const {
+    if (a.blocks().empty()) return kConst;
+    auto it = line_by_block.find(key_of(a.blocks().front()));
+    return it == line_by_block.end() ? kConst : it->second;
+  }
+
+  std::shared_ptr<JitProgram> prog;
+  std::map<BlockKey, Ref> known;
+  std::vector<Tensor> keep;  // every registered block stays alive while tracing (no address reuse)
+  std::map<BlockKey, int> line_by_block;
+  CollectiveLog log;
+  std::optional<CollectiveLog::Recording> recording;
+  size_t log_seen = 0;
+  JitTracer tracer;
+  TraceState state;
+  TraceState* previous_state = nullptr;
+  JitRecorder* previous_recorder = nullptr;
+};
+
+void JitTracer::record(OpId op, std::span<const Array* const> inputs, std::span<Array> outputs,
+                       const OpAttrs&) {
+  bool follows = false;
+  for (const Array* x : inputs) {
+    follows = follows || followed_.count(x->trace_id()) != 0 || rec_->any_known(*x);
+  }
+  if (op == OpId::device_put && !inputs.empty() && outputs.size() == 1) {
+    // runtime/'s device_put makes no global-view launch: it is a step of its own.
+    const Array& x = *inputs.front();
+    JitStep s;
+    s.kind = JitStep::reshard;
+    s.shape = x.shape();
+    s.dtype = x.dtype();
+    s.from = x.sharding();
+    s.pending = x.pending_sum_axes();
+    s.to = outputs.front().sharding();
+    rec_->add_step(std::move(s), {x}, {outputs.front()});
+  }
+  JitLine line;
+  line.op = std::string(meshrt::detail::op_name(op));
+  for (const Array* x : inputs) {
+    line.ins.push_back(aval(*x));
+    int from = rec_->line_of(*x);
+    if (from == kConst) {
+      auto it = rec_->known.find(key_of(x->blocks().front()));
+      if (it != rec_->known.end()) {
+        const int input = rec_->prog->values[static_cast<size_t>(it->second.vid)].input;
+        if (input >= 0) from = -1 - input;
+      }
+    }
+    line.in_from.push_back(from);
+  }
+  const int index = static_cast<int>(rec_->prog->lines.size());
+  for (Array& y : outputs) {
+    line.outs.push_back(aval(y));
+    if (follows && !rec_->computed(y)) {
+      throw Error(cat("[jit] the op '", line.op,
+                      "' is not supported inside a jitted function yet (it computes its result "
+                      "without a global-view launch jit can record); call it outside jit"));
+    }
+    if (rec_->computed(y) || follows) follow(y);
+    for (const Tensor& t : y.blocks()) rec_->line_by_block[key_of(t)] = index;
+    if (!y.blocks().empty() && y.blocks().front().valid()) {
+      auto it = rec_->known.find(key_of(y.blocks().front()));
+      if (it != rec_->known.end()) line.out_vids.push_back(it->second.vid);
+    }
+  }
+  std::vector<CollectiveLog::Entry> entries = rec_->log.entries();
+  for (size_t i = rec_->log_seen; i < entries.size(); ++i) line.collectives.push_back(entries[i]);
+  rec_->log_seen = entries.size();
+  rec_->prog->lines.push_back(std::move(line));
+}
+
+// ---- the hooks (global/jit_record.h)
+
+namespace {
+
+// Records the kernels `fn` calls on the first position this process holds, when every position
+// here has operands and results of the same shapes and dtypes (then one program serves all).
+void compile_local(JitStep& s, const std::vector<Array>& placed, const std::vector<Array>& outs) {
+  const std::vector<Device>& devs = s.mesh->devices();
+  std::optional<size_t> first;
+  for (size_t pos = 0; pos < devs.size(); ++pos) {
+    if (!is_local(devs[pos])) continue;
+    if (!first) {
+      first = pos;
+      continue;
+    }
+    auto same = [&](const std::vector<Array>& arrays) {
+      for (const Array& a : arrays) {
+        const Tensor& x = a.blocks()[*first];
+        const Tensor& y = a.blocks()[pos];
+        if (x.shape() != y.shape() || x.dtype() != y.dtype()) return false;
+      }
+      return true;
+    };
+    if (!same(placed) || !same(outs)) {
+      s.why_not = "blocks of different shapes on different devices";
+      return;
+    }
+  }
+  if (!first) return;
+  std::vector<Tensor> ins;
+  for (const Array& a : placed) ins.push_back(a.blocks()[*first]);
+  KernelRecord r = record_kernels(s.fn, ins);
+  s.kernels = std::move(r.program);
+  s.why_not = std::move(r.why_not);
+}
+
+}  // namespace
+
+void jit_record_local(const Mesh& mesh, const std::vector<Array>& placed, const global::LocalFn& fn,
+                      const std::vector<Array>& outs, bool concurrent) {
+  if (t_recorder == nullptr) return;
+  JitStep s;
+  s.kind = JitStep::local;
+  s.mesh = mesh;
+  s.fn = fn;
+  s.concurrent = concurrent;
+  compile_local(s, placed, outs);
+  t_recorder->add_step(std::move(s), placed, outs);
+}
+
+namespace {
+
+// Whether the replay may fold the psum over `axes` itself (see JitStep::host_psum).
+void plan_host_psum(JitStep& s, const Array& x, const global::AxisList& axes) {
+  const std::vector<Device>& devs = s.mesh->devices();
+  for (const Device& d : devs) {
+    if (!is_local(d)) return;
+  }
+  if (!backend_of(devs.front()).host_addressable()) return;
+  const Tensor& b = x.blocks().front();
+  if (static_cast<int64_t>(b.nbytes()) > coll::kSmallReduceBytes) return;
+  for (const Tensor& t : x.blocks()) {
+    if (t.shape() != b.shape() || t.dtype() != b.dtype()) return;
+  }
+  const std::string algo = config::collective_algo();
+  if (algo != "auto" && algo != "direct") return;  // another algorithm folds in another order
+  std::vector<int> positions;
+  for (const std::string& a : axes) {
+    positions.push_back(s.mesh->axis_position(a));
+    if (positions.back() < 0) return;
+  }
+  coll::GroupLayout g = coll::make_group_layout(s.mesh->shape(), positions);
+  s.groups = std::move(g.members);
+  s.block_shape = b.shape();
+  s.dtype = b.dtype();
+  s.host_psum = true;
+}
+
+}  // namespace
+
+void jit_record_blocks(const Mesh& mesh, const std::vector<Array>& placed, const global::Body& body,
+                       const std::vector<Array>& outs, const global::AxisList* psum) {
+  if (t_recorder == nullptr) return;
+  JitStep s;
+  s.kind = JitStep::blocks;
+  s.mesh = mesh;
+  s.body = body;
+  if (psum != nullptr && !psum->empty() && placed.size() == 1) {
+    plan_host_psum(s, placed.front(), *psum);
+    const Array& x = placed.front();
+    const Tensor* first = nullptr;
+    bool same = true;
+    for (const Tensor& t : x.blocks()) {
+      if (!t.valid()) continue;
+      if (first == nullptr) first = &t;
+      same = same && t.shape() == first->shape() && t.dtype() == first->dtype();
+    }
+    if (first != nullptr && same) {
+      s.psum_axes = *psum;
+      s.block_shape = first->shape();
+      s.dtype = first->dtype();
+    }
+  }
+  t_recorder->add_step(std::move(s), placed, outs);
+}
+
+void jit_record_reshard(const Array& in, const Sharding& to, const Array& out) {
+  if (t_recorder == nullptr) return;
+  // The same value moved onto the same sharding again (the matmul gradient gathers dz for dx
+  // and again for dW): the replay reuses the first move's result, whose bits are the same. The
+  // refs name the blocks; the source sharding, shape and dtype are compared too, so two views of
+  // one set of blocks are never taken for each other.
+  const std::vector<Ref> from = t_recorder->refs_of(in);
+  for (const JitStep& prev : t_recorder->prog->steps) {
+    if (prev.kind == JitStep::reshard && prev.in.front() == from && *prev.to == to &&
+        *prev.from == in.sharding() && prev.shape == in.shape() && prev.dtype == in.dtype() &&
+        prev.pending == in.pending_sum_axes()) {
+      t_recorder->register_array(out, prev.out.front());
+      return;
+    }
+  }
+  JitStep s;
+  s.kind = JitStep::reshard;
+  s.shape = in.shape();
+  s.dtype = in.dtype();
+  s.from = in.sharding();
+  s.pending = in.pending_sum_axes();
+  s.to = to;
+  t_recorder->add_step(std::move(s), {in}, {out});
+}
+
+// ---- the trace
+
+JitTrace::JitTrace(std::vector<Array>& inputs, std::vector<std::string> paths, std::string name)
+    : rec_(std::make_unique<JitRecorder>(std::move(name))) {
+  JitProgram& p = *rec_->prog;
+  p.in_paths = std::move(paths);
+  // Every argument is traced on a copy of its blocks: the program tells its inputs apart from
+  // each other and from Arrays the function captures (its constants) by memory, and a later call
+  // may pass unrelated Arrays where the trace got the same one twice, or a captured one.
+  for (Array& in : inputs) {
+    std::vector<Tensor> blocks;
+    for (const Tensor& t : in.blocks()) blocks.push_back(t.valid() ? meshrt::copy(t) : Tensor());
+    in = Array(in.shape(), in.dtype(), in.sharding(), std::move(blocks), in.pending_sum_axes());
+  }
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    const int vid = rec_->new_value(static_cast<int>(inputs[i].blocks().size()));
+    p.values[static_cast<size_t>(vid)].input = static_cast<int>(i);
+    p.input_vids.push_back(vid);
+    rec_->register_array(inputs[i], vid);
+    // A fresh id per input: the tracer follows it (the caller's Array keeps its own).
+    inputs[i].set_trace_id(0);
+    rec_->tracer.follow(inputs[i]);
+    p.in_avals.push_back(aval(inputs[i]));
+  }
+  rec_->recording.emplace(rec_->log.record());
+  rec_->state.tracers.push_back(&rec_->tracer);
+  rec_->state.jit = true;
+  rec_->previous_state = set_trace_state(&rec_->state);
+  rec_->previous_recorder = t_recorder;
+  t_recorder = rec_.get();
+}
+
+JitTrace::~JitTrace() {
+  if (!rec_) return;
+  t_recorder = rec_->previous_recorder;
+  set_trace_state(rec_->previous_state);
+}
+
+std::shared_ptr<const JitProgram> JitTrace::finish(const std::vector<Array>& outputs,
+                                                   std::vector<std::string> paths) {
+  JitProgram& p = *rec_->prog;
+  p.out_paths = std::move(paths);
+  for (const Array& y : outputs) {
+    if (y.blocks().empty()) {
+      throw Error("[jit] the function returned an empty (default-constructed) Array");
+    }
+    JitOutput o;
+    o.refs = rec_->refs_of(y);
+    o.shape = y.shape();
+    o.dtype = y.dtype();
+    o.sharding = y.sharding();
+    o.pending = y.pending_sum_axes();
+    p.outputs.push_back(std::move(o));
+    p.out_avals.push_back(aval(y));
+    int from = rec_->line_of(y);
+    if (from == kConst) {
+      auto it = rec_->known.find(key_of(y.blocks().front()));
+      if (it != rec_->known.end()) {
+        const int input = p.values[static_cast<size_t>(it->second.vid)].input;
+        if (input >= 0) from = -1 - input;
+      }
+    }
+    p.output_from.push_back(from);
+  }
+  jit_plan(p);
+  std::shared_ptr<const JitProgram> out = rec_->prog;
+  t_recorder = rec_->previous_recorder;
+  set_trace_state(rec_->previous_state);
+  rec_.reset();
+  return out;
+}
+
+bool jit_inside_transform() { return tracing(); }
+
+namespace {
+void put_int(std::string& s, int64_t v) {
+  char buf[24];
+  auto [end, ec] = std::to_chars(buf, buf + sizeof buf, v);
+  (void)ec;
+  s.append(buf, end);
+  s += ',';
+}
+void put_names(std::string& s, const std::vector<std::string>& names) {
+  for (const std::string& n : names) {
+    s += n;
+    s += '\x1f';  // a byte no axis name needs, so that ("a", "b") and ("a,b") differ
+  }
+  s += '|';
+}
+}  // namespace
+
+// Built by hand (no streams): it is computed for every argument of every call.
+std::string jit_signature(const Array& x) {
+  std::string s;
+  s.reserve(64);
+  s += dtype_name(x.dtype());
+  s += '[';
+  for (int64_t d : x.shape()) put_int(s, d);
+  s += "]|";
+  const Sharding& sh = x.sharding();
+  for (const Device& d : sh.device_list()) {
+    put_int(s, static_cast<int64_t>(d.kind()));
+    put_int(s, d.id());
+  }
+  s += '|';
+  if (const Mesh* m = sh.mesh_or_null()) {
+    for (int64_t d : m->shape()) put_int(s, d);
+    put_names(s, m->axis_names());
+    for (const PartitionSpec::Entry& e : sh.spec_or_empty().entries()) put_names(s, e);
+  }
+  s += '+';
+  put_names(s, x.pending_sum_axes());
+  return s;
+}
+
+}  // namespace meshrt::detail
