@@ -79,22 +79,6 @@ void follow_outputs(Node<T>& n, std::span<T> outputs, std::unordered_set<uint64_
   }
 }
 
-// Holds tracing off on this task while it lives (shard_map's own steps are not the user's ops).
-class Untraced {
- public:
-  Untraced() : state_(detail::trace_state()) {
-    if (state_ != nullptr) ++state_->suppressed;
-  }
-  Untraced(const Untraced&) = delete;
-  Untraced& operator=(const Untraced&) = delete;
-  ~Untraced() {
-    if (state_ != nullptr) --state_->suppressed;
-  }
-
- private:
-  detail::TraceState* state_;
-};
-
 }  // namespace
 
 Tape::~Tape() = default;
@@ -358,7 +342,7 @@ std::optional<std::vector<Array>> Tape::shard_map(detail::RunShardMap run,
   };
   std::vector<Array> outs;
   {
-    Untraced off;
+    detail::Untraced off;
     outs = run(traced, mesh, in_specs, out_specs, args, options);
   }
 

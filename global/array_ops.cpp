@@ -10,7 +10,7 @@
 #include "core/config.h"
 #include "core/error.h"
 #include "core/strings.h"
-#include "global/jit_record.h"
+#include "global/launch.h"
 #include "global/layout.h"
 #include "global/reshard.h"
 #include "global/rules.h"
@@ -273,7 +273,7 @@ Layout layout_for(std::string_view op, const Sharding& s, const Mesh& mesh, cons
 Array constrain(std::string_view op, const Array& x, const Sharding& s) {
   if (!s.same_mesh(x.sharding())) {
     Array y = device_put(x, s);
-    detail::jit_record_reshard(x, s, y);
+    if (global::LaunchObserver* o = global::launch_observer()) o->resharded(x, s, y);
     return y;
   }
   const Mesh* xm = x.sharding().mesh_or_null();

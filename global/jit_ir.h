@@ -20,8 +20,8 @@
 
 #include "backends/backend.h"
 #include "global/collective_log.h"
+#include "global/launch.h"
 #include "global/layout.h"
-#include "global/reshard.h"
 #include "runtime/array.h"
 #include "runtime/detail/kernel_tape.h"
 #include "runtime/mesh.h"

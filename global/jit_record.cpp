@@ -1,7 +1,5 @@
 // jit's recorder: the trace (a tracer that follows the function's values and lists its ops) and the
-// hooks the global view's launches call (global/jit_record.h), each appending a step.
-#include "global/jit_record.h"
-
+// launch observer (global/launch.h) that appends a step per launch of the global view.
 #include <algorithm>
 #include <charconv>
 #include <map>
@@ -17,6 +15,7 @@
 #include "global/collective_log.h"
 #include "global/jit_ir.h"
 #include "global/jit_program.h"
+#include "global/launch.h"
 #include "global/layout.h"
 #include "runtime/detail/kernel_tape.h"
 #include "runtime/detail/launch.h"
@@ -41,8 +40,6 @@ std::string aval(const Array& a) {
   if (a.sharding().mesh_or_null() == nullptr) return s + " " + a.sharding().str();
   return s + " " + global::layout_str(global::layout_of(a));
 }
-
-thread_local JitRecorder* t_recorder = nullptr;
 
 }  // namespace
 
@@ -79,7 +76,8 @@ class JitTracer final : public Tracer {
   std::unordered_set<uint64_t> followed_;
 };
 
-class JitRecorder {
+// The recorder half: the launch observer that appends a step per launch (global/launch.h).
+class JitRecorder final : public global::LaunchObserver {
  public:
   explicit JitRecorder(std::string name) : prog(std::make_shared<JitProgram>()), tracer(this) {
     prog->name = std::move(name);
@@ -153,6 +151,23 @@ class JitRecorder {
     return it == line_by_block.end() ? kConst : it->second;
   }
 
+  void launched_local(const Mesh& mesh, const std::vector<Array>& placed, const global::LocalFn& fn,
+                      const std::vector<Array>& outs, bool concurrent) override;
+  void launched_blocks(const Mesh& mesh, const std::vector<Array>& placed, const global::Body& body,
+                       const std::vector<Array>& outs, const global::AxisList* psum) override;
+  void resharded(const Array& in, const Sharding& to, const Array& out) override;
+
+  // Installs the tracer and this observer on the calling thread; uninstall() puts back what was
+  // there.
+  void install() {
+    previous_state = set_trace_state(&state);
+    previous_observer = global::set_launch_observer(this);
+  }
+  void uninstall() {
+    global::set_launch_observer(previous_observer);
+    set_trace_state(previous_state);
+  }
+
   std::shared_ptr<JitProgram> prog;
   std::map<BlockKey, Ref> known;
   std::vector<Tensor> keep;  // every registered block stays alive while tracing (no address reuse)
@@ -163,7 +178,7 @@ class JitRecorder {
   JitTracer tracer;
   TraceState state;
   TraceState* previous_state = nullptr;
-  JitRecorder* previous_recorder = nullptr;
+  global::LaunchObserver* previous_observer = nullptr;
 };
 
 void JitTracer::record(OpId op, std::span<const Array* const> inputs, std::span<Array> outputs,
@@ -219,7 +234,7 @@ void JitTracer::record(OpId op, std::span<const Array* const> inputs, std::span<
   rec_->prog->lines.push_back(std::move(line));
 }
 
-// ---- the hooks (global/jit_record.h)
+// ---- the launches (global/launch.h)
 
 namespace {
 
@@ -257,16 +272,16 @@ void compile_local(JitStep& s, const std::vector<Array>& placed, const std::vect
 
 }  // namespace
 
-void jit_record_local(const Mesh& mesh, const std::vector<Array>& placed, const global::LocalFn& fn,
-                      const std::vector<Array>& outs, bool concurrent) {
-  if (t_recorder == nullptr) return;
+void JitRecorder::launched_local(const Mesh& mesh, const std::vector<Array>& placed,
+                                 const global::LocalFn& fn, const std::vector<Array>& outs,
+                                 bool concurrent) {
   JitStep s;
   s.kind = JitStep::local;
   s.mesh = mesh;
   s.fn = fn;
   s.concurrent = concurrent;
   compile_local(s, placed, outs);
-  t_recorder->add_step(std::move(s), placed, outs);
+  add_step(std::move(s), placed, outs);
 }
 
 namespace {
@@ -299,9 +314,9 @@ void plan_host_psum(JitStep& s, const Array& x, const global::AxisList& axes) {
 
 }  // namespace
 
-void jit_record_blocks(const Mesh& mesh, const std::vector<Array>& placed, const global::Body& body,
-                       const std::vector<Array>& outs, const global::AxisList* psum) {
-  if (t_recorder == nullptr) return;
+void JitRecorder::launched_blocks(const Mesh& mesh, const std::vector<Array>& placed,
+                                  const global::Body& body, const std::vector<Array>& outs,
+                                  const global::AxisList* psum) {
   JitStep s;
   s.kind = JitStep::blocks;
   s.mesh = mesh;
@@ -322,21 +337,20 @@ void jit_record_blocks(const Mesh& mesh, const std::vector<Array>& placed, const
       s.dtype = first->dtype();
     }
   }
-  t_recorder->add_step(std::move(s), placed, outs);
+  add_step(std::move(s), placed, outs);
 }
 
-void jit_record_reshard(const Array& in, const Sharding& to, const Array& out) {
-  if (t_recorder == nullptr) return;
+void JitRecorder::resharded(const Array& in, const Sharding& to, const Array& out) {
   // The same value moved onto the same sharding again (the matmul gradient gathers dz for dx
   // and again for dW): the replay reuses the first move's result, whose bits are the same. The
   // refs name the blocks; the source sharding, shape and dtype are compared too, so two views of
   // one set of blocks are never taken for each other.
-  const std::vector<Ref> from = t_recorder->refs_of(in);
-  for (const JitStep& prev : t_recorder->prog->steps) {
+  const std::vector<Ref> from = refs_of(in);
+  for (const JitStep& prev : prog->steps) {
     if (prev.kind == JitStep::reshard && prev.in.front() == from && *prev.to == to &&
         *prev.from == in.sharding() && prev.shape == in.shape() && prev.dtype == in.dtype() &&
         prev.pending == in.pending_sum_axes()) {
-      t_recorder->register_array(out, prev.out.front());
+      register_array(out, prev.out.front());
       return;
     }
   }
@@ -347,7 +361,7 @@ void jit_record_reshard(const Array& in, const Sharding& to, const Array& out) {
   s.from = in.sharding();
   s.pending = in.pending_sum_axes();
   s.to = to;
-  t_recorder->add_step(std::move(s), {in}, {out});
+  add_step(std::move(s), {in}, {out});
 }
 
 // ---- the trace
@@ -377,15 +391,11 @@ JitTrace::JitTrace(std::vector<Array>& inputs, std::vector<std::string> paths, s
   rec_->recording.emplace(rec_->log.record());
   rec_->state.tracers.push_back(&rec_->tracer);
   rec_->state.jit = true;
-  rec_->previous_state = set_trace_state(&rec_->state);
-  rec_->previous_recorder = t_recorder;
-  t_recorder = rec_.get();
+  rec_->install();
 }
 
 JitTrace::~JitTrace() {
-  if (!rec_) return;
-  t_recorder = rec_->previous_recorder;
-  set_trace_state(rec_->previous_state);
+  if (rec_) rec_->uninstall();
 }
 
 std::shared_ptr<const JitProgram> JitTrace::finish(const std::vector<Array>& outputs,
@@ -416,8 +426,7 @@ std::shared_ptr<const JitProgram> JitTrace::finish(const std::vector<Array>& out
   }
   jit_plan(p);
   std::shared_ptr<const JitProgram> out = rec_->prog;
-  t_recorder = rec_->previous_recorder;
-  set_trace_state(rec_->previous_state);
+  rec_->uninstall();
   rec_.reset();
   return out;
 }

@@ -7,17 +7,14 @@
 #include "core/error.h"
 #include "core/strings.h"
 #include "global/collective_log.h"
-#include "global/jit_record.h"
+#include "global/launch.h"
 #include "global/sharding_mode.h"
-#include "runtime/detail/trace.h"
 
 namespace meshrt::global {
 
 using detail::cat;
 
 namespace {
-
-Array raw_addends(const Array& x) { return Array(x.shape(), x.dtype(), x.sharding(), x.blocks()); }
 
 std::string sharding_text(const Sharding& s) {
   if (s.mesh_or_null() == nullptr) return s.str();
@@ -187,7 +184,7 @@ Array reshard(const Array& x, const Mesh& mesh, const Layout& to, std::string_vi
   const NamedSharding target(mesh, spec_of(to));
   Array out = device_put(cur, target);
   const double secs = since(t0);
-  meshrt::detail::jit_record_reshard(cur, target, out);
+  if (LaunchObserver* o = launch_observer()) o->resharded(cur, target, out);
   const int64_t out_bytes = block_bytes(out);
   if (moved > 1) {
     CollectiveLog::add({std::string(op), "all_to_all", "copy", layout_str(have), layout_str(to),
@@ -209,75 +206,6 @@ Array place(const Array& x, const Mesh& mesh, const Layout& need, std::string_vi
     return raw_addends(x);
   }
   return reshard(x, mesh, need, op, /*implicit=*/true, "", cat("args[", index, "]"));
-}
-
-std::vector<Array> run_blocks(const Mesh& mesh, const std::vector<Array>& placed,
-                              const std::vector<Layout>& in, const std::vector<Layout>& out,
-                              const std::vector<Shape>& out_shapes, const Body& body, BodyIs is) {
-  std::vector<PartitionSpec> in_specs, out_specs;
-  for (const Layout& l : in) in_specs.push_back(spec_of(l));
-  for (const Layout& l : out) out_specs.push_back(spec_of(l));
-  std::vector<Array> args;
-  for (const Array& a : placed) args.push_back(raw_addends(a));
-  std::vector<Array> got;
-  {
-    // The global view's own launch, not the user's shard_map: tracers do not see it.
-    meshrt::detail::TraceState* ts = meshrt::detail::trace_state();
-    if (ts != nullptr) ++ts->suppressed;
-    try {
-      got = meshrt::detail::run_shard_map(body, mesh, in_specs, out_specs, args,
-                                          {.check_replication = false});
-    } catch (...) {
-      if (ts != nullptr) --ts->suppressed;
-      throw;
-    }
-    if (ts != nullptr) --ts->suppressed;
-  }
-  std::vector<Array> res;
-  for (size_t i = 0; i < got.size(); ++i) {
-    if (got[i].shape() != out_shapes[i]) {
-      throw Error(cat("[global] internal: a rule promised shape ", shape_str(out_shapes[i]),
-                      " but the blocks assemble to ", shape_str(got[i].shape())));
-    }
-    res.push_back(out[i].partial.empty() ? got[i]
-                                         : Array(got[i].shape(), got[i].dtype(), got[i].sharding(),
-                                                 got[i].blocks(), out[i].partial));
-  }
-  if (is.local != nullptr) {
-    meshrt::detail::jit_record_local(mesh, args, *is.local, res, /*concurrent=*/true);
-  } else {
-    meshrt::detail::jit_record_blocks(mesh, args, body, res, is.psum);
-  }
-  return res;
-}
-
-std::vector<Array> run_local(const Mesh& mesh, const std::vector<Array>& placed,
-                             const std::vector<Layout>& out, const std::vector<Shape>& out_shapes,
-                             const LocalFn& fn) {
-  const size_t n = static_cast<size_t>(mesh.size());
-  std::vector<std::vector<Tensor>> blocks(out.size(), std::vector<Tensor>(n));
-  std::vector<Tensor> args(placed.size());
-  std::optional<size_t> first;  // the first position this process holds
-  for (size_t pos = 0; pos < n; ++pos) {
-    if (mesh.devices()[pos].process_index() != process_index()) continue;  // another process's
-    if (!first) first = pos;
-    for (size_t j = 0; j < placed.size(); ++j) args[j] = placed[j].blocks()[pos];
-    std::vector<Tensor> r = fn(args);
-    MESHRT_DCHECK(r.size() == out.size());
-    for (size_t o = 0; o < r.size(); ++o) blocks[o][pos] = std::move(r[o]);
-  }
-  std::vector<Array> res;
-  if (!first) {
-    throw Error(cat("[global] this process (", process_index(),
-                    ") holds no device of the operands' mesh; every process must hold some"));
-  }
-  for (size_t o = 0; o < out.size(); ++o) {
-    const DType dt = blocks[o][*first].dtype();
-    res.emplace_back(out_shapes[o], dt, NamedSharding(mesh, spec_of(out[o])), std::move(blocks[o]),
-                     out[o].partial);
-  }
-  meshrt::detail::jit_record_local(mesh, placed, fn, res, /*concurrent=*/false);
-  return res;
 }
 
 namespace {

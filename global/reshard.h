@@ -1,5 +1,5 @@
-// global/reshard.h: the reshard planner and the per-device launch of one global-view op
-// (not installed).
+// global/reshard.h: the reshard planner of one global-view op (not installed); its launches are
+// global/launch.h.
 //
 // Reshards, by what changes per mesh axis (each inserted collective is logged):
 //   pending sum -> sharded on a dim      psum_scatter (when the axis is appended to that dim)
@@ -44,27 +44,5 @@ Array reshard(const Array& x, const Mesh& mesh, const Layout& to, std::string_vi
 // `index`: the operand's position in the op's arguments (named in explicit mode's error).
 Array place(const Array& x, const Mesh& mesh, const Layout& need, std::string_view op,
             size_t index);
-
-// Runs `body` on every device with the blocks of `placed` (whose layouts are `in`) and assembles
-// the results with layouts `out` (pending sums included).
-using Body = std::function<std::vector<Tensor>(Context&, const std::vector<Tensor>&)>;
-using LocalFn = std::function<std::vector<Tensor>(const std::vector<Tensor>&)>;
-// What jit may know of a body besides running it (global/jit_record.h): the device-local function
-// it wraps (no collective inside), or that it is exactly a psum of its one operand over `psum`.
-struct BodyIs {
-  const LocalFn* local = nullptr;
-  const AxisList* psum = nullptr;
-};
-std::vector<Array> run_blocks(const Mesh& mesh, const std::vector<Array>& placed,
-                              const std::vector<Layout>& in, const std::vector<Layout>& out,
-                              const std::vector<Shape>& out_shapes, const Body& body,
-                              BodyIs is = {});
-
-// The same for ops that need no collective: each device's blocks are computed by calling
-// `fn` from the caller's thread (the Tensor ops run on the blocks' devices, as outside
-// shard_map), so one launch costs a few microseconds per device instead of waking executors.
-std::vector<Array> run_local(const Mesh& mesh, const std::vector<Array>& placed,
-                             const std::vector<Layout>& out, const std::vector<Shape>& out_shapes,
-                             const LocalFn& fn);
 
 }  // namespace meshrt::global

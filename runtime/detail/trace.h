@@ -94,6 +94,23 @@ inline bool tracing() {
 // A host read of a traced value: lets the tracers refuse it (see Tracer::check_read).
 void check_host_read(uint64_t trace_id, std::string_view what);
 
+// Holds tracing off on this task while it lives: ops run inside (a transform's own steps, the
+// global view's launches) are not the user's ops, and tracers do not see them.
+class Untraced {
+ public:
+  Untraced() : state_(trace_state()) {
+    if (state_ != nullptr) ++state_->suppressed;
+  }
+  Untraced(const Untraced&) = delete;
+  Untraced& operator=(const Untraced&) = delete;
+  ~Untraced() {
+    if (state_ != nullptr) --state_->suppressed;
+  }
+
+ private:
+  TraceState* state_;
+};
+
 // Reports one op: construct at the op's start, pass the result(s) through operator() / outputs().
 template <class T>
 class Traced {
