@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 #include <meshrt/meshrt.h>
 
+#include <cstdio>
 #include <cstdlib>
 #include <numeric>
 #include <string>
@@ -147,7 +148,7 @@ TEST(Multiprocess, ReductionsMatchHost) {
 TEST(Multiprocess, LargeReductionsOverEvenAndUnevenGroups) {
   const std::vector<Device>& all = devices("cpu");
   std::vector<Device> order;
-  for (int i : {0, 1, 2, 4, 3, 5, 6, 7}) order.push_back(all[static_cast<size_t>(i)]);
+  for (int i : {0, 1, 2, 4, 3, 5, 6, 7}) order.push_back(all.at(static_cast<size_t>(i)));
   const int64_t n = (int64_t{1} << 19) + 3;  // int32 per device: 2 MiB and 12 B
   for (const Mesh& mesh : {make_mesh({8}, {"x"}), Mesh(order, {2, 4}, {"a", "x"})}) {
     const int64_t rows = mesh.shape().size() == 1 ? 1 : 2, per = 8 / rows;
@@ -419,5 +420,23 @@ TEST(Multiprocess, MismatchIsAnErrorOnEveryProcess) {
 int main(int argc, char** argv) {
   meshrt::distributed::initialize();
   ::testing::InitGoogleTest(&argc, argv);
+  // Every test is written for 8 devices in all; another count would index past the device list
+  // or build meshes the tests do not expect. Every process sees the same count, so all stop.
+  size_t count = 0;
+  try {
+    count = meshrt::devices("cpu").size();
+  } catch (const meshrt::Error& e) {
+    std::fprintf(stderr, "test_multiprocess: %s\n", e.what());
+    return 2;
+  }
+  if (count != 8) {
+    if (meshrt::process_index() == 0)
+      std::fprintf(
+          stderr,
+          "test_multiprocess: needs 8 cpu devices in all (processes x MESHRT_CPU_DEVICES), "
+          "got %zu; run it as CTest does, e.g. MESHRT_CPU_DEVICES=4 mpirun -n 2 %s\n",
+          count, argv[0]);
+    return 2;
+  }
   return RUN_ALL_TESTS();
 }
