@@ -263,6 +263,26 @@ TEST(Checkpoint, RestoreOntoOtherMeshesAndShardings) {
   EXPECT_TRUE(got.kernel.sharding() == NamedSharding(mesh_2d(), P(None, "a")));
 }
 
+// A chunk whose rows are larger than the reader's 8 MiB pieces, scattered into two blocks: the
+// reader splits each row (its buffer is never sized by the metadata's chunk shape).
+TEST(Checkpoint, RestoreChunkWithRowsAbovePieceSize) {
+  if (auto why = test::too_few_devices(2); !why.empty()) GTEST_SKIP() << why;
+  TempDir dir;
+  const int64_t cols = (int64_t{1} << 21) + 8;  // float32: 8 MiB and 32 B per row
+  std::vector<float> host(static_cast<size_t>(2 * cols));
+  for (size_t i = 0; i < host.size(); ++i) host[i] = static_cast<float>(i % 100003);
+  std::map<std::string, Array> tree{
+      {"w", device_put(host, {2, cols}, NamedSharding(mesh_1d(2), P()))}};
+  checkpoint::save(dir.path(), tree, 0);
+  const Sharding to = NamedSharding(mesh_1d(2), P(None, "x"));
+  std::map<std::string, ShapeDtypeStruct> like{
+      {"w", {.shape = {2, cols}, .dtype = DType::f32, .sharding = to}}};
+  const Array got = checkpoint::restore(dir.path(), like).at("w");
+  EXPECT_EQ(got.to_vector<float>(), host);
+  flip_byte(dir / "0/w/c/0/0", (int64_t{1} << 23) + 40);  // in the second piece of row 0
+  EXPECT_MESHRT_ERROR(checkpoint::restore(dir.path(), like), "chunk c/0/0", "crc32c");
+}
+
 TEST(Checkpoint, LatestKeepAndSteps) {
   if (auto why = test::too_few_devices(8); !why.empty()) GTEST_SKIP() << why;
   TempDir dir;

@@ -905,24 +905,50 @@ void read_chunk(const LeafPlan& plan, const ChunkRead& c) {
       return;
     }
   }
-  const int64_t rows = rank == 0 ? 1 : meta.chunk_shape[0];
-  const size_t row_bytes = data_bytes / static_cast<size_t>(rows);
-  const int64_t rows_per_piece =
-      std::min<int64_t>(rows, std::max<size_t>(1, kPieceBytes / std::max<size_t>(row_bytes, 1)));
+  // Pieces in file order, each a box of at most kPieceBytes (the buffer never takes a size the
+  // metadata chooses): one coordinate in each dimension before `split`, a run of rows in `split`,
+  // whole in the dimensions after it.
+  if (rank == 0) {
+    unsigned char one[16];
+    read(one, item, 0);
+    scatter(one, origin, meta.chunk_shape, nullptr);
+    check(meta.crc32c ? detail::crc32c(one, item, 0) : 0);
+    return;
+  }
+  std::vector<size_t> inner(rank);  // bytes of one step in dimension d
+  inner[rank - 1] = item;
+  for (size_t d = rank - 1; d > 0; --d)
+    inner[d - 1] = inner[d] * static_cast<size_t>(meta.chunk_shape[d]);
+  size_t split = 0;
+  while (inner[split] > kPieceBytes) ++split;  // inner[rank - 1] = one element fits
+  const int64_t rows = meta.chunk_shape[split];
+  const int64_t rows_per_piece = std::min<int64_t>(
+      rows, static_cast<int64_t>(std::max<size_t>(1, kPieceBytes / inner[split])));
   std::unique_ptr<unsigned char[]> buf(
-      new unsigned char[static_cast<size_t>(rows_per_piece) * row_bytes]);
+      new unsigned char[static_cast<size_t>(rows_per_piece) * inner[split]]);
   uint32_t crc = 0;
   Shape from = origin, ext = meta.chunk_shape;
-  for (int64_t r0 = 0; r0 < rows; r0 += rows_per_piece) {
-    const int64_t r1 = std::min(rows, r0 + rows_per_piece);
-    const size_t n = static_cast<size_t>(r1 - r0) * row_bytes;
-    read(buf.get(), n, r0 * static_cast<int64_t>(row_bytes));
-    if (meta.crc32c) crc = detail::crc32c(buf.get(), n, crc);
-    if (rank > 0) {
-      from[0] = origin[0] + r0;
-      ext[0] = r1 - r0;
+  for (size_t d = 0; d < split; ++d) ext[d] = 1;
+  while (true) {
+    int64_t base = 0;  // the file offset of the piece's first row
+    for (size_t d = 0; d < split; ++d)
+      base += (from[d] - origin[d]) * static_cast<int64_t>(inner[d]);
+    for (int64_t r0 = 0; r0 < rows; r0 += rows_per_piece) {
+      const int64_t r1 = std::min(rows, r0 + rows_per_piece);
+      const size_t n = static_cast<size_t>(r1 - r0) * inner[split];
+      read(buf.get(), n, base + r0 * static_cast<int64_t>(inner[split]));
+      if (meta.crc32c) crc = detail::crc32c(buf.get(), n, crc);
+      from[split] = origin[split] + r0;
+      ext[split] = r1 - r0;
+      scatter(buf.get(), from, ext, nullptr);
     }
-    scatter(buf.get(), from, ext, nullptr);
+    size_t d = split;  // the next coordinate of the dimensions before `split`, row-major
+    while (d > 0) {
+      if (++from[d - 1] < origin[d - 1] + meta.chunk_shape[d - 1]) break;
+      from[d - 1] = origin[d - 1];
+      --d;
+    }
+    if (d == 0) break;
   }
   check(crc);
 }
