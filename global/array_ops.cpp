@@ -125,7 +125,7 @@ std::vector<Array> apply(std::string_view op, const std::vector<Array>& xs, cons
     if (i < plan.out.size() && plan.out[i].dims != computed[i].dims) {
       res[i] = global::reshard(res[i], m.mesh, plan.out[i], op, /*implicit=*/false);
     }
-    res[i] = global::finish(res[i], m);
+    res[i] = global::off_mesh(res[i], m);
   }
   return res;
 }

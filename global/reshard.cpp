@@ -142,7 +142,7 @@ Array on_mesh(const Array& x, const OpMesh& m) {
   return Array(x.shape(), x.dtype(), NamedSharding(m.mesh, P()), x.blocks(), x.pending_sum_axes());
 }
 
-Array finish(const Array& y, const OpMesh& m) {
+Array off_mesh(const Array& y, const OpMesh& m) {
   if (!m.single) return y;
   return Array(y.shape(), y.dtype(), SingleDeviceSharding(m.mesh.devices().front()), y.blocks());
 }

@@ -31,7 +31,7 @@ OpMesh op_mesh(std::string_view op, const std::vector<const Array*>& xs);
 // `x` on `m.mesh` (a single-device Array becomes replicated on the one-device mesh).
 Array on_mesh(const Array& x, const OpMesh& m);
 // Back from the one-device mesh to SingleDeviceSharding where `m.single`.
-Array finish(const Array& y, const OpMesh& m);
+Array off_mesh(const Array& y, const OpMesh& m);
 
 // `x` resharded to `to` (which has no pending sums). `implicit`: the op chose this reshard on
 // its own (an Error in ShardingMode::explicit_ when the layout changes, naming `operand`, e.g.
