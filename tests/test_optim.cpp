@@ -11,6 +11,14 @@
 // magnitude because an element can be small only through cancellation (Adam's mu, a clipped
 // update), where a per-element relative bound would measure the cancellation rather than the
 // optimizer.
+//
+// The low-precision cases (bfloat16 / float16 params and grads, default state and float32 state;
+// the generator runs XLA without excess precision, so every bf16 op rounds as JAX defines it):
+// float32 leaves (updates, f32 mu / trace) as above; bf16 and f16 leaves within kLowpUlps = 1
+// unit in the last place of optax's value in that dtype (seen: 0, bit for bit, on cpu, one device
+// and FSDP). Not 0: a bf16 parameter is p + u rounded from a float32 update where mu or the trace
+// is float32 (or a scheduled decay promotes), and that float32 update is only within kTol of
+// XLA's, so a value at a rounding boundary may round the other way (so may cuda's kernels).
 #include <gtest/gtest.h>
 #include <meshrt/meshrt.h>
 
@@ -32,6 +40,7 @@ namespace {
 
 constexpr double kScheduleTol = 1e-6;
 constexpr double kTol = 2e-6;
+constexpr double kLowpUlps = 1;  // bf16 / f16 leaves: units in the last place (see above)
 
 // ------------------------------------------------------------------ trees of the cases
 
@@ -64,13 +73,25 @@ Mlp like<Mlp>() {
 
 struct Leaf {
   Shape shape;
-  std::vector<float> v;
+  std::vector<float> v;      // bf16 and f16 values are exact float32 values
+  DType dtype = DType::f32;  // a `bf16` or `f16` before the shape, else float32
 };
+
+DType lowp_dtype(const std::string& s) {
+  if (s == "bf16") return DType::bf16;
+  if (s == "f16") return DType::f16;
+  throw std::runtime_error("unknown low-precision dtype " + s);
+}
 
 Leaf parse_leaf(std::istringstream& ls) {
   std::string shape, x;
   ls >> shape;
-  Leaf l{parse_shape(shape), {}};
+  DType dtype = DType::f32;
+  if (shape == "bf16" || shape == "f16") {
+    dtype = lowp_dtype(shape);
+    ls >> shape;
+  }
+  Leaf l{parse_shape(shape), {}, dtype};
   while (ls >> x) l.v.push_back(std::strtof(x.c_str(), nullptr));
   if (static_cast<int64_t>(l.v.size()) != shape_size(l.shape))
     throw std::runtime_error("value count does not match shape " + shape);
@@ -85,6 +106,7 @@ struct Step {
 
 struct Case {
   std::string id, opt, tree;
+  DType dtype = DType::f32;        // of params and grads: `case <id> bf16`, else float32
   std::vector<std::string> parts;  // optax state class names
   std::vector<Leaf> params;
   std::vector<Step> steps;
@@ -125,6 +147,8 @@ const Data& data() {
         ls >> c.id;
         c.opt = c.id.substr(0, c.id.rfind('.'));
         c.tree = c.id.substr(c.id.rfind('.') + 1);
+        std::string dtype;
+        if (ls >> dtype) c.dtype = lowp_dtype(dtype);
       } else if (kw == "parts") {
         std::string p;
         while (ls >> p) out.cases.back().parts.push_back(p);
@@ -203,6 +227,21 @@ optim::GradientTransformation optimizer_named(const std::string& id) {
       {"clip_adamw_warmup_cosine",
        [] { return chain(clip_by_global_norm(1.0), adamw(warmup_cosine_decay(0.0, 1e-2, 2, 5))); }},
       {"clip_sgd_nesterov", [] { return chain(clip_by_global_norm(0.5), sgd(0.2, 0.8, true)); }},
+      // LOWP_OPTIMIZERS: float32 state for low-precision params.
+      {"sgd_momentum_acc32", [] { return sgd(0.1, 0.9, false, DType::f32); }},
+      {"sgd_nesterov_acc32", [] { return sgd(0.05, 0.9, true, DType::f32); }},
+      {"adam_mu32", [] { return adam(1e-2, 0.9, 0.999, 1e-8, DType::f32); }},
+      {"adam_mu32_eps", [] { return adam(1e-2, 0.9, 0.999, 1e-4, DType::f32); }},
+      {"adamw_mu32", [] { return adamw(5e-3, 0.9, 0.95, 1e-8, 0.1, DType::f32); }},
+      {"adamw_wd_schedule_mu32",
+       [] { return adamw(1e-2, 0.9, 0.999, 1e-8, linear_schedule(0.0, 0.2, 4), DType::f32); }},
+      {"clip_adamw_mu32_warmup_cosine",
+       [] {
+         return chain(clip_by_global_norm(1.0), adamw(warmup_cosine_decay(0.0, 1e-2, 2, 5), 0.9,
+                                                      0.999, 1e-8, 1e-4, DType::f32));
+       }},
+      {"clip_sgd_nesterov_acc32",
+       [] { return chain(clip_by_global_norm(0.5), sgd(0.2, 0.8, true, DType::f32)); }},
   };
   return m.at(id)();
 }
@@ -235,11 +274,30 @@ void expect_close(const std::vector<double>& got, const std::vector<float>& want
   }
 }
 
+// bf16 / f16 leaves: |got - want| <= kLowpUlps units in the last place of want's dtype at
+// max(|want|, ...) -- see the file comment.
+void expect_close_lowp(const std::vector<double>& got, const Leaf& want, const std::string& what) {
+  ASSERT_EQ(got.size(), want.v.size()) << what;
+  const int mant = want.dtype == DType::bf16 ? 7 : 10;  // stored mantissa bits
+  const double min_ulp = want.dtype == DType::bf16 ? std::ldexp(1.0, -133) : std::ldexp(1.0, -24);
+  int bad = 0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    const double w = want.v[i];
+    const double ulp = w == 0 ? min_ulp : std::max(min_ulp, std::ldexp(1.0, std::ilogb(w) - mant));
+    const double bound = kLowpUlps * ulp;
+    if (!(std::fabs(got[i] - w) <= bound) && bad++ < 3) {
+      ADD_FAILURE() << what << "[" << i << "]: got " << got[i] << ", optax " << w << " (diff "
+                    << std::fabs(got[i] - w) / ulp << " ulp > " << kLowpUlps << ")";
+    }
+  }
+}
+
 void expect_leaf(const Array& got, const Leaf& want, double tol, const std::string& what) {
   ASSERT_FALSE(got.blocks().empty()) << what;
-  EXPECT_EQ(got.dtype(), DType::f32) << what;
+  ASSERT_EQ(got.dtype(), want.dtype) << what;
   ASSERT_EQ(got.shape(), want.shape) << what;
-  expect_close(test::host_values(got), want.v, tol, what);
+  if (want.dtype == DType::f32) return expect_close(test::host_values(got), want.v, tol, what);
+  expect_close_lowp(test::host_values(astype(got, DType::f32)), want, what);  // exact cast
 }
 
 // Every leaf placed on one device, or FSDP: dim 0 split over the 8-device mesh where it divides.
@@ -255,14 +313,18 @@ Sharding sharding_for(Placement p, const Shape& shape) {
 template <class Tree>
 Tree put_tree(const std::vector<Leaf>& leaves, Placement p) {
   std::vector<Array> arrays;
-  for (const Leaf& l : leaves) arrays.push_back(device_put(l.v, l.shape, sharding_for(p, l.shape)));
+  for (const Leaf& l : leaves) {
+    Array a = device_put(l.v, l.shape, sharding_for(p, l.shape));
+    arrays.push_back(l.dtype == DType::f32 ? a : astype(a, l.dtype));  // exact: the values fit
+  }
   return tree_unflatten(like<Tree>(), arrays);
 }
 
 template <class Tree>
 void run_case(const Case& c, Placement placement) {
   const std::string where =
-      c.id + (placement == Placement::fsdp ? " (fsdp on 8 devices)" : " (one device)");
+      c.id + (c.dtype == DType::f32 ? "" : " " + std::string(dtype_name(c.dtype))) +
+      (placement == Placement::fsdp ? " (fsdp on 8 devices)" : " (one device)");
   SCOPED_TRACE(where);
   const optim::GradientTransformation opt = optimizer_named(c.opt);
   Tree params = put_tree<Tree>(c.params, placement);
@@ -324,8 +386,15 @@ void run_case(const Case& c, Placement placement) {
 
 TEST(OptimOptax, DataFileHasEveryOptimizerAndSchedule) {
   EXPECT_EQ(data().schedules.size(), 9u);
-  EXPECT_EQ(data().cases.size(), 14u * 3u);
-  for (const Case& c : data().cases) EXPECT_EQ(c.steps.size(), 5u) << c.id;
+  size_t f32 = 0, bf16 = 0, f16 = 0;
+  for (const Case& c : data().cases) {
+    EXPECT_EQ(c.steps.size(), 5u) << c.id;
+    (c.dtype == DType::f32 ? f32 : c.dtype == DType::bf16 ? bf16 : f16)++;
+    for (const Leaf& l : c.params) EXPECT_EQ(l.dtype, c.dtype) << c.id;
+  }
+  EXPECT_EQ(f32, 14u * 3u);
+  EXPECT_EQ(bf16, 18u);  // gen_optim.py's LOWP_CASES
+  EXPECT_EQ(f16, 4u);
 }
 
 TEST(OptimOptax, Schedules) {
@@ -354,11 +423,29 @@ TEST(OptimOptax, Schedules) {
 }
 
 TEST(OptimOptax, EveryOptimizerOnOneDevice) {
-  for (const Case& c : data().cases) run_case(c, Placement::one_device);
+  for (const Case& c : data().cases) {
+    if (c.dtype == DType::f32) run_case(c, Placement::one_device);
+  }
 }
 
 TEST(OptimOptax, EveryOptimizerUnderFsdp) {
-  for (const Case& c : data().cases) run_case(c, Placement::fsdp);
+  for (const Case& c : data().cases) {
+    if (c.dtype == DType::f32) run_case(c, Placement::fsdp);
+  }
+}
+
+// bfloat16 / float16 params and grads, with the parameter's dtype as state dtype (optax's
+// default) and with float32 state (mu_dtype, accumulator_dtype).
+TEST(OptimOptax, LowPrecisionParamsOnOneDevice) {
+  for (const Case& c : data().cases) {
+    if (c.dtype != DType::f32) run_case(c, Placement::one_device);
+  }
+}
+
+TEST(OptimOptax, LowPrecisionParamsUnderFsdp) {
+  for (const Case& c : data().cases) {
+    if (c.dtype != DType::f32) run_case(c, Placement::fsdp);
+  }
 }
 
 // ------------------------------------------------------------------ sharding, jit, donation
@@ -517,6 +604,46 @@ TEST(Optim, JittedStepEqualsEager) {
   EXPECT_EQ(s_jit.count().to_vector<int32_t>(), std::vector<int32_t>{4});
 }
 
+// bfloat16 params, data and gradients (value_and_grad in bf16) with float32 state: adamw's mu and
+// sgd's trace are float32, adam's nu stays bf16, the parameters stay bf16; the jitted step (one
+// trace) equals the eager one bit for bit.
+TEST(Optim, Bf16ParamsJittedStepEqualsEagerWithFloat32State) {
+  const Mesh m = mesh8();
+  const std::vector<optim::GradientTransformation> opts = {
+      optim::chain(optim::clip_by_global_norm(1.0),
+                   optim::adamw(optim::warmup_cosine_decay(0.0, 1e-2, 2, 10), 0.9, 0.999, 1e-8,
+                                1e-2, DType::f32)),
+      optim::chain(optim::clip_by_global_norm(1.0), optim::sgd(0.05, 0.9, true, DType::f32))};
+  for (size_t o = 0; o < opts.size(); ++o) {
+    SCOPED_TRACE("optimizer " + std::to_string(o));
+    const auto step = train_step(opts[o]);
+    auto jitted = jit(step);
+    Mlp p_eager = tree_map([](const Array& a) { return astype(a, DType::bf16); }, fsdp_params(m));
+    Mlp p_jit = p_eager;
+    auto s_eager = opts[o].init(p_eager), s_jit = s_eager;
+    for (const auto& [field, tree] : s_eager.parts[1].trees) {
+      for (const Array& a : tree_leaves(tree)) {
+        EXPECT_EQ(a.dtype(), field == "nu" ? DType::bf16 : DType::f32) << field;
+      }
+    }
+    for (int i = 0; i < 4; ++i) {
+      const Batch b32 = make_batch(m, i);
+      const Batch b{astype(b32.x, DType::bf16), astype(b32.y, DType::bf16)};
+      auto [pe, se, le] = step(p_eager, s_eager, b);
+      auto [pj, sj, lj] = jitted(p_jit, s_jit, b);
+      const std::string at = "step " + std::to_string(i);
+      EXPECT_EQ(le.dtype(), DType::bf16);
+      EXPECT_TRUE(std::isfinite(static_cast<double>(astype(le, DType::f32).to_vector<float>()[0])));
+      for (const Array& a : tree_leaves(pe)) EXPECT_EQ(a.dtype(), DType::bf16) << at;
+      expect_same_bits(lj, le, at + " loss");
+      expect_same_tree(pj, pe, at + " params");
+      expect_same_tree(sj, se, at + " state");
+      p_eager = pe, s_eager = se, p_jit = pj, s_jit = sj;
+    }
+    EXPECT_EQ(jitted.trace_count(), 1u);
+  }
+}
+
 std::set<const void*> addresses(const std::vector<Array>& xs) {
   std::set<const void*> out;
   for (const Array& a : xs) {
@@ -601,6 +728,17 @@ TEST(Optim, MismatchedTreesNameThePath) {
   EXPECT_MESHRT_ERROR(optim::join_schedules({optim::constant(1.0)}, {3}), "join_schedules");
   const Array f32_count = zeros({}, DType::f32, s);
   EXPECT_MESHRT_ERROR(optim::constant(1.0)(f32_count), "int32 scalar");
+}
+
+TEST(Optim, StateDtypeMustBeAFloatDtype) {
+  EXPECT_MESHRT_ERROR(optim::adam(1e-3, 0.9, 0.999, 1e-8, DType::i32), "mu_dtype", "float dtype");
+  EXPECT_MESHRT_ERROR(optim::sgd(0.1, 0.9, false, DType::bool_), "accumulator_dtype",
+                      "float dtype");
+  // An integer gradient is refused; bf16 and f16 ones are taken.
+  const Array p = device_put(std::vector<int32_t>{1, 2}, {2}, SingleDeviceSharding(devices()[0]));
+  const auto opt = optim::sgd(0.1);
+  EXPECT_MESHRT_ERROR(opt.update(p, opt.init(p), p), "[optim] update", "int32",
+                      "optimizers take float Arrays");
 }
 
 TEST(Optim, LearningRateIsANumberOrASchedule) {

@@ -1,10 +1,10 @@
 // train/optim.cpp: optax's transforms and schedules on flat leaf lists, as global-view Array ops.
 //
-// Each transform mirrors its optax function line by line: the same float32 operations in the
-// same order, Python floats as weak scalars (meshrt's double Scalars take the Array's float
-// dtype, as JAX's weak types do), the count an int32 Array. JAX runs optax with x64 off, where
-// int32 / int and float * int32 give float32: those places cast the count to f32 explicitly
-// (meshrt follows x64 promotion, which would give float64).
+// Each transform mirrors its optax function line by line: the same operations in the same
+// order and dtypes (JAX's promotion: bf16 with f32 gives f32), Python floats as weak scalars
+// (meshrt's double Scalars take the Array's float dtype, as JAX's weak types do), the count an
+// int32 Array. JAX runs optax with x64 off, where int32 / int and float * int32 give float32: those
+// places cast the count to f32 explicitly (meshrt follows x64 promotion, which would give float64).
 #include "train/optim.h"
 
 #include <cmath>
@@ -211,7 +211,7 @@ void check_leaves(const std::vector<Array>& grads, const std::vector<std::string
       throw Error(cat("[optim] update: the gradient at ", paths[k],
                       " is an empty (default-constructed, moved-from or donated) Array"));
     }
-    if (g.dtype() != DType::f32 && g.dtype() != DType::f64) {
+    if (!is_floating(g.dtype())) {
       throw Error(cat("[optim] update: the gradient at ", paths[k], " is ", dtype_name(g.dtype()),
                       "; optimizers take float Arrays"));
     }
@@ -258,11 +258,28 @@ namespace {
 using detail::FlatState;
 using detail::Transform;
 
-std::vector<Array> zeros_like(const std::vector<Array>& xs) {
+// optax.tree.zeros_like(xs, dtype): zeros like each leaf, of `dtype` where given.
+std::vector<Array> zeros_like(const std::vector<Array>& xs, std::optional<DType> dtype) {
   std::vector<Array> out;
   out.reserve(xs.size());
-  for (const Array& x : xs) out.push_back(zeros(x.shape(), x.dtype(), x.sharding()));
+  for (const Array& x : xs)
+    out.push_back(zeros(x.shape(), dtype.value_or(x.dtype()), x.sharding()));
   return out;
+}
+
+// x.astype(dtype) where they differ.
+Array cast_to(const Array& x, DType dtype) { return x.dtype() == dtype ? x : astype(x, dtype); }
+
+// optax.tree.cast(x, dtype): x cast to `dtype` where given.
+Array cast_to(const Array& x, std::optional<DType> dtype) { return dtype ? cast_to(x, *dtype) : x; }
+
+// A state dtype (mu_dtype, accumulator_dtype) must be a float dtype.
+std::optional<DType> state_dtype(const char* what, std::optional<DType> dtype) {
+  if (dtype && !is_floating(*dtype)) {
+    throw Error(cat("[optim] ", what, " must be a float dtype (float32, bfloat16, ...), got ",
+                    dtype_name(*dtype)));
+  }
+  return dtype;
 }
 
 const std::vector<Array>& need_params(const char* name, const std::vector<Array>* params) {
@@ -321,19 +338,21 @@ class ScaleBySchedule final : public Transform {
 
 class Trace final : public Transform {
  public:
-  Trace(double decay, bool nesterov) : decay_(decay), nesterov_(nesterov) {}
+  Trace(double decay, bool nesterov, std::optional<DType> acc)
+      : decay_(decay), nesterov_(nesterov), acc_(state_dtype("trace's accumulator_dtype", acc)) {}
   const char* name() const override { return "trace"; }
   FlatState init(const std::vector<Array>& params, const Sharding&) const override {
     FlatState st;
-    st.slots.emplace("trace", zeros_like(params));
+    st.slots.emplace("trace", zeros_like(params, acc_));
     return st;
   }
   std::vector<Array> update(std::vector<Array> u, FlatState& st, const std::vector<Array>*,
                             const std::vector<std::string>&) const override {
     std::vector<Array>& t = st.slots.at("trace");
     for (size_t k = 0; k < u.size(); ++k) {
-      t[k] = u[k] + decay_ * t[k];
-      u[k] = nesterov_ ? u[k] + decay_ * t[k] : t[k];
+      const Array new_trace = u[k] + decay_ * t[k];
+      u[k] = nesterov_ ? u[k] + decay_ * new_trace : new_trace;
+      t[k] = cast_to(new_trace, acc_);
     }
     return u;
   }
@@ -341,18 +360,23 @@ class Trace final : public Transform {
  private:
   double decay_;
   bool nesterov_;
+  std::optional<DType> acc_;
 };
 
 class ScaleByAdam final : public Transform {
  public:
-  ScaleByAdam(double b1, double b2, double eps, double eps_root)
-      : b1_(b1), b2_(b2), eps_(eps), eps_root_(eps_root) {}
+  ScaleByAdam(double b1, double b2, double eps, double eps_root, std::optional<DType> mu_dtype)
+      : b1_(b1),
+        b2_(b2),
+        eps_(eps),
+        eps_root_(eps_root),
+        mu_dtype_(state_dtype("scale_by_adam's mu_dtype", mu_dtype)) {}
   const char* name() const override { return "scale_by_adam"; }
   FlatState init(const std::vector<Array>& params, const Sharding& s) const override {
     FlatState st;
     st.scalars.emplace("count", zero_count(s));
-    st.slots.emplace("mu", zeros_like(params));
-    st.slots.emplace("nu", zeros_like(params));
+    st.slots.emplace("mu", zeros_like(params, mu_dtype_));
+    st.slots.emplace("nu", zeros_like(params, std::nullopt));
     return st;
   }
   std::vector<Array> update(std::vector<Array> u, FlatState& st, const std::vector<Array>*,
@@ -361,17 +385,22 @@ class ScaleByAdam final : public Transform {
     std::vector<Array>& nu = st.slots.at("nu");
     Array& count = st.scalars.at("count");
     const Array t = safe_increment(count);
-    // tree_bias_correction: 1 - decay ** count, computed once per step (float32).
+    // tree_bias_correction: 1 - decay ** count, computed once per step (float32), cast to each
+    // moment's dtype for the division.
     const Array bc1 = 1.0 - power_of_count(b1_, t);
     const Array bc2 = 1.0 - power_of_count(b2_, t);
     for (size_t k = 0; k < u.size(); ++k) {
       const Array& g = u[k];
-      mu[k] = (1.0 - b1_) * g + b1_ * mu[k];
-      nu[k] = (1.0 - b2_) * (g * g) + b2_ * nu[k];
-      const Array mu_hat = mu[k] / (bc1.dtype() == g.dtype() ? bc1 : astype(bc1, g.dtype()));
-      const Array nu_hat = nu[k] / (bc2.dtype() == g.dtype() ? bc2 : astype(bc2, g.dtype()));
+      // JAX's promotion: bf16 g with an f32 mu gives an f32 mu; the new moments are cast to the
+      // state's dtypes after the update is computed, as optax does.
+      const Array new_mu = (1.0 - b1_) * g + b1_ * mu[k];
+      const Array new_nu = (1.0 - b2_) * (g * g) + b2_ * nu[k];
+      const Array mu_hat = new_mu / cast_to(bc1, new_mu.dtype());
+      const Array nu_hat = new_nu / cast_to(bc2, new_nu.dtype());
       // eps_root = 0 adds nothing (nu >= 0), so the op is skipped.
       u[k] = mu_hat / (sqrt(eps_root_ == 0.0 ? nu_hat : nu_hat + eps_root_) + eps_);
+      mu[k] = cast_to(new_mu, mu_dtype_);
+      nu[k] = cast_to(new_nu, nu[k].dtype());  // optax.tree.cast_like(nu, state.nu)
     }
     count = t;
     return u;
@@ -379,6 +408,7 @@ class ScaleByAdam final : public Transform {
 
  private:
   double b1_, b2_, eps_, eps_root_;
+  std::optional<DType> mu_dtype_;
 };
 
 class AddDecayedWeights final : public Transform {
@@ -396,9 +426,8 @@ class AddDecayedWeights final : public Transform {
     if (wd_.is_schedule()) {
       Array& count = st.scalars.at("count");
       const Array s = wd_.schedule()(count);
-      for (size_t k = 0; k < u.size(); ++k) {
-        u[k] = u[k] + (s.dtype() == p[k].dtype() ? s : astype(s, p[k].dtype())) * p[k];
-      }
+      // s is a float32 Array (not weak): bf16 params and updates promote to float32, as optax's.
+      for (size_t k = 0; k < u.size(); ++k) u[k] = u[k] + s * p[k];
       count = safe_increment(count);
     } else if (wd_.value() != 0.0) {
       for (size_t k = 0; k < u.size(); ++k) u[k] = u[k] + wd_.value() * p[k];
@@ -425,8 +454,15 @@ class ClipByGlobalNorm final : public Transform {
     const Array g_norm = sqrt(sq);
     const Array trigger = g_norm < max_norm_;
     for (Array& t : u) {
-      const Array n = g_norm.dtype() == t.dtype() ? g_norm : astype(g_norm, t.dtype());
-      t = where(trigger, t, (t / n) * max_norm_);
+      const Array n = cast_to(g_norm, t.dtype());
+      // float16: meshrt's t / n is XLA's product with n's reciprocal rounded to float16 (what
+      // XLA's cpu computes for a divisor passed into the computation), but under optax's jit
+      // the norm is computed in the same computation and XLA divides: the float32 quotient
+      // rounded to float16 (checked against optax 0.2.8 / JAX 0.10.2).
+      const Array q = t.dtype() == DType::f16
+                          ? astype(astype(t, DType::f32) / astype(n, DType::f32), DType::f16)
+                          : t / n;
+      t = where(trigger, t, q * max_norm_);
     }
     return u;
   }
@@ -466,12 +502,13 @@ GradientTransformation scale_by_learning_rate(ScalarOrSchedule lr, bool flip_sig
       Schedule(cat("-", s.name()), [s](const Array& count) { return -s(count); }));
 }
 
-GradientTransformation trace(double decay, bool nesterov) {
-  return one(std::make_shared<Trace>(decay, nesterov));
+GradientTransformation trace(double decay, bool nesterov, std::optional<DType> accumulator_dtype) {
+  return one(std::make_shared<Trace>(decay, nesterov, accumulator_dtype));
 }
 
-GradientTransformation scale_by_adam(double b1, double b2, double eps, double eps_root) {
-  return one(std::make_shared<ScaleByAdam>(b1, b2, eps, eps_root));
+GradientTransformation scale_by_adam(double b1, double b2, double eps, double eps_root,
+                                     std::optional<DType> mu_dtype) {
+  return one(std::make_shared<ScaleByAdam>(b1, b2, eps, eps_root, mu_dtype));
 }
 
 GradientTransformation add_decayed_weights(ScalarOrSchedule weight_decay) {
@@ -482,19 +519,21 @@ GradientTransformation clip_by_global_norm(double max_norm) {
   return one(std::make_shared<ClipByGlobalNorm>(max_norm));
 }
 
-GradientTransformation sgd(ScalarOrSchedule lr, double momentum, bool nesterov) {
-  return chain(momentum != 0.0 ? trace(momentum, nesterov) : identity(),
+GradientTransformation sgd(ScalarOrSchedule lr, double momentum, bool nesterov,
+                           std::optional<DType> accumulator_dtype) {
+  return chain(momentum != 0.0 ? trace(momentum, nesterov, accumulator_dtype) : identity(),
                scale_by_learning_rate(std::move(lr)));
 }
 
-GradientTransformation adam(ScalarOrSchedule lr, double b1, double b2, double eps) {
-  return chain(scale_by_adam(b1, b2, eps), scale_by_learning_rate(std::move(lr)));
+GradientTransformation adam(ScalarOrSchedule lr, double b1, double b2, double eps,
+                            std::optional<DType> mu_dtype) {
+  return chain(scale_by_adam(b1, b2, eps, 0.0, mu_dtype), scale_by_learning_rate(std::move(lr)));
 }
 
 GradientTransformation adamw(ScalarOrSchedule lr, double b1, double b2, double eps,
-                             ScalarOrSchedule weight_decay) {
-  return chain(scale_by_adam(b1, b2, eps), add_decayed_weights(std::move(weight_decay)),
-               scale_by_learning_rate(std::move(lr)));
+                             ScalarOrSchedule weight_decay, std::optional<DType> mu_dtype) {
+  return chain(scale_by_adam(b1, b2, eps, 0.0, mu_dtype),
+               add_decayed_weights(std::move(weight_decay)), scale_by_learning_rate(std::move(lr)));
 }
 
 }  // namespace meshrt::optim

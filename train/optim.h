@@ -13,7 +13,7 @@
 // keeps sharded Adam moments, with no gather), and the whole step runs under jit (donating
 // params and state updates them in place) and under value_and_grad.
 //
-// Values are optax's (optax 0.2.8, float32, jax_enable_x64 off as optax is used): the same
+// Values are optax's (optax 0.2.8, jax_enable_x64 off as optax is used): the same
 // float32 operations in the same order, the step count an int32 scalar, schedules evaluated at
 // the count before it is incremented, Adam's bias correction 1 - b^t with t the incremented
 // count and eps outside the square root, adamw's weight decay added to the Adam direction before
@@ -22,6 +22,13 @@
 // trace. b^t and the cosine are computed in float64 and rounded once (XLA's float32 pow and cos
 // are within an ulp of that); tests/test_optim.cpp compares against values optax computed.
 //
+// Low precision (bfloat16 / float16 params and grads) as optax: moments are zeros of their
+// parameter's dtype unless a transform is given a state dtype (adam's `mu_dtype`, sgd's and
+// trace's `accumulator_dtype`); each update's arithmetic follows JAX's promotion (bf16 grads with
+// an f32 mu give an f32 mu and f32 updates, while nu stays bf16), bias correction is divided in
+// each moment's dtype, a scheduled weight decay (float32) promotes the update to float32, and
+// apply_updates casts back to the parameter's dtype.
+//
 // Thread-safety: optimizers and schedules are immutable after construction; share them freely.
 #pragma once
 
@@ -29,6 +36,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -113,7 +121,9 @@ class ScalarOrSchedule {
 // One transform's state (optax's per-transform NamedTuple): `scalars` holds the replicated
 // int32 step count ("count") where the transform keeps one; `trees` holds per-parameter
 // moments ("mu", "nu", "trace"), each a tree of params' structure whose leaves have their
-// parameter's shape, dtype and sharding. `name` is the transform's ("scale_by_adam"), static.
+// parameter's shape and sharding and their parameter's dtype (or the state dtype the transform
+// was given: adam's mu_dtype, trace's accumulator_dtype). `name` is the transform's
+// ("scale_by_adam"), static.
 template <class Params>
 struct TransformState {
   std::string name;                      // the transform's name ("scale_by_adam"), static
@@ -198,8 +208,9 @@ class GradientTransformation {
   explicit GradientTransformation(std::vector<detail::TransformPtr> transforms)
       : transforms_(std::move(transforms)) {}
 
-  // The state for `params` (a tree of float Arrays): moments are zeros shaped, typed and
-  // sharded like each parameter; counts are int32 zeros replicated on the parameters' mesh.
+  // The state for `params` (a tree of float Arrays): moments are zeros shaped and sharded like
+  // each parameter, of its dtype unless the transform names a state dtype; counts are int32 zeros
+  // replicated on the parameters' mesh.
   template <class Params>
   State<Params> init(const Params& params) const {
     const std::vector<Array> leaves = tree_leaves(params);
@@ -289,17 +300,23 @@ GradientTransformation chain(const GradientTransformation& first, const T&... re
   return chain(std::vector<GradientTransformation>{first, rest...});
 }
 
-// optax.sgd: chain(trace(momentum, nesterov) or identity() when momentum == 0 (optax's
-// momentum=None), scale_by_learning_rate(lr)).
-GradientTransformation sgd(ScalarOrSchedule lr, double momentum = 0.0, bool nesterov = false);
-// optax.adam: chain(scale_by_adam(b1, b2, eps), scale_by_learning_rate(lr)).
+// optax.sgd: chain(trace(momentum, nesterov, accumulator_dtype) or identity() when momentum == 0
+// (optax's momentum=None), scale_by_learning_rate(lr)). `accumulator_dtype` (optax's
+// accumulator_dtype): the momentum's dtype, e.g. DType::f32 for bfloat16 params; unset, the
+// parameter's.
+GradientTransformation sgd(ScalarOrSchedule lr, double momentum = 0.0, bool nesterov = false,
+                           std::optional<DType> accumulator_dtype = std::nullopt);
+// optax.adam: chain(scale_by_adam(b1, b2, eps, 0, mu_dtype), scale_by_learning_rate(lr)).
+// `mu_dtype` (optax's): the first moment's dtype, e.g. DType::f32 for bfloat16 params (nu keeps
+// the parameter's dtype, as optax); unset, the parameter's.
 GradientTransformation adam(ScalarOrSchedule lr, double b1 = 0.9, double b2 = 0.999,
-                            double eps = 1e-8);
-// optax.adamw: chain(scale_by_adam(b1, b2, eps), add_decayed_weights(weight_decay),
+                            double eps = 1e-8, std::optional<DType> mu_dtype = std::nullopt);
+// optax.adamw: chain(scale_by_adam(b1, b2, eps, 0, mu_dtype), add_decayed_weights(weight_decay),
 // scale_by_learning_rate(lr)): the decay is scaled by the learning rate, not by Adam's
-// normalization; every leaf is decayed.
+// normalization; every leaf is decayed. `mu_dtype` as adam's.
 GradientTransformation adamw(ScalarOrSchedule lr, double b1 = 0.9, double b2 = 0.999,
-                             double eps = 1e-8, ScalarOrSchedule weight_decay = 1e-4);
+                             double eps = 1e-8, ScalarOrSchedule weight_decay = 1e-4,
+                             std::optional<DType> mu_dtype = std::nullopt);
 
 // ---- the transforms optimizers are made of (optax's names)
 
@@ -312,14 +329,21 @@ GradientTransformation scale_by_schedule(Schedule schedule);
 // updates * -lr: scale(-lr) for a number, scale_by_schedule(-lr(count)) for a schedule
 // (optax.scale_by_learning_rate); flip_sign = false keeps the sign.
 GradientTransformation scale_by_learning_rate(ScalarOrSchedule lr, bool flip_sign = true);
-// Momentum (optax.trace): t = g + decay * t; updates t, or g + decay * t with nesterov.
-GradientTransformation trace(double decay, bool nesterov = false);
+// Momentum (optax.trace): t = g + decay * t; updates t, or g + decay * t with nesterov. The trace
+// starts as zeros of `accumulator_dtype` (unset: the parameter's dtype) and is cast to it after
+// each step (optax's accumulator_dtype).
+GradientTransformation trace(double decay, bool nesterov = false,
+                             std::optional<DType> accumulator_dtype = std::nullopt);
 // Adam's direction (optax.scale_by_adam): mu = (1 - b1) g + b1 mu, nu = (1 - b2) g^2 + b2 nu,
-// t = count + 1, updates (mu / (1 - b1^t)) / (sqrt(nu / (1 - b2^t) + eps_root) + eps).
+// t = count + 1, updates (mu / (1 - b1^t)) / (sqrt(nu / (1 - b2^t) + eps_root) + eps), each
+// bias correction cast to its moment's dtype. mu starts as zeros of `mu_dtype` (unset: the
+// parameter's dtype) and is cast to it after each step; nu keeps its dtype (optax's mu_dtype).
 GradientTransformation scale_by_adam(double b1 = 0.9, double b2 = 0.999, double eps = 1e-8,
-                                     double eps_root = 0.0);
+                                     double eps_root = 0.0,
+                                     std::optional<DType> mu_dtype = std::nullopt);
 // updates + weight_decay * params (optax.add_decayed_weights; needs the params). A schedule
-// keeps a count; a constant 0 passes updates through.
+// keeps a count (its float32 value promotes bfloat16 updates to float32, as in optax); a
+// constant 0 passes updates through.
 GradientTransformation add_decayed_weights(ScalarOrSchedule weight_decay);
 // Rescales every update by max_norm / ||updates|| when the global norm (the square root of the
 // sum over leaves of the sums of squares) is >= max_norm (optax.clip_by_global_norm). Under
