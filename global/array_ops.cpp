@@ -298,13 +298,12 @@ Array deferred_rows(const Mesh& mesh, const Array& rows, const Layout& pending,
   const std::string axis = pending.partial.front();
   const int64_t n = mesh.axis_size(axis);
   auto make_addends = [mesh, rows, pending, computed, axis, n]() {
-    Layout in = computed;
     const global::Body pad_rows = [axis, n](Context& ctx, const std::vector<Tensor>& b) {
       const int64_t i = ctx.axis_index(AxisNames(axis));
       const int64_t r = b[0].shape()[0];
       return std::vector<Tensor>{pad(b[0], {{i * r, (n - 1 - i) * r}, {0, 0}})};
     };
-    return global::run_blocks(mesh, {rows}, {in}, {pending}, {rows.shape()}, pad_rows)
+    return global::run_blocks(mesh, {rows}, {computed}, {pending}, {rows.shape()}, pad_rows)
         .front()
         .blocks();
   };

@@ -41,6 +41,18 @@ std::string aval(const Array& a) {
   return s + " " + global::layout_str(global::layout_of(a));
 }
 
+// The step that moves `in` onto `to` (device_put's own and the global view's reshards).
+JitStep reshard_step(const Array& in, const Sharding& to) {
+  JitStep s;
+  s.kind = JitStep::reshard;
+  s.shape = in.shape();
+  s.dtype = in.dtype();
+  s.from = in.sharding();
+  s.pending = in.pending_sum_axes();
+  s.to = to;
+  return s;
+}
+
 }  // namespace
 
 // The tracer half of a trace: follows every value the program computes (so reading one on the
@@ -190,14 +202,7 @@ void JitTracer::record(OpId op, std::span<const Array* const> inputs, std::span<
   if (op == OpId::device_put && !inputs.empty() && outputs.size() == 1) {
     // runtime/'s device_put makes no global-view launch: it is a step of its own.
     const Array& x = *inputs.front();
-    JitStep s;
-    s.kind = JitStep::reshard;
-    s.shape = x.shape();
-    s.dtype = x.dtype();
-    s.from = x.sharding();
-    s.pending = x.pending_sum_axes();
-    s.to = outputs.front().sharding();
-    rec_->add_step(std::move(s), {x}, {outputs.front()});
+    rec_->add_step(reshard_step(x, outputs.front().sharding()), {x}, {outputs.front()});
   }
   JitLine line;
   line.op = std::string(meshrt::detail::op_name(op));
@@ -354,14 +359,7 @@ void JitRecorder::resharded(const Array& in, const Sharding& to, const Array& ou
       return;
     }
   }
-  JitStep s;
-  s.kind = JitStep::reshard;
-  s.shape = in.shape();
-  s.dtype = in.dtype();
-  s.from = in.sharding();
-  s.pending = in.pending_sum_axes();
-  s.to = to;
-  add_step(std::move(s), {in}, {out});
+  add_step(reshard_step(in, to), {in}, {out});
 }
 
 // ---- the trace
