@@ -35,6 +35,12 @@ namespace {
 }
 }  // namespace
 
+void Backend::copy_2d_batch(const std::vector<DeviceCopy>& copies) {
+  for (const DeviceCopy& c : copies) {
+    copy_2d(c.dst, c.dst_device, c.dpitch, c.src, c.src_device, c.spitch, c.width, c.height);
+  }
+}
+
 void Backend::matmul_t(int device, DType dtype, int64_t batch, int64_t m, int64_t n, int64_t k,
                        const void* a, bool trans_a, const void* b, bool trans_b, void* c) {
   // A stored (rows, cols) matrix per batch entry, copied transposed into a new dense buffer.
@@ -61,6 +67,10 @@ void Backend::synchronize(int) {
 }
 
 void Backend::coll_begin(int) { unsupported(*this, "collective data movement"); }
+void* Backend::coll_begin_token(int device) {
+  coll_begin(device);
+  return nullptr;
+}
 void Backend::coll_copy_2d(int, void*, size_t, const void*, size_t, size_t, size_t) {
   unsupported(*this, "collective data movement");
 }

@@ -36,6 +36,18 @@ struct Strided {
 // Pass as a device index to copy_2d for memory that is ordinary host memory.
 inline constexpr int kHost = -1;
 
+// One pitched copy between two devices of one backend (copy_2d's arguments, no host side).
+struct DeviceCopy {
+  void* dst;
+  int dst_device;
+  size_t dpitch;
+  const void* src;
+  int src_device;
+  size_t spitch;
+  size_t width;
+  size_t height;
+};
+
 // A block of one device's memory, freed by its backend when the last reference goes.
 // Bytes held by live Buffers, process-wide, and the most held at once since the last reset.
 void note_buffer_bytes(int64_t delta);
@@ -89,6 +101,12 @@ class Backend {
   // with both devices' later work (cuda does: backends/cuda/cuda_backend.h).
   virtual void copy_2d(void* dst, int dst_device, size_t dpitch, const void* src, int src_device,
                        size_t spitch, size_t width, size_t height) = 0;
+
+  // Copies between devices of this backend, each with copy_2d's ordering, issued together (a
+  // resharding's copies). No copy's destination may overlap another copy's source or destination.
+  // The default calls copy_2d for each; a device platform orders the batch once against the
+  // devices involved and moves it in one launch (cuda: backends/cuda/copy_kernels.h).
+  virtual void copy_2d_batch(const std::vector<DeviceCopy>& copies);
 
   // ---- kernels, run on the calling thread against `device`'s memory (cpu: host pointers).
   // y = op(x) elementwise over `shape`, converting in -> out (copy with in != out is astype).
@@ -148,6 +166,11 @@ class Backend {
   // Before a device joins a collective: its earlier work (which produced the inputs, and any use
   // of the memory the outputs reuse) is complete.
   virtual void coll_begin(int device);
+  // coll_begin without a host wait: a token marking everything queued so far on the device's
+  // compute stream (its input's producers, the last users of its output's memory), for the
+  // stream that runs the collective to wait on (coll_wait_token) before touching either; recycled
+  // with coll_release_token. The default calls coll_begin and returns null (nothing to wait on).
+  virtual void* coll_begin_token(int device);
   virtual void coll_copy_2d(int device, void* dst, size_t dpitch, const void* src, size_t spitch,
                             size_t width, size_t height);
   virtual void coll_zero(int device, void* dst, size_t bytes);

@@ -73,9 +73,24 @@ Pending start(Session& session, int64_t pos, const GroupLayout& layout, const Ca
   p.index_ = layout.index_of[static_cast<size_t>(pos)];
   p.out_shape_ = std::move(out_shape);
   const Plane pl(slot.backend, slot.device);
-  pl.begin();  // the input is complete before any peer may read it
+  // The input is complete before any peer may read it. A small direct reduction on a device
+  // platform waits on the device instead of the host: the member that folds makes its stream wait
+  // for every member's begin token (direct_reduce_small).
+  const bool device_begin = !pl.host() && direct_done_at_arrival(call);
+  if (device_begin) {
+    if (void* t = slot.backend->coll_begin_token(slot.device)) {
+      backend::Backend* be = slot.backend;
+      const int d = slot.device;
+      slot.begin_token =
+          std::shared_ptr<void>(t, [be, d](void* token) { be->coll_release_token(d, token); });
+    }
+  } else {
+    pl.begin();
+  }
   Session::Arrival a = session.arrive(pos, layout, call, std::move(slot));
   p.inst_ = std::move(a.instance);
+  // Across processes the library (not the fold) runs it, after the host wait it expects.
+  if (device_begin && p.inst_->spans_processes()) pl.begin();
   if (a.completed) {
     if (p.inst_->spans_processes()) {
       cross_complete(session, *p.inst_, pl);  // members in other processes: the second level

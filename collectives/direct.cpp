@@ -123,6 +123,10 @@ bool direct_reduce_small(Instance& inst, const Plane& pl, int64_t me) {
   for (int64_t j = 0; j < inst.size(); ++j) srcs[static_cast<size_t>(j)] = inst.slot(j).in;
   std::vector<void*> dsts(static_cast<size_t>(inst.size()));
   for (int64_t j = 0; j < inst.size(); ++j) dsts[static_cast<size_t>(j)] = out_ptr(inst, j);
+  // Every member's input and output are ready once its begin token is (collective.cpp start()).
+  for (int64_t j = 0; j < inst.size(); ++j) {
+    if (void* t = inst.slot(j).begin_token.get()) pl.backend()->coll_wait_token(pl.device(), t);
+  }
   // Host: a fold into member 0's output, copied to the others. GPU: one kernel for all of it.
   pl.fold_to(c.kind, c.dtype, out_dtype(c), dsts, srcs, n);
   if (pl.host()) return false;

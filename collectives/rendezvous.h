@@ -52,6 +52,10 @@ struct Slot {
   std::shared_ptr<void> keep_out;
   void* work = nullptr;  // ring algorithms' accumulation buffer (may be out)
   std::shared_ptr<void> keep_work;
+  // A device platform's small direct reduction: the member's Backend::coll_begin_token (its input
+  // and output are ready once the token is), waited on by the stream that folds; recycled when
+  // the last copy of the slot goes.
+  std::shared_ptr<void> begin_token;
 };
 
 class Session;

@@ -348,6 +348,9 @@ Array reshard_to(const Array& x, const Sharding& to) {
   std::vector<backend::ProcessComm::Transfer> sends, recvs;
   int64_t tag = 0;
   std::vector<Tensor> blocks;
+  // Copies between this process's devices go out as one batch (a device platform orders and
+  // launches it once); the destinations are fresh blocks, so none overlaps another copy.
+  detail::CopyBatch local_copies;
   const auto& devs = to.device_list();
   for (size_t j = 0; j < devs.size(); ++j) {
     const Device dev = devs[j];
@@ -387,7 +390,7 @@ Array reshard_to(const Array& x, const Sharding& to) {
       if (src_dev.process_index() == dev.process_index()) {
         if (!mine) continue;
         const Tensor& s = x.blocks()[from];
-        detail::copy_box({t.data(), block, offset_in(*part, dst_idx[j]), dev, false},
+        local_copies.add({t.data(), block, offset_in(*part, dst_idx[j]), dev, false},
                          {s.data(), s.shape(), offset_in(*part, box), s.device(), false},
                          extents(*part), elem);
         continue;
@@ -414,6 +417,7 @@ Array reshard_to(const Array& x, const Sharding& to) {
     }
     blocks.push_back(std::move(t));
   }
+  local_copies.flush();
   if (!sends.empty() || !recvs.empty()) {
     for (size_t k = 0; k < recvs.size(); ++k) recvs[k].data = incoming[k].data.data();
     backend::ProcessComm* comm = backend::process_comm();

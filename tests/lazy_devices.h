@@ -74,6 +74,14 @@ class LazyDevices final : public backend::Backend {
     if (src_device != backend::kHost) run_queue(src_device);
     inner_->copy_2d(dst, dst_device, dpitch, src, src_device, spitch, width, height);
   }
+  // Counts the batches (a resharding's copies between devices), then copies one by one.
+  void copy_2d_batch(const std::vector<backend::DeviceCopy>& copies) override {
+    ++batches_;
+    batched_copies_ += static_cast<int>(copies.size());
+    Backend::copy_2d_batch(copies);
+  }
+  int batches() const { return batches_.load(); }
+  int batched_copies() const { return batched_copies_.load(); }
   void submit(int device, std::function<void()> task) override {
     inner_->submit(device, std::move(task));
   }
@@ -171,7 +179,7 @@ class LazyDevices final : public backend::Backend {
   std::vector<std::deque<Kernel>> queues_;                                // guarded by mu_
   std::vector<std::pair<void*, std::shared_ptr<backend::Buffer>>> held_;  // guarded by mu_
   std::vector<std::vector<std::shared_ptr<backend::Buffer>>> freed_;      // guarded by mu_
-  std::atomic<int> ran_{0}, syncs_{0}, folds_{0};
+  std::atomic<int> ran_{0}, syncs_{0}, folds_{0}, batches_{0}, batched_copies_{0};
   std::atomic<bool> fail_next_{false};
 };
 

@@ -78,6 +78,25 @@ TEST(BlockUntilReady, ReplicatedArrayWaitsOnEveryCopy) {
   EXPECT_EQ(fake.pending(), 0);
 }
 
+// A resharding's copies between a device platform's devices go to the backend as one batch (cuda
+// orders and launches it once), after the kernels that produced the sources.
+TEST(BlockUntilReady, ReshardingCopiesGoOutAsOneBatch) {
+  LazyDevices& fake = lazy();
+  Mesh mesh = make_mesh({kDevices}, {"x"}, "cuda");
+  std::vector<float> host(64);
+  for (size_t i = 0; i < host.size(); ++i) host[i] = static_cast<float>(i);
+  Array x = device_put(host, {8, 8}, NamedSharding(mesh, P("x")));
+  Array y = x * 2.0f;  // kernels queued on every device
+  ASSERT_GT(fake.pending(), 0);
+  const int batches = fake.batches(), copies = fake.batched_copies();
+  Array z = device_put(y, NamedSharding(mesh, P(None, "x")));
+  EXPECT_EQ(fake.batches(), batches + 1);
+  // Each column block takes a (2, 2) piece from each of the 4 row blocks.
+  EXPECT_EQ(fake.batched_copies(), copies + kDevices * kDevices);
+  std::vector<float> v = z.to_vector<float>();
+  for (size_t i = 0; i < v.size(); ++i) EXPECT_EQ(v[i], 2.0f * host[i]) << i;
+}
+
 TEST(BlockUntilReady, FailureOfQueuedWorkSurfacesThere) {
   LazyDevices& fake = lazy();
   const Device d = devices("cuda").at(2);

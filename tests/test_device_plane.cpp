@@ -76,7 +76,16 @@ class LazyStreams final : public test::CollectivesOnlyBackend {
   struct Token {
     int device;
     uint64_t seq;
+    bool begin = false;  // from coll_begin_token
   };
+  // The stand-in has no compute stream: the token marks the member's stream as it is now.
+  void* coll_begin_token(int device) override {
+    Stream& s = stream(device);
+    std::lock_guard<std::mutex> lock(s.mu);
+    ++live_tokens_;
+    ++s.begin_tokens;
+    return new Token{device, s.next, true};
+  }
   void* coll_signal(int device) override {
     Stream& s = stream(device);
     std::lock_guard<std::mutex> lock(s.mu);
@@ -89,6 +98,7 @@ class LazyStreams final : public test::CollectivesOnlyBackend {
       return;
     }
     const auto* t = static_cast<Token*>(token);
+    if (t->begin) ++begin_waits_;
     flush(t->device, t->seq);  // everything the peer queued before recording it
   }
   void coll_release_token(int, void* token) noexcept override {
@@ -110,6 +120,8 @@ class LazyStreams final : public test::CollectivesOnlyBackend {
   void refuse_direct(std::vector<int> group) { no_direct_ = std::move(group); }
 
   int begins(int d) { return stream(d).begins; }
+  int begin_tokens(int d) { return stream(d).begin_tokens; }
+  int begin_waits() const { return begin_waits_; }
   int fences(int d) { return stream(d).fences; }
   int compute_orders(int d) { return stream(d).compute_orders; }
   int live_tokens() const { return live_tokens_; }
@@ -161,7 +173,7 @@ class LazyStreams final : public test::CollectivesOnlyBackend {
     std::mutex mu;
     std::deque<std::pair<uint64_t, std::function<void()>>> queue;  // guarded by mu
     uint64_t next = 0;                                             // guarded by mu
-    std::atomic<int> begins{0}, fences{0}, compute_orders{0};
+    std::atomic<int> begins{0}, fences{0}, compute_orders{0}, begin_tokens{0};
   };
   Stream& stream(int d) { return streams_[static_cast<size_t>(d)]; }
   void enqueue(int d, std::function<void()> f) {
@@ -181,7 +193,7 @@ class LazyStreams final : public test::CollectivesOnlyBackend {
     }
   }
   std::vector<Stream> streams_;
-  std::atomic<int> live_tokens_{0}, missing_tokens_{0};
+  std::atomic<int> live_tokens_{0}, missing_tokens_{0}, begin_waits_{0};
   std::atomic<int64_t> queued_{0};
 
   // ---- a stand-in for NCCL: a member's launch is ordered after its queued work (flushed then);
@@ -400,14 +412,19 @@ TEST(DevicePlane, EveryAlgorithmMatchesHostMemoryBitForBit) {
     }
   }
   for (int i = 0; i < n; ++i) {
-    EXPECT_EQ(fake.begins(i), collectives)
+    EXPECT_EQ(fake.begins(i) + fake.begin_tokens(i), collectives)
         << "a member joined without waiting for its earlier work";
+    // Every small direct reduction (those above and pmean of 5x9 i32, whose f32 output ends in
+    // a fence: 3 cases x 2 determinism settings) joins without a host wait: a begin token each.
+    EXPECT_EQ(fake.begin_tokens(i), 6) << "member " << i;
     EXPECT_GE(fake.fences(i) + fake.compute_orders(i), collectives)
         << "a member left without fencing its stream or ordering its later work after it";
     // The small direct reductions (psum of 37, pmin of 13: 2 cases x 2 determinism settings)
     // end without a host wait: every member orders its later work after the completer's token.
     EXPECT_EQ(fake.compute_orders(i), 4) << "member " << i;
   }
+  // The member that folds a small reduction waits on every member's begin token first.
+  EXPECT_EQ(fake.begin_waits(), 6 * n);
   EXPECT_EQ(fake.missing_tokens(), 0) << "a member waited on a token that was never recorded";
   EXPECT_EQ(fake.live_tokens(), 0) << "tokens were not recycled";
 

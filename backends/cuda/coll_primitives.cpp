@@ -130,7 +130,13 @@ void CudaBackend::coll_fence(int device) {
   l.fences.fetch_add(1, std::memory_order_release);
 }
 
-void* CudaBackend::coll_signal(int device) {
+void* CudaBackend::coll_signal(int device) { return record_token(device, dev(device).comm); }
+
+void* CudaBackend::coll_begin_token(int device) {
+  return record_token(device, dev(device).compute);
+}
+
+cudaEvent_t CudaBackend::record_token(int device, cudaStream_t s) {
   Logical& l = dev(device);
   cudaEvent_t ev = nullptr;
   {
@@ -143,7 +149,7 @@ void* CudaBackend::coll_signal(int device) {
   set(device);
   if (ev == nullptr)
     MESHRT_CUDA_CHECK(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming), device);
-  MESHRT_CUDA_CHECK(cudaEventRecord(ev, l.comm), device);
+  MESHRT_CUDA_CHECK(cudaEventRecord(ev, s), device);
   return ev;
 }
 

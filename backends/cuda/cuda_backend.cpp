@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "backends/cuda/copy_kernels.h"
 #include "backends/cuda/cuda_check.h"
 #include "backends/pitched_copy.h"
 #include "backends/plugin.h"
@@ -291,6 +292,56 @@ void CudaBackend::device_copy(void* dst, int dst_device, size_t dpitch, const vo
   set(dst_device);
   MESHRT_CUDA_CHECK(copy_async(dst, dpitch, src, spitch, width, height, d.compute), dst_device);
   if (!same) order_after(src_device, dst_device);
+}
+
+void CudaBackend::copy_2d_batch(const std::vector<backend::DeviceCopy>& copies) {
+  if (sync_copies_) {
+    Backend::copy_2d_batch(copies);
+    return;
+  }
+  std::vector<std::vector<CopyDesc>> per_gpu(static_cast<size_t>(gpus_));
+  std::vector<std::vector<int>> involved(static_cast<size_t>(gpus_));
+  std::vector<int> hub(static_cast<size_t>(gpus_), -1);
+  for (const backend::DeviceCopy& c : copies) {
+    if (c.width == 0 || c.height == 0) continue;
+    const int g = dev(c.dst_device).gpu;
+    if (dev(c.src_device).gpu != g) {  // between GPUs: the peer copy, ordered one by one
+      device_copy(c.dst, c.dst_device, c.dpitch, c.src, c.src_device, c.spitch, c.width, c.height);
+      continue;
+    }
+    auto& list = per_gpu[static_cast<size_t>(g)];
+    list.push_back(CopyDesc{static_cast<char*>(c.dst), static_cast<const char*>(c.src),
+                            static_cast<int64_t>(c.dpitch), static_cast<int64_t>(c.spitch),
+                            static_cast<int64_t>(c.width), static_cast<int64_t>(c.height)});
+    if (hub[static_cast<size_t>(g)] < 0) hub[static_cast<size_t>(g)] = c.dst_device;
+    auto& inv = involved[static_cast<size_t>(g)];
+    for (int d : {c.src_device, c.dst_device}) {
+      if (std::find(inv.begin(), inv.end(), d) == inv.end()) inv.push_back(d);
+    }
+  }
+  for (size_t g = 0; g < per_gpu.size(); ++g) {
+    if (per_gpu[g].empty()) continue;
+    // The batch runs after every involved device's queued work (the producers of the sources,
+    // and the last users of the destinations' memory), on the hub's compute stream.
+    const int h = hub[g];
+    for (int d : involved[g]) {
+      if (d != h) order_after(h, d);
+    }
+    Logical& l = dev(h);
+    set(h);
+    MESHRT_CUDA_CHECK(
+        launch_copy_batch(l.compute, per_gpu[g].data(), static_cast<int>(per_gpu[g].size())), h);
+    // Every involved device's later work (reading a destination, overwriting a source) waits.
+    std::lock_guard<std::mutex> lock(l.order_mu);
+    if (l.order == nullptr)
+      MESHRT_CUDA_CHECK(cudaEventCreateWithFlags(&l.order, cudaEventDisableTiming), h);
+    MESHRT_CUDA_CHECK(cudaEventRecord(l.order, l.compute), h);
+    for (int d : involved[g]) {
+      if (d == h) continue;
+      set(d);
+      MESHRT_CUDA_CHECK(cudaStreamWaitEvent(dev(d).compute, l.order, 0), d);
+    }
+  }
 }
 
 // `waiter`'s compute stream waits for everything queued so far on `producer`'s. The event is

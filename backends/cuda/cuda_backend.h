@@ -87,6 +87,10 @@ class CudaBackend final : public backend::Backend {
   void deallocate(int device, void* data, size_t bytes) noexcept override;
   void copy_2d(void* dst, int dst_device, size_t dpitch, const void* src, int src_device,
                size_t spitch, size_t width, size_t height) override;
+  // Copies whose two logical devices share a GPU: per GPU, one wait on each device involved,
+  // one launch (launch_copy_batch) on the first destination's compute stream, and every device
+  // involved waits for it; others as copy_2d. MESHRT_CUDA_SYNC_COPIES=1: copy_2d each.
+  void copy_2d_batch(const std::vector<backend::DeviceCopy>& copies) override;
   void submit(int device, std::function<void()> task) override;
   // Both streams of the logical device drained; a failure of queued work is raised here.
   void synchronize(int device) override;
@@ -114,6 +118,8 @@ class CudaBackend final : public backend::Backend {
 
   // ---- collective primitives (coll_primitives.cpp)
   void coll_begin(int device) override;
+  // An event recorded on the compute stream (a spare progress token).
+  void* coll_begin_token(int device) override;
   void coll_copy_2d(int device, void* dst, size_t dpitch, const void* src, size_t spitch,
                     size_t width, size_t height) override;
   void coll_zero(int device, void* dst, size_t bytes) override;
@@ -157,6 +163,8 @@ class CudaBackend final : public backend::Backend {
   // transposed through cuBLAS's op flags).
   void gemm(int device, DType dtype, int64_t batch, int64_t m, int64_t n, int64_t k, const void* a,
             bool trans_a, const void* b, bool trans_b, void* c, Precision precision);
+  // A recycled (or new) event recorded on `s`, `device`'s stream.
+  cudaEvent_t record_token(int device, cudaStream_t s);
   void init_peer_access();
   void release_block(int device, void* p) noexcept;
   void device_copy(void* dst, int dst_device, size_t dpitch, const void* src, int src_device,
