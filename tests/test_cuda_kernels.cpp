@@ -548,3 +548,58 @@ TEST_F(CudaKernels, MatmulTransposesMatchCpu) {
 
 }  // namespace
 }  // namespace meshrt
+
+namespace meshrt {
+namespace {
+
+// Backend::copy_2d_batch (a resharding's copies, one launch per 64): every piece lands where a
+// host model of the same copies puts it and nothing else in the destination changes, for copies
+// of each access width (16, 8, 4, 1 bytes), contiguous and pitched, one row and many, more
+// copies than one launch takes, and one large copy.
+TEST_F(CudaKernels, CopyBatchMatchesHostModel) {
+  constexpr size_t kBytes = (size_t{1} << 22) + 64;
+  Host src = make(DType::i32, static_cast<int64_t>(kBytes / 4));
+  for (size_t i = 0; i < src.bytes.size(); ++i)
+    src.bytes[i] = static_cast<unsigned char>(i * 7 + 3);
+  Host dst = make(DType::i32, static_cast<int64_t>(kBytes / 4));
+  std::memset(dst.bytes.data(), 0x5a, dst.bytes.size());
+  char* dsrc = static_cast<char*>(upload(src));
+  char* ddst = static_cast<char*>(upload(dst));
+  struct Piece {
+    size_t dst_off, dpitch, src_off, spitch, width, height;
+  };
+  std::vector<Piece> pieces;
+  size_t at = 0;  // destinations side by side, never overlapping
+  auto add = [&](size_t src_off, size_t spitch, size_t width, size_t height, size_t dpitch,
+                 size_t dalign) {
+    at = (at + dalign - 1) / dalign * dalign + (dalign == 1 ? 1 : 0);
+    pieces.push_back({at, dpitch, src_off, spitch, width, height});
+    at += dpitch * (height - 1) + width + 16;
+  };
+  add(0, 4096, 4096, 1, 4096, 16);  // contiguous, 16-byte accesses
+  add(64, 1024, 512, 33, 768, 16);  // pitched, 16-byte
+  add(8, 1000, 200, 7, 216, 8);     // 8-byte
+  add(4, 100, 36, 11, 40, 4);       // 4-byte
+  add(3, 17, 5, 9, 6, 1);           // byte by byte
+  for (int i = 0; i < 70; ++i) add(static_cast<size_t>(i) * 48, 96, 48, 3, 64, 16);  // > 64
+  add(1 << 20, 1 << 20, 1 << 20, 2, 1 << 20, 16);  // large, contiguous rows as one run
+  ASSERT_LT(at, kBytes);
+  std::vector<backend::DeviceCopy> copies;
+  for (const Piece& p : pieces) {
+    copies.push_back(
+        {ddst + p.dst_off, 0, p.dpitch, dsrc + p.src_off, 0, p.spitch, p.width, p.height});
+    for (size_t r = 0; r < p.height; ++r) {
+      std::memcpy(dst.bytes.data() + p.dst_off + r * p.dpitch,
+                  src.bytes.data() + p.src_off + r * p.spitch, p.width);
+    }
+  }
+  cuda_->copy_2d_batch(copies);
+  const Host got = download(ddst, DType::i32, static_cast<int64_t>(kBytes / 4));
+  size_t bad = 0;
+  while (bad < kBytes && got.bytes[bad] == dst.bytes[bad]) ++bad;
+  EXPECT_EQ(bad, kBytes) << "first wrong byte at " << bad;
+  release();
+}
+
+}  // namespace
+}  // namespace meshrt
