@@ -116,6 +116,18 @@ class Backend {
   virtual void binary(int device, BinaryOp op, DType in, DType out,
                       const std::vector<int64_t>& shape, const Strided& a, const Strided& b,
                       void* y) = 0;
+  // Two elementwise ops fused (jit's compiled steps: runtime/detail/kernel_tape.h), with the
+  // bits of the two ops one after the other: y = uop(bop(a, b)) in one dtype (bop not a
+  // comparison), and y = cmp(x0, x1) ? a : b (cmp a comparison over `in`; a, b and y of `dtype`).
+  // The defaults run the two kernels through a temporary; a platform overrides them to skip it,
+  // and says so with fuses_pairs() (jit fuses only then).
+  virtual void binary_unary(int device, BinaryOp bop, UnaryOp uop, DType dtype,
+                            const std::vector<int64_t>& shape, const Strided& a, const Strided& b,
+                            void* y);
+  virtual bool fuses_pairs() const { return false; }
+  virtual void compare_select(int device, BinaryOp cmp, DType in, DType dtype,
+                              const std::vector<int64_t>& shape, const Strided& x0,
+                              const Strided& x1, const Strided& a, const Strided& b, void* y);
   // y = cond ? a : b (cond is bool).
   virtual void select(int device, DType dtype, const std::vector<int64_t>& shape,
                       const Strided& cond, const Strided& a, const Strided& b, void* y) = 0;

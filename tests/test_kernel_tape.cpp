@@ -97,6 +97,73 @@ TEST(KernelTape, SlicesAndConcatenationsCopyInsideTheDevice) {
   expect_reproduces(fn, {vec(ramp(16, 0.5f, 0.0f), {4, 4})}, {vec(ramp(16, -1.5f, 2.0f), {4, 4})});
 }
 
+int count_kind(const KernelProgram& p, detail::KernelCall::Kind k) {
+  int n = 0;
+  for (const detail::KernelCall& c : p.calls) n += c.kind == k ? 1 : 0;
+  return n;
+}
+
+// A dense layer's forward (bias add, relu) and relu's gradient (a comparison only a select reads)
+// become one call each, which the recording checks gives fn's bits; replayed on other operands,
+// they equal fn bit for bit.
+TEST(KernelTape, FusesBiasReluAndReluGradientPairs) {
+  using K = detail::KernelCall::Kind;
+  Fn fn = [](const std::vector<Tensor>& t) {
+    Tensor y = relu(matmul(t[0], t[1]) + t[2]);
+    Tensor dz = where(y > 0.0, t[3], t[3] * 0.0);
+    return std::vector<Tensor>{y, matmul_transposed(t[0], dz, true, false)};
+  };
+  const std::vector<Tensor> a = {
+      vec(ramp(6 * 5, 0.3f, -2.0f), {6, 5}), vec(ramp(5 * 7, -0.2f, 1.0f), {5, 7}),
+      vec(ramp(7, 0.5f, -1.0f), {7}), vec(ramp(42, 0.7f, -3.0f), {6, 7})};
+  const std::vector<Tensor> b = {
+      vec(ramp(6 * 5, -0.4f, 1.5f), {6, 5}), vec(ramp(5 * 7, 0.7f, -3.0f), {5, 7}),
+      vec(ramp(7, -0.25f, 0.5f), {7}), vec(ramp(42, 0.1f, 1.0f), {6, 7})};
+  KernelRecord r = record_kernels(fn, a);
+  ASSERT_NE(r.program, nullptr) << r.why_not;
+  // cpu has no fused kernels, so the recording keeps the pairs; the pass runs on a copy here
+  // (the backend's defaults run a fused call as its two kernels).
+  EXPECT_EQ(count_kind(*r.program, K::binary_unary), 0);
+  KernelProgram fused = *r.program;
+  EXPECT_EQ(detail::fuse_elementwise_pairs(fused), 2);
+  EXPECT_EQ(count_kind(fused, K::binary_unary), 1);
+  EXPECT_EQ(count_kind(fused, K::compare_select), 1);
+  EXPECT_EQ(count_kind(fused, K::select), 0);
+  EXPECT_EQ(fused.calls.size() + 2, r.program->calls.size());
+  for (const auto& ops : {a, b}) {
+    const std::vector<Tensor> want = fn(ops);
+    const std::vector<std::vector<char>> got = run(fused, ops);
+    ASSERT_EQ(got.size(), want.size());
+    for (size_t i = 0; i < want.size(); ++i) {
+      ASSERT_EQ(got[i].size(), want[i].nbytes());
+      EXPECT_EQ(0, std::memcmp(got[i].data(), want[i].data(), got[i].size())) << "result " << i;
+    }
+  }
+}
+
+// Pairs whose intermediate something else needs stay apart: a result, or a second reader.
+TEST(KernelTape, KeepsPairsWhoseIntermediateIsNeeded) {
+  using K = detail::KernelCall::Kind;
+  Fn result = [](const std::vector<Tensor>& t) {
+    Tensor z = t[0] + t[1];
+    return std::vector<Tensor>{z, relu(z)};
+  };
+  Fn two_readers = [](const std::vector<Tensor>& t) {
+    Tensor z = t[0] + t[1];
+    return std::vector<Tensor>{relu(z) * z};
+  };
+  const std::vector<Tensor> ops = {vec(ramp(12, 0.5f, -2.0f), {3, 4}),
+                                   vec(ramp(12, -0.25f, 1.0f), {3, 4})};
+  for (const Fn& fn : {result, two_readers}) {
+    KernelRecord r = record_kernels(fn, ops);
+    ASSERT_NE(r.program, nullptr) << r.why_not;
+    KernelProgram p = *r.program;
+    EXPECT_EQ(detail::fuse_elementwise_pairs(p), 0);
+    EXPECT_EQ(count_kind(p, K::binary_unary), 0);
+    EXPECT_EQ(count_kind(p, K::unary), 1);
+  }
+}
+
 // Whether fn's only result may be written into operand `o`'s buffer (jit's in-place donation).
 bool result_may_take(const Fn& fn, const std::vector<Tensor>& operands, int o) {
   KernelRecord r = record_kernels(fn, operands);

@@ -3,6 +3,7 @@
 //   cuda_backend.cpp     logical devices, peer access, memory (allocator, block cache), copies and
 //                        pinned staging
 //   ops.cpp              op kernels and cuBLAS matmul, queued on the compute stream
+//   fused_ops.cpp        fused elementwise pairs for jit (fused_kernels.cu)
 //   coll_primitives.cpp  collective copy/fold/signal/wait/fence on the communication stream
 //   nccl.cpp             the NativeComm for NCCL
 //
@@ -106,6 +107,15 @@ class CudaBackend final : public backend::Backend {
               void* y) override;
   void reduce(int device, backend::ReduceOp op, DType dtype, int64_t outer, int64_t len,
               int64_t inner, const void* x, void* y) override;
+  // ---- fused elementwise pairs (fused_ops.cpp): one kernel, the pair's bits
+  bool fuses_pairs() const override { return true; }
+  void binary_unary(int device, backend::BinaryOp bop, backend::UnaryOp uop, DType dtype,
+                    const std::vector<int64_t>& shape, const backend::Strided& a,
+                    const backend::Strided& b, void* y) override;
+  void compare_select(int device, backend::BinaryOp cmp, DType in, DType dtype,
+                      const std::vector<int64_t>& shape, const backend::Strided& x0,
+                      const backend::Strided& x1, const backend::Strided& a,
+                      const backend::Strided& b, void* y) override;
   void matmul(int device, DType dtype, int64_t batch, int64_t m, int64_t n, int64_t k,
               const void* a, const void* b, void* c) override;
   // cuBLAS's transposed products: no operand is copied (integers: transposed copies first).

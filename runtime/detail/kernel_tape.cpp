@@ -2,6 +2,7 @@
 #include "runtime/detail/kernel_tape.h"
 
 #include <cstring>
+#include <optional>
 
 #include "core/strings.h"
 #include "runtime/detail/platform.h"
@@ -396,6 +397,22 @@ void KernelProgram::run(backend::Backend& be, int device, char* const* base,
       case KernelCall::Kind::fill:
         be.fill(device, c.in, c.arg[0], c.value, c.iota, at(c.dst));
         break;
+      case KernelCall::Kind::binary_unary: {
+        Strided& a = scratch[static_cast<size_t>(c.strided)];
+        Strided& b = scratch[static_cast<size_t>(c.strided) + 1];
+        a.data = at(c.src[0]);
+        b.data = at(c.src[1]);
+        be.binary_unary(device, static_cast<BinaryOp>(c.op), static_cast<UnaryOp>(c.op2), c.in,
+                        c.shape, a, b, at(c.dst));
+        break;
+      }
+      case KernelCall::Kind::compare_select: {
+        Strided* x = &scratch[static_cast<size_t>(c.strided)];
+        for (int j = 0; j < 4; ++j) x[j].data = at(c.src[j]);
+        be.compare_select(device, static_cast<BinaryOp>(c.op), c.in, c.out, c.shape, x[0], x[1],
+                          x[2], x[3], at(c.dst));
+        break;
+      }
       case KernelCall::Kind::copy:
         be.copy_2d(at(c.dst), device, static_cast<size_t>(c.arg[2]), at(c.src[0]), device,
                    static_cast<size_t>(c.arg[3]), static_cast<size_t>(c.arg[0]),
@@ -423,9 +440,10 @@ bool KernelProgram::may_write_over(int operand, size_t temp) const {
   const KernelCall& c = calls[first];
   for (int j = 0; j < c.nsrc; ++j) {
     if (c.src[j].slot != operand) continue;
-    const bool elementwise = c.kind == KernelCall::Kind::unary ||
-                             c.kind == KernelCall::Kind::binary ||
-                             c.kind == KernelCall::Kind::select;
+    // (compare_select reads sources of two dtypes: not taken in place.)
+    const bool elementwise =
+        c.kind == KernelCall::Kind::unary || c.kind == KernelCall::Kind::binary ||
+        c.kind == KernelCall::Kind::select || c.kind == KernelCall::Kind::binary_unary;
     if (!elementwise || c.src[j].offset != c.dst.offset) return false;
     // select's condition (bool) is source 0; its values and result share one dtype.
     const DType in = c.kind == KernelCall::Kind::select && j == 0 ? DType::bool_ : c.in;
@@ -439,6 +457,112 @@ bool KernelProgram::may_write_over(int operand, size_t temp) const {
     }
   }
   return true;
+}
+
+namespace {
+
+// Whether `st` walks `shape` densely (row-major; dimensions of size 1 take any stride).
+bool dense_over(const std::vector<int64_t>& shape, const std::vector<int64_t>& st) {
+  int64_t expect = 1;
+  for (size_t d = shape.size(); d-- > 0;) {
+    if (shape[d] == 1) continue;
+    if (st[d] != expect) return false;
+    expect *= shape[d];
+  }
+  return true;
+}
+
+bool fusable_float(DType t) { return t == DType::f32 || t == DType::f64; }
+
+// The fused call for producer `a` and consumer `b` (b reads a's result densely), or nothing.
+std::optional<KernelCall> fuse_pair(KernelProgram& p, const KernelCall& a, const KernelCall& b) {
+  using K = KernelCall::Kind;
+  if (a.kind != K::binary || a.shape != b.shape) return std::nullopt;
+  const auto bop = static_cast<BinaryOp>(a.op);
+  if (b.kind == K::unary && !backend::is_comparison(bop) && a.in == a.out && fusable_float(a.in) &&
+      b.in == a.out && b.out == a.out &&
+      (b.op == static_cast<int>(UnaryOp::relu) || b.op == static_cast<int>(UnaryOp::neg)) &&
+      dense_over(b.shape, p.strides[static_cast<size_t>(b.strided)])) {
+    // relu and neg do no arithmetic the compiler could contract with bop's: the pair's bits.
+    KernelCall f = a;
+    f.kind = K::binary_unary;
+    f.op2 = b.op;
+    f.dst = b.dst;
+    return f;
+  }
+  if (b.kind == K::select && backend::is_comparison(bop) && a.out == DType::bool_ &&
+      fusable_float(a.in) && fusable_float(b.in) &&
+      dense_over(b.shape, p.strides[static_cast<size_t>(b.strided)])) {
+    KernelCall f = a;
+    f.kind = K::compare_select;
+    f.out = b.in;
+    f.nsrc = 4;
+    f.src[2] = b.src[1];
+    f.src[3] = b.src[2];
+    f.dst = b.dst;
+    f.strided = static_cast<int>(p.strides.size());
+    const std::vector<int64_t> s0 = p.strides[static_cast<size_t>(a.strided)],
+                               s1 = p.strides[static_cast<size_t>(a.strided) + 1],
+                               s2 = p.strides[static_cast<size_t>(b.strided) + 1],
+                               s3 = p.strides[static_cast<size_t>(b.strided) + 2];
+    for (const auto* st : {&s0, &s1, &s2, &s3}) p.strides.push_back(*st);
+    return f;
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
+int fuse_elementwise_pairs(KernelProgram& p) {
+  std::vector<KernelCall>& calls = p.calls;
+  std::vector<bool> gone(calls.size(), false);
+  int fused = 0;
+  for (size_t i = 0; i < calls.size(); ++i) {
+    const KernelCall& a = calls[i];
+    if (gone[i] || a.kind != KernelCall::Kind::binary) continue;
+    const int32_t t = a.dst.slot;
+    if (t < p.operands) continue;  // the intermediate must be a temporary
+    bool result = false;
+    for (const KernelAddr& r : p.results) result = result || r.slot == t;
+    if (result) continue;
+    // The one reader of the temporary, with nothing in between that writes the temporary or
+    // what `a` reads (fusing moves a's reads to the reader's place).
+    size_t reader = calls.size();
+    int readers = 0;
+    for (size_t j = i + 1; j < calls.size(); ++j) {
+      for (int k = 0; k < calls[j].nsrc; ++k) {
+        if (calls[j].src[k].slot == t) {
+          ++readers;
+          if (reader == calls.size()) reader = j;
+        }
+      }
+    }
+    if (readers != 1) continue;
+    bool clobbered = false;
+    for (size_t j = i + 1; j < reader && !clobbered; ++j) {
+      const int32_t w = calls[j].dst.slot;
+      clobbered = w == t || w == a.src[0].slot || w == a.src[1].slot;
+    }
+    const KernelCall& b = calls[reader];
+    if (clobbered || b.src[0].slot != t || b.src[0].offset != a.dst.offset) continue;
+    // The fused call writes b's result while reading a's sources: not into one of them.
+    if (b.dst.slot == a.src[0].slot || b.dst.slot == a.src[1].slot) continue;
+    if (b.kind == KernelCall::Kind::select &&
+        (b.dst.slot == b.src[1].slot || b.dst.slot == b.src[2].slot)) {
+      continue;
+    }
+    std::optional<KernelCall> f = fuse_pair(p, a, b);
+    if (!f) continue;
+    calls[reader] = *f;  // at the reader's place: its other sources are ready there
+    gone[i] = true;
+    ++fused;
+  }
+  std::vector<KernelCall> kept;
+  for (size_t i = 0; i < calls.size(); ++i) {
+    if (!gone[i]) kept.push_back(std::move(calls[i]));
+  }
+  calls = std::move(kept);
+  return fused;
 }
 
 KernelRecord record_kernels(
@@ -468,8 +592,18 @@ KernelRecord record_kernels(
     p.result_shapes.push_back(y.shape());
     p.result_dtypes.push_back(y.dtype());
   }
-  if (!reproduces(p, real, dev.local_index(), operands, outs, 0x00) ||
-      !reproduces(p, real, dev.local_index(), operands, outs, 0xff)) {
+  auto checked = [&](const KernelProgram& q) {
+    return reproduces(q, real, dev.local_index(), operands, outs, 0x00) &&
+           reproduces(q, real, dev.local_index(), operands, outs, 0xff);
+  };
+  // Fused pairs where the platform has fused kernels and the program has pairs, kept only when
+  // they give fn's bits too.
+  KernelProgram fused;
+  if (real.fuses_pairs()) fused = p;
+  if (real.fuses_pairs() && fuse_elementwise_pairs(fused) > 0 && checked(fused)) {
+    return KernelRecord{std::make_shared<const KernelProgram>(std::move(fused)), ""};
+  }
+  if (!checked(p)) {
     return refused(
         "the recorded kernels do not reproduce the results (part of the function runs "
         "outside the backend's kernels)");

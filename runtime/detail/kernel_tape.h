@@ -36,13 +36,26 @@ struct KernelAddr {
 };
 
 struct KernelCall {
-  enum class Kind : uint8_t { unary, binary, select, reduce, matmul, fill, copy };
+  // binary_unary: op2(op(src0, src1)); compare_select: op(src0, src1) ? src2 : src3 (src0/1 of
+  // `in`, the rest and dst of `out`): fused pairs (fuse_elementwise_pairs).
+  enum class Kind : uint8_t {
+    unary,
+    binary,
+    select,
+    reduce,
+    matmul,
+    fill,
+    copy,
+    binary_unary,
+    compare_select
+  };
   Kind kind = Kind::unary;
-  int op = 0;  // UnaryOp, BinaryOp or ReduceOp; matmul: 1 transposes a, 2 transposes b, 4 tf32
+  int op = 0;   // UnaryOp, BinaryOp or ReduceOp; matmul: 1 transposes a, 2 transposes b, 4 tf32
+  int op2 = 0;  // binary_unary: the UnaryOp
   DType in = DType::f32, out = DType::f32;
   bool iota = false;
   int nsrc = 0;
-  KernelAddr src[3];
+  KernelAddr src[4];
   KernelAddr dst;
   int strided = -1;  // unary/binary/select: the first of nsrc Strided scratch entries
   std::vector<int64_t> shape;
@@ -76,6 +89,14 @@ class KernelProgram {
   // writes (an elementwise kernel over dense operands of one element size: x - lr * g in place).
   bool may_write_over(int operand, size_t temp) const;
 };
+
+// Fuses pairs of elementwise calls whose intermediate is a temporary nothing else reads: a
+// float32/float64 arithmetic binary op followed by relu or neg of its result (bias + relu), and
+// a comparison whose bool result only a select reads (relu's gradient). Each pair becomes one
+// call (Backend::binary_unary / compare_select), which gives the pair's bits; the intermediate's
+// temporary is no longer written. Returns the number of pairs fused. record_kernels applies it
+// where the platform has fused kernels (Backend::fuses_pairs: cuda).
+int fuse_elementwise_pairs(KernelProgram& p);
 
 struct KernelRecord {
   std::shared_ptr<const KernelProgram> program;  // null when refused
