@@ -166,6 +166,12 @@ class JitProgram {
 // when the trace ends.
 void jit_plan(JitProgram& p);
 
+// The fusion pass (global/jit_fuse.cpp), part of the plan: consecutive compiled device-local steps
+// linked by a value only the second reads, merged into one step where their kernels hold an
+// elementwise pair to fuse (fuse_elementwise_pairs) and the platform has fused kernels. Returns
+// the number of steps merged.
+int jit_fuse_steps(JitProgram& p);
+
 // The buffer pass (global/jit_buffers.cpp): which values live in planned buffers, and the buffers;
 // with the replay's flat tables and the meshes' places. `last`: each value's last reading step,
 // or -1.

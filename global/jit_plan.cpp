@@ -109,6 +109,8 @@ void jit_plan(JitProgram& p) {
     });
   }
 
+  jit_fuse_steps(p);
+
   // Last reader of each value (at the reader's own position); values read across positions or by
   // reshards (which read every position from the caller) stay until the call ends.
   std::vector<int> last(p.values.size(), -1);

@@ -47,13 +47,19 @@ std::string jit_text(const JitProgram& p, const std::vector<bool>& donated) {
   for (const JitSegment& seg : p.segments) {
     (seg.host ? host : seg.fold ? folds : seg.inline_run ? inline_runs : device) += 1;
   }
-  size_t compiled = 0, kernels = 0, buffers = 0, buffer_bytes = 0;
+  size_t compiled = 0, kernels = 0, fused = 0, buffers = 0, buffer_bytes = 0;
   std::map<std::string, size_t> why_not;  // of device-local steps not compiled
   for (const JitStep& st : p.steps) {
     collectives += st.kind == JitStep::blocks ? 1 : 0;
     if (st.kernels != nullptr) {
       ++compiled;
       kernels += st.kernels->size();
+      for (const detail::KernelCall& c : st.kernels->calls) {
+        fused += c.kind == detail::KernelCall::Kind::binary_unary ||
+                         c.kind == detail::KernelCall::Kind::compare_select
+                     ? 1
+                     : 0;
+      }
     } else if (st.kind == JitStep::local) {
       ++why_not[st.why_not.empty() ? "not recorded" : st.why_not];
     }
@@ -80,6 +86,11 @@ std::string jit_text(const JitProgram& p, const std::vector<bool>& donated) {
   s += cat("  compiled: ", compiled, " device-local steps as ", kernels,
            " kernel calls; intermediates in ", buffers, " planned buffers per device (",
            buffer_bytes, " bytes), reused by every call\n");
+  if (fused != 0) {
+    s += cat("  fused: ", fused,
+             " kernel calls are fused elementwise pairs (bias add + relu, comparison + select), "
+             "with the pairs' bits\n");
+  }
   // Only what a call with these donations can do: a step counts when one of the operands whose
   // buffer it may take is a donated input.
   size_t in_place = 0;

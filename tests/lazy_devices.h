@@ -74,6 +74,10 @@ class LazyDevices final : public backend::Backend {
     if (src_device != backend::kHost) run_queue(src_device);
     inner_->copy_2d(dst, dst_device, dpitch, src, src_device, spitch, width, height);
   }
+  // Whether jit fuses elementwise pairs here (the backend's defaults then run each fused call as
+  // its two kernels, queued as any other).
+  void set_fuses_pairs(bool on) { fuses_ = on; }
+  bool fuses_pairs() const override { return fuses_; }
   // Counts the batches (a resharding's copies between devices), then copies one by one.
   void copy_2d_batch(const std::vector<backend::DeviceCopy>& copies) override {
     ++batches_;
@@ -181,6 +185,7 @@ class LazyDevices final : public backend::Backend {
   std::vector<std::vector<std::shared_ptr<backend::Buffer>>> freed_;      // guarded by mu_
   std::atomic<int> ran_{0}, syncs_{0}, folds_{0}, batches_{0}, batched_copies_{0};
   std::atomic<bool> fail_next_{false};
+  std::atomic<bool> fuses_{false};
 };
 
 }  // namespace meshrt::test

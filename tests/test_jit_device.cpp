@@ -136,3 +136,54 @@ TEST(JitOnADevicePlatform, ConsecutivePsumsRunAsOneCollectiveWithTheSameBits) {
 
 }  // namespace
 }  // namespace meshrt
+
+namespace meshrt {
+namespace {
+
+struct Mlp {
+  Array w1, b1, w2, b2, w3;
+};
+MESHRT_TREE(Mlp, w1, b1, w2, b2, w3);
+
+// Where the platform fuses (cuda does; the stand-in here when asked), a jitted data-parallel MLP
+// step's bias adds with their relus and relu's gradients (a comparison only a select reads) run
+// as fused pairs, and the step still gives eager's bits.
+TEST(JitOnADevicePlatform, FusesBiasReluAndReluGradientPairsWithEagerBits) {
+  test::LazyDevices& fake = lazy();
+  fake.set_fuses_pairs(true);
+  Mesh mesh = make_mesh({kDevices}, {"x"}, "cuda");
+  const NamedSharding dp(mesh, P("x")), rep(mesh, P());
+  auto loss = [](const Mlp& p, const Array& x) {
+    const Array h1 = relu(matmul(x, p.w1) + p.b1);
+    const Array h2 = relu(matmul(h1, p.w2) + p.b2);
+    const Array out = matmul(h2, p.w3);
+    return mean(out * out);
+  };
+  auto vg = value_and_grad(loss);
+  auto step = jit([vg](const Mlp& p, const Array& x) { return vg(p, x); });
+  Mlp p{device_put(iota(8 * 16, -0.4f, 0.007f), {8, 16}, rep),
+        device_put(iota(16, -0.1f, 0.013f), {16}, rep),
+        device_put(iota(16 * 16, 0.3f, -0.003f), {16, 16}, rep),
+        device_put(iota(16, 0.05f, -0.011f), {16}, rep),
+        device_put(iota(16 * 4, -0.2f, 0.009f), {16, 4}, rep)};
+  for (int round = 0; round < 3; ++round) {
+    const Array x = device_put(iota(32 * 8, -1.0f + 0.1f * round, 0.01f), {32, 8}, dp);
+    auto want = vg(p, x);
+    auto got = step(p, x);
+    expect_same_bits(std::get<0>(got), std::get<0>(want));
+    expect_same_bits(std::get<1>(got).w1, std::get<1>(want).w1);
+    expect_same_bits(std::get<1>(got).b1, std::get<1>(want).b1);
+    expect_same_bits(std::get<1>(got).w2, std::get<1>(want).w2);
+    expect_same_bits(std::get<1>(got).w3, std::get<1>(want).w3);
+    p.w1 = p.w1 - 0.1 * std::get<1>(got).w1;
+  }
+  const Array x = device_put(iota(32 * 8, 0.f, 0.01f), {32, 8}, dp);
+  const std::string text = step.lower(p, x).as_text();
+  fake.set_fuses_pairs(false);
+  // Two bias adds with their relus; relu's gradient of the second layer (the first layer's is
+  // not needed: x has no gradient, but h1's relu gradient feeds w1's).
+  EXPECT_NE(text.find("fused: 4 kernel calls are fused"), std::string::npos) << text;
+}
+
+}  // namespace
+}  // namespace meshrt
