@@ -73,15 +73,27 @@ std::vector<Tensor> forward_backward(const std::vector<Tensor>& W, const std::ve
   return out;
 }
 
-// The forward pass alone (value_and_grad takes the backward pass from it).
+DType compute_dtype(Precision p) { return p == Precision::bf16 ? DType::bf16 : DType::f32; }
+
+// astype, but no op at all when the dtype already matches (astype copies): the float32 loss
+// records exactly the ops it did before precisions existed.
+template <class T>
+T cast(const T& a, DType dtype) {
+  return a.dtype() == dtype ? a : astype(a, dtype);
+}
+
+// The forward pass alone (value_and_grad takes the backward pass from it). Mixed precision casts
+// each device's blocks: the gathers and collectives move bfloat16.
 Tensor forward_loss(const std::vector<Tensor>& W, const std::vector<Tensor>& b, const Tensor& x,
-                    const Tensor& y, int64_t global_batch_of_shard, const Hooks& h) {
-  Tensor a = x;
+                    const Tensor& y, int64_t global_batch_of_shard, const Hooks& h,
+                    Precision precision) {
+  const DType c = compute_dtype(precision);
+  Tensor a = cast(x, c);
   for (size_t l = 0; l < W.size(); ++l) {
-    Tensor z = h.mix(matmul(a, h.gather_w(W[l]))) + h.gather_b(b[l]);
+    Tensor z = h.mix(matmul(a, h.gather_w(cast(W[l], c)))) + h.gather_b(cast(b[l], c));
     a = l + 1 < W.size() ? relu(z) : z;
   }
-  const Tensor diff = a - y;
+  const Tensor diff = cast(a, DType::f32) - y;
   return h.total(sum(diff * diff)) * (1.0 / static_cast<double>(global_batch_of_shard));
 }
 
@@ -261,18 +273,18 @@ Mesh single_device_mesh(const Mesh& mesh) {
 }
 
 // value_and_grad of the loss written with global-view ops.
-Grads global_view(const Problem& p, Strategy s, const Mesh& mesh0) {
+Grads global_view(const Problem& p, Strategy s, const Mesh& mesh0, Precision precision) {
   const Mesh mesh = s == Strategy::single ? single_device_mesh(mesh0) : mesh0;
   const Placement at = placement(s, mesh);
   const Params params = device_put_params(p, s, mesh);
   const Array x = device_put(p.x, {p.batch, p.sizes.front()}, NamedSharding(mesh, at.x));
   const Array y = device_put(p.y, {p.batch, p.sizes.back()}, NamedSharding(mesh, at.x));
-  auto [l, g] = value_and_grad(loss)(params, x, y);
+  auto [l, g] = value_and_grad(Loss{precision})(params, x, y);
   return from_autodiff(l, g);
 }
 
 // value_and_grad of the same forward pass written as a shard_map body with collectives.
-Grads shard_mapped(const Problem& p, Strategy s, const Mesh& mesh0) {
+Grads shard_mapped(const Problem& p, Strategy s, const Mesh& mesh0, Precision precision) {
   const Mesh mesh = s == Strategy::single ? single_device_mesh(mesh0) : mesh0;
   const Placement at = placement(s, mesh);
   const size_t L = p.W.size();
@@ -283,7 +295,7 @@ Grads shard_mapped(const Problem& p, Strategy s, const Mesh& mesh0) {
     in_specs.push_back(at.w);
     in_specs.push_back(at.b);
   }
-  auto body = [&, s](Context& ctx, const std::vector<Tensor>& xs) {
+  auto body = [&, s, precision](Context& ctx, const std::vector<Tensor>& xs) {
     std::vector<Tensor> W, b;
     for (size_t l = 0; l < L; ++l) {
       W.push_back(xs[2 + 2 * l]);
@@ -294,21 +306,21 @@ Grads shard_mapped(const Problem& p, Strategy s, const Mesh& mesh0) {
     Tensor loss_value;
     switch (s) {
       case Strategy::single:
-        loss_value = forward_loss(W, b, xs[0], xs[1], local_batch, h);
+        loss_value = forward_loss(W, b, xs[0], xs[1], local_batch, h, precision);
         break;
       case Strategy::data_parallel:
-        loss_value = ctx.pmean(forward_loss(W, b, xs[0], xs[1], local_batch, h), a0);
+        loss_value = ctx.pmean(forward_loss(W, b, xs[0], xs[1], local_batch, h, precision), a0);
         break;
       case Strategy::fsdp:
         h.gather_w = [&](const Tensor& t) { return ctx.all_gather(t, a0, 0, true); };
         h.gather_b = [&](const Tensor& t) { return ctx.all_gather(t, a0, 0, true); };
-        loss_value = ctx.pmean(forward_loss(W, b, xs[0], xs[1], local_batch, h), a0);
+        loss_value = ctx.pmean(forward_loss(W, b, xs[0], xs[1], local_batch, h, precision), a0);
         break;
       default: {  // tensor parallel, alone or with data parallelism over a0
         const std::string f = s == Strategy::tensor_parallel ? a0 : a1;
         h.mix = [&](const Tensor& t) { return ctx.psum_scatter(t, f, 1, true); };
         h.total = [&](const Tensor& t) { return ctx.psum(t, f); };
-        loss_value = forward_loss(W, b, xs[0], xs[1], local_batch, h);
+        loss_value = forward_loss(W, b, xs[0], xs[1], local_batch, h, precision);
         if (s == Strategy::data_tensor_2d) loss_value = ctx.pmean(loss_value, a0);
         break;
       }
@@ -332,14 +344,21 @@ Grads shard_mapped(const Problem& p, Strategy s, const Mesh& mesh0) {
 
 }  // namespace
 
-Array loss(const Params& params, const Array& x, const Array& y) {
-  Array a = x;
+const char* name(Precision p) { return p == Precision::bf16 ? "bf16 (mixed)" : "float32"; }
+
+Array Loss::operator()(const Params& params, const Array& x, const Array& y) const {
+  const DType c = compute_dtype(precision);
+  Array a = cast(x, c);
   for (size_t l = 0; l < params.W.size(); ++l) {
-    Array z = matmul(a, params.W[l]) + params.b[l];
+    Array z = matmul(a, cast(params.W[l], c)) + cast(params.b[l], c);
     a = l + 1 < params.W.size() ? relu(z) : z;
   }
-  const Array diff = a - y;
+  const Array diff = cast(a, DType::f32) - y;  // the loss in float32
   return sum(diff * diff) / static_cast<double>(x.shape()[0]);
+}
+
+Array loss(const Params& params, const Array& x, const Array& y) {
+  return Loss{Precision::f32}(params, x, y);
 }
 
 Placement placement(Strategy s, const Mesh& mesh) {
@@ -370,16 +389,37 @@ Params device_put_params(const Problem& p, Strategy s, const Mesh& mesh) {
   return params;
 }
 
-Grads loss_and_grad(const Problem& p, Strategy s, const Mesh& mesh, Style style) {
+Grads loss_and_grad(const Problem& p, Strategy s, const Mesh& mesh, Style style,
+                    Precision precision) {
   switch (style) {
     case Style::global_view:
-      return global_view(p, s, mesh);
+      return global_view(p, s, mesh, precision);
     case Style::shard_map:
-      return shard_mapped(p, s, mesh);
+      return shard_mapped(p, s, mesh, precision);
     case Style::hand_written:
       break;
   }
+  if (precision != Precision::f32) {
+    throw std::invalid_argument("[mlp] the hand-written backward pass is float32 only");
+  }
   return hand_written(p, s, mesh);
+}
+
+std::vector<double> train_losses(const Problem& p, Strategy s, const Mesh& mesh,
+                                 Precision precision, int steps, float lr) {
+  const Placement at = placement(s, mesh);
+  Params params = device_put_params(p, s, mesh);
+  const Array x = device_put(p.x, {p.batch, p.sizes.front()}, NamedSharding(mesh, at.x));
+  const Array y = device_put(p.y, {p.batch, p.sizes.back()}, NamedSharding(mesh, at.x));
+  auto step = value_and_grad(Loss{precision});
+  std::vector<double> losses;
+  for (int i = 0; i < steps; ++i) {
+    auto [l, g] = step(params, x, y);
+    params =
+        tree_map([lr](const Array& w, const Array& d) { return w - double(lr) * d; }, params, g);
+    losses.push_back(l.to_vector<float>()[0]);
+  }
+  return losses;
 }
 
 void sgd_step(Problem& p, const Grads& g, float lr) {

@@ -7,6 +7,11 @@
 //   layer sizes [784, 128, 128, 128, 128, 128, 8], batch 32, init as the tutorial's init/init_layer
 //   (split(key, len(sizes)), W = normal / sqrt(n_in), b = normal), predict = relu MLP (linear
 //   last layer), loss = mean over the batch of the sum of squared errors.
+//
+// Precision::bf16 is JAX's usual mixed-precision recipe on the same model: float32 master
+// parameters, the loss casts them and the inputs to bfloat16 (astype), runs the layers in
+// bfloat16 and takes the loss of the predictions cast back to float32; value_and_grad gives
+// float32 gradients through the casts, and the update is applied to the float32 parameters.
 #pragma once
 
 #include <meshrt/meshrt.h>
@@ -47,9 +52,26 @@ struct Params {
 };
 MESHRT_TREE(Params, W, b);
 
+// The dtype the layers compute in: float32, or bfloat16 with float32 master parameters and a
+// float32 loss (mixed precision).
+enum class Precision { f32, bf16 };
+const char* name(Precision p);
+
 // The loss of the tutorial (mean over the batch of the sum of squared errors), written once
 // with global-view ops: the shardings of params, x and y decide what each device computes.
+// Float32 throughout (Loss{Precision::f32}).
 meshrt::Array loss(const Params& params, const meshrt::Array& x, const meshrt::Array& y);
+
+// The same loss in a chosen precision, as a function object for value_and_grad and jit:
+//
+//   auto [l, g] = value_and_grad(mlp::Loss{mlp::Precision::bf16})(params, x, y);
+//
+// bf16 casts params (float32) and x to bfloat16 inside, so l and every leaf of g are float32.
+struct Loss {
+  Precision precision = Precision::f32;
+  meshrt::Array operator()(const Params& params, const meshrt::Array& x,
+                           const meshrt::Array& y) const;
+};
 
 // Where a strategy puts the batch and the parameters (single: a one-device mesh).
 struct Placement {
@@ -61,9 +83,17 @@ Params device_put_params(const Problem& p, Strategy s, const meshrt::Mesh& mesh)
 // Loss and gradients. single runs on mesh.devices()[0]; data_parallel and fsdp shard the batch
 // over the mesh's first axis; tensor_parallel shards features over it; data_tensor_2d shards the
 // batch over the first axis and features over the second. Each call places the parameters and
-// the batch on the devices and reads the loss and gradients back to the host.
+// the batch on the devices and reads the loss and gradients back to the host. Precision::bf16
+// runs the global-view and shard_map styles in mixed precision (the hand-written backward pass
+// is float32 only: an error).
 Grads loss_and_grad(const Problem& p, Strategy s, const meshrt::Mesh& mesh,
-                    Style style = Style::global_view);
+                    Style style = Style::global_view, Precision precision = Precision::f32);
+
+// Training as a loop runs it: the parameters and the batch placed for s on mesh once, then
+// `steps` SGD steps (params -= lr * grads, on the devices) of value_and_grad(Loss{precision});
+// returns the loss before each update. Mixed precision updates the float32 master parameters.
+std::vector<double> train_losses(const Problem& p, Strategy s, const meshrt::Mesh& mesh,
+                                 Precision precision, int steps, float lr);
 
 // params -= lr * grads.
 void sgd_step(Problem& p, const Grads& g, float lr);
