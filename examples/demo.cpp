@@ -425,6 +425,38 @@ void part6() {
   }
 }
 
+// Part 7: mixed precision: float32 master parameters, the layers in bfloat16 (astype inside the
+// loss), the loss in float32, float32 gradients; the same data and init as a float32 run.
+void part7() {
+  std::printf(
+      "== Part 7: mixed precision (MLP [784, 128 x 5, 8], batch 64): float32 master parameters, "
+      "bfloat16 layers, float32 loss\n\n");
+  const std::vector<int64_t> sizes{784, 128, 128, 128, 128, 128, 8};
+  const mlp::Problem problem = mlp::init(random::key(0), sizes, 64);
+  Mesh mesh = make_mesh({8}, {"batch"}, g_platform);
+  constexpr int kSteps = 10;
+  constexpr double kTolerance = 1e-2;  // relative, per step (bfloat16 keeps 8 significant bits)
+  for (mlp::Strategy s : {mlp::Strategy::data_parallel, mlp::Strategy::fsdp}) {
+    const std::vector<double> f32 =
+        mlp::train_losses(problem, s, mesh, mlp::Precision::f32, kSteps, 0.001f);
+    const std::vector<double> bf16 =
+        mlp::train_losses(problem, s, mesh, mlp::Precision::bf16, kSteps, 0.001f);
+    std::printf("-- %s\n   float32:", mlp::name(s));
+    for (double l : f32) std::printf(" %.4f", l);
+    std::printf("\n   bf16:   ");
+    for (double l : bf16) std::printf(" %.4f", l);
+    double worst = 0;
+    for (size_t i = 0; i < f32.size(); ++i)
+      worst = std::max(worst, std::fabs(bf16[i] - f32[i]) / f32[i]);
+    std::printf("\n   largest |bf16 - float32| / float32 over %d steps: %.1e (tolerance %.0e)\n\n",
+                kSteps, worst, kTolerance);
+    if (!(worst <= kTolerance) || !(bf16.back() < bf16.front())) {
+      std::printf("   the bf16 loss does not track the float32 run: MISMATCH\n");
+      std::exit(1);
+    }
+  }
+}
+
 void run_demo(bool quick);
 
 int main(int argc, char** argv) {
@@ -493,5 +525,6 @@ void run_demo(bool quick) {
   part4();
   part5();
   part6();
+  part7();
   jit_demo();
 }
