@@ -3,7 +3,11 @@
 MLP [784, 1024 x 5, 8], batch 8192, float32 (the model and loss of examples/mlp and
 bench/jax_mlp_step.py), on JAX's first GPU, at matmul precision "highest" (true fp32) and
 "default" (TF32 tensor cores on Ampere and later), plus the step's 16 matrix products alone at
-each precision (the bound meshrt's step is held to). Each time is a median of --repeats steps,
+each precision (the bound meshrt's step is held to); then the same step in bf16 mixed precision
+(examples/mlp's mlp::Precision::bf16, JAX's usual recipe: float32 master parameters cast to
+bfloat16 inside the loss with the inputs, bfloat16 layers, the loss of the predictions cast back
+to float32; float32 gradients) and its 16 products in bfloat16 (`step_bf16`, `products_bf16`:
+meshrt-mlp-bench --dtype bf16's row). Each time is a median of --repeats steps,
 each ending in jax.block_until_ready. Prints one line per measurement: `jax <name> <ms>`.
 
     python3 bench/jax_gpu_step.py [--repeats 50] [--quick]
@@ -82,6 +86,20 @@ def main():
 
             mm = jax.jit(products)
             print(f"jax products_{precision} {timed(mm, params, acts, gs) * 1e3:.3f}")
+
+    bf16 = jnp.bfloat16
+
+    def mixed_loss(params, x, y):
+        a = x.astype(bf16)
+        for i, (w, bias) in enumerate(params):
+            z = a @ w.astype(bf16) + bias.astype(bf16)
+            a = jax.nn.relu(z) if i + 1 < len(params) else z
+        diff = a.astype(jnp.float32) - y  # the loss in float32
+        return jnp.sum(diff * diff) / x.shape[0]
+
+    print(f"jax step_bf16 {timed(jax.jit(jax.value_and_grad(mixed_loss)), params, x, y) * 1e3:.3f}")
+    cast = lambda t: jax.tree.map(lambda a: a.astype(bf16), t)  # noqa: E731
+    print(f"jax products_bf16 {timed(mm, cast(params), cast(acts), cast(gs)) * 1e3:.3f}")
     return 0
 
 

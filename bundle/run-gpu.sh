@@ -3,7 +3,7 @@
 # Linux machine with a GPU, a CUDA 13 driver and runtime, cuBLAS and NCCL.
 #
 #   ./run-gpu.sh [--out DIR] [--k "1 2 4 8"] [--jobs N] [--no-bench] [--no-tests] [--quick]
-#                [--benches "kernels mlp tf32 collectives jax profile"]
+#                [--benches "kernels mlp tf32 bf16 collectives jax profile"]
 #       runs every cuda suite at each k (logical devices per GPU) with MESHRT_REQUIRE_CUDA=1, one
 #       process per suite and k, then the GPU benchmarks (kernels against the copy bound, the seed
 #       MLP step to completion, collectives, the collective matmul, JAX's step on the same GPU
@@ -18,7 +18,7 @@ set -uo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 check=0 quick=0 run_tests=1 run_bench=1 jobs=4
 ks="1 2 4 8"
-benches="kernels mlp tf32 collectives jax"
+benches="kernels mlp tf32 bf16 collectives jax"
 out="$PWD/meshrt-gpu-report"
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -254,6 +254,9 @@ if [ "$run_bench" = 1 ] && [ "$cuda_unusable" = 0 ]; then
     ./bin/meshrt-mlp-bench --resident-only --repeats "$reps" "${q[@]}"
   want tf32 && bench "Seed MLP step, 1 logical device, matmul precision tf32 (MESHRT_MATMUL_PRECISION=tf32)" 2 120 \
     env MESHRT_MATMUL_PRECISION=tf32 ./bin/meshrt-mlp-bench --resident-only --strategy single --repeats "$reps" "${q[@]}"
+  # bf16 mixed precision (float32 master parameters, bfloat16 layers): JAX's step_bf16 below.
+  want bf16 && bench "Seed MLP step, 1 logical device, bf16 mixed precision (--dtype bf16)" 2 120 \
+    ./bin/meshrt-mlp-bench --resident-only --strategy single --dtype bf16 --repeats 3 "${q[@]}"
   if want collectives; then
     bench "psum of one float over 8 logical devices (latency)" 8 120 \
       ./bin/meshrt-bench all_reduce -b 4 -e 4 -g 8 --platform cuda --algo direct,ring,bidi_ring -n $((n * 15)) -w $((w * 6))
@@ -282,7 +285,7 @@ if [ "$run_bench" = 1 ] && [ "$cuda_unusable" = 0 ]; then
   if ! want jax; then
     :
   elif command -v python3 >/dev/null 2>&1 && python3 -c 'import jax' >/dev/null 2>&1; then
-    bench "JAX on the same GPU: jit(value_and_grad) of the seed step, precision highest and default" 1 300 \
+    bench "JAX on the same GPU: jit(value_and_grad) of the seed step, precision highest and default, bf16 mixed" 1 300 \
       python3 bench/jax_gpu_step.py --repeats "$([ "$quick" = 1 ] && echo 3 || echo 50)" "${q[@]}"
   else
     echo -e "\n### JAX\n\npython3 cannot import jax on this machine: no JAX comparison." >> "$report"

@@ -5,10 +5,12 @@
 //
 //   MESHRT_CPU_DEVICES=8 build/examples/meshrt-mlp-bench [--quick] [--repeats N]
 //                         [--resident-only] [--strategy single|dp|fsdp|tp|2d]
-//                         [--jax bench/jax_mlp_step.py]
+//                         [--dtype f32|bf16] [--jax bench/jax_mlp_step.py]
 // --resident-only runs only the last table (the device-resident step); --strategy only that row;
-// --jax runs JAX's jitted step of the same model and strategies (the script given, with python3)
-// right after, in the same run, when JAX is installed.
+// --dtype bf16 runs that table in mixed precision (mlp::Precision::bf16: float32 master
+// parameters, bfloat16 layers), its bound the step's FLOPs at the bfloat16 matmul rate measured
+// in the same run; --jax runs JAX's jitted float32 step of the same model and strategies (the
+// script given, with python3) right after, in the same run, when JAX is installed.
 #include <meshrt/meshrt.h>
 
 #include <algorithm>
@@ -36,11 +38,12 @@ double median(std::vector<double> v) {
   return v[v.size() / 2];
 }
 
-// GFLOP/s of the machine's sgemm as meshrt drives it: every device multiplies its own
-// (m / devices, k) x (k, n) float32 block at once (one shard_map), median of `repeats`.
-double sgemm_gflops(const Mesh& mesh, int64_t m, int64_t k, int64_t n, int repeats) {
-  Array a = ones({m, k}, DType::f32, NamedSharding(mesh, P("batch")));
-  Array b = ones({k, n}, DType::f32, NamedSharding(mesh, P()));
+// GFLOP/s of the machine's matmul as meshrt drives it: every device multiplies its own
+// (m / devices, k) x (k, n) block of `dtype` at once (one shard_map), median of `repeats`.
+double matmul_gflops(const Mesh& mesh, int64_t m, int64_t k, int64_t n, int repeats,
+                     DType dtype = DType::f32) {
+  Array a = ones({m, k}, dtype, NamedSharding(mesh, P("batch")));
+  Array b = ones({k, n}, dtype, NamedSharding(mesh, P()));
   auto mm = shard_map([](Context&, const Tensor& x, const Tensor& y) { return matmul(x, y); }, mesh,
                       {P("batch"), P()}, P("batch"));
   mm(a, b).block_until_ready();
@@ -58,14 +61,17 @@ double sgemm_gflops(const Mesh& mesh, int64_t m, int64_t k, int64_t n, int repea
 int main(int argc, char** argv) {
   bool quick = false, resident_only = false;
   int repeats = 5;
-  std::string only, jax_script;
+  std::string only, jax_script, dtype_arg = "f32";
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--help") == 0 || std::strcmp(argv[i], "-h") == 0) {
       std::printf(
           "MESHRT_CPU_DEVICES=8 meshrt-mlp-bench [--quick] [--repeats N] [--resident-only]\n"
-          "                 [--strategy single|dp|fsdp|tp|2d] [--jax bench/jax_mlp_step.py]\n"
-          "The seed MLP's loss-and-gradient step per strategy against the sgemm bound, on 2, 4\n"
-          "or 8 devices (MESHRT_CPU_DEVICES).\n");
+          "                 [--strategy single|dp|fsdp|tp|2d] [--dtype f32|bf16]\n"
+          "                 [--jax bench/jax_mlp_step.py]\n"
+          "The seed MLP's loss-and-gradient step per strategy against the matmul bound, on 2, 4\n"
+          "or 8 devices (MESHRT_CPU_DEVICES). --dtype bf16: the device-resident step in mixed\n"
+          "precision (float32 master parameters, bfloat16 layers) against the bfloat16 matmul\n"
+          "rate measured in the same run.\n");
       return 0;
     }
     if (std::strcmp(argv[i], "--quick") == 0) quick = true;
@@ -73,7 +79,17 @@ int main(int argc, char** argv) {
     if (std::strcmp(argv[i], "--repeats") == 0 && i + 1 < argc) repeats = std::atoi(argv[++i]);
     if (std::strcmp(argv[i], "--strategy") == 0 && i + 1 < argc) only = argv[++i];
     if (std::strcmp(argv[i], "--jax") == 0 && i + 1 < argc) jax_script = argv[++i];
+    if (std::strcmp(argv[i], "--dtype") == 0 && i + 1 < argc) dtype_arg = argv[++i];
   }
+  if (dtype_arg != "f32" && dtype_arg != "bf16") {
+    std::fprintf(stderr, "meshrt-mlp-bench: --dtype takes f32 or bf16, not '%s'\n",
+                 dtype_arg.c_str());
+    return 2;
+  }
+  const mlp::Precision precision = dtype_arg == "bf16" ? mlp::Precision::bf16 : mlp::Precision::f32;
+  const DType compute = precision == mlp::Precision::bf16 ? DType::bf16 : DType::f32;
+  // The hand-written backward pass is float32 only: mixed precision runs the resident table.
+  if (precision != mlp::Precision::f32) resident_only = true;
   if (repeats < 1) {
     std::fprintf(stderr, "meshrt-mlp-bench: --repeats takes a whole number >= 1\n");
     return 2;
@@ -113,14 +129,18 @@ int main(int argc, char** argv) {
   // (8 logical devices' smaller products run below it, which made a bound the step beat).
   const bool shared_cores = std::string(devices().front().platform()) == "cpu";
   const Mesh rate_mesh = shared_cores ? mesh : Mesh({mesh.devices().front()}, {1}, {"batch"});
-  const double rate = sgemm_gflops(rate_mesh, batch, hidden, hidden, repeats);
+  const double rate = matmul_gflops(rate_mesh, batch, hidden, hidden, repeats, compute);
   std::printf(
-      "MLP [784, %lld x 5, 8], batch %lld, float32, %lld %s devices, matmul precision %s; %d "
+      "MLP [784, %lld x 5, 8], batch %lld, %s, %lld %s devices, matmul precision %s; %d "
       "repeats, medians, every step timed to completion (block_until_ready)\n",
-      static_cast<long long>(hidden), static_cast<long long>(batch), static_cast<long long>(n),
-      std::string(devices().front().platform()).c_str(),
+      static_cast<long long>(hidden), static_cast<long long>(batch),
+      precision == mlp::Precision::f32
+          ? "float32"
+          : "bf16 mixed precision (float32 master parameters, bfloat16 layers, float32 loss)",
+      static_cast<long long>(n), std::string(devices().front().platform()).c_str(),
       std::string(precision_name(default_matmul_precision())).c_str(), repeats);
-  std::printf("sgemm, %s (%lld x %lld x %lld): %.1f GFLOP/s; the step is %.1f GFLOP\n",
+  std::printf("%s, %s (%lld x %lld x %lld): %.1f GFLOP/s; the step is %.1f GFLOP\n",
+              precision == mlp::Precision::f32 ? "sgemm" : "bfloat16 matmul",
               shared_cores ? "all devices at once" : "one device, the whole product",
               static_cast<long long>(batch), static_cast<long long>(hidden),
               static_cast<long long>(hidden), rate, flops / 1e9);
@@ -131,8 +151,10 @@ int main(int argc, char** argv) {
         "pick for this CPU\n",
         core);
   }
-  std::printf("%-16s %-30s %10s %9s %12s %9s\n", "strategy", "gradient", "time", "vs hand",
-              "peak memory", "vs hand");
+  if (!resident_only) {
+    std::printf("%-16s %-30s %10s %9s %12s %9s\n", "strategy", "gradient", "time", "vs hand",
+                "peak memory", "vs hand");
+  }
   for (Strategy s : {Strategy::data_parallel, Strategy::fsdp}) {
     if (resident_only) break;
     double hand_t = 0, hand_m = 0;
@@ -185,7 +207,9 @@ int main(int argc, char** argv) {
   // The training step as a training loop runs it: parameters and batch placed once, the step
   // value_and_grad of the global-view loss, eager and jitted (interleaved), results left on the
   // devices.
-  std::printf("\ndevice-resident step, value_and_grad of the global-view loss (no host copies):\n");
+  std::printf(
+      "\ndevice-resident step, value_and_grad of the global-view loss (no host copies), %s:\n",
+      mlp::name(precision));
   std::printf("%-16s %10s %10s %9s %12s\n", "strategy", "eager", "jit", "jit/eager", "jit/bound");
   const Mesh mesh2 = make_mesh({n / 2, 2}, {"batch", "model"});
   for (Strategy s : {Strategy::single, Strategy::data_parallel, Strategy::fsdp,
@@ -198,8 +222,8 @@ int main(int argc, char** argv) {
     const mlp::Params params = mlp::device_put_params(p, s, m);
     const Array x = device_put(p.x, {p.batch, p.sizes.front()}, NamedSharding(m, at.x));
     const Array y = device_put(p.y, {p.batch, p.sizes.back()}, NamedSharding(m, at.x));
-    auto eager = value_and_grad(mlp::loss);
-    auto jitted = jit(value_and_grad(mlp::loss));
+    auto eager = value_and_grad(mlp::Loss{precision});
+    auto jitted = jit(value_and_grad(mlp::Loss{precision}));
     block_until_ready(eager(params, x, y));   // warm-up
     block_until_ready(jitted(params, x, y));  // traced
     // This machine's speed drifts: the bound is measured again next to every jitted step, and
@@ -209,7 +233,8 @@ int main(int argc, char** argv) {
       auto t0 = std::chrono::steady_clock::now();
       block_until_ready(eager(params, x, y));
       te.push_back(seconds_since(t0));
-      const double bound_now = flops / (sgemm_gflops(rate_mesh, batch, hidden, hidden, 1) * 1e9);
+      const double bound_now =
+          flops / (matmul_gflops(rate_mesh, batch, hidden, hidden, 1, compute) * 1e9);
       t0 = std::chrono::steady_clock::now();
       block_until_ready(jitted(params, x, y));
       tj.push_back(seconds_since(t0));
@@ -218,7 +243,9 @@ int main(int argc, char** argv) {
     std::printf("%-16s %7.1f ms %7.1f ms %8.2fx %11.2fx\n", mlp::name(s), median(te) * 1e3,
                 median(tj) * 1e3, median(tj) / median(te), median(ratio));
   }
-  if (!jax_script.empty()) {
+  if (!jax_script.empty() && precision != mlp::Precision::f32) {
+    std::printf("\n--jax runs JAX's float32 step: skipped with --dtype %s\n", dtype_arg.c_str());
+  } else if (!jax_script.empty()) {
     std::printf("\nJAX, the same step (jax.jit(jax.value_and_grad(loss)), %s):\n",
                 jax_script.c_str());
     std::fflush(stdout);
