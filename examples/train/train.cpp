@@ -9,7 +9,8 @@
 //
 // The data is a deterministic function of the step (batch k is drawn from random::key(k)), so a
 // resumed run sees the batches the interrupted one would have. Process 0 prints; the same program
-// runs under mpirun.
+// runs under mpirun. --precision bf16 trains in mixed precision (mlp::Precision::bf16): the
+// parameters, optimizer state and checkpoints stay float32, the layers run in bfloat16.
 #include <meshrt/meshrt.h>
 #include <unistd.h>
 
@@ -58,6 +59,7 @@ struct Options {
   int64_t kill_after_save = -1;
   std::string plot = "train_loss.svg";
   std::string compare_with;
+  mlp::Precision precision = mlp::Precision::f32;
 };
 
 const char* kUsage = R"(usage: meshrt-train [flags]
@@ -79,6 +81,8 @@ const char* kUsage = R"(usage: meshrt-train [flags]
   --kill-after-save K exit at once with status 137 after step K's save (a crash stand-in)
   --compare-with DIR2 at the end, compare params and state with DIR2's checkpoint of the last step
   --plot FILE         loss plot, SVG                                  [train_loss.svg]
+  --precision P       f32 | bf16 (mixed: f32 parameters and optimizer
+                      state, bf16 layers, f32 loss and gradients)     [f32]
   --help
 Sizes: the MLP is [784, H x D, 8] (examples/mlp), the synthetic data x ~ N(0, 1) and
 y = x @ T (a fixed random teacher T), batch k drawn from random::key(k).
@@ -146,6 +150,10 @@ Options parse(int argc, char** argv) {
       o.compare_with = value(i);
     } else if (a == "--plot") {
       o.plot = value(i);
+    } else if (a == "--precision") {
+      const std::string v = value(i);
+      if (v != "f32" && v != "bf16") throw std::runtime_error("--precision takes f32 or bf16");
+      o.precision = v == "bf16" ? mlp::Precision::bf16 : mlp::Precision::f32;
     } else {
       throw std::runtime_error("unknown flag '" + a + "' (--help lists them)");
     }
@@ -337,18 +345,19 @@ int run(const Options& o) {
   if (printer) {
     std::printf(
         "meshrt-train: MLP [784, %lld x %lld, 8], %s on mesh %s (%d process(es)), batch %lld, "
-        "steps %lld..%lld; %s\n",
+        "steps %lld..%lld; %s; %s\n",
         static_cast<long long>(o.hidden), static_cast<long long>(o.depth), mlp::name(strategy),
         mesh_str(mesh).c_str(), process_count(), static_cast<long long>(o.batch),
         static_cast<long long>(start + 1), static_cast<long long>(o.steps),
-        "adamw(warmup_cosine_decay) after clip_by_global_norm");
+        "adamw(warmup_cosine_decay) after clip_by_global_norm", mlp::name(o.precision));
     std::fflush(stdout);
   }
 
   // One jitted step; params and state are donated, so each replay updates them in place.
   auto step = jit(
-      [&opt](const mlp::Params& p, const optim::State<mlp::Params>& s, const Batch& b) {
-        auto [loss, grads] = value_and_grad(mlp::loss)(p, b.x, b.y);
+      [&opt, loss_fn = mlp::Loss{o.precision}](const mlp::Params& p,
+                                               const optim::State<mlp::Params>& s, const Batch& b) {
+        auto [loss, grads] = value_and_grad(loss_fn)(p, b.x, b.y);
         auto [updates, new_state] = opt.update(grads, s, p);
         return std::make_tuple(optim::apply_updates(p, updates), new_state, loss);
       },
