@@ -153,8 +153,11 @@ bool explicit_sharding() {
   return choice("MESHRT_SHARDING", "sharding", {"auto", "explicit"}) == "explicit";
 }
 
-bool matmul_placement_as_jax() {
-  return choice("MESHRT_MATMUL_PLACEMENT", "matmul", {"cheapest", "jax"}) == "jax";
+MatmulPlacement matmul_placement() {
+  const std::string v = choice("MESHRT_MATMUL_PLACEMENT", "matmul", {"auto", "cheapest", "jax"});
+  return v == "cheapest" ? MatmulPlacement::cheapest
+         : v == "jax"    ? MatmulPlacement::jax
+                         : MatmulPlacement::automatic;
 }
 
 bool log_collectives() { return flag("MESHRT_LOG_COLLECTIVES", "collective_log"); }

@@ -48,9 +48,11 @@ std::optional<size_t> cuda_cache_bytes();
 bool cuda_sync_copies();
 // MESHRT_SHARDING: false for "auto" (default), true for "explicit".
 bool explicit_sharding();
-// MESHRT_MATMUL_PLACEMENT: false for "cheapest" (default), true for "jax" (always the placement
-// jax.jit gives a matmul, even where another moves fewer bytes).
-bool matmul_placement_as_jax();
+// MESHRT_MATMUL_PLACEMENT: "auto" (default: by bytes on host-memory platforms, jax.jit's on device
+// platforms, where the measured step was faster so), "cheapest" (the placement that moves the
+// fewest bytes), "jax" (always the placement jax.jit gives a matmul).
+enum class MatmulPlacement { automatic, cheapest, jax };
+MatmulPlacement matmul_placement();
 // MESHRT_LOG_COLLECTIVES: 0 (default) or 1.
 bool log_collectives();
 // MESHRT_REQUIRE_CUDA: 0 (default) or 1; 1 makes the test suites' cuda runs fail instead of

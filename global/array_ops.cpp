@@ -317,6 +317,22 @@ Array deferred_rows(const Mesh& mesh, const Array& rows, const Layout& pending,
 // matmul, dot and matmul_transposed: `ta`/`tb` read an operand with its last two dims swapped
 // (the placement rule sees the swapped operand; its blocks are placed as stored, and the kernel
 // reads them transposed).
+// Whether a matmul on `mesh` may take a placement that moves fewer bytes than jax.jit's
+// (MESHRT_MATMUL_PLACEMENT). auto: on host memory (cpu) yes; on a device platform no: on an H200
+// the tensor-parallel step took 10.3 ms placed by bytes against 8.8 ms as jax.jit places it
+// (bench/results/gpu-h200-run6.md), the other strategies within noise.
+bool placed_by_bytes(const Mesh& mesh) {
+  switch (config::matmul_placement()) {
+    case config::MatmulPlacement::cheapest:
+      return true;
+    case config::MatmulPlacement::jax:
+      return false;
+    case config::MatmulPlacement::automatic:
+      break;
+  }
+  return detail::backend_of(mesh.devices().front().kind()).host_addressable();
+}
+
 Array matmul_like(std::string_view op, const Array& a, const Array& b, const OpOptions& options,
                   bool ta, bool tb, std::function<Tensor(const Tensor&, const Tensor&)> f) {
   detail::Traced<Array> tr(ta || tb ? OpId::matmul_transposed : OpId::matmul, {&a, &b});
@@ -332,7 +348,7 @@ Array matmul_like(std::string_view op, const Array& a, const Array& b, const OpO
   // A placement that moves fewer bytes, then the reshard to the rule's layout (auto mode only:
   // in explicit mode every reshard is the user's).
   std::optional<global::MatmulChoice> alt;
-  if (!m.single && sharding_mode() == ShardingMode::auto_ && !config::matmul_placement_as_jax()) {
+  if (!m.single && sharding_mode() == ShardingMode::auto_ && placed_by_bytes(m.mesh)) {
     alt = global::cheaper_matmul(m.mesh, {&sa, la}, {&sb, lb}, p);
   }
   if (ta) p.need[0].dims = swap_last_two(p.need[0].dims);

@@ -7,7 +7,9 @@
 #include <gtest/gtest.h>
 #include <meshrt/meshrt.h>
 
+#include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -183,6 +185,39 @@ TEST(JitOnADevicePlatform, FusesBiasReluAndReluGradientPairsWithEagerBits) {
   // Two bias adds with their relus; relu's gradient of the second layer (the first layer's is
   // not needed: x has no gradient, but h1's relu gradient feeds w1's).
   EXPECT_NE(text.find("fused: 4 kernel calls are fused"), std::string::npos) << text;
+}
+
+}  // namespace
+}  // namespace meshrt
+
+namespace meshrt {
+namespace {
+
+std::vector<std::string> logged(const std::function<Array()>& f) {
+  CollectiveLog log;
+  {
+    auto on = log.record();
+    (void)f();
+  }
+  std::vector<std::string> out;
+  for (const auto& e : log.entries()) out.push_back(e.collective);
+  return out;
+}
+
+// MESHRT_MATMUL_PLACEMENT=auto (the default) keeps jax.jit's placement on a device platform (the
+// tensor-parallel step was faster so on an H200) and moves rows where asked (cheapest).
+TEST(JitOnADevicePlatform, MatmulPlacementAutoKeepsJaxPlacementOnDevices) {
+  lazy();
+  Mesh mesh = make_mesh({kDevices}, {"x"}, "cuda");
+  const Array dz =
+      device_put(iota(4096 * 64, -1.0f, 0.001f), {4096, 64}, NamedSharding(mesh, P(None, "x")));
+  const Array w = device_put(iota(64 * 64, 0.5f, -0.01f), {64, 64}, NamedSharding(mesh, P("x")));
+  auto f = [&] { return matmul_transposed(dz, w, false, true); };
+  EXPECT_EQ(logged(f), std::vector<std::string>{"all_gather"});
+  setenv("MESHRT_MATMUL_PLACEMENT", "cheapest", 1);
+  const std::vector<std::string> rows = logged(f);
+  unsetenv("MESHRT_MATMUL_PLACEMENT");
+  EXPECT_EQ(rows, (std::vector<std::string>{"all_to_all", "all_gather", "all_to_all"}));
 }
 
 }  // namespace
