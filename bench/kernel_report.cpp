@@ -127,6 +127,39 @@ int main(int argc, char** argv) {
                   r.bytes / t / copy_bw);
     }
 
+    // The seed step's elementwise pairs, eager (two kernels, the intermediate in memory) and
+    // jitted (one fused kernel where the platform fuses: cuda), on one device; bytes are the
+    // fused kernel's (what the pair must move at least).
+    {
+      const Mesh one = make_mesh({1}, {"d"}, std::vector<Device>{d});
+      const NamedSharding rep(one, P());
+      const Array xa = device_put(x, rep), ya = device_put(y, rep), ba = device_put(bias, rep);
+      auto bias_relu = [](const Array& a, const Array& b) { return relu(a + b); };
+      const Array zero = full({}, 0.0, DType::f32, rep);  // relu's gradient's scalar, as autodiff
+      auto relu_grad = [zero](const Array& a, const Array& g) { return where(a > 0.0, g, zero); };
+      auto jit_bias_relu = jit(bias_relu);
+      auto jit_relu_grad = jit(relu_grad);
+      auto block = [](const Array& a) { return a.blocks().front(); };
+      struct Pair {
+        const char* name;
+        std::function<Tensor()> op;
+        double bytes;
+      };
+      const std::vector<Pair> pairs = {
+          {"relu(a + bias row), eager", [&] { return block(bias_relu(xa, ba)); },
+           2 * 4 * e + 4.0 * cols},
+          {"relu(a + bias row), jit", [&] { return block(jit_bias_relu(xa, ba)); },
+           2 * 4 * e + 4.0 * cols},
+          {"where(a > 0, g, 0), eager", [&] { return block(relu_grad(xa, ya)); }, 3 * 4 * e},
+          {"where(a > 0, g, 0), jit", [&] { return block(jit_relu_grad(xa, ya)); }, 3 * 4 * e},
+      };
+      for (const Pair& r : pairs) {
+        const double t = time_op(r.op, iters, repeats);
+        std::printf("| %s | %.1f | %.1f | %.2f |\n", r.name, t * 1e6, r.bytes / t / 1e9,
+                    r.bytes / t / copy_bw);
+      }
+    }
+
     // The seed step's products, at each matmul precision (tf32: tensor cores where the platform
     // has them; cpu computes full precision either way).
     const std::vector<int64_t> sizes{784, cols, cols, cols, cols, cols, 8};
