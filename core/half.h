@@ -9,35 +9,54 @@
 // bits and sets the quiet bit, as XLA). Conversions to float are exact (a float16 NaN comes back
 // quiet, as XLA's).
 //
-// Written in C++17 (no std::bit_cast): device-side headers include it through core/dtype.h.
+// Written in C++17 (no std::bit_cast) and callable from CUDA device code (MESHRT_HALF_HD): the cuda
+// kernels (backends/cuda/cuda_kernels.cu) convert with these very functions, so both platforms give
+// the same bits.
 #pragma once
 
 #include <cstdint>
 #include <cstring>
 #include <type_traits>
 
+// Host and device under nvcc, host only elsewhere.
+#if defined(__CUDACC__)
+#define MESHRT_HALF_HD __host__ __device__ __forceinline__
+#else
+#define MESHRT_HALF_HD inline
+#endif
+
 namespace meshrt {
 
 namespace detail {
-inline uint32_t f32_bits(float f) {
+MESHRT_HALF_HD uint32_t f32_bits(float f) {
+#if defined(__CUDA_ARCH__)
+  return __float_as_uint(f);
+#else
   uint32_t u;
   std::memcpy(&u, &f, sizeof u);
   return u;
+#endif
 }
-inline float f32_from_bits(uint32_t u) {
+MESHRT_HALF_HD float f32_from_bits(uint32_t u) {
+#if defined(__CUDA_ARCH__)
+  return __uint_as_float(u);
+#else
   float f;
   std::memcpy(&f, &u, sizeof f);
   return f;
+#endif
 }
-inline uint16_t f32_to_bf16_bits(float f) {
+MESHRT_HALF_HD uint16_t f32_to_bf16_bits(float f) {
   const uint32_t u = f32_bits(f);
   if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((u >> 16 & 0x8000u) | 0x7fc0u);
   // Round to nearest even on the 16 bits dropped; a carry into the exponent gives Inf correctly.
   const uint32_t lsb = (u >> 16) & 1u;
   return static_cast<uint16_t>((u + 0x7fffu + lsb) >> 16);
 }
-inline float bf16_bits_to_f32(uint16_t b) { return f32_from_bits(static_cast<uint32_t>(b) << 16); }
-inline uint16_t f32_to_f16_bits(float f) {
+MESHRT_HALF_HD float bf16_bits_to_f32(uint16_t b) {
+  return f32_from_bits(static_cast<uint32_t>(b) << 16);
+}
+MESHRT_HALF_HD uint16_t f32_to_f16_bits(float f) {
   const uint32_t u = f32_bits(f);
   const uint32_t sign = (u >> 16) & 0x8000u;
   const uint32_t a = u & 0x7fffffffu;
@@ -59,7 +78,7 @@ inline uint16_t f32_to_f16_bits(float f) {
   const uint32_t r = (a - 0x38000000u + 0xfffu + lsb) >> 13;
   return static_cast<uint16_t>(sign | r);
 }
-inline float f16_bits_to_f32(uint16_t h) {
+MESHRT_HALF_HD float f16_bits_to_f32(uint16_t h) {
   const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
   const uint32_t e = (h >> 10) & 0x1fu, m = h & 0x3ffu;
   if (e == 0x1fu) return f32_from_bits(sign | 0x7f800000u | (m << 13) | (m ? 0x400000u : 0u));
@@ -72,22 +91,44 @@ inline float f16_bits_to_f32(uint16_t h) {
 // The operations both types share, on a derived type D with a `bits_` member and conversions.
 template <class D>
 struct HalfOps {
-  friend D operator+(D a, D b) { return D(static_cast<float>(a) + static_cast<float>(b)); }
-  friend D operator-(D a, D b) { return D(static_cast<float>(a) - static_cast<float>(b)); }
-  friend D operator*(D a, D b) { return D(static_cast<float>(a) * static_cast<float>(b)); }
-  friend D operator/(D a, D b) { return D(static_cast<float>(a) / static_cast<float>(b)); }
-  friend D operator-(D a) { return D::from_bits(static_cast<uint16_t>(a.bits() ^ 0x8000u)); }
-  friend D& operator+=(D& a, D b) { return a = a + b; }
-  friend D& operator-=(D& a, D b) { return a = a - b; }
-  friend D& operator*=(D& a, D b) { return a = a * b; }
-  friend D& operator/=(D& a, D b) { return a = a / b; }
+  MESHRT_HALF_HD friend D operator+(D a, D b) {
+    return D(static_cast<float>(a) + static_cast<float>(b));
+  }
+  MESHRT_HALF_HD friend D operator-(D a, D b) {
+    return D(static_cast<float>(a) - static_cast<float>(b));
+  }
+  MESHRT_HALF_HD friend D operator*(D a, D b) {
+    return D(static_cast<float>(a) * static_cast<float>(b));
+  }
+  MESHRT_HALF_HD friend D operator/(D a, D b) {
+    return D(static_cast<float>(a) / static_cast<float>(b));
+  }
+  MESHRT_HALF_HD friend D operator-(D a) {
+    return D::from_bits(static_cast<uint16_t>(a.bits() ^ 0x8000u));
+  }
+  MESHRT_HALF_HD friend D& operator+=(D& a, D b) { return a = a + b; }
+  MESHRT_HALF_HD friend D& operator-=(D& a, D b) { return a = a - b; }
+  MESHRT_HALF_HD friend D& operator*=(D& a, D b) { return a = a * b; }
+  MESHRT_HALF_HD friend D& operator/=(D& a, D b) { return a = a / b; }
   // Comparisons are float's: NaN compares unequal to everything, -0 == +0.
-  friend bool operator==(D a, D b) { return static_cast<float>(a) == static_cast<float>(b); }
-  friend bool operator!=(D a, D b) { return static_cast<float>(a) != static_cast<float>(b); }
-  friend bool operator<(D a, D b) { return static_cast<float>(a) < static_cast<float>(b); }
-  friend bool operator<=(D a, D b) { return static_cast<float>(a) <= static_cast<float>(b); }
-  friend bool operator>(D a, D b) { return static_cast<float>(a) > static_cast<float>(b); }
-  friend bool operator>=(D a, D b) { return static_cast<float>(a) >= static_cast<float>(b); }
+  MESHRT_HALF_HD friend bool operator==(D a, D b) {
+    return static_cast<float>(a) == static_cast<float>(b);
+  }
+  MESHRT_HALF_HD friend bool operator!=(D a, D b) {
+    return static_cast<float>(a) != static_cast<float>(b);
+  }
+  MESHRT_HALF_HD friend bool operator<(D a, D b) {
+    return static_cast<float>(a) < static_cast<float>(b);
+  }
+  MESHRT_HALF_HD friend bool operator<=(D a, D b) {
+    return static_cast<float>(a) <= static_cast<float>(b);
+  }
+  MESHRT_HALF_HD friend bool operator>(D a, D b) {
+    return static_cast<float>(a) > static_cast<float>(b);
+  }
+  MESHRT_HALF_HD friend bool operator>=(D a, D b) {
+    return static_cast<float>(a) >= static_cast<float>(b);
+  }
 };
 }  // namespace detail
 
@@ -97,24 +138,26 @@ class bfloat16 : public detail::HalfOps<bfloat16> {
  public:
   bfloat16() = default;
   // Rounds f to nearest, ties to even.
-  explicit bfloat16(float f) : bits_(detail::f32_to_bf16_bits(f)) {}
+  MESHRT_HALF_HD explicit bfloat16(float f) : bits_(detail::f32_to_bf16_bits(f)) {}
   // Through float first, as JAX (d can round twice).
-  explicit bfloat16(double d) : bfloat16(static_cast<float>(d)) {}
+  MESHRT_HALF_HD explicit bfloat16(double d) : bfloat16(static_cast<float>(d)) {}
   // An integer, through float first, as JAX.
   template <class I, std::enable_if_t<std::is_integral_v<I>, int> = 0>
-  explicit bfloat16(I i) : bfloat16(static_cast<float>(i)) {}
+  MESHRT_HALF_HD explicit bfloat16(I i) : bfloat16(static_cast<float>(i)) {}
   // The exact value as float.
-  explicit operator float() const { return detail::bf16_bits_to_f32(bits_); }
+  MESHRT_HALF_HD explicit operator float() const { return detail::bf16_bits_to_f32(bits_); }
   // The exact value as double.
-  explicit operator double() const { return static_cast<double>(static_cast<float>(*this)); }
+  MESHRT_HALF_HD explicit operator double() const {
+    return static_cast<double>(static_cast<float>(*this));
+  }
   // The value whose 16 bits are b.
-  static bfloat16 from_bits(uint16_t b) {
+  MESHRT_HALF_HD static bfloat16 from_bits(uint16_t b) {
     bfloat16 h;
     h.bits_ = b;
     return h;
   }
   // The 16 bits as stored.
-  uint16_t bits() const { return bits_; }
+  MESHRT_HALF_HD uint16_t bits() const { return bits_; }
 
  private:
   uint16_t bits_ = 0;
@@ -126,24 +169,26 @@ class float16 : public detail::HalfOps<float16> {
  public:
   float16() = default;
   // Rounds f to nearest, ties to even.
-  explicit float16(float f) : bits_(detail::f32_to_f16_bits(f)) {}
+  MESHRT_HALF_HD explicit float16(float f) : bits_(detail::f32_to_f16_bits(f)) {}
   // Through float first, as JAX (d can round twice).
-  explicit float16(double d) : float16(static_cast<float>(d)) {}
+  MESHRT_HALF_HD explicit float16(double d) : float16(static_cast<float>(d)) {}
   // An integer, through float first, as JAX.
   template <class I, std::enable_if_t<std::is_integral_v<I>, int> = 0>
-  explicit float16(I i) : float16(static_cast<float>(i)) {}
+  MESHRT_HALF_HD explicit float16(I i) : float16(static_cast<float>(i)) {}
   // The exact value as float.
-  explicit operator float() const { return detail::f16_bits_to_f32(bits_); }
+  MESHRT_HALF_HD explicit operator float() const { return detail::f16_bits_to_f32(bits_); }
   // The exact value as double.
-  explicit operator double() const { return static_cast<double>(static_cast<float>(*this)); }
+  MESHRT_HALF_HD explicit operator double() const {
+    return static_cast<double>(static_cast<float>(*this));
+  }
   // The value whose 16 bits are b.
-  static float16 from_bits(uint16_t b) {
+  MESHRT_HALF_HD static float16 from_bits(uint16_t b) {
     float16 h;
     h.bits_ = b;
     return h;
   }
   // The 16 bits as stored.
-  uint16_t bits() const { return bits_; }
+  MESHRT_HALF_HD uint16_t bits() const { return bits_; }
 
  private:
   uint16_t bits_ = 0;
