@@ -1,7 +1,8 @@
 // backends/scalar_ops.h: the element semantics every platform's kernels share (XLA's): integer
 // arithmetic wraps, max/min propagate NaN, argmax keeps the first maximum and stops at a NaN.
 // Host and device code (CUDA) include this one definition, so cpu and cuda agree bit for bit
-// wherever the math library does.
+// wherever the math library does; bfloat16/float16 (core/half.h, host and device) compute each
+// result in float and round it once, on both.
 #pragma once
 
 #include <cmath>
@@ -45,7 +46,7 @@ decltype(auto) visit_dtype(DType t, F&& f) {
   return f(bool{});
 }
 
-// visit_dtype with bfloat16 and float16 too (host code: the cpu kernels).
+// visit_dtype with bfloat16 and float16 too (host code: the cpu and cuda kernels' dispatch).
 template <class F>
 decltype(auto) visit_any_dtype(DType t, F&& f) {
   if (t == DType::bf16) return f(bfloat16{});

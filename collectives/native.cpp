@@ -154,16 +154,10 @@ void all_to_all(const Member& m, const Shape& out_shape) {
 
 void native_collective(Session& session, int64_t pos, Instance& inst, int64_t me,
                        const Shape& out_shape) {
+  // bf16/f16 go to the library as its own 16-bit types (NCCL: ncclBfloat16, ncclFloat16). Its ring
+  // reductions round to 16 bits at every step, where direct rounds once; deterministic calls
+  // gather and fold as direct does, so they give direct's bits.
   const Member m(session, pos, inst, me);
-  // The native communicators (NCCL) are not given 16-bit float types yet: refuse them rather than
-  // move or sum the wrong number of bytes.
-  if (is_half(m.call.dtype)) {
-    throw meshrt::Error(
-        std::string("[collectives] the native algorithm has no ") +
-        std::string(dtype_name(m.call.dtype)) +
-        " support yet; use algorithm direct or ring (MESHRT_COLLECTIVE_ALGO=direct), or "
-        "astype to float32 first");
-  }
   switch (m.call.kind) {
     case Kind::psum:
     case Kind::pmean:

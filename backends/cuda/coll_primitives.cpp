@@ -35,6 +35,20 @@ void CudaBackend::coll_fold(int device, FoldOp op, DType in, DType out, void* ds
                             const std::vector<const void*>& srcs, int64_t len) {
   Logical& l = dev(device);
   set(device);
+  if (is_half(in) && op == FoldOp::mean) {
+    // 16-bit pmean: summed in float32 over every source, divided, rounded once (the cpu's bits).
+    if (in != out)
+      throw Error("[collectives] a 16-bit pmean keeps its dtype; this is a meshrt bug");
+    if (!srcs.empty() && srcs.size() <= kMaxFoldTo) {
+      void* const one[1] = {dst};
+      MESHRT_CUDA_CHECK(launch_fold_to(l.comm, static_cast<int>(op), in, one, 1, srcs.data(),
+                                       static_cast<int>(srcs.size()), len),
+                        device);
+    } else {
+      fold_chain(device, static_cast<int>(op), in, dst, len, srcs, len, len, 1);
+    }
+    return;
+  }
   if (op != FoldOp::mean && in == out && !srcs.empty() && srcs.size() <= kMaxFoldTo) {
     // The vectorised one-output fold (the ring's steps, direct's own blocks): same order, same
     // bits.
@@ -71,8 +85,9 @@ void CudaBackend::coll_fold(int device, FoldOp op, DType in, DType out, void* ds
 void CudaBackend::coll_fold_to(int device, FoldOp op, DType in, DType out,
                                const std::vector<void*>& dsts, const std::vector<const void*>& srcs,
                                int64_t len) {
-  if (op == FoldOp::mean || in != out || srcs.empty() || srcs.size() > kMaxFoldTo ||
-      dsts.size() > kMaxFoldTo) {
+  // A 16-bit mean folds here too (launch_fold_to divides before its one rounding).
+  if ((op == FoldOp::mean && !is_half(in)) || in != out || srcs.empty() ||
+      srcs.size() > kMaxFoldTo || dsts.size() > kMaxFoldTo) {
     Backend::coll_fold_to(device, op, in, out, dsts, srcs, len);
     return;
   }
@@ -178,17 +193,9 @@ void CudaBackend::coll_release_token(int device, void* token) noexcept {
 void CudaBackend::fold_chain(int device, int op, DType t, void* dst, int64_t dpitch,
                              const std::vector<const void*>& srcs, int64_t spitch, int64_t len,
                              int64_t rows) {
-  cudaStream_t s = dev(device).comm;
-  size_t at = 0;
-  bool accumulate = false;
-  while (at < srcs.size()) {
-    const size_t take = std::min(srcs.size() - at, static_cast<size_t>(kMaxFoldSources));
-    MESHRT_CUDA_CHECK(launch_fold_rows(s, op, t, dst, dpitch, srcs.data() + at,
-                                       static_cast<int>(take), spitch, len, rows, accumulate),
-                      device);
-    at += take;
-    accumulate = true;
-  }
+  MESHRT_CUDA_CHECK(launch_fold_rows(dev(device).comm, op, t, dst, dpitch, srcs.data(),
+                                     static_cast<int64_t>(srcs.size()), spitch, len, rows),
+                    device);
 }
 
 }  // namespace meshrt::cuda

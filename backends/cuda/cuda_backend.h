@@ -182,7 +182,8 @@ class CudaBackend final : public backend::Backend {
   void order_after(int waiter, int producer);
   void staged_copy(void* dst, int dst_device, const void* src, int src_device, size_t bytes);
   void drain(Logical& l, int device, int half, char* to, size_t n);
-  // dst = fold of srcs (left to right), in launches of at most kMaxFoldSources sources.
+  // dst = fold of srcs (left to right; launch_fold_rows splits it into launches of at most
+  // kMaxFoldSources sources, and a 16-bit fold still rounds once).
   void fold_chain(int device, int op, DType t, void* dst, int64_t dpitch,
                   const std::vector<const void*>& srcs, int64_t spitch, int64_t len, int64_t rows);
 

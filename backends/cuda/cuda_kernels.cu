@@ -14,6 +14,11 @@
 //
 // Reductions are deterministic: the order of every combination is fixed by the shape alone (see
 // the comment above launch_reduce), never by timing; no atomics.
+//
+// bfloat16 and float16 (core/half.h, compiled for the device too) compute as on the cpu: each
+// elementwise result in float32, rounded once by the very conversion functions the cpu uses;
+// reductions and collective folds accumulate in float32 (Accum below) and round once per output.
+// Their contiguous fast paths move 16 bytes (8 halves) per access like the other dtypes.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -73,9 +78,23 @@ int grid_for(int64_t items) {
   return static_cast<int>(need < 1 ? 1 : (need < cap ? need : cap));
 }
 
+// Every dtype, the 16-bit floats included.
 template <class F>
 cudaError_t with_type(DType t, F&& f) {
-  return sc::visit_dtype(t, std::forward<F>(f));
+  return sc::visit_any_dtype(t, std::forward<F>(f));
+}
+
+// What a kernel accumulates T in: float for bfloat16/float16 (rounded once, at the end), else T.
+template <class T>
+using Accum = std::conditional_t<is_half_v<T>, float, T>;
+
+// An accumulator back to the stored type: the one rounding of a 16-bit result.
+template <class T, class A>
+__device__ __forceinline__ T narrow(A a) {
+  if constexpr (is_half_v<T>)
+    return T(a);
+  else
+    return a;
 }
 
 // ---- elementwise ops, one functor per op
@@ -121,6 +140,15 @@ struct BinaryFn {
     } else {
       return u >= v;
     }
+  }
+};
+
+// float16 divided by a broadcast divisor: the product with the divisor's reciprocal rounded to
+// float16, as the cpu kernel (XLA's cpu, checked against JAX 0.10.2).
+template <class I>
+struct RecipDivFn {
+  __device__ __forceinline__ I operator()(I u, I v) const {
+    return u * I(1.0f / static_cast<float>(v));
   }
 };
 
@@ -304,7 +332,7 @@ cudaError_t unary_code(cudaStream_t s, const Dims& d, const Operand& x, void* y,
 template <class T>
 cudaError_t unary_same(cudaStream_t s, int op, const Dims& d, const Operand& x, void* y,
                        int64_t n) {
-  if constexpr (std::is_floating_point_v<T>) {
+  if constexpr (sc::is_float_v<T>) {
     switch (op) {
       case sc::kNeg:
         return unary_code<T, T, sc::kNeg>(s, d, x, y, n);
@@ -419,13 +447,14 @@ struct Red {
   }
 };
 
-// x dense [outer, len, inner]: element (o, l, i) with its index l.
-template <class T>
+// x dense [outer, len, inner] of S: element (o, l, i), widened to the accumulator type T, with its
+// index l.
+template <class S, class T>
 struct DirectSrc {
-  const T* x;
+  const S* x;
   int64_t len, inner;
   __device__ __forceinline__ Acc<T> operator()(int64_t o, int64_t l, int64_t i) const {
-    return {x[(o * len + l) * inner + i], l};
+    return {static_cast<T>(x[(o * len + l) * inner + i]), l};
   }
 };
 // A first pass's partials [outer, chunks, inner] (len = chunks), with their indices for argmax.
@@ -439,8 +468,9 @@ struct PartialSrc {
     return {v[k], idx != nullptr ? idx[k] : 0};
   }
 };
-// y [outer, inner]: the value, or the index for argmax.
-template <int Op, class T>
+// y [outer, inner] of S: the value (rounded once from the accumulator type T), or the index for
+// argmax.
+template <int Op, class S, class T>
 struct FinalDst {
   void* y;
   int64_t inner;
@@ -448,7 +478,7 @@ struct FinalDst {
     if constexpr (Op == code(ReduceOp::argmax))
       static_cast<int64_t*>(y)[o * inner + i] = a.i;
     else
-      static_cast<T*>(y)[o * inner + i] = a.v;
+      static_cast<S*>(y)[o * inner + i] = narrow<S>(a.v);
   }
 };
 template <class T>
@@ -635,11 +665,14 @@ void keep_pool_memory() {
   }
 }
 
-template <int Op, class T>
-cudaError_t reduce_typed(cudaStream_t s, int64_t outer, int64_t len, int64_t inner, const T* x,
+// Elements of S, accumulated in T = Accum<S> (float for the 16-bit floats: partials stay float
+// between passes, so the result rounds once).
+template <int Op, class S>
+cudaError_t reduce_typed(cudaStream_t s, int64_t outer, int64_t len, int64_t inner, const S* x,
                          void* y) {
-  const DirectSrc<T> direct{x, len, inner};
-  const FinalDst<Op, T> final_dst{y, inner};
+  using T = Accum<S>;
+  const DirectSrc<S, T> direct{x, len, inner};
+  const FinalDst<Op, S, T> final_dst{y, inner};
   int64_t chunk_len = len, chunks = 1;
   if (inner == 1) {
     if (len > kWarpRowMax) chunks = split(len, outer, kMinRowChunk, chunk_len);
@@ -696,24 +729,35 @@ struct Sources {
   const void* p[kMaxFoldSources];
 };
 
-// Element (r, e) of `rows` rows of `len`: dst at r*dpitch + e, every source at r*spitch + e.
+// Element (r, e) of `rows` rows of `len`: dst at r*dpitch + e, every source at r*spitch + e,
+// folded in A = Accum<T>. acc_in (pitch in_pitch), when set, is the first operand (the fold so
+// far, over earlier sources); acc_out (pitch len), when set, receives the accumulator instead of
+// dst. divisor > 0 (mean of 16-bit floats) divides the sum in A before the one rounding.
 template <class T>
 __global__ void fold_kernel(int op, T* dst, int64_t dpitch, Sources s, int count, int64_t spitch,
-                            int64_t len, int64_t rows, bool accumulate) {
+                            int64_t len, int64_t rows, const Accum<T>* acc_in, int64_t in_pitch,
+                            Accum<T>* acc_out, int64_t divisor) {
+  using A = Accum<T>;
   const int64_t total = len * rows;
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < total;
        i += int64_t{gridDim.x} * blockDim.x) {
     const int64_t r = i / len, e = i % len;
-    T* d = dst + r * dpitch + e;
     const int64_t at = r * spitch + e;
-    T acc = accumulate ? *d : static_cast<const T*>(s.p[0])[at];
-    for (int j = accumulate ? 0 : 1; j < count; ++j) {
-      const T v = static_cast<const T*>(s.p[j])[at];
-      acc = op == code(FoldOp::sum)   ? sc::wrap_add(acc, v)
-            : op == code(FoldOp::max) ? sc::fold_max(acc, v)
-                                      : sc::fold_min(acc, v);
+    A acc = acc_in != nullptr ? acc_in[r * in_pitch + e]
+                              : static_cast<A>(static_cast<const T*>(s.p[0])[at]);
+    for (int j = acc_in != nullptr ? 0 : 1; j < count; ++j) {
+      const A v = static_cast<A>(static_cast<const T*>(s.p[j])[at]);
+      acc = op == code(FoldOp::max)   ? sc::fold_max(acc, v)
+            : op == code(FoldOp::min) ? sc::fold_min(acc, v)
+                                      : sc::wrap_add(acc, v);
     }
-    *d = acc;
+    if (acc_out != nullptr) {
+      acc_out[r * len + e] = acc;
+    } else if constexpr (is_half_v<T>) {
+      dst[r * dpitch + e] = T(divisor > 0 ? acc / static_cast<float>(divisor) : acc);
+    } else {
+      dst[r * dpitch + e] = acc;
+    }
   }
 }
 
@@ -725,14 +769,25 @@ struct FoldTo {
   void* dst[kMaxFoldTo];
 };
 
+// Op sum and mean add (a mean divides once, at the end).
 template <int Op, class T>
 __device__ __forceinline__ T fold_pair(T a, T b) {
-  if constexpr (Op == code(FoldOp::sum))
-    return sc::wrap_add(a, b);
-  else if constexpr (Op == code(FoldOp::max))
+  if constexpr (Op == code(FoldOp::max))
     return sc::fold_max(a, b);
-  else
+  else if constexpr (Op == code(FoldOp::min))
     return sc::fold_min(a, b);
+  else
+    return sc::wrap_add(a, b);
+}
+
+// A fold's accumulator as the stored result: mean divides by the source count first (16-bit
+// floats only; the other dtypes' pmean divides in launch_mean).
+template <int Op, class T, class A>
+__device__ __forceinline__ T fold_result(A acc, int nsrc) {
+  if constexpr (Op == code(FoldOp::mean))
+    return narrow<T>(acc / static_cast<A>(nsrc));
+  else
+    return narrow<T>(acc);
 }
 
 template <class T>
@@ -741,35 +796,47 @@ struct alignas(16) Vec16 {
   T v[kLanes];
 };
 
-// Vectors [0, nvec) of 16 bytes, then the scalar tail [nvec * lanes, len).
+// Vectors [0, nvec) of 16 bytes, then the scalar tail [nvec * lanes, len). Lanes accumulate in
+// Accum<T> (float for the 16-bit floats, 8 lanes a vector) and round once.
 template <int Op, class T>
 __global__ void fold_to_kernel(FoldTo p, int nsrc, int ndst, int64_t nvec, int64_t len) {
   using V = Vec16<T>;
+  using A = Accum<T>;
   constexpr int L = V::kLanes;
   const int64_t stride = int64_t{gridDim.x} * blockDim.x;
   const int64_t first = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
   for (int64_t i = first; i < nvec; i += stride) {
-    V acc = static_cast<const V*>(p.src[0])[i];
+    const V v0 = static_cast<const V*>(p.src[0])[i];
+    A acc[L];
+#pragma unroll
+    for (int l = 0; l < L; ++l) acc[l] = static_cast<A>(v0.v[l]);
     for (int j = 1; j < nsrc; ++j) {
       const V v = static_cast<const V*>(p.src[j])[i];
 #pragma unroll
-      for (int l = 0; l < L; ++l) acc.v[l] = fold_pair<Op, T>(acc.v[l], v.v[l]);
+      for (int l = 0; l < L; ++l) acc[l] = fold_pair<Op, A>(acc[l], static_cast<A>(v.v[l]));
     }
-    for (int k = 0; k < ndst; ++k) static_cast<V*>(p.dst[k])[i] = acc;
+    V out;
+#pragma unroll
+    for (int l = 0; l < L; ++l) out.v[l] = fold_result<Op, T>(acc[l], nsrc);
+    for (int k = 0; k < ndst; ++k) static_cast<V*>(p.dst[k])[i] = out;
   }
   for (int64_t e = nvec * L + first; e < len; e += stride) {
-    T acc = static_cast<const T*>(p.src[0])[e];
-    for (int j = 1; j < nsrc; ++j) acc = fold_pair<Op, T>(acc, static_cast<const T*>(p.src[j])[e]);
-    for (int k = 0; k < ndst; ++k) static_cast<T*>(p.dst[k])[e] = acc;
+    A acc = static_cast<A>(static_cast<const T*>(p.src[0])[e]);
+    for (int j = 1; j < nsrc; ++j)
+      acc = fold_pair<Op, A>(acc, static_cast<A>(static_cast<const T*>(p.src[j])[e]));
+    const T out = fold_result<Op, T>(acc, nsrc);
+    for (int k = 0; k < ndst; ++k) static_cast<T*>(p.dst[k])[e] = out;
   }
 }
 
+// O is float or double; a 16-bit sum (I = O) divides in float and rounds once, as the cpu's.
 template <class I, class O>
 __global__ void mean_kernel(O* dst, const I* sum, int64_t len, int64_t divisor) {
-  const O d = static_cast<O>(divisor);
+  using C = Accum<O>;
+  const C d = static_cast<C>(divisor);
   for (int64_t e = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; e < len;
        e += int64_t{gridDim.x} * blockDim.x) {
-    dst[e] = static_cast<O>(sum[e]) / d;
+    dst[e] = narrow<O>(static_cast<C>(sum[e]) / d);
   }
 }
 
@@ -795,10 +862,22 @@ cudaError_t launch_unary(cudaStream_t s, int op, DType in, DType out, const Dims
 cudaError_t launch_binary(cudaStream_t s, int op, DType in, DType out, const Dims& d,
                           const Operand& a, const Operand& b, void* y, int64_t n) {
   if (n == 0) return cudaSuccess;
-  if (op >= 6 ? out != DType::bool_ : out != in) return cudaErrorInvalidValue;
+  if (op >= code(BinaryOp::eq) ? out != DType::bool_ : out != in) return cudaErrorInvalidValue;
   return with_type(in, [&](auto iv) -> cudaError_t {
     using I = decltype(iv);
-    if constexpr (std::is_floating_point_v<I>) {
+    if constexpr (std::is_same_v<I, float16>) {
+      if (op == code(BinaryOp::div)) {
+        // A broadcast divisor (a dimension of size > 1 that b does not advance along; merging
+        // keeps such a dimension's stride 0) divides through its reciprocal, as the cpu kernel.
+        bool b_broadcast = false;
+        for (int k = 0; k < d.rank; ++k) b_broadcast |= d.size[k] > 1 && b.stride[k] == 0;
+        if (b_broadcast) {
+          const Operand ops[2] = {a, b};
+          return elementwise<I, I, I>(s, RecipDivFn<I>{}, d, y, n, ops);
+        }
+      }
+    }
+    if constexpr (sc::is_float_v<I>) {
       return binary_pick<I>(op, s, d, a, b, y, n,
                             std::make_integer_sequence<int, code(BinaryOp::ge) + 1>{});
     } else {
@@ -885,8 +964,8 @@ cudaError_t launch_int_matmul(cudaStream_t s, DType t, int64_t batch, int64_t m,
   if (total == 0) return cudaSuccess;
   return with_type(t, [&](auto tv) {
     using T = decltype(tv);
-    if constexpr (std::is_same_v<T, bool>) {
-      return cudaErrorInvalidValue;
+    if constexpr (std::is_same_v<T, bool> || is_half_v<T>) {
+      return cudaErrorInvalidValue;  // bool is converted by the runtime; halves go to cuBLAS
     } else {
       int_matmul_kernel<T><<<blocks_for(total), kThreads, 0, s>>>(
           batch, m, n, k, static_cast<const T*>(a), static_cast<const T*>(b), static_cast<T*>(c));
@@ -896,17 +975,55 @@ cudaError_t launch_int_matmul(cudaStream_t s, DType t, int64_t batch, int64_t m,
 }
 
 cudaError_t launch_fold_rows(cudaStream_t s, int op, DType t, void* dst, int64_t dpitch,
-                             const void* const* srcs, int count, int64_t spitch, int64_t len,
-                             int64_t rows, bool accumulate) {
+                             const void* const* srcs, int64_t count, int64_t spitch, int64_t len,
+                             int64_t rows) {
   if (len == 0 || rows == 0) return cudaSuccess;
-  if (count < 1 || count > kMaxFoldSources) return cudaErrorInvalidValue;
-  Sources src{};
-  for (int j = 0; j < count; ++j) src.p[j] = srcs[j];
-  return with_type(t, [&](auto tv) {
+  if (count < 1 || op < code(FoldOp::sum) || op > code(FoldOp::mean)) return cudaErrorInvalidValue;
+  if (op == code(FoldOp::mean) && !is_half(t)) return cudaErrorInvalidValue;
+  return with_type(t, [&](auto tv) -> cudaError_t {
     using T = decltype(tv);
-    fold_kernel<T><<<blocks_for(len * rows), kThreads, 0, s>>>(
-        op, static_cast<T*>(dst), dpitch, src, count, spitch, len, rows, accumulate);
-    return cudaGetLastError();
+    using A = Accum<T>;
+    T* d = static_cast<T*>(dst);
+    const int64_t divisor = op == code(FoldOp::mean) ? count : 0;
+    const int blocks = blocks_for(len * rows);
+    // Up to kMaxFoldSources sources a launch. Beyond, the fold so far carries over: in dst itself
+    // where the accumulator is the stored type, else (16-bit floats) in float scratch, so the
+    // result still rounds once.
+    A* scratch = nullptr;
+    if (is_half_v<T> && count > kMaxFoldSources) {
+      keep_pool_memory();
+      const cudaError_t e =
+          cudaMallocAsync(reinterpret_cast<void**>(&scratch), len * rows * sizeof(A), s);
+      if (e != cudaSuccess) return e;
+    }
+    cudaError_t e = cudaSuccess;
+    for (int64_t at = 0; at < count && e == cudaSuccess; at += kMaxFoldSources) {
+      const int take = static_cast<int>(std::min<int64_t>(count - at, kMaxFoldSources));
+      Sources src{};
+      for (int j = 0; j < take; ++j) src.p[j] = srcs[at + j];
+      const bool first = at == 0, last = at + take == count;
+      const A* acc_in = nullptr;
+      int64_t in_pitch = 0;
+      A* acc_out = nullptr;
+      if constexpr (is_half_v<T>) {
+        if (!first) {
+          acc_in = scratch;
+          in_pitch = len;
+        }
+        if (!last) acc_out = scratch;
+      } else if (!first) {
+        acc_in = d;
+        in_pitch = dpitch;
+      }
+      fold_kernel<T><<<blocks, kThreads, 0, s>>>(op, d, dpitch, src, take, spitch, len, rows,
+                                                 acc_in, in_pitch, acc_out, divisor);
+      e = cudaGetLastError();
+    }
+    if (scratch != nullptr) {
+      const cudaError_t f = cudaFreeAsync(scratch, s);
+      if (e == cudaSuccess) e = f;
+    }
+    return e;
   });
 }
 
@@ -914,7 +1031,8 @@ cudaError_t launch_fold_to(cudaStream_t s, int op, DType t, void* const* dsts, i
                            const void* const* srcs, int nsrc, int64_t len) {
   if (len == 0 || ndst == 0) return cudaSuccess;
   if (nsrc < 1 || nsrc > kMaxFoldTo || ndst < 0 || ndst > kMaxFoldTo) return cudaErrorInvalidValue;
-  if (op < code(FoldOp::sum) || op > code(FoldOp::min)) return cudaErrorInvalidValue;
+  if (op < code(FoldOp::sum) || op > code(FoldOp::mean)) return cudaErrorInvalidValue;
+  if (op == code(FoldOp::mean) && !is_half(t)) return cudaErrorInvalidValue;
   FoldTo p{};
   bool aligned = true;
   for (int j = 0; j < nsrc; ++j) {
@@ -939,6 +1057,12 @@ cudaError_t launch_fold_to(cudaStream_t s, int op, DType t, void* const* dsts, i
       case code(FoldOp::max):
         fold_to_kernel<code(FoldOp::max), T><<<blocks, kThreads, 0, s>>>(p, nsrc, ndst, nvec, len);
         break;
+      case code(FoldOp::mean):
+        if constexpr (is_half_v<T>) {
+          fold_to_kernel<code(FoldOp::mean), T>
+              <<<blocks, kThreads, 0, s>>>(p, nsrc, ndst, nvec, len);
+        }
+        break;
       default:
         fold_to_kernel<code(FoldOp::min), T><<<blocks, kThreads, 0, s>>>(p, nsrc, ndst, nvec, len);
         break;
@@ -952,7 +1076,11 @@ cudaError_t launch_mean(cudaStream_t s, DType in, DType out, void* dst, const vo
   if (len == 0) return cudaSuccess;
   return with_type(in, [&](auto iv) {
     using I = decltype(iv);
-    if (out == DType::f32) {
+    if constexpr (is_half_v<I>) {
+      if (out != in) return cudaErrorInvalidValue;  // a 16-bit pmean stays in its dtype
+      mean_kernel<I, I><<<blocks_for(len), kThreads, 0, s>>>(
+          static_cast<I*>(dst), static_cast<const I*>(sum), len, divisor);
+    } else if (out == DType::f32) {
       mean_kernel<I, float><<<blocks_for(len), kThreads, 0, s>>>(
           static_cast<float*>(dst), static_cast<const I*>(sum), len, divisor);
     } else {

@@ -33,26 +33,31 @@ cudaError_t launch_select(cudaStream_t s, DType t, const Dims& d, const Operand&
 cudaError_t launch_reduce(cudaStream_t s, int op, DType t, int64_t outer, int64_t len,
                           int64_t inner, const void* x, void* y);
 cudaError_t launch_fill(cudaStream_t s, DType t, int64_t n, double value, bool iota, void* y);
+// Every launcher takes every DType, bf16 and f16 included (computed in float32, rounded once per
+// stored result; see cuda_kernels.cu).
+//
 // Integer (and bool-free) matmul without cuBLAS: c[b] = a[b] @ b[b], wrapping.
 cudaError_t launch_int_matmul(cudaStream_t s, DType t, int64_t batch, int64_t m, int64_t n,
                               int64_t k, const void* a, const void* b, void* c);
 
 // Collective folds over `rows` rows of `len` elements: dst[r][e] = fold(srcs[0][r][e], ...,
-// srcs[count-1][r][e]) left to right (sum, max, min: op = backend::FoldOp 0..2) in dtype t; row
-// r of dst is r*dpitch elements in, of every source r*spitch. When `accumulate` is set dst itself
-// is the first operand (continuing a fold over more sources than one launch takes).
+// srcs[count-1][r][e]) left to right (op = backend::FoldOp: sum, max, min; mean for bf16/f16
+// only) in dtype t; row r of dst is r*dpitch elements in, of every source r*spitch. bf16/f16
+// accumulate in float32 over all `count` sources and round once per output (a mean divides by
+// count first): the cpu's fold_half bits. Launches of at most kMaxFoldSources sources each.
 inline constexpr int kMaxFoldSources = 256;
 cudaError_t launch_fold_rows(cudaStream_t s, int op, DType t, void* dst, int64_t dpitch,
-                             const void* const* srcs, int count, int64_t spitch, int64_t len,
-                             int64_t rows, bool accumulate);
-// One fold of `nsrc` sources written to `ndst` outputs (each of len elements of dtype t, op sum,
-// max or min as for launch_fold_rows, the same left-to-right order and bits): every source is
-// read once, with 16-byte accesses when every pointer is 16-byte aligned. An output may alias a
-// source (each element is read from every source before it is written).
+                             const void* const* srcs, int64_t count, int64_t spitch, int64_t len,
+                             int64_t rows);
+// One fold of `nsrc` sources written to `ndst` outputs (each of len elements of dtype t, op as for
+// launch_fold_rows, the same left-to-right order and bits): every source is read once, with
+// 16-byte accesses (8 elements of bf16/f16) when every pointer is 16-byte aligned. An output may
+// alias a source (each element is read from every source before it is written).
 inline constexpr int kMaxFoldTo = 16;
 cudaError_t launch_fold_to(cudaStream_t s, int op, DType t, void* const* dsts, int ndst,
                            const void* const* srcs, int nsrc, int64_t len);
-// dst (out dtype) = sum (in dtype) / divisor, in out's precision (pmean).
+// dst (out dtype) = sum (in dtype) / divisor, in out's precision (pmean); a bf16/f16 sum (out ==
+// in) divides in float32 and rounds once.
 cudaError_t launch_mean(cudaStream_t s, DType in, DType out, void* dst, const void* sum,
                         int64_t len, int64_t divisor);
 

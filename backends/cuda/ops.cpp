@@ -124,7 +124,7 @@ void CudaBackend::gemm(int device, DType dtype, int64_t batch, int64_t m, int64_
     MESHRT_CUDA_CHECK(launch_fill(l.compute, dtype, batch * m * n, 0.0, false, c), device);
     return;
   }
-  if (dtype != DType::f32 && dtype != DType::f64) {
+  if (dtype != DType::f32 && dtype != DType::f64 && !is_half(dtype)) {
     if (trans_a || trans_b) {  // the integer kernel reads dense operands: transposed copies first
       Backend::matmul_t(device, dtype, batch, m, n, k, a, trans_a, b, trans_b, c);
       return;
@@ -138,7 +138,16 @@ void CudaBackend::gemm(int device, DType dtype, int64_t batch, int64_t m, int64_
         "[cuda] matmul dimensions beyond 2^31-1 are not supported by cuBLAS's 32-bit interface");
   }
   std::lock_guard<std::mutex> lock(l.blas_mu);
-  if (l.blas == nullptr) MESHRT_CUBLAS_CHECK(cublasCreate(&l.blas), device);
+  if (l.blas == nullptr) {
+    MESHRT_CUBLAS_CHECK(cublasCreate(&l.blas), device);
+    // A split-K reduction of a bf16/f16 product stays in float32 (by default cuBLAS may reduce in
+    // the 16-bit output type, rounding more than once); the f32/f64 paths are unaffected.
+    MESHRT_CUBLAS_CHECK(
+        cublasSetMathMode(
+            l.blas, static_cast<cublasMath_t>(CUBLAS_DEFAULT_MATH |
+                                              CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION)),
+        device);
+  }
   MESHRT_CUBLAS_CHECK(cublasSetStream(l.blas, l.compute), device);
   // Row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T: pass B first. A row-major
   // (r, c) matrix is column-major (c, r) with leading dimension c, so an operand stored as op(X)^T
@@ -148,7 +157,18 @@ void CudaBackend::gemm(int device, DType dtype, int64_t batch, int64_t m, int64_
   const cublasOperation_t op_a = trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
   const int ldb = trans_b ? K : N;  // b stored (n, k) or (k, n)
   const int lda = trans_a ? M : K;  // a stored (k, m) or (m, k)
-  if (dtype == DType::f32 && precision == Precision::tf32) {
+  if (is_half(dtype)) {
+    // bf16/f16 operands and output, products accumulated in float32 (tensor cores), rounded once
+    // to the output: the cpu's definition, though cuBLAS's summation order differs from the
+    // cpu's, so the bits can differ by the rounding of that sum (docs/cuda.md states the bound).
+    const cudaDataType_t t = dtype == DType::bf16 ? CUDA_R_16BF : CUDA_R_16F;
+    const float one = 1.0f, zero = 0.0f;
+    MESHRT_CUBLAS_CHECK(
+        cublasGemmStridedBatchedEx(l.blas, op_b, op_a, N, M, K, &one, b, t, ldb, k * n, a, t, lda,
+                                   m * k, &zero, c, t, N, m * n, static_cast<int>(batch),
+                                   CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+        device);
+  } else if (dtype == DType::f32 && precision == Precision::tf32) {
     // Tensor cores: operands rounded to TF32, products accumulated in f32 (JAX's GPU default).
     const float one = 1.0f, zero = 0.0f;
     MESHRT_CUBLAS_CHECK(
