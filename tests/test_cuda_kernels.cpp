@@ -11,6 +11,16 @@
 // equal, their order is not fixed), argmax indices exactly. Matmuls of small integers are exact in
 // every order: bit-equal; of random floats within 1e-5 (f32) or 1e-13 (f64) of sum_k |a||b|.
 //
+// bfloat16 and float16 take every test above (computed in float32 and rounded once per stored
+// result, as the cpu kernels): bit-equal for conversions, +, -, *, /, comparisons, select,
+// max/min, integer-valued sums and every collective fold (the same left-to-right order in float32,
+// one rounding); exp, log, sin, cos, tanh within 1 ulp of the 16-bit type (the float32 results
+// differ by the ulps above, which can move a rounding by one); sums of random data within 1e-5 *
+// sum|x| plus one 16-bit ulp; matmuls of small integers bit-equal, of random values (cuBLAS with
+// float32 accumulation, another order than the cpu's) within 1e-5 * sum_k |a||b| plus one 16-bit
+// ulp. Conversion corner cases (ties, subnormals, NaN, +-Inf, float16 overflow, double and
+// integer inputs rounded through float32) are also checked against fixed bits.
+//
 // Runs in the cuda_k1 entries (MESHRT_PLATFORM=cuda); elsewhere, or without a usable GPU, skips.
 #include <gtest/gtest.h>
 #include <meshrt/meshrt.h>
@@ -38,8 +48,11 @@ using backend::ReduceOp;
 using backend::Strided;
 using backend::UnaryOp;
 
-constexpr DType kDTypes[] = {DType::f32, DType::f64, DType::i32, DType::i64, DType::bool_};
-constexpr DType kNumeric[] = {DType::f32, DType::f64, DType::i32, DType::i64};
+constexpr DType kDTypes[] = {DType::f32,   DType::f64,  DType::i32, DType::i64,
+                             DType::bool_, DType::bf16, DType::f16};
+constexpr DType kNumeric[] = {DType::f32, DType::f64,  DType::i32,
+                              DType::i64, DType::bf16, DType::f16};
+constexpr DType kHalves[] = {DType::bf16, DType::f16};
 
 // Host bytes of n elements of one dtype.
 struct Host {
@@ -70,7 +83,38 @@ void visit(DType t, F&& f) {
       return f(int64_t{});
     case DType::bool_:
       return f(bool{});
+    case DType::bf16:
+      return f(bfloat16{});
+    case DType::f16:
+      return f(float16{});
   }
+}
+
+// Float-like helpers over float, double, bfloat16 and float16.
+template <class T>
+inline constexpr bool kFloatLike = std::is_floating_point_v<T> || is_half_v<T>;
+template <class T>
+double as_double(T v) {
+  return static_cast<double>(v);
+}
+template <class T>
+bool nan_of(T v) {
+  return std::isnan(as_double(v));
+}
+// A value for printing (halves as their float value).
+template <class T>
+auto shown(T v) {
+  if constexpr (is_half_v<T>)
+    return static_cast<float>(v);
+  else
+    return +v;
+}
+// The spacing of the 16-bit type at |v| (an upper bound on one ulp), for tolerances.
+template <class T>
+double half_ulp_at(double v) {
+  const double rel = std::is_same_v<T, bfloat16> ? 0x1p-7 : 0x1p-10;
+  const double tiny = std::is_same_v<T, bfloat16> ? 0x1p-133 : 0x1p-24;
+  return std::max(std::abs(v) * rel, tiny);
 }
 
 // How values are drawn: kMixed (floats in [-4, 4] with NaN, +-inf and +-0 sprinkled in; integers
@@ -89,6 +133,32 @@ Host random(DType t, int64_t n, std::mt19937_64& rng, Fill fill) {
     for (int64_t i = 0; i < n; ++i) {
       if constexpr (std::is_same_v<T, bool>) {
         p[i] = (rng() & 1) != 0;
+      } else if constexpr (is_half_v<T>) {
+        // The float recipe below, rounded to the 16-bit type.
+        const int r = pick(rng);
+        constexpr float kInf = std::numeric_limits<float>::infinity();
+        constexpr float kNan = std::numeric_limits<float>::quiet_NaN();
+        float v = 0;
+        switch (fill) {
+          case Fill::kMixed:
+            v = r == 0   ? kNan
+                : r == 1 ? kInf
+                : r == 2 ? -kInf
+                : r == 3 ? -0.0f
+                : r == 4 ? 0.0f
+                         : static_cast<float>(real(rng));
+            break;
+          case Fill::kSmallInts:
+            v = static_cast<float>(small(rng));
+            break;
+          case Fill::kUnit:
+            v = static_cast<float>(unit(rng));
+            break;
+          case Fill::kTies:
+            v = r < 2 ? kNan : r < 4 ? -kInf : r < 6 ? -0.0f : static_cast<float>(small(rng) / 2);
+            break;
+        }
+        p[i] = T(v);
       } else if constexpr (std::is_floating_point_v<T>) {
         const int r = pick(rng);
         constexpr T kInf = std::numeric_limits<T>::infinity();
@@ -127,7 +197,11 @@ Host random(DType t, int64_t n, std::mt19937_64& rng, Fill fill) {
 // Bits of a float as an integer that orders like the float (for ulp distances).
 template <class T>
 int64_t ordered(T v) {
-  if constexpr (sizeof(T) == 4) {
+  if constexpr (sizeof(T) == 2) {
+    int16_t b;
+    std::memcpy(&b, &v, 2);
+    return b < 0 ? int64_t{INT16_MIN} - b : b;
+  } else if constexpr (sizeof(T) == 4) {
     int32_t b;
     std::memcpy(&b, &v, 4);
     return b < 0 ? int64_t{INT32_MIN} - b : b;
@@ -148,16 +222,16 @@ int64_t first_mismatch(const Host& want, const Host& got, int ulps, std::string&
     const T* g = got.as<T>();
     for (int64_t i = 0; i < want.n() && bad < 0; ++i) {
       if (std::memcmp(&w[i], &g[i], sizeof(T)) == 0) continue;
-      if constexpr (std::is_floating_point_v<T>) {
-        if (std::isnan(w[i]) && std::isnan(g[i])) continue;
-        if (ulps > 0 && !std::isnan(w[i]) && !std::isnan(g[i]) &&
-            std::isfinite(w[i]) == std::isfinite(g[i])) {
+      if constexpr (kFloatLike<T>) {
+        if (nan_of(w[i]) && nan_of(g[i])) continue;
+        if (ulps > 0 && !nan_of(w[i]) && !nan_of(g[i]) &&
+            std::isfinite(as_double(w[i])) == std::isfinite(as_double(g[i]))) {
           const __int128 d = static_cast<__int128>(ordered(w[i])) - ordered(g[i]);
           if (d <= ulps && d >= -ulps) continue;
         }
       }
       std::ostringstream os;
-      os << "element " << i << ": cpu " << +w[i] << ", cuda " << +g[i];
+      os << "element " << i << ": cpu " << shown(w[i]) << ", cuda " << shown(g[i]);
       what = os.str();
       bad = i;
     }
@@ -259,7 +333,11 @@ std::vector<Layout> layouts() {
 
 // Two math libraries (CUDA's, glibc's): on an H200, exp differed from cpu by at most 2 ulp, log,
 // sin, cos by 1, tanh by 3 (each library's tanh is within 2 ulp of the truth), so tanh gets 4.
-int ulps(UnaryOp op) {
+// bf16/f16: the float32 results above rounded to 16 bits, so at most 1 ulp of the 16-bit type.
+int ulps(UnaryOp op, DType t = DType::f32) {
+  const bool transcendental = op == UnaryOp::exp || op == UnaryOp::log || op == UnaryOp::sin ||
+                              op == UnaryOp::cos || op == UnaryOp::tanh;
+  if (is_half(t)) return transcendental ? 1 : 0;
   if (op == UnaryOp::tanh) return 4;
   return op == UnaryOp::exp || op == UnaryOp::log || op == UnaryOp::sin || op == UnaryOp::cos ? 2
                                                                                               : 0;
@@ -280,7 +358,7 @@ TEST_F(CudaKernels, UnaryAndAstypeMatchCpu) {
           void* dy = device_out(out, n, l.pad);
           cuda_->unary(0, u, in, out, l.shape, Strided{dx, l.s[0]}, dy);
           std::string what;
-          const int64_t bad = first_mismatch(want, download(dy, out, n), ulps(u), what);
+          const int64_t bad = first_mismatch(want, download(dy, out, n), ulps(u, out), what);
           EXPECT_EQ(bad, -1) << l.name << ", unary op " << op << " " << dtype_name(in) << " -> "
                              << dtype_name(out) << ": " << what;
         }
@@ -426,9 +504,10 @@ TEST_F(CudaKernels, ReductionsMatchCpu) {
             using T = decltype(tv);
             for (int64_t i = 0; i < rows && bad < 0; ++i) {
               const T w = want.as<T>()[i], g = got.as<T>()[i];
-              if (!(w == g || (std::isnan(w) && std::isnan(g)))) {
+              if (!(w == g || (nan_of(w) && nan_of(g)))) {
                 bad = i;
-                what = "cpu " + std::to_string(w) + ", cuda " + std::to_string(g);
+                what = "cpu " + std::to_string(as_double(w)) + ", cuda " +
+                       std::to_string(as_double(g));
               }
             }
           });
@@ -446,7 +525,7 @@ TEST_F(CudaKernels, ReductionsMatchCpu) {
 TEST_F(CudaKernels, FloatSumsWithinToleranceAndDeterministic) {
   for (const ReduceShape& s : kReduceShapes) {
     const int64_t n = s.outer * s.len * s.inner, rows = s.outer * s.inner;
-    for (DType t : {DType::f32, DType::f64}) {
+    for (DType t : {DType::f32, DType::f64, DType::bf16, DType::f16}) {
       const Host x = random(t, n, rng_, Fill::kUnit);
       Host want = make(t, rows);
       cpu_->reduce(0, ReduceOp::sum, t, s.outer, s.len, s.inner, x.bytes.data(), want.bytes.data());
@@ -459,19 +538,22 @@ TEST_F(CudaKernels, FloatSumsWithinToleranceAndDeterministic) {
       EXPECT_EQ(g1.bytes, g2.bytes) << shape_name(s) << ": two runs gave different bits";
       visit(t, [&](auto tv) {
         using T = decltype(tv);
-        if constexpr (std::is_floating_point_v<T>) {
-          const double rel = sizeof(T) == 4 ? 1e-5 : 1e-13;
+        if constexpr (kFloatLike<T>) {
+          // 16-bit sums accumulate in float32: its reordering bound, plus one rounding apart.
+          const double rel = sizeof(T) == 8 ? 1e-13 : 1e-5;
           int failures = 0;
           for (int64_t r = 0; r < rows && failures < 3; ++r) {
             const int64_t o = r / s.inner, i = r % s.inner;
             double abs_sum = 0;
             for (int64_t l = 0; l < s.len; ++l)
-              abs_sum += std::abs(x.as<T>()[(o * s.len + l) * s.inner + i]);
-            const double w = want.as<T>()[r], g = g1.as<T>()[r];
-            if (!(std::abs(w - g) <= rel * abs_sum)) {
+              abs_sum += std::abs(as_double(x.as<T>()[(o * s.len + l) * s.inner + i]));
+            const double w = as_double(want.as<T>()[r]), g = as_double(g1.as<T>()[r]);
+            double tol = rel * abs_sum;
+            if constexpr (is_half_v<T>) tol += half_ulp_at<T>(std::max(std::abs(w), std::abs(g)));
+            if (!(std::abs(w - g) <= tol)) {
               ++failures;
               ADD_FAILURE() << shape_name(s) << " " << dtype_name(t) << " sum, output " << r
-                            << ": cpu " << w << ", cuda " << g << ", tolerance " << rel * abs_sum;
+                            << ": cpu " << w << ", cuda " << g << ", tolerance " << tol;
             }
           }
         }
@@ -494,7 +576,8 @@ TEST_F(CudaKernels, FoldToWritesTheCpuFoldToEveryOutput) {
       if (len > 5000 && nsrc != 3 && nsrc != 16) continue;  // long rows: two source counts
       for (int64_t pad : {int64_t{0}, int64_t{1}}) {
         for (DType t : kNumeric) {
-          for (FoldOp op : {FoldOp::sum, FoldOp::max, FoldOp::min}) {
+          for (FoldOp op : {FoldOp::sum, FoldOp::max, FoldOp::min, FoldOp::mean}) {
+            if (op == FoldOp::mean && !is_half(t)) continue;  // 16-bit pmean folds in one pass
             const Fill fill = op == FoldOp::sum ? Fill::kMixed : Fill::kTies;
             std::vector<Host> in;
             std::vector<const void*> host_srcs, dev_srcs;
@@ -524,6 +607,203 @@ TEST_F(CudaKernels, FoldToWritesTheCpuFoldToEveryOutput) {
         }
       }
     }
+  }
+}
+
+// Host bytes of the values of `v` as elements of T.
+template <class T>
+Host host_of(DType t, const std::vector<T>& v) {
+  Host h = make(t, static_cast<int64_t>(v.size()));
+  if (!v.empty()) std::memcpy(h.bytes.data(), v.data(), h.bytes.size());
+  return h;
+}
+
+// astype to and from bf16/f16 at the corners: round-to-nearest-even ties, float16 overflow to
+// Inf (65519 stays finite, 65520 does not), subnormals of both types and of float32, NaN with a
+// payload and either sign, +-Inf, +-0, doubles and integers rounded through float32 first (so a
+// double just above a bfloat16 tie rounds twice, as JAX). Every conversion equals the cpu
+// kernel's bits; a few are also checked against bits worked out by hand.
+TEST_F(CudaKernels, HalfConversionCornerCases) {
+  const float f32_in[] = {0.0f,
+                          -0.0f,
+                          1.0f,
+                          1.00390625f,     // 1 + 2^-8: a bfloat16 tie, to even (1)
+                          1.01171875f,     // 1 + 3 * 2^-8: a tie, to even (up)
+                          1.00048828125f,  // 1 + 2^-11: a float16 tie, to even (1)
+                          65504.0f,
+                          65519.0f,  // float16: rounds down to 65504
+                          65520.0f,  // float16: a tie at the top, rounds to Inf
+                          1e5f,
+                          -1e5f,
+                          3.0e38f,
+                          0x1p-24f,    // float16's smallest subnormal
+                          0x1p-25f,    // a tie between 0 and it: to even (0)
+                          0x1.8p-24f,  // 1.5 subnormal units: a tie, to even (2 units)
+                          0x1p-14f,    // float16's smallest normal
+                          0x1p-130f,   // a float32 subnormal (a bfloat16 subnormal too)
+                          1e-45f,      // float32's smallest subnormal
+                          std::numeric_limits<float>::infinity(),
+                          -std::numeric_limits<float>::infinity(),
+                          std::numeric_limits<float>::quiet_NaN(),
+                          -std::numeric_limits<float>::quiet_NaN(),
+                          0.1f,
+                          -2.5f};
+  std::vector<float> f32(std::begin(f32_in), std::end(f32_in));
+  uint32_t payload = 0x7fa12345u;  // a signalling NaN with a payload
+  float nan_payload;
+  std::memcpy(&nan_payload, &payload, 4);
+  f32.push_back(nan_payload);
+  const std::vector<double> f64 = {
+      1.0 + 0x1p-8 + 0x1p-40,  // float32 rounds it to the tie
+      1.0 + 0x1p-11 + 0x1p-40, 65519.99, 1e300, -1e300, 0x1p-1000, std::nan(""), 1e-8};
+  const std::vector<int32_t> i32 = {0,     1,     -1,    255,      257,       2049,
+                                    65504, 65520, 70000, 16777217, INT32_MIN, INT32_MAX};
+  const std::vector<int64_t> i64 = {16777217, (int64_t{1} << 40) + 1, INT64_MIN, INT64_MAX,
+                                    -12345678901};
+  const std::vector<Host> sources = {host_of(DType::f32, f32), host_of(DType::f64, f64),
+                                     host_of(DType::i32, i32), host_of(DType::i64, i64)};
+  for (const Host& x : sources) {
+    void* dx = upload(x);
+    for (DType out : kHalves) {
+      const std::vector<int64_t> shape = {x.n()};
+      Host want = make(out, x.n());
+      cpu_->unary(0, UnaryOp::copy, x.t, out, shape, Strided{x.bytes.data(), {1}},
+                  want.bytes.data());
+      void* dy = device_out(out, x.n());
+      cuda_->unary(0, UnaryOp::copy, x.t, out, shape, Strided{dx, {1}}, dy);
+      const Host got = download(dy, out, x.n());
+      EXPECT_EQ(want.bytes, got.bytes) << dtype_name(x.t) << " -> " << dtype_name(out);
+      if (x.t == DType::f32) {
+        const uint16_t* g = got.as<uint16_t>();
+        if (out == DType::bf16) {
+          EXPECT_EQ(g[3], 0x3f80) << "bf16 tie to even, down";
+          EXPECT_EQ(g[4], 0x3f82) << "bf16 tie to even, up";
+          EXPECT_EQ(g[16], 0x0008) << "2^-130: a bfloat16 subnormal";
+          EXPECT_EQ(g[20], 0x7fc0) << "NaN: the canonical quiet NaN";
+          EXPECT_EQ(g[21], 0xffc0) << "-NaN keeps its sign";
+        } else {
+          EXPECT_EQ(g[5], 0x3c00) << "f16 tie to even";
+          EXPECT_EQ(g[7], 0x7bff) << "65519 -> 65504";
+          EXPECT_EQ(g[8], 0x7c00) << "65520 -> Inf";
+          EXPECT_EQ(g[9], 0x7c00) << "1e5 -> Inf";
+          EXPECT_EQ(g[10], 0xfc00) << "-1e5 -> -Inf";
+          EXPECT_EQ(g[12], 0x0001) << "2^-24";
+          EXPECT_EQ(g[13], 0x0000) << "2^-25: a tie to zero";
+          EXPECT_EQ(g[14], 0x0002) << "1.5 * 2^-24: a tie to 2 units";
+          EXPECT_EQ(g[1], 0x8000) << "-0";
+        }
+      }
+      if (x.t == DType::f64 && out == DType::bf16) {
+        EXPECT_EQ(got.as<uint16_t>()[0], 0x3f80) << "through float32 first: rounds twice";
+      }
+      // And back: every dtype from these 16-bit values (NaN to integers gives 0, Inf saturates,
+      // bfloat16 subnormals to float64 flush to zero, as the cpu).
+      void* dh = dy;
+      for (DType back : kDTypes) {
+        Host want_back = make(back, x.n());
+        cpu_->unary(0, UnaryOp::copy, out, back, shape, Strided{got.bytes.data(), {1}},
+                    want_back.bytes.data());
+        void* db = device_out(back, x.n());
+        cuda_->unary(0, UnaryOp::copy, out, back, shape, Strided{dh, {1}}, db);
+        EXPECT_EQ(want_back.bytes, download(db, back, x.n()).bytes)
+            << dtype_name(out) << " -> " << dtype_name(back) << " (from " << dtype_name(x.t) << ")";
+      }
+    }
+  }
+}
+
+// fill and iota of the 16-bit types: the value (a double) and each index rounded through float32
+// as the cpu kernel.
+TEST_F(CudaKernels, HalfFillAndIotaMatchCpu) {
+  for (DType t : kHalves) {
+    for (double value : {0.1, -3.0, 65519.99, 1e10, -0.0}) {
+      for (bool iota : {false, true}) {
+        const int64_t n = 70001;
+        Host want = make(t, n);
+        cpu_->fill(0, t, n, value, iota, want.bytes.data());
+        void* dy = device_out(t, n);
+        cuda_->fill(0, t, n, value, iota, dy);
+        EXPECT_EQ(want.bytes, download(dy, t, n).bytes)
+            << dtype_name(t) << (iota ? " iota" : " fill ") << value;
+      }
+    }
+  }
+}
+
+// 16-bit folds over more sources than one kernel launch takes (kMaxFoldSources, 256) and over
+// pitched rows (coll_fold_rows): still one float32 accumulation per output and one rounding, so
+// the cpu's bits. Values 1 and 256: a 16-bit running sum would stick at 256 and drift from the
+// float32 sum; so would a rounding at each launch's end. A 16-bit pmean's coll_mean divides a
+// 16-bit sum in float32 and rounds once.
+TEST_F(CudaKernels, HalfFoldsRoundOncePerOutput) {
+  using backend::FoldOp;
+  const int64_t len = 37;
+  for (DType t : kHalves) {
+    for (int nsrc : {3, 17, 300, 600}) {
+      for (FoldOp op : {FoldOp::sum, FoldOp::mean, FoldOp::max, FoldOp::min}) {
+        std::vector<Host> in;
+        std::vector<const void*> host_srcs, dev_srcs;
+        for (int j = 0; j < nsrc; ++j) {
+          Host h = random(t, len, rng_, Fill::kSmallInts);
+          visit(t, [&](auto tv) {
+            using T = decltype(tv);
+            if constexpr (is_half_v<T>) {
+              if (j == 0) h.as<T>()[0] = T(256.0f);
+              if (j > 0) h.as<T>()[0] = T(1.0f);
+            }
+          });
+          in.push_back(std::move(h));
+          dev_srcs.push_back(upload(in.back()));
+        }
+        for (const Host& h : in) host_srcs.push_back(h.bytes.data());
+        Host want = make(t, len);
+        cpu_->coll_fold(0, op, t, t, want.bytes.data(), host_srcs, len);
+        void* dy = device_out(t, len);
+        cuda_->coll_fold(0, op, t, t, dy, dev_srcs, len);
+        cuda_->coll_fence(0);
+        std::string what;
+        EXPECT_EQ(first_mismatch(want, download(dy, t, len), 0, what), -1)
+            << "coll_fold op " << static_cast<int>(op) << " " << dtype_name(t) << ", " << nsrc
+            << " sources: " << what;
+        if (op == FoldOp::sum) {
+          // Element 0: 256 + (nsrc - 1), exact in float32, rounded once.
+          const float exact = 256.0f + static_cast<float>(nsrc - 1);
+          visit(t, [&](auto tv) {
+            using T = decltype(tv);
+            if constexpr (is_half_v<T>) {
+              EXPECT_EQ(static_cast<float>(want.as<T>()[0]), static_cast<float>(T(exact)))
+                  << "the cpu reference itself";
+            }
+          });
+        }
+        if (op != FoldOp::mean) {
+          // The same sources as 3 rows of 12 (pitch 12 in the sources, 13 in dst).
+          const int64_t rows = 3, w = 12, spitch = 12, dpitch = 13;
+          Host want_rows = make(t, rows * dpitch);
+          std::memset(want_rows.bytes.data(), 0x5a, want_rows.bytes.size());
+          cpu_->coll_fold_rows(0, op, t, want_rows.bytes.data(), dpitch, host_srcs, spitch, w,
+                               rows);
+          void* dr = upload(want_rows);  // the gaps between rows keep their bytes
+          cuda_->coll_fold_rows(0, op, t, dr, dpitch, dev_srcs, spitch, w, rows);
+          cuda_->coll_fence(0);
+          EXPECT_EQ(first_mismatch(want_rows, download(dr, t, rows * dpitch), 0, what), -1)
+              << "coll_fold_rows op " << static_cast<int>(op) << " " << dtype_name(t) << ", "
+              << nsrc << " sources: " << what;
+        }
+        release();
+      }
+    }
+    // coll_mean: a 16-bit sum divided by the member count.
+    const Host sum = random(t, 4097, rng_, Fill::kMixed);
+    Host want = make(t, sum.n());
+    cpu_->coll_mean(0, t, t, want.bytes.data(), sum.bytes.data(), sum.n(), 3);
+    void* dy = device_out(t, sum.n());
+    cuda_->coll_mean(0, t, t, dy, upload(sum), sum.n(), 3);
+    cuda_->coll_fence(0);
+    std::string what;
+    EXPECT_EQ(first_mismatch(want, download(dy, t, sum.n()), 0, what), -1)
+        << "coll_mean " << dtype_name(t) << ": " << what;
+    release();
   }
 }
 
@@ -561,8 +841,8 @@ TEST_F(CudaKernels, MatmulTransposesMatchCpu) {
           }
           visit(t, [&](auto tv) {
             using T = decltype(tv);
-            if constexpr (std::is_floating_point_v<T>) {
-              const double rel = sizeof(T) == 4 ? 1e-5 : 1e-13;
+            if constexpr (kFloatLike<T>) {
+              const double rel = sizeof(T) == 8 ? 1e-13 : 1e-5;
               const T* A = a.as<T>();
               const T* B = b.as<T>();
               int failures = 0;
@@ -574,10 +854,13 @@ TEST_F(CudaKernels, MatmulTransposesMatchCpu) {
                       ta ? A[bt * c.m * c.k + q * c.m + i] : A[bt * c.m * c.k + i * c.k + q];
                   const T bv =
                       tb ? B[bt * c.k * c.n + j * c.k + q] : B[bt * c.k * c.n + q * c.n + j];
-                  bound += std::abs(double{av} * double{bv});
+                  bound += std::abs(as_double(av) * as_double(bv));
                 }
-                const double w = want.as<T>()[e], g = got.as<T>()[e];
-                if (!(std::abs(w - g) <= rel * bound)) {
+                const double w = as_double(want.as<T>()[e]), g = as_double(got.as<T>()[e]);
+                double tol = rel * bound;
+                if constexpr (is_half_v<T>)
+                  tol += half_ulp_at<T>(std::max(std::abs(w), std::abs(g)));
+                if (!(std::abs(w - g) <= tol)) {
                   ++failures;
                   ADD_FAILURE() << name << ", element " << e << ": cpu " << w << ", cuda " << g;
                 }

@@ -3,7 +3,8 @@
 // case's tolerance in units in the last place): conversions and their corner cases, promotion
 // pairs, weak scalars, every Tensor op family, global-view ops on 8 devices, collectives in
 // shard_map, PRNG bits and gradients. Also: the host types, printing, f32 accumulation of
-// collectives against a host reference, and the errors.
+// collectives against a host reference, and the errors. Runs on the default platform: cpu, and
+// cuda in the cuda_k<k> entries (JAX's cases need one device; the global view and collectives 8).
 #include <gtest/gtest.h>
 #include <meshrt/meshrt.h>
 
@@ -186,7 +187,7 @@ void expect_value(const Case& c, const Value& want, const X& got) {
 }
 
 Tensor make(const Value& v) {
-  const Device d = devices("cpu")[0];
+  const Device d = devices()[0];
   return tensor(v.bytes.data(), shape_size(v.shape), v.dtype, v.shape, d);
 }
 
@@ -213,7 +214,7 @@ using TensorOp = std::function<Tensor(const Case&, const std::vector<Tensor>&)>;
 const std::map<std::string, TensorOp>& tensor_ops() {
   static const std::map<std::string, TensorOp> ops = [] {
     std::map<std::string, TensorOp> m;
-    auto dev = [] { return devices("cpu")[0]; };
+    auto dev = [] { return devices()[0]; };
     m["astype"] = [](const Case& c, const std::vector<Tensor>& x) {
       return astype(x[0], parse_dt(c.params.at("dtype")));
     };
@@ -416,8 +417,8 @@ TEST(LowPrecisionJax, TensorOps) {
 }
 
 TEST(LowPrecisionJax, GlobalViewAndCollectives) {
-  if (devices("cpu").size() < 8) GTEST_SKIP() << test::too_few_devices(8, "cpu");
-  const Mesh mesh = make_mesh({8}, {"x"}, "cpu");
+  if (devices().size() < 8) GTEST_SKIP() << test::too_few_devices(8);
+  const Mesh mesh = make_mesh({8}, {"x"});
   int ran = 0;
   for (const Case& c : cases()) {
     auto it = array_ops().find(c.op);
@@ -462,7 +463,7 @@ TEST(LowPrecision, HostTypes) {
 }
 
 TEST(LowPrecision, DevicePutToVectorAndPrinting) {
-  const Device d = devices("cpu")[0];
+  const Device d = devices()[0];
   const std::vector<bfloat16> v = {bfloat16(0.1f), bfloat16(-2.0f), bfloat16(3.0e38f)};
   Tensor t = tensor(v, {3}, d);
   EXPECT_EQ(t.dtype(), DType::bf16);
@@ -485,8 +486,8 @@ TEST(LowPrecision, DevicePutToVectorAndPrinting) {
 // MESHRT_DETERMINISTIC-free check: values whose f32 sum is exact but whose bf16 running sum is
 // not (256 + 1 + 1 + ...: a bf16 running sum stays at 256).
 TEST(LowPrecision, PsumAccumulatesInFloat32) {
-  if (devices("cpu").size() < 8) GTEST_SKIP() << test::too_few_devices(8, "cpu");
-  const Mesh mesh = make_mesh({8}, {"x"}, "cpu");
+  if (devices().size() < 8) GTEST_SKIP() << test::too_few_devices(8);
+  const Mesh mesh = make_mesh({8}, {"x"});
   std::vector<bfloat16> host(8 * 4);
   for (size_t i = 0; i < host.size(); ++i) host[i] = bfloat16(i < 4 ? 256.0f : 1.0f);
   const Array x = device_put(host, {8, 4}, NamedSharding(mesh, P("x")));
@@ -512,7 +513,7 @@ TEST(LowPrecision, PsumAccumulatesInFloat32) {
 }
 
 TEST(LowPrecision, SumOfArangeRoundsOnce) {
-  const Device d = devices("cpu")[0];
+  const Device d = devices()[0];
   EXPECT_EQ(static_cast<float>(sum(arange(1000, DType::bf16, d)).item<bfloat16>()), 499712.0f);
 }
 
