@@ -7,6 +7,12 @@
 // the layers above turn a missing or dead process into an error naming it. Thread-safe: device
 // executors call concurrently; on one (procs, key), concurrent send_recv_group calls use distinct
 // tags (a shared reduction's members), and the group's other calls are sequential.
+//
+// Sizes are int64_t everywhere: a transfer above the library's message limit
+// (config::mpi_max_message_bytes(), by default INT_MAX rounded down to 64 bytes: MPI's counts are
+// ints) moves as several messages in order, so callers never split their data. A transfer whose
+// size differs between its two sides is an error naming both processes (the job is then broken,
+// as after a timeout), never a silent truncation.
 #pragma once
 
 #include <chrono>
@@ -44,22 +50,27 @@ class ProcessComm {
   // group at once). Cached for the job's life; all_gather and send_recv_group open it too.
   // False when the other processes had not joined by `deadline`.
   virtual bool open_group(const std::vector<int>& procs, int key, Deadline deadline) = 0;
-  // out = each process's `counts[k]` bytes (procs order) concatenated; `in` holds this one's.
+  // out = each process's `counts[k]` bytes (procs order) concatenated; `in` holds this one's. One
+  // MPI collective while the total fits one message, else point to point on the group's
+  // communicator under tag max_tag().
   virtual bool all_gather(const std::vector<int>& procs, int key, const void* in, void* out,
                           const std::vector<int64_t>& counts, Deadline deadline) = 0;
+  // One transfer between this process and `peer`: both sides name the same tag and byte count.
   struct Transfer {
     int peer;  // rank
-    int tag;
+    int tag;   // 0..max_tag() (send_recv), 0..max_tag() - 1 (send_recv_group)
     void* data;
-    int64_t bytes;
+    int64_t bytes;  // any size >= 0
   };
   // Point-to-point on the job's resharding channel: posts every transfer, waits for all.
-  // Returns the peers of transfers not complete by `deadline` (empty: complete).
+  // Returns the peers of transfers not complete by `deadline` (empty: complete). Transfers
+  // between one pair under one tag match in the order both sides list them.
   virtual std::vector<int> send_recv(const std::vector<Transfer>& sends,
                                      const std::vector<Transfer>& recvs, Deadline deadline,
                                      const std::string& what) = 0;
   // The same on the communicator of (procs, key) (all_reduce's), whose messages no other group
-  // sees: tags need only be distinct within the call. Peers are job ranks in `procs`.
+  // sees: tags need only be distinct within the call, and below max_tag() (all_gather's). Peers
+  // are job ranks in `procs`.
   virtual std::vector<int> send_recv_group(const std::vector<int>& procs, int key,
                                            const std::vector<Transfer>& sends,
                                            const std::vector<Transfer>& recvs, Deadline deadline,

@@ -269,12 +269,15 @@ void cross_finish(Session& session, Instance& inst, int64_t me, const Shape& out
       }
     }
   };
-  const auto fail_exchange = [&]() {
+  // `why`: the process layer's error; empty: a timeout.
+  const auto fail_exchange = [&](const std::string& why) {
     std::call_once(stage.failed_once, [&] {
       stage.error = cat("[", kind_name(c.kind), "] ", c.str(), " (", inst.where(session.names()),
                         "): the all-reduce across processes ", procs_str(stage.procs),
-                        " did not complete within MESHRT_COLLECTIVE_TIMEOUT after every process "
-                        "had arrived; a process died or the job is overloaded");
+                        why.empty() ? " did not complete within MESHRT_COLLECTIVE_TIMEOUT after "
+                                      "every process had arrived; a process died or the job is "
+                                      "overloaded"
+                                    : cat(" failed: ", why));
       comm.mark_broken(stage.error);
       stage.failed.store(true, std::memory_order_release);
     });
@@ -288,6 +291,17 @@ void cross_finish(Session& session, Instance& inst, int64_t me, const Shape& out
   const int64_t part_max = (std::min(piece, std::max<int64_t>(hi - lo, 1)) + P - 1) / P;
   std::unique_ptr<char[]> parts(new char[static_cast<size_t>(P * part_max * ie)]);
   const int tag = static_cast<int>(2 * li);
+  // One round of the exchange; every member's error reaches its peers through the stage.
+  const auto send_recv = [&](const std::vector<backend::ProcessComm::Transfer>& sends,
+                             const std::vector<backend::ProcessComm::Transfer>& recvs) {
+    std::vector<int> missing;
+    try {
+      missing = comm.send_recv_group(stage.procs, stage.key, sends, recvs, stage.deadline, c.str());
+    } catch (const Error& e) {
+      fail_exchange(e.what());
+    }
+    if (!missing.empty()) fail_exchange("");
+  };
   // Step 2 for sum[p0, p0 + m).
   const auto all_reduce_piece = [&](int64_t p0, int64_t m) {
     const int64_t part = (m + P - 1) / P;
@@ -306,9 +320,7 @@ void cross_finish(Session& session, Instance& inst, int64_t me, const Shape& out
       recvs.push_back({stage.procs[static_cast<size_t>(j)], tag, parts.get() + j * part_max * ie,
                        mine_len * ie});
     }
-    if (!comm.send_recv_group(stage.procs, stage.key, sends, recvs, stage.deadline, c.str())
-             .empty())
-      fail_exchange();
+    send_recv(sends, recvs);
     std::vector<const void*> srcs;
     for (int64_t j = 0; j < P; ++j)
       srcs.push_back(j == stage.me ? sum + mine_lo * ie : parts.get() + j * part_max * ie);
@@ -322,9 +334,7 @@ void cross_finish(Session& session, Instance& inst, int64_t me, const Shape& out
       recvs.push_back({stage.procs[static_cast<size_t>(j)], tag + 1, sum + a * ie, (b - a) * ie});
     }
     pl.copy(sum + mine_lo * ie, reduced, static_cast<size_t>(mine_len * ie));
-    if (!comm.send_recv_group(stage.procs, stage.key, sends, recvs, stage.deadline, c.str())
-             .empty())
-      fail_exchange();
+    send_recv(sends, recvs);
   };
   uint32_t done = all;
   if (L == S) {  // 1-3 piece by piece, each piece in cache from its fold to its last copy
@@ -348,7 +358,21 @@ void cross_finish(Session& session, Instance& inst, int64_t me, const Shape& out
   wait_for(done);
 }
 
+namespace {
+void complete(Session& session, Instance& inst, const Plane& pl);
+}  // namespace
+
 void cross_complete(Session& session, Instance& inst, const Plane& pl) {
+  try {
+    complete(session, inst, pl);
+  } catch (const Error& e) {  // the process layer's own errors too: every local member gets it
+    session.fail_completed(inst, e.what());
+    throw;
+  }
+}
+
+namespace {
+void complete(Session& session, Instance& inst, const Plane& pl) {
   const CrossProcess& cp = *session.cross();
   backend::ProcessComm& comm = *cp.comm;
   const Call& c = inst.call();
@@ -518,8 +542,13 @@ void cross_complete(Session& session, Instance& inst, const Plane& pl) {
     pl.copy(packed.data() + static_cast<int64_t>(i) * bytes, inst.slot(local[i]).in,
             static_cast<size_t>(bytes));
   auto all = std::shared_ptr<char[]>(new char[static_cast<size_t>(std::max<int64_t>(total, 1))]);
-  if (!comm.all_gather(procs, key, packed.data(), all.get(), counts, deadline))
-    data_failed("all-gather");
+  bool gathered = false;
+  try {
+    gathered = comm.all_gather(procs, key, packed.data(), all.get(), counts, deadline);
+  } catch (const Error& e) {
+    fail(session, inst, cat(op, mine, ": ", e.what()), true);
+  }
+  if (!gathered) data_failed("all-gather");
   for (size_t k = 0; k < members.size(); ++k) {
     if (proc_of[k] == cp.rank) continue;
     const auto p = static_cast<size_t>(std::lower_bound(procs.begin(), procs.end(), proc_of[k]) -
@@ -537,5 +566,7 @@ void cross_complete(Session& session, Instance& inst, const Plane& pl) {
     for (size_t i = 1; i < local.size(); ++i) pl.copy(out_ptr(inst, local[i]), out0, out_bytes);
   }
 }
+
+}  // namespace
 
 }  // namespace meshrt::coll

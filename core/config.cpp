@@ -65,6 +65,10 @@ const std::vector<Variable>& variables() {
        "1: reductions give direct's bits under every algorithm"},
       {"MESHRT_COLLECTIVE_TIMEOUT", "seconds > 0", "300",
        "seconds before a collective whose peers never arrive is an error"},
+      {"MESHRT_MPI_MAX_MESSAGE_BYTES", "16..2147483647", "2147483584",
+       "testing: the most bytes one MPI message between processes carries; larger transfers "
+       "move as several messages (a small value tests that splitting); every process must use "
+       "the same value"},
       {"MESHRT_CUDA_DEVICES_PER_GPU", "1..64", "1",
        "logical cuda devices per GPU, each with its own executor, streams and memory accounting"},
       {"MESHRT_CUDA_CACHE_BYTES", "bytes >= 0", "a quarter of the GPU's share",
@@ -132,6 +136,12 @@ std::chrono::milliseconds collective_timeout() {
         "a positive number of seconds; e.g. MESHRT_COLLECTIVE_TIMEOUT=60");
   }
   return std::chrono::milliseconds(static_cast<int64_t>(s * 1000));
+}
+
+int64_t mpi_max_message_bytes() {
+  return integer("MESHRT_MPI_MAX_MESSAGE_BYTES", "distributed", 16, INT32_MAX, kMpiMaxMessageBytes,
+                 "a byte count between 16 and 2147483647 (a testing knob: unset it, or e.g. "
+                 "MESHRT_MPI_MAX_MESSAGE_BYTES=1000 to split every transfer above 1000 bytes)");
 }
 
 int cuda_devices_per_gpu() {

@@ -40,6 +40,12 @@ std::string collective_algo();
 bool deterministic();
 // MESHRT_COLLECTIVE_TIMEOUT: seconds (> 0) before a collective whose peers never arrive fails.
 std::chrono::milliseconds collective_timeout();
+// The default of MESHRT_MPI_MAX_MESSAGE_BYTES: MPI's int count (INT_MAX) rounded down to 64 bytes.
+inline constexpr int64_t kMpiMaxMessageBytes = (int64_t{INT32_MAX} / 64) * 64;
+// MESHRT_MPI_MAX_MESSAGE_BYTES: the most bytes one MPI message carries, 16..INT32_MAX (default
+// kMpiMaxMessageBytes); a transfer between processes above it moves as several messages. A
+// testing knob: a small value drives the splitting with small transfers.
+int64_t mpi_max_message_bytes();
 // MESHRT_CUDA_DEVICES_PER_GPU: logical cuda devices per GPU, 1..kMaxCudaDevicesPerGpu (default 1).
 int cuda_devices_per_gpu();
 // MESHRT_CUDA_CACHE_BYTES: freed GPU bytes each logical device keeps; unset: the backend's default.

@@ -43,6 +43,8 @@ std::vector<std::pair<std::string, std::string>> settings(int cpu, int cuda) {
           {"MESHRT_COLLECTIVE_ALGO", config::collective_algo()},
           {"MESHRT_DETERMINISTIC", config::deterministic() ? "1" : "0"},
           {"MESHRT_COLLECTIVE_TIMEOUT", cat(config::collective_timeout().count(), " ms")},
+          // Both sides of a transfer split it the same way.
+          {"MESHRT_MPI_MAX_MESSAGE_BYTES", cat(config::mpi_max_message_bytes())},
           {"cpu devices", cat(cpu)},
           {"cuda devices", cat(cuda)}};
 }

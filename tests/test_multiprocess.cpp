@@ -376,6 +376,91 @@ TEST(Multiprocess, MatmulPlacedAsRowsAndSplitK) {
   EXPECT_EQ(gathered<float>(matmul_transposed(x, x, true, false)), xtx);
 }
 
+// Blocks of thousands of bytes with odd element counts. Under multiprocess_{2x4,4x2}_pieces
+// (MESHRT_MPI_MAX_MESSAGE_BYTES=999) every transfer between processes here is many MPI messages,
+// their boundaries inside elements: reshards, process_allgather, a small psum (the partial sums
+// travel with the agreement), a large one (shared by the devices, point to point), a
+// deterministic one and all_gather (every input gathered), ppermute and all_to_all.
+TEST(Multiprocess, TransfersOfManyMessages) {
+  Mesh mesh = make_mesh({8}, {"x"});
+  Mesh mesh2 = make_mesh({4, 2}, {"a", "b"});
+  const int64_t rows = 24, cols = 1008;  // a device's 3 rows: 12096 bytes
+  std::vector<int32_t> v(static_cast<size_t>(rows * cols));
+  for (size_t i = 0; i < v.size(); ++i) v[i] = static_cast<int32_t>((i * 37) % 20011) - 10000;
+  const auto at = [&](int64_t r, int64_t c) { return v[static_cast<size_t>(r * cols + c)]; };
+  Array x = device_put(v, {rows, cols}, NamedSharding(mesh, P("x")));
+  EXPECT_EQ(gathered<int32_t>(x), v);
+  // Ranges of 3 x 126 (1512 bytes), whole blocks, the (4, 2) mesh's blocks.
+  for (const NamedSharding& to :
+       {NamedSharding(mesh, P(None, "x")), NamedSharding(mesh, P()),
+        NamedSharding(mesh2, P("b", "a")), NamedSharding(mesh2, P(Axes{"a", "b"}))}) {
+    Array y = device_put(x, to);
+    EXPECT_EQ(gathered<int32_t>(y), v) << to.str();
+    for (const Shard& s : y.addressable_shards()) {
+      std::vector<int32_t> want;
+      for (int64_t i = s.index[0].first; i < s.index[0].second; ++i)
+        for (int64_t j = s.index[1].first; j < s.index[1].second; ++j) want.push_back(at(i, j));
+      EXPECT_EQ(s.data.to_vector<int32_t>(), want) << to.str() << " on " << s.device.str();
+    }
+  }
+  // 251 int64 per device (2008 bytes), replicated.
+  std::vector<int64_t> w(8 * 251);
+  for (size_t i = 0; i < w.size(); ++i) w[i] = static_cast<int64_t>(i * i) * 1000003 - 7;
+  Array wx = device_put(w, {8 * 251}, NamedSharding(mesh, P("x")));
+  EXPECT_EQ(device_put(wx, NamedSharding(mesh, P())).to_vector<int64_t>(), w);
+
+  const auto run = [&](auto body, const Array& in, const PartitionSpec& out) {
+    return shard_map(body, mesh, {P("x")}, out)(in);
+  };
+  std::vector<int32_t> sum(static_cast<size_t>(3 * cols), 0);
+  for (int64_t d = 0; d < 8; ++d)
+    for (int64_t r = 0; r < 3; ++r)
+      for (int64_t c = 0; c < cols; ++c) sum[static_cast<size_t>(r * cols + c)] += at(d * 3 + r, c);
+  EXPECT_EQ(
+      gathered<int32_t>(run([](Context& c, const Tensor& t) { return c.psum(t, "x"); }, x, P())),
+      sum);
+  CollectiveOptions o;
+  o.deterministic = true;
+  EXPECT_EQ(gathered<int32_t>(
+                run([&](Context& c, const Tensor& t) { return c.psum(t, "x", o); }, x, P())),
+            sum);
+  // 20011 int32 per device (80044 bytes): above the small reductions' 32 KiB.
+  const int64_t n = 20011;
+  std::vector<int32_t> big(static_cast<size_t>(8 * n));
+  for (size_t i = 0; i < big.size(); ++i) big[i] = static_cast<int32_t>((i * 7919) % 4099) - 2049;
+  std::vector<int32_t> big_sum(static_cast<size_t>(n), 0);
+  for (int64_t d = 0; d < 8; ++d)
+    for (int64_t i = 0; i < n; ++i)
+      big_sum[static_cast<size_t>(i)] += big[static_cast<size_t>(d * n + i)];
+  Array bx = device_put(big, {8 * n}, NamedSharding(mesh, P("x")));
+  EXPECT_EQ(
+      gathered<int32_t>(run([](Context& c, const Tensor& t) { return c.psum(t, "x"); }, bx, P())),
+      big_sum);
+  // all_gather tiled: every device the whole array.
+  EXPECT_EQ(gathered<int32_t>(run(
+                [](Context& c, const Tensor& t) { return c.all_gather(t, "x", 0, true); }, x, P())),
+            v);
+  // ppermute by 3 blocks.
+  Array sh = run(
+      [](Context& c, const Tensor& t) {
+        std::vector<std::pair<int64_t, int64_t>> perm;
+        for (int64_t i = 0; i < 8; ++i) perm.push_back({i, (i + 3) % 8});
+        return c.ppermute(t, "x", perm);
+      },
+      x, P("x"));
+  std::vector<int32_t> shifted(v.size());
+  for (int64_t d = 0; d < 8; ++d)
+    for (int64_t e = 0; e < 3 * cols; ++e)
+      shifted[static_cast<size_t>(((d + 3) % 8) * 3 * cols + e)] =
+          v[static_cast<size_t>(d * 3 * cols + e)];
+  EXPECT_EQ(gathered<int32_t>(sh), shifted);
+  // all_to_all: [3, 1008] blocks split along columns, concatenated along rows: [24, 126].
+  EXPECT_EQ(gathered<int32_t>(
+                run([](Context& c, const Tensor& b) { return c.all_to_all(b, "x", 1, 0, true); }, x,
+                    P(None, "x"))),
+            v);
+}
+
 TEST(Multiprocess, MismatchIsAnErrorOnEveryProcess) {
   if (process_count() == 1) GTEST_SKIP() << "needs several processes";
   Mesh mesh = make_mesh({8}, {"x"});
