@@ -391,7 +391,8 @@ void complete(Session& session, Instance& inst, const Plane& pl) {
   // may be in flight at once (MPI tags and communicator creation).
   const int64_t key64 =
       inst.layout().axes_key * static_cast<int64_t>(inst.layout().members.size()) + inst.group();
-  if (key64 + 1 > comm.max_tag()) {
+  // Keys stay below max_tag(), the checkpoint barrier's tag on the same channel.
+  if (key64 + 1 >= comm.max_tag()) {
     fail(session, inst,
          cat(op, c.str(),
              ": the mesh has too many axes or groups to name this group across "
@@ -504,14 +505,18 @@ void complete(Session& session, Instance& inst, const Plane& pl) {
   if (c.kind == Kind::ppermute) {  // point to point: only the pairs that cross processes move
     std::vector<backend::ProcessComm::Transfer> sends, recvs;
     std::vector<int64_t> sources;
+    // Pairs in perm order on both sides: tags may repeat (wrap) without mixing transfers.
+    const auto tag_of = [&](size_t i) {
+      return static_cast<int>(static_cast<int64_t>(i) % comm.max_tag());
+    };
     for (size_t i = 0; i < c.perm.size(); ++i) {
       const auto [src, dst] = c.perm[i];
       const int ps = proc_of[static_cast<size_t>(src)], pd = proc_of[static_cast<size_t>(dst)];
       if (ps == pd) continue;
       if (ps == cp.rank) {
-        sends.push_back({pd, static_cast<int>(i), const_cast<void*>(inst.slot(src).in), bytes});
+        sends.push_back({pd, tag_of(i), const_cast<void*>(inst.slot(src).in), bytes});
       } else if (pd == cp.rank) {
-        recvs.push_back({ps, static_cast<int>(i), nullptr, bytes});
+        recvs.push_back({ps, tag_of(i), nullptr, bytes});
         sources.push_back(src);
       }
     }

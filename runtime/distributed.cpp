@@ -3,6 +3,7 @@
 #include "runtime/distributed.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <cstdlib>
 #include <map>
 #include <mutex>
@@ -30,7 +31,7 @@ int launched_processes() {
     if (const char* v = std::getenv(name); v != nullptr && *v != '\0') {
       char* end = nullptr;
       const long n = std::strtol(v, &end, 10);
-      if (*end == '\0' && n >= 1) return static_cast<int>(n);
+      if (*end == '\0' && n >= 1 && n <= INT32_MAX) return static_cast<int>(n);
     }
   }
   return 1;
