@@ -232,7 +232,7 @@ class MpiComm final : public ProcessComm {
       char* dst = static_cast<char*>(out) + at;
       at += counts[k];
       if (k == me) {
-        if (dst != in) std::memmove(dst, in, static_cast<size_t>(counts[k]));
+        if (counts[k] > 0 && dst != in) std::memmove(dst, in, static_cast<size_t>(counts[k]));
         continue;
       }
       sends.push_back({procs[k], max_tag_, const_cast<void*>(in), counts[me]});
