@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 #include <meshrt/meshrt.h>
 
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <numeric>
@@ -459,6 +460,65 @@ TEST(Multiprocess, TransfersOfManyMessages) {
                 run([](Context& c, const Tensor& b) { return c.all_to_all(b, "x", 1, 0, true); }, x,
                     P(None, "x"))),
             v);
+}
+
+// bfloat16 across processes: a psum rounds once in direct's member order where one process holds
+// the group or the call is deterministic; otherwise each process's partial is rounded too (within
+// 2 bf16 ulps of one rounding, docs/meshes-shardings-arrays.md); an optimizer step on bf16 params
+// sharded over the processes gives the replicated step's values within one bf16 ulp (its global
+// norm is summed in another order).
+TEST(Multiprocess, Bfloat16PsumAndOptimizerStep) {
+  Mesh mesh = make_mesh({8}, {"x"});
+  const int64_t n = 1000;
+  std::vector<float> v(static_cast<size_t>(8 * n));
+  for (size_t i = 0; i < v.size(); ++i)
+    v[i] = 1.0f + 0.001f * static_cast<float>(i % 977) + 0.3f * static_cast<float>(i % 5);
+  const Array x = astype(device_put(v, {8 * n}, NamedSharding(mesh, P("x"))), DType::bf16);
+  const std::vector<float> xb = gathered<float>(astype(x, DType::f32));
+  std::vector<float> once(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) {
+    float acc = xb[static_cast<size_t>(i)];
+    for (int64_t d = 1; d < 8; ++d) acc += xb[static_cast<size_t>(d * n + i)];
+    once[static_cast<size_t>(i)] = static_cast<float>(bfloat16(acc));
+  }
+  for (bool deterministic : {false, true}) {
+    CollectiveOptions o;
+    o.deterministic = deterministic;
+    const Array s = shard_map([&](Context& c, const Tensor& t) { return c.psum(t, "x", o); }, mesh,
+                              {P("x")}, P())(x);
+    EXPECT_EQ(s.dtype(), DType::bf16);
+    const std::vector<float> got = gathered<float>(astype(s, DType::f32));
+    for (int64_t i = 0; i < n; ++i) {
+      const float want = once[static_cast<size_t>(i)], g = got[static_cast<size_t>(i)];
+      if (deterministic || process_count() == 1) {
+        ASSERT_EQ(g, want) << "element " << i << (deterministic ? " (deterministic)" : "");
+      } else {
+        ASSERT_LE(std::fabs(g - want), 2 * std::ldexp(1.0f, std::ilogb(want) - 7)) << i;
+      }
+    }
+  }
+  // Adam (with global-norm clipping) on bf16 params: sharded over the processes and replicated.
+  const auto opt = optim::chain(optim::clip_by_global_norm(1.0), optim::adam(1e-2));
+  std::vector<float> g(v.size());
+  for (size_t i = 0; i < g.size(); ++i) g[i] = 0.01f * static_cast<float>(i % 13) - 0.05f;
+  std::vector<std::vector<float>> after;
+  for (const PartitionSpec& spec : {P("x"), P()}) {
+    const NamedSharding sh(mesh, spec);
+    std::vector<Array> params{device_put(x, sh)};
+    const std::vector<Array> grads{astype(device_put(g, {8 * n}, sh), DType::bf16)};
+    auto state = opt.init(params);
+    for (int step = 0; step < 3; ++step) {
+      auto [updates, next] = opt.update(grads, state, params);
+      params = optim::apply_updates(params, updates);
+      state = next;
+    }
+    EXPECT_EQ(params[0].dtype(), DType::bf16);
+    after.push_back(gathered<float>(astype(params[0], DType::f32)));
+  }
+  for (size_t i = 0; i < v.size(); ++i) {
+    ASSERT_LE(std::fabs(after[0][i] - after[1][i]), std::ldexp(1.0f, std::ilogb(after[1][i]) - 7))
+        << i;
+  }
 }
 
 TEST(Multiprocess, MismatchIsAnErrorOnEveryProcess) {
