@@ -391,12 +391,10 @@ Shape local_shape(const Mesh& mesh, const Layout& l, const Shape& global_shape) 
   return s;
 }
 
-Array reshaped(std::string_view op, const Array& x, const Shape& out) {
+// `shape` may hold one -1 (reshape's), inferred here.
+Array reshaped(std::string_view op, const Array& x, const Shape& shape) {
   detail::Traced<Array> tr(OpId::reshape, {&x});
-  if (shape_size(out) != x.size()) {
-    throw Error(cat("[", op, "] cannot reshape array of shape ", shape_tuple(x.shape()), " (size ",
-                    x.size(), ") into shape ", shape_tuple(out), " (size ", shape_size(out), ")"));
-  }
+  const Shape out = detail::reshape_shape(x.shape(), shape, op, detail::Form::array);
   const OpMesh m = global::op_mesh(op, {&x});
   Plan p = global::reshape_rule(m.mesh, {&x.shape(), global::layout_of(x)}, out);
   const Shape local = local_shape(m.mesh, p.out.front(), out);
@@ -408,23 +406,11 @@ Array reshaped(std::string_view op, const Array& x, const Shape& out) {
 Array join(std::string_view op, const std::vector<Array>& xs, int axis, bool stack_) {
   detail::Traced<Array> tr(stack_ ? OpId::stack : OpId::concatenate, xs);
   if (xs.empty()) throw Error(cat("[", op, "] needs at least one array"));
-  const Shape& s0 = xs.front().shape();
-  const int ax = norm_axis(op, axis, s0.size() + (stack_ ? 1 : 0));
+  const int ax = norm_axis(op, axis, xs.front().shape().size() + (stack_ ? 1 : 0));
   if (tr) tr.set_attrs(detail::AxisAttrs{ax});
-  Shape out = s0;
-  for (size_t i = 1; i < xs.size(); ++i) {
-    const Shape& s = xs[i].shape();
-    bool ok = s.size() == s0.size();
-    for (size_t d = 0; ok && d < s.size(); ++d)
-      ok = s[d] == s0[d] || (!stack_ && static_cast<int>(d) == ax);
-    if (!ok) {
-      throw Error(cat("[", op, "] all input arrays must have the same shape",
-                      stack_ ? "" : " except along axis", "; got ", shape_tuple(s0), " and ",
-                      shape_tuple(s)));
-    }
-    if (!stack_) out[static_cast<size_t>(ax)] += s[static_cast<size_t>(ax)];
-  }
-  if (stack_) out.insert(out.begin() + ax, static_cast<int64_t>(xs.size()));
+  std::vector<Shape> shapes;
+  for (const Array& x : xs) shapes.push_back(x.shape());
+  const Shape out = detail::join_shape(shapes, ax, stack_, detail::Form::array);
   const OpMesh m = global::op_mesh(op, ptrs(xs));
   Plan p = global::join_rule(m.mesh, operands(xs), ax, stack_, out);
   Layout computed{p.need.front().dims, {}};
@@ -695,18 +681,7 @@ Array transpose(const Array& x, std::vector<int> perm) {
 }
 
 // ---- shape
-Array reshape(const Array& x, Shape shape) {
-  int64_t known = 1, infer = -1;
-  for (size_t d = 0; d < shape.size(); ++d) {
-    if (shape[d] == -1 && infer < 0)
-      infer = static_cast<int64_t>(d);
-    else
-      known *= shape[d];
-  }
-  if (infer >= 0 && known > 0 && x.size() % known == 0)
-    shape[static_cast<size_t>(infer)] = x.size() / known;
-  return reshaped("reshape", x, shape);
-}
+Array reshape(const Array& x, Shape shape) { return reshaped("reshape", x, shape); }
 
 Array squeeze(const Array& x, std::vector<int> axes) {
   const Shape& s = x.shape();
@@ -740,21 +715,10 @@ Array expand_dims(const Array& x, int axis) {
 
 Array slice(const Array& x, const Shape& start, const Shape& limit, const Shape& strides) {
   const Shape& s = x.shape();
-  if (start.size() != s.size() || limit.size() != s.size() ||
-      (!strides.empty() && strides.size() != s.size())) {
-    throw Error(
-        cat("[slice] start, limit and strides need one entry per dimension of ", shape_tuple(s)));
-  }
-  Shape out;
+  const Shape out = detail::slice_shape(s, start, limit, strides, detail::Form::array);
   std::vector<bool> whole(s.size());
   for (size_t d = 0; d < s.size(); ++d) {
-    const int64_t st = strides.empty() ? 1 : strides[d];
-    if (start[d] < 0 || limit[d] > s[d] || start[d] > limit[d] || st < 1) {
-      throw Error(cat("[slice] start ", shape_tuple(start), ", limit ", shape_tuple(limit),
-                      " do not fit shape ", shape_tuple(s)));
-    }
-    out.push_back((limit[d] - start[d] + st - 1) / st);
-    whole[d] = start[d] != 0 || limit[d] != s[d] || st != 1;
+    whole[d] = start[d] != 0 || limit[d] != s[d] || (!strides.empty() && strides[d] != 1);
   }
   detail::Traced<Array> tr(OpId::slice, {&x});
   if (tr) {
@@ -820,16 +784,9 @@ Array row(const Array& x, int64_t i) {
 }
 
 Array pad(const Array& x, const std::vector<std::pair<int64_t, int64_t>>& widths, double value) {
-  const Shape& s = x.shape();
-  if (widths.size() != s.size()) {
-    throw Error(
-        cat("[pad] widths need one (before, after) pair per dimension of ", shape_tuple(s)));
-  }
-  Shape out = s;
-  std::vector<bool> whole(s.size());
-  for (size_t d = 0; d < s.size(); ++d) {
-    if (widths[d].first < 0 || widths[d].second < 0) throw Error("[pad] widths must be >= 0");
-    out[d] += widths[d].first + widths[d].second;
+  const Shape out = detail::pad_shape(x.shape(), widths, detail::Form::array);
+  std::vector<bool> whole(out.size());
+  for (size_t d = 0; d < out.size(); ++d) {
     whole[d] = widths[d].first != 0 || widths[d].second != 0;
   }
   detail::Traced<Array> tr(OpId::pad, {&x});
@@ -846,15 +803,9 @@ Array stack(const std::vector<Array>& xs, int axis) { return join("stack", xs, a
 
 std::vector<Array> split(const Array& x, int64_t sections, int axis) {
   const int ax = norm_axis("split", axis, x.shape().size());
-  const int64_t n = x.shape()[static_cast<size_t>(ax)];
-  if (sections < 1 || n % sections != 0) {
-    throw Error(
-        cat("[split] array split does not result in an equal division: ", n, " into ", sections));
-  }
+  const Shape piece = detail::split_shape(x.shape(), sections, ax, detail::Form::array);
   std::vector<bool> whole(x.shape().size(), false);
   whole[static_cast<size_t>(ax)] = true;
-  Shape piece = x.shape();
-  piece[static_cast<size_t>(ax)] = n / sections;
   detail::Traced<Array> tr(OpId::split, {&x});
   if (tr) tr.set_attrs(detail::AxisAttrs{ax});
   return tr.outputs(

@@ -521,31 +521,7 @@ Tensor transpose(const Tensor& x, std::vector<int> perm) {
 Tensor reshape(const Tensor& x, Shape shape) {
   detail::Traced<Tensor> tr(OpId::reshape, {&x});
   check_valid(x, "reshape");
-  int infer = -1;
-  int64_t known = 1;
-  for (size_t d = 0; d < shape.size(); ++d) {
-    if (shape[d] == -1) {
-      if (infer >= 0)
-        throw Error(cat("[ops] reshape: only one dimension may be -1, got ", shape_str(shape)));
-      infer = static_cast<int>(d);
-    } else if (shape[d] < 0) {
-      throw Error(cat("[ops] reshape: negative dimension in ", shape_str(shape)));
-    } else {
-      known *= shape[d];
-    }
-  }
-  if (infer >= 0) {
-    if (known == 0 || x.size() % known != 0) {
-      throw Error(
-          cat("[ops] reshape: cannot reshape ", shape_str(x.shape()), " into ", shape_str(shape)));
-    }
-    shape[static_cast<size_t>(infer)] = x.size() / known;
-  }
-  if (shape_size(shape) != x.size()) {
-    throw Error(cat("[ops] reshape: cannot reshape an array of shape ", shape_str(x.shape()), " (",
-                    x.size(), " elements) into shape ", shape_str(shape), " (", shape_size(shape),
-                    " elements)"));
-  }
+  shape = detail::reshape_shape(x.shape(), std::move(shape), "reshape", detail::Form::tensor);
   return tr(Tensor(x.buffer(), x.byte_offset(), std::move(shape), x.dtype(),
                    x.device()));  // same buffer
 }
@@ -575,25 +551,13 @@ Tensor Tensor::operator[](int64_t i) const { return row_view(*this, i, cat("t[",
 Tensor slice(const Tensor& x, const Shape& start, const Shape& limit, const Shape& strides) {
   detail::Traced<Tensor> tr(OpId::slice, {&x});
   check_valid(x, "slice");
-  const size_t rank = x.shape().size();
-  if (start.size() != rank || limit.size() != rank ||
-      (!strides.empty() && strides.size() != rank)) {
-    throw Error(cat("[ops] slice: start ", shape_str(start), ", limit ", shape_str(limit),
-                    " (and strides) need one entry per dimension of ", shape_str(x.shape())));
-  }
+  const Shape out = detail::slice_shape(x.shape(), start, limit, strides, detail::Form::tensor);
+  const size_t rank = out.size();
   const std::vector<int64_t> ds = dense(x.shape());
-  Shape out(rank);
   std::vector<int64_t> st(rank);
   int64_t offset = 0;
   for (size_t d = 0; d < rank; ++d) {
-    const int64_t step = strides.empty() ? 1 : strides[d];
-    if (step < 1 || start[d] < 0 || limit[d] < start[d] || limit[d] > x.shape()[d]) {
-      throw Error(cat("[ops] slice: start ", shape_str(start), ", limit ", shape_str(limit),
-                      " and strides ", shape_str(strides), " do not fit shape ",
-                      shape_str(x.shape()), " (need 0 <= start <= limit <= dim, stride >= 1)"));
-    }
-    out[d] = (limit[d] - start[d] + step - 1) / step;
-    st[d] = ds[d] * step;
+    st[d] = ds[d] * (strides.empty() ? 1 : strides[d]);
     offset += start[d] * ds[d];
   }
   if (tr)
@@ -652,20 +616,13 @@ Tensor concatenate(const std::vector<Tensor>& xs, int axis) {
   check_valid(xs[0], "concatenate");
   const int a = normalize(axis, xs[0].ndim(), "concatenate", xs[0].shape());
   DType t = xs[0].dtype();
-  Shape out = xs[0].shape();
-  out[static_cast<size_t>(a)] = 0;
+  std::vector<Shape> shapes;
   for (const Tensor& x : xs) {
     check_same_device(xs[0], x, "concatenate");
     t = promote_types(t, x.dtype());
-    bool fits = x.ndim() == xs[0].ndim();
-    for (size_t d = 0; fits && d < out.size(); ++d)
-      fits = static_cast<int>(d) == a || x.shape()[d] == out[d];
-    if (!fits) {
-      throw Error(cat("[ops] concatenate: shapes ", shape_str(xs[0].shape()), " and ",
-                      shape_str(x.shape()), " differ outside axis ", a));
-    }
-    out[static_cast<size_t>(a)] += x.shape()[static_cast<size_t>(a)];
+    shapes.push_back(x.shape());
   }
+  const Shape out = detail::join_shape(shapes, a, /*stack=*/false, detail::Form::tensor);
   Tensor y = empty(out, t, xs[0].device());
   Shape at(out.size(), 0);
   for (const Tensor& x : xs) {
@@ -679,14 +636,9 @@ Tensor concatenate(const std::vector<Tensor>& xs, int axis) {
 std::vector<Tensor> split(const Tensor& x, int64_t sections, int axis) {
   check_valid(x, "split");
   const int a = normalize(axis, x.ndim(), "split", x.shape());
-  const int64_t dim = x.shape()[static_cast<size_t>(a)];
-  if (sections < 1 || dim % sections != 0) {
-    throw Error(cat("[ops] split: array split does not result in an equal division: dimension ", a,
-                    " of shape ", shape_str(x.shape()), " (size ", dim, ") into ", sections,
-                    " sections"));
-  }
+  const int64_t w =
+      detail::split_shape(x.shape(), sections, a, detail::Form::tensor)[static_cast<size_t>(a)];
   std::vector<Tensor> out;
-  const int64_t w = dim / sections;
   for (int64_t i = 0; i < sections; ++i) out.push_back(slice_in_dim(x, i * w, (i + 1) * w, 1, a));
   return out;
 }
@@ -695,15 +647,14 @@ Tensor stack(const std::vector<Tensor>& xs, int axis) {
   if (xs.empty()) throw Error("[ops] stack: needs at least one tensor");
   check_valid(xs[0], "stack");
   const int a = normalize(axis, xs[0].ndim() + 1, "stack", xs[0].shape());
-  std::vector<Tensor> parts;
+  std::vector<Shape> shapes;
   for (const Tensor& x : xs) {
     check_valid(x, "stack");
-    if (x.shape() != xs[0].shape()) {
-      throw Error(cat("[ops] stack: all input arrays must have the same shape, got ",
-                      shape_str(xs[0].shape()), " and ", shape_str(x.shape())));
-    }
-    parts.push_back(expand_dims(x, a));
+    shapes.push_back(x.shape());
   }
+  (void)detail::join_shape(shapes, a, /*stack=*/true, detail::Form::tensor);
+  std::vector<Tensor> parts;
+  for (const Tensor& x : xs) parts.push_back(expand_dims(x, a));
   return concatenate(parts, a);
 }
 
@@ -744,19 +695,9 @@ Tensor pad(const Tensor& x, const std::vector<std::pair<int64_t, int64_t>>& widt
   detail::Traced<Tensor> tr(OpId::pad, {&x});
   if (tr) tr.set_attrs(detail::PadAttrs{widths});
   check_valid(x, "pad");
-  if (widths.size() != x.shape().size()) {
-    throw Error(cat("[ops] pad: ", widths.size(), " (before, after) pairs given for shape ",
-                    shape_str(x.shape()), "; give one per dimension"));
-  }
-  Shape out = x.shape(), at(widths.size());
-  for (size_t d = 0; d < widths.size(); ++d) {
-    if (widths[d].first < 0 || widths[d].second < 0) {
-      throw Error(cat("[ops] pad: widths must be >= 0, got (", widths[d].first, ", ",
-                      widths[d].second, ") for dimension ", d));
-    }
-    out[d] += widths[d].first + widths[d].second;
-    at[d] = widths[d].first;
-  }
+  const Shape out = detail::pad_shape(x.shape(), widths, detail::Form::tensor);
+  Shape at(widths.size());
+  for (size_t d = 0; d < widths.size(); ++d) at[d] = widths[d].first;
   Tensor y = full(out, value, x.dtype(), x.device());
   place(y, x, at);
   return tr(y);

@@ -42,6 +42,18 @@ TEST(OpRegistry, EveryOpHasAShapeRuleAPlacementRuleAndADerivativeDecision) {
     EXPECT_NE(def.shape, ShapeRule::unset) << def.name << " has no shape rule";
     EXPECT_NE(def.placement, Placement::unset) << def.name << " has no placement rule";
     EXPECT_NE(def.derivative, Derivative::unset) << def.name << " has no derivative decision";
+    // An op with a Tensor and an Array form takes its shape rule from here, so the two forms
+    // cannot drift apart (same has nothing to check; transpose's permute is not shared yet).
+    if (def.on_tensor && def.on_array && def.shape != ShapeRule::same &&
+        def.shape != ShapeRule::permute) {
+      EXPECT_TRUE(detail::shape_rule_shared(def.shape))
+          << def.name << " has a Tensor and an Array form but no shared shape rule";
+    }
+  }
+  // The Array-only ops whose rule is shared with the Tensor ops they are made of.
+  for (OpId op : {OpId::mean, OpId::stack, OpId::split}) {
+    EXPECT_TRUE(detail::shape_rule_shared(detail::op_def(op).shape))
+        << detail::op_name(op) << " has no shared shape rule";
   }
 }
 
@@ -179,6 +191,76 @@ TEST(OpRegistry, SharedShapeRules) {
   EXPECT_EQ(detail::reduce_shape({2, 3, 4}, 1, false), (Shape{2, 4}));
   EXPECT_EQ(detail::reduce_shape({2, 3, 4}, 1, true), (Shape{2, 1, 4}));
   EXPECT_EQ(detail::reduce_shape({2, 3, 4}, std::nullopt, true), (Shape{1, 1, 1}));
+}
+
+// slice, pad, reshape, concatenate/stack and split: one check each, in the wording of the form
+// that calls it (the Tensor ops' "[ops] op: ", the Array ops' "[op] ").
+TEST(OpRegistry, SharedShapeRulesForShapeOps) {
+  using detail::Form;
+  EXPECT_EQ(detail::slice_shape({5, 6}, {1, 0}, {4, 6}, {}, Form::tensor), (Shape{3, 6}));
+  EXPECT_EQ(detail::slice_shape({5, 6}, {1, 0}, {5, 6}, {2, 4}, Form::array), (Shape{2, 2}));
+  EXPECT_MESHRT_ERROR(detail::slice_shape({5, 6}, {0}, {1}, {}, Form::tensor),
+                      "[ops] slice: start (0,), limit (1,) (and strides) need one entry per "
+                      "dimension of (5, 6)");
+  EXPECT_MESHRT_ERROR(detail::slice_shape({5, 6}, {0}, {1}, {}, Form::array),
+                      "[slice] start, limit and strides need one entry per dimension of (5, 6)");
+  EXPECT_MESHRT_ERROR(detail::slice_shape({5, 6}, {0, 0}, {6, 6}, {1, 1}, Form::tensor),
+                      "[ops] slice: start (0, 0), limit (6, 6) and strides (1, 1) do not fit "
+                      "shape (5, 6) (need 0 <= start <= limit <= dim, stride >= 1)");
+  EXPECT_MESHRT_ERROR(detail::slice_shape({5, 6}, {0, 0}, {5, 6}, {1, 0}, Form::array),
+                      "[slice] start (0, 0), limit (5, 6) do not fit shape (5, 6)");
+
+  const std::vector<std::pair<int64_t, int64_t>> widths = {{1, 2}, {0, 3}};
+  EXPECT_EQ(detail::pad_shape({2, 3}, widths, Form::array), (Shape{5, 6}));
+  EXPECT_MESHRT_ERROR(detail::pad_shape({2}, widths, Form::tensor),
+                      "[ops] pad: 2 (before, after) pairs given for shape (2,); give one per "
+                      "dimension");
+  EXPECT_MESHRT_ERROR(detail::pad_shape({2}, widths, Form::array),
+                      "[pad] widths need one (before, after) pair per dimension of (2,)");
+  const std::vector<std::pair<int64_t, int64_t>> negative = {{1, -1}};
+  EXPECT_MESHRT_ERROR(detail::pad_shape({2}, negative, Form::tensor),
+                      "[ops] pad: widths must be >= 0, got (1, -1) for dimension 0");
+  EXPECT_MESHRT_ERROR(detail::pad_shape({2}, negative, Form::array), "[pad] widths must be >= 0");
+
+  EXPECT_EQ(detail::reshape_shape({4, 6}, {-1, 3}, "reshape", Form::tensor), (Shape{8, 3}));
+  EXPECT_EQ(detail::reshape_shape({4, 6}, {2, -1, 4}, "reshape", Form::array), (Shape{2, 3, 4}));
+  EXPECT_MESHRT_ERROR(detail::reshape_shape({24}, {-1, -1}, "reshape", Form::tensor),
+                      "[ops] reshape: only one dimension may be -1, got (-1, -1)");
+  EXPECT_MESHRT_ERROR(detail::reshape_shape({24}, {-2, 12}, "reshape", Form::tensor),
+                      "[ops] reshape: negative dimension in (-2, 12)");
+  EXPECT_MESHRT_ERROR(detail::reshape_shape({24}, {7, -1}, "reshape", Form::tensor),
+                      "[ops] reshape: cannot reshape (24,) into (7, -1)");
+  EXPECT_MESHRT_ERROR(detail::reshape_shape({24}, {5, 5}, "reshape", Form::tensor),
+                      "[ops] reshape: cannot reshape an array of shape (24,) (24 elements) into "
+                      "shape (5, 5) (25 elements)");
+  EXPECT_MESHRT_ERROR(detail::reshape_shape({8, 4}, {5, 7}, "squeeze", Form::array),
+                      "[squeeze] cannot reshape array of shape (8, 4) (size 32) into shape (5, 7) "
+                      "(size 35)");
+  EXPECT_MESHRT_ERROR(detail::reshape_shape({24}, {7, -1}, "reshape", Form::array),
+                      "[reshape] cannot reshape array of shape (24,) (size 24) into shape (7, -1) "
+                      "(size -7)");
+
+  const Shape two[] = {{2, 3}, {2, 4}};
+  EXPECT_EQ(detail::join_shape(two, 1, false, Form::tensor), (Shape{2, 7}));
+  const Shape same[] = {{2, 3}, {2, 3}, {2, 3}};
+  EXPECT_EQ(detail::join_shape(same, 1, true, Form::array), (Shape{2, 3, 3}));
+  EXPECT_MESHRT_ERROR(detail::join_shape(two, 0, false, Form::tensor),
+                      "[ops] concatenate: shapes (2, 3) and (2, 4) differ outside axis 0");
+  EXPECT_MESHRT_ERROR(detail::join_shape(two, 0, false, Form::array),
+                      "[concatenate] all input arrays must have the same shape except along axis; "
+                      "got (2, 3) and (2, 4)");
+  EXPECT_MESHRT_ERROR(detail::join_shape(two, 0, true, Form::tensor),
+                      "[ops] stack: all input arrays must have the same shape, got (2, 3) and "
+                      "(2, 4)");
+  EXPECT_MESHRT_ERROR(detail::join_shape(two, 0, true, Form::array),
+                      "[stack] all input arrays must have the same shape; got (2, 3) and (2, 4)");
+
+  EXPECT_EQ(detail::split_shape({6, 4}, 3, 0, Form::tensor), (Shape{2, 4}));
+  EXPECT_MESHRT_ERROR(detail::split_shape({6, 4}, 3, 1, Form::tensor),
+                      "[ops] split: array split does not result in an equal division: dimension 1 "
+                      "of shape (6, 4) (size 4) into 3 sections");
+  EXPECT_MESHRT_ERROR(detail::split_shape({6, 4}, 0, 1, Form::array),
+                      "[split] array split does not result in an equal division: 4 into 0");
 }
 
 }  // namespace

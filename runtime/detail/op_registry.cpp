@@ -349,6 +349,27 @@ MatmulShape matmul_shape(const Shape& a, const Shape& b, bool ta, bool tb, std::
   return r;
 }
 
+bool shape_rule_shared(ShapeRule rule) {
+  switch (rule) {
+    case S::broadcast:  // broadcast_shapes
+    case S::reduce:     // reduce_shape
+    case S::matmul:     // matmul_shape
+    case S::reshape:    // reshape_shape
+    case S::slice:      // slice_shape
+    case S::pad:        // pad_shape
+    case S::join:       // join_shape
+    case S::split:      // split_shape
+      return true;
+    case S::unset:
+    case S::same:
+    case S::permute:
+    case S::row:
+    case S::collective:
+      return false;
+  }
+  return false;
+}
+
 Shape reduce_shape(const Shape& x, std::optional<int> axis, bool keepdims) {
   Shape out;
   for (size_t d = 0; d < x.size(); ++d) {
@@ -360,6 +381,134 @@ Shape reduce_shape(const Shape& x, std::optional<int> axis, bool keepdims) {
     }
   }
   return out;
+}
+
+Shape slice_shape(const Shape& x, const Shape& start, const Shape& limit, const Shape& strides,
+                  Form form) {
+  const size_t rank = x.size();
+  if (start.size() != rank || limit.size() != rank ||
+      (!strides.empty() && strides.size() != rank)) {
+    throw Error(form == Form::tensor
+                    ? cat("[ops] slice: start ", shape_str(start), ", limit ", shape_str(limit),
+                          " (and strides) need one entry per dimension of ", shape_str(x))
+                    : cat("[slice] start, limit and strides need one entry per dimension of ",
+                          shape_str(x)));
+  }
+  Shape out(rank);
+  for (size_t d = 0; d < rank; ++d) {
+    const int64_t step = strides.empty() ? 1 : strides[d];
+    if (step < 1 || start[d] < 0 || limit[d] < start[d] || limit[d] > x[d]) {
+      throw Error(form == Form::tensor
+                      ? cat("[ops] slice: start ", shape_str(start), ", limit ", shape_str(limit),
+                            " and strides ", shape_str(strides), " do not fit shape ", shape_str(x),
+                            " (need 0 <= start <= limit <= dim, stride >= 1)")
+                      : cat("[slice] start ", shape_str(start), ", limit ", shape_str(limit),
+                            " do not fit shape ", shape_str(x)));
+    }
+    out[d] = (limit[d] - start[d] + step - 1) / step;
+  }
+  return out;
+}
+
+Shape pad_shape(const Shape& x, std::span<const std::pair<int64_t, int64_t>> widths, Form form) {
+  if (widths.size() != x.size()) {
+    throw Error(
+        form == Form::tensor
+            ? cat("[ops] pad: ", widths.size(), " (before, after) pairs given for shape ",
+                  shape_str(x), "; give one per dimension")
+            : cat("[pad] widths need one (before, after) pair per dimension of ", shape_str(x)));
+  }
+  Shape out = x;
+  for (size_t d = 0; d < widths.size(); ++d) {
+    const auto [before, after] = widths[d];
+    if (before < 0 || after < 0) {
+      throw Error(form == Form::tensor ? cat("[ops] pad: widths must be >= 0, got (", before, ", ",
+                                             after, ") for dimension ", d)
+                                       : std::string("[pad] widths must be >= 0"));
+    }
+    out[d] += before + after;
+  }
+  return out;
+}
+
+Shape reshape_shape(const Shape& x, Shape shape, std::string_view op, Form form) {
+  const int64_t size = shape_size(x);
+  // A malformed request: the Tensor ops name it; the Array ops report a size mismatch, or, where
+  // the element count matches anyway, the Tensor ops' text (what their blocks' reshape said).
+  std::string malformed;
+  int infer = -1;
+  int64_t known = 1;
+  for (size_t d = 0; d < shape.size() && malformed.empty(); ++d) {
+    if (shape[d] == -1 && infer < 0) {
+      infer = static_cast<int>(d);
+    } else if (shape[d] == -1) {
+      malformed = cat("[ops] ", op, ": only one dimension may be -1, got ", shape_str(shape));
+    } else if (shape[d] < 0) {
+      malformed = cat("[ops] ", op, ": negative dimension in ", shape_str(shape));
+    } else {
+      known *= shape[d];
+    }
+  }
+  if (infer >= 0 && malformed.empty()) {
+    if (known == 0 || size % known != 0) {
+      malformed = cat("[ops] ", op, ": cannot reshape ", shape_str(x), " into ", shape_str(shape));
+    } else {
+      shape[static_cast<size_t>(infer)] = size / known;
+    }
+  }
+  if (!malformed.empty() && (form == Form::tensor || shape_size(shape) == size)) {
+    throw Error(malformed);
+  }
+  if (!malformed.empty() || shape_size(shape) != size) {
+    throw Error(
+        form == Form::tensor
+            ? cat("[ops] ", op, ": cannot reshape an array of shape ", shape_str(x), " (", size,
+                  " elements) into shape ", shape_str(shape), " (", shape_size(shape), " elements)")
+            : cat("[", op, "] cannot reshape array of shape ", shape_str(x), " (size ", size,
+                  ") into shape ", shape_str(shape), " (size ", shape_size(shape), ")"));
+  }
+  return shape;
+}
+
+Shape join_shape(std::span<const Shape> xs, int axis, bool stack, Form form) {
+  const Shape& s0 = xs.front();
+  const auto a = static_cast<size_t>(axis);
+  Shape out = s0;
+  for (size_t i = 1; i < xs.size(); ++i) {
+    const Shape& s = xs[i];
+    bool ok = s.size() == s0.size();
+    for (size_t d = 0; ok && d < s.size(); ++d) ok = s[d] == s0[d] || (!stack && d == a);
+    if (!ok) {
+      if (form == Form::array) {
+        throw Error(
+            cat("[", stack ? "stack" : "concatenate", "] all input arrays must have the same shape",
+                stack ? "" : " except along axis", "; got ", shape_str(s0), " and ", shape_str(s)));
+      }
+      throw Error(stack ? cat("[ops] stack: all input arrays must have the same shape, got ",
+                              shape_str(s0), " and ", shape_str(s))
+                        : cat("[ops] concatenate: shapes ", shape_str(s0), " and ", shape_str(s),
+                              " differ outside axis ", axis));
+    }
+    if (!stack) out[a] += s[a];
+  }
+  if (stack) out.insert(out.begin() + axis, static_cast<int64_t>(xs.size()));
+  return out;
+}
+
+Shape split_shape(const Shape& x, int64_t sections, int axis, Form form) {
+  const int64_t dim = x[static_cast<size_t>(axis)];
+  if (sections < 1 || dim % sections != 0) {
+    throw Error(form == Form::tensor
+                    ? cat("[ops] split: array split does not result in an equal division: "
+                          "dimension ",
+                          axis, " of shape ", shape_str(x), " (size ", dim, ") into ", sections,
+                          " sections")
+                    : cat("[split] array split does not result in an equal division: ", dim,
+                          " into ", sections));
+  }
+  Shape piece = x;
+  piece[static_cast<size_t>(axis)] = dim / sections;
+  return piece;
 }
 
 }  // namespace meshrt::detail

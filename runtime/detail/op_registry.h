@@ -11,7 +11,8 @@
 // that they exist).
 //
 // The shape rules shared by the Tensor ops, the Array ops and the placement rules live here too
-// (broadcasting, jnp.matmul's shapes, reductions): written once, with one error text each.
+// (broadcasting, jnp.matmul's shapes, reductions, slice, pad, reshape, concatenate/stack, split):
+// written once; the first three with one error text, the shape ops' with each form's wording.
 #pragma once
 
 #include <cstdint>
@@ -228,6 +229,12 @@ inline std::string_view op_name(OpId id) { return op_def(id).name; }
 // Every definition, in OpId order.
 std::span<const OpDef> op_defs();
 
+// Whether `rule` is written once below, as a function every form of its ops calls: a shape rule
+// is written where the op is only when the op has one form (row, the collectives), when there is
+// nothing to check (same) or, for now, for transpose (permute). tests/test_op_registry.cpp
+// requires it of every op with both a Tensor and an Array form.
+bool shape_rule_shared(ShapeRule rule);
+
 // ---- shared shape rules. `where` starts each error ("[ops] add: ", "[add] ").
 // NumPy broadcasting of any number of shapes.
 Shape broadcast_shapes(std::span<const Shape> shapes, std::string_view where);
@@ -246,5 +253,22 @@ MatmulShape matmul_shape(const Shape& a, const Shape& b, bool ta, bool tb, std::
                          std::string_view where);
 // A reduction over `axis` (normalised, or nullopt for all): the result's shape.
 Shape reduce_shape(const Shape& x, std::optional<int> axis, bool keepdims);
+
+// The rules below check the same things for both forms but keep each form's wording (the Tensor
+// ops' "[ops] slice: ...", the Array ops' "[slice] ..."): `form` says which text an error takes.
+enum class Form : uint8_t { tensor, array };
+// lax.slice of `x` from start to limit (exclusive) by strides (empty: 1 in every dim).
+Shape slice_shape(const Shape& x, const Shape& start, const Shape& limit, const Shape& strides,
+                  Form form);
+// jnp.pad by (before, after) widths per dim.
+Shape pad_shape(const Shape& x, std::span<const std::pair<int64_t, int64_t>> widths, Form form);
+// `shape` with its -1 (at most one) inferred; the element count must stay. `op` names the call
+// in the Array form's errors (reshape, squeeze, expand_dims, row).
+Shape reshape_shape(const Shape& x, Shape shape, std::string_view op, Form form);
+// concatenate (dims summed along `axis`) or stack (a new dim at `axis`) of `xs` (at least one);
+// `axis` is normalised (for stack, against the result's rank).
+Shape join_shape(std::span<const Shape> xs, int axis, bool stack, Form form);
+// jnp.split of `x` into `sections` equal parts along `axis` (normalised): each part's shape.
+Shape split_shape(const Shape& x, int64_t sections, int axis, Form form);
 
 }  // namespace meshrt::detail
