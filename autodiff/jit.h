@@ -348,7 +348,7 @@ class Jitted {
           result.emplace(tree_unflatten(*result, outs));
         }
       }
-      program = tr.finish(outs, std::move(out_paths));
+      program = tr.build_program(outs, std::move(out_paths));
     }
     // The caller gets Arrays without the trace's ids.
     R clean = *result;

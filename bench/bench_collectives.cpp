@@ -52,7 +52,7 @@ void record(benchmark::State& state, double seconds, int64_t calls, double* tota
   *total += seconds / static_cast<double>(calls);
 }
 
-void finish(benchmark::State& state, double total) {
+void set_us_per_call(benchmark::State& state, double total) {
   state.counters["us_per_call"] = total / static_cast<double>(state.iterations()) * 1e6;
 }
 
@@ -64,7 +64,7 @@ void BM_rendezvous_psum_1_float(benchmark::State& state) {
                             [](Context& c, const Tensor& t) { return c.psum(t, "x"); }),
            kSmallCalls, &total);
   }
-  finish(state, total);
+  set_us_per_call(state, total);
 }
 
 void BM_psum(benchmark::State& state) {
@@ -76,7 +76,7 @@ void BM_psum(benchmark::State& state) {
            per_call_seconds(elems, kCalls,
                             [&](Context& c, const Tensor& t) { return c.psum(t, "x", o); }),
            kCalls, &total);
-  finish(state, total);
+  set_us_per_call(state, total);
   state.SetBytesProcessed(state.iterations() * kCalls * state.range(0));
   set_label(state);
 }
@@ -91,7 +91,7 @@ void BM_all_gather(benchmark::State& state) {
                elems, kCalls,
                [&](Context& c, const Tensor& t) { return c.all_gather(t, "x", 0, true, o); }),
            kCalls, &total);
-  finish(state, total);
+  set_us_per_call(state, total);
   state.SetBytesProcessed(state.iterations() * kCalls * state.range(0));
   set_label(state);
 }
@@ -106,7 +106,7 @@ void BM_psum_scatter(benchmark::State& state) {
                elems, kCalls,
                [&](Context& c, const Tensor& t) { return c.psum_scatter(t, "x", 0, true, o); }),
            kCalls, &total);
-  finish(state, total);
+  set_us_per_call(state, total);
   state.SetBytesProcessed(state.iterations() * kCalls * state.range(0));
   set_label(state);
 }
@@ -121,7 +121,7 @@ void BM_all_to_all(benchmark::State& state) {
                elems, kCalls,
                [&](Context& c, const Tensor& t) { return c.all_to_all(t, "x", 0, 0, true, o); }),
            kCalls, &total);
-  finish(state, total);
+  set_us_per_call(state, total);
   state.SetBytesProcessed(state.iterations() * kCalls * state.range(0));
   set_label(state);
 }
@@ -139,7 +139,7 @@ void BM_ppermute(benchmark::State& state) {
                             }),
            kCalls, &total);
   }
-  finish(state, total);
+  set_us_per_call(state, total);
   state.SetBytesProcessed(state.iterations() * kCalls * state.range(0));
 }
 

@@ -62,9 +62,9 @@ std::vector<const Array*> ptrs(const std::vector<Array>& xs) {
 // (re-slicing where the op computed on gathered dims), back to a single device where needed.
 // What runs on each device's blocks: a plain function when the op needs no collective (run
 // from the caller's thread), else a body with a Context (run as a shard_map).
-struct Kernel {
+struct BlockFn {
   template <class F>
-  Kernel(F f) {  // NOLINT(google-explicit-constructor): every op passes a lambda
+  BlockFn(F f) {  // NOLINT(google-explicit-constructor): every op passes a lambda
     if constexpr (std::is_invocable_v<F&, const std::vector<Tensor>&>) {
       local = std::move(f);
     } else {
@@ -96,22 +96,22 @@ bool concurrent(const Mesh& mesh, const std::vector<Array>& placed) {
 
 std::vector<Array> apply(std::string_view op, const std::vector<Array>& xs, const Plan& plan,
                          const std::vector<Layout>& computed, const std::vector<Shape>& out_shapes,
-                         const Kernel& kernel) {
+                         const BlockFn& fn) {
   const OpMesh m = global::op_mesh(op, ptrs(xs));
   std::vector<Array> placed;
   for (size_t i = 0; i < xs.size(); ++i) {
     placed.push_back(global::place(global::on_mesh(xs[i], m), m.mesh, plan.need[i], op, i));
   }
   std::vector<Array> res;
-  if (kernel.local && !concurrent(m.mesh, placed)) {
-    res = global::run_local(m.mesh, placed, computed, out_shapes, kernel.local);
-  } else if (kernel.local) {  // large blocks: every device computes at once, on its executor
-    const global::LocalFn& f = kernel.local;
+  if (fn.local && !concurrent(m.mesh, placed)) {
+    res = global::run_local(m.mesh, placed, computed, out_shapes, fn.local);
+  } else if (fn.local) {  // large blocks: every device computes at once, on its executor
+    const global::LocalFn& f = fn.local;
     res = global::run_blocks(m.mesh, placed, plan.need, computed, out_shapes,
                              [&f](Context&, const std::vector<Tensor>& b) { return f(b); },
                              {.local = &f});
   } else {
-    res = global::run_blocks(m.mesh, placed, plan.need, computed, out_shapes, kernel.body);
+    res = global::run_blocks(m.mesh, placed, plan.need, computed, out_shapes, fn.body);
   }
   // A pending sum is named after the op that made it (kept through the linear ops that carry
   // it), so the CollectiveLog can say where a psum taken later came from.
@@ -175,7 +175,7 @@ Array compare_scalar(std::string_view op, OpId traced_as, const Array& a, Scalar
 
 // Ops computed on the operand with dims `whole` gathered; results re-sliced where they divide.
 std::vector<Array> gathered(std::string_view op, const Array& x, const std::vector<bool>& whole,
-                            const std::vector<Shape>& out_shapes, Kernel body) {
+                            const std::vector<Shape>& out_shapes, BlockFn body) {
   const OpMesh m = global::op_mesh(op, {&x});
   Plan p;
   std::vector<Layout> computed;
@@ -353,7 +353,7 @@ Array matmul_like(std::string_view op, const Array& a, const Array& b, const OpO
   }
   if (ta) p.need[0].dims = swap_last_two(p.need[0].dims);
   if (tb) p.need[1].dims = swap_last_two(p.need[1].dims);
-  const Kernel kernel = [f](const std::vector<Tensor>& t) {
+  const BlockFn fn = [f](const std::vector<Tensor>& t) {
     return std::vector<Tensor>{f(t[0], t[1])};
   };
   Array r;
@@ -367,7 +367,7 @@ Array matmul_like(std::string_view op, const Array& a, const Array& b, const OpO
             " for jax.jit's placement; MESHRT_MATMUL_PLACEMENT=jax computes it as jax.jit does");
     const Array pa = global::reshard(a, m.mesh, q.need[0], op, /*implicit=*/true, note, "args[0]");
     const Array pb = global::reshard(b, m.mesh, q.need[1], op, /*implicit=*/true, note, "args[1]");
-    r = apply(op, {pa, pb}, q, q.out, {out}, kernel).front();
+    r = apply(op, {pa, pb}, q, q.out, {out}, fn).front();
     if (alt->deferred) {
       r = deferred_rows(m.mesh, r, p.out.front(), q.out.front(), op);
     } else {
@@ -375,7 +375,7 @@ Array matmul_like(std::string_view op, const Array& a, const Array& b, const OpO
                           cat("to the sharding jax.jit gives a ", op, " of these operands"));
     }
   } else {
-    r = apply(op, {a, b}, p, p.out, {out}, kernel).front();
+    r = apply(op, {a, b}, p, p.out, {out}, fn).front();
   }
   if (options.out_sharding) {
     // Unlike with_sharding_constraint, out_sharding= must divide the result (as device_put).

@@ -33,8 +33,8 @@ class JitTrace {
   ~JitTrace();
   // Ends the trace: the program that makes `outputs` (the function's Array leaves, named by
   // `paths`) from the inputs. Call once, after the function returned.
-  std::shared_ptr<const JitProgram> finish(const std::vector<Array>& outputs,
-                                           std::vector<std::string> paths);
+  std::shared_ptr<const JitProgram> build_program(const std::vector<Array>& outputs,
+                                                  std::vector<std::string> paths);
 
  private:
   std::unique_ptr<JitRecorder> rec_;

@@ -396,8 +396,8 @@ JitTrace::~JitTrace() {
   if (rec_) rec_->uninstall();
 }
 
-std::shared_ptr<const JitProgram> JitTrace::finish(const std::vector<Array>& outputs,
-                                                   std::vector<std::string> paths) {
+std::shared_ptr<const JitProgram> JitTrace::build_program(const std::vector<Array>& outputs,
+                                                          std::vector<std::string> paths) {
   JitProgram& p = *rec_->prog;
   p.out_paths = std::move(paths);
   for (const Array& y : outputs) {

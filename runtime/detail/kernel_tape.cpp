@@ -21,9 +21,9 @@ namespace {
 // The recording stand-in: forwards every call to the real backend and writes the kernels down.
 // Anything a straight-line program cannot repeat marks the recording refused (and still runs,
 // so fn finishes normally).
-class Tape final : public backend::Backend {
+class KernelRecorder final : public backend::Backend {
  public:
-  Tape(backend::Backend& real, int device, const std::vector<Tensor>& operands)
+  KernelRecorder(backend::Backend& real, int device, const std::vector<Tensor>& operands)
       : Backend(real.host_addressable()), real_(real), device_(device) {
     for (const Tensor& t : operands) {
       ranges_.push_back({static_cast<const char*>(t.data()), t.nbytes()});
@@ -269,23 +269,24 @@ class Tape final : public backend::Backend {
   std::string refused_;
 };
 
-thread_local Tape* t_tape = nullptr;
+thread_local KernelRecorder* t_recorder = nullptr;
 
-// Installs a tape on this thread (and no tracer: the recording is not part of any trace).
-class TapeScope {
+// Installs a recorder on this thread (and no tracer: the recording is not part of any trace).
+class RecorderScope {
  public:
-  explicit TapeScope(Tape* tape) : previous_(t_tape), state_(set_trace_state(nullptr)) {
-    t_tape = tape;
+  explicit RecorderScope(KernelRecorder* recorder)
+      : previous_(t_recorder), state_(set_trace_state(nullptr)) {
+    t_recorder = recorder;
   }
-  TapeScope(const TapeScope&) = delete;
-  TapeScope& operator=(const TapeScope&) = delete;
-  ~TapeScope() {
-    t_tape = previous_;
+  RecorderScope(const RecorderScope&) = delete;
+  RecorderScope& operator=(const RecorderScope&) = delete;
+  ~RecorderScope() {
+    t_recorder = previous_;
     set_trace_state(state_);
   }
 
  private:
-  Tape* previous_;
+  KernelRecorder* previous_;
   TraceState* state_;
 };
 
@@ -575,17 +576,17 @@ KernelRecord record_kernels(
   }
   const Device dev = operands.front().device();
   backend::Backend& real = backend_of(dev);
-  Tape tape(real, dev.local_index(), operands);
+  KernelRecorder recorder(real, dev.local_index(), operands);
   std::vector<Tensor> outs;
   {
-    TapeScope scope(&tape);
+    RecorderScope scope(&recorder);
     outs = fn(operands);
   }
-  if (!tape.refused().empty()) return refused(tape.refused());
-  KernelProgram& p = tape.program();
+  if (!recorder.refused().empty()) return refused(recorder.refused());
+  KernelProgram& p = recorder.program();
   for (const Tensor& y : outs) {
     if (!y.valid() || y.device() != dev) return refused("a result on another device");
-    std::optional<KernelAddr> a = tape.find(y.data());
+    std::optional<KernelAddr> a = recorder.find(y.data());
     if (!a) return refused("a result the function did not allocate");
     if (a->slot < p.operands) return refused("a result that views an operand");
     p.results.push_back(*a);
@@ -612,7 +613,7 @@ KernelRecord record_kernels(
 }
 
 backend::Backend* kernel_tape_for(backend::Backend& real) {
-  Tape* t = t_tape;
+  KernelRecorder* t = t_recorder;
   return t != nullptr && &t->real() == &real ? t : nullptr;
 }
 

@@ -13,7 +13,7 @@
 // is neither an operand's nor one fn allocated, work on another device, a result that views an
 // operand. A program is only kept after it was run twice into buffers filled with two different
 // byte patterns and gave fn's results bit for bit both times (read back through the backend's
-// copies on a device platform): a kernel the tape missed leaves a pattern behind.
+// copies on a device platform): a kernel the recorder missed leaves a pattern behind.
 #pragma once
 
 #include <cstdint>
