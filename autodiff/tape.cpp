@@ -9,6 +9,7 @@
 #include "core/error.h"
 #include "core/strings.h"
 #include "global/array_ops.h"
+#include "runtime/detail/spec_error.h"
 #include "runtime/shard_map.h"
 #include "runtime/tensor_ops.h"
 
@@ -328,14 +329,16 @@ std::optional<std::vector<Array>> Tape::shard_map(detail::RunShardMap run,
       const AxisSet varying =
           k < out_axes.size() ? minus(r.out_vma.back(), out_axes[k]) : AxisSet{};
       if (r.tape->follows(id) && !varying.empty()) {
-        throw Error(cat("[shard_map] out_specs[", k, "] is ", out_specs[k].str(),
-                        " which implies that the corresponding output value is replicated across "
-                        "mesh axis ",
-                        detail::quote(varying.front()),
-                        ", but could not infer replication over it: the value varies over it (it "
-                        "comes from an input or collective that does, e.g. all_gather), and its "
-                        "gradient would count every copy (JAX's check_vma rejects it too). psum or "
-                        "pmean over the axis, or name it in out_specs"));
+        throw detail::SpecError(
+            detail::SpecList::out, k,
+            cat("[shard_map] out_specs[", k, "] is ", out_specs[k].str(),
+                " which implies that the corresponding output value is replicated across "
+                "mesh axis ",
+                detail::quote(varying.front()),
+                ", but could not infer replication over it: the value varies over it (it "
+                "comes from an input or collective that does, e.g. all_gather), and its "
+                "gradient would count every copy (JAX's check_vma rejects it too). psum or "
+                "pmean over the axis, or name it in out_specs"));
       }
     }
     return outs;

@@ -4,9 +4,11 @@
 #include <cxxabi.h>
 
 #include <cstdlib>
+#include <exception>
 #include <memory>
 
 #include "core/strings.h"
+#include "runtime/detail/spec_error.h"
 
 namespace meshrt::tree_detail {
 
@@ -94,19 +96,16 @@ void rethrow_at(const Walk& w, const std::string& path) {
 }
 
 namespace {
-// " (in_specs[2] is the spec of args[1].w)" for the first "in_specs[2]" in `msg`, else "".
-std::string spec_note(const std::string& msg, std::string_view list,
-                      const std::vector<std::string>& paths) {
-  const std::string key = cat(list, "[");
-  for (size_t at = msg.find(key); at != std::string::npos; at = msg.find(key, at + 1)) {
-    if (at > 0 && list == "in_specs" && msg[at - 1] == 't') continue;  // "out_specs["
-    size_t digits = at + key.size(), end = digits;
-    while (end < msg.size() && msg[end] >= '0' && msg[end] <= '9') ++end;
-    if (end == digits || end >= msg.size() || msg[end] != ']') continue;
-    size_t k = std::stoul(msg.substr(digits, end - digits));
-    if (k < paths.size()) return cat(" (", list, "[", k, "] is the spec of ", paths[k], ")");
+// The SpecError `e` is, or holds nested (a body's error wraps the body's own), if any.
+const detail::SpecError* spec_error_in(const std::exception& e) {
+  if (const auto* s = dynamic_cast<const detail::SpecError*>(&e)) return s;
+  try {
+    std::rethrow_if_nested(e);
+  } catch (const std::exception& inner) {
+    return spec_error_in(inner);  // lives as long as `e`, which holds it
+  } catch (...) {
   }
-  return "";
+  return nullptr;
 }
 }  // namespace
 
@@ -115,11 +114,13 @@ void rethrow_with_spec_paths(const std::vector<std::string>& in_paths,
   try {
     throw;
   } catch (const Error& e) {
-    const std::string msg = e.what();
-    const std::string note =
-        spec_note(msg, "in_specs", in_paths) + spec_note(msg, "out_specs", out_paths);
-    if (note.empty()) throw;
-    std::throw_with_nested(Error(msg + note));
+    const detail::SpecError* s = spec_error_in(e);
+    if (s == nullptr) throw;
+    const bool in = s->list() == detail::SpecList::in;
+    const std::vector<std::string>& paths = in ? in_paths : out_paths;
+    if (s->index() >= paths.size()) throw;
+    std::throw_with_nested(Error(cat(e.what(), " (", in ? "in_specs" : "out_specs", "[", s->index(),
+                                     "] is the spec of ", paths[s->index()], ")")));
   }
 }
 

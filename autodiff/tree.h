@@ -557,8 +557,9 @@ void check_leaf_set(const Walk& w, const std::string& path, const Tensor& x);
 [[noreturn]] void throw_not_sharding(const Walk& w, const std::string& path,
                                      const std::string& what);
 [[noreturn]] void rethrow_at(const Walk& w, const std::string& path);
-// In a catch block: rethrows the flat shard_map's error, saying which leaf its "in_specs[k]" or
-// "out_specs[k]" is ("in_specs[2] is the spec of args[1].w").
+// In a catch block: rethrows the flat shard_map's error; one about an in_specs or out_specs entry
+// (a detail::SpecError, maybe nested in a body's error) says which leaf the entry is the spec of
+// ("in_specs[2] is the spec of args[1].w").
 [[noreturn]] void rethrow_with_spec_paths(const std::vector<std::string>& in_paths,
                                           const std::vector<std::string>& out_paths);
 template <class L, class S>

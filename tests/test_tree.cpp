@@ -459,6 +459,28 @@ TEST_F(TreeTest, TreeShardMapErrorsNameThePath) {
                                  std::make_tuple(Layer<PartitionSpec>{P(), P("x")}), P());
   EXPECT_MESHRT_ERROR(bad_axis(Layer<Array>{x, x, 0}), "in_specs[1] refers to mesh axis 'x'",
                       "(in_specs[1] is the spec of args[0].b)");
+  // An out_specs entry: checked after the bodies ran, and, differentiated, inside each body (the
+  // body's error wraps it).
+  auto vary = tree_shard_map(
+      [](Context&, const Tensor& v) {
+        return std::array<Tensor, 2>{v, v * 2.0};
+      },
+      mesh, P("data"), std::array<PartitionSpec, 2>{P("data"), P()});
+  EXPECT_MESHRT_ERROR(vary(x), "out_specs[1] is P() which implies",
+                      "(out_specs[1] is the spec of out[1])");
+  EXPECT_MESHRT_ERROR(grad([&](const Array& v) { return sum(vary(v)[0]); })(x),
+                      "[shard_map] body on", "could not infer replication",
+                      "(out_specs[1] is the spec of out[1])");
+  // Other errors get no note, whatever their text says.
+  auto says_spec = tree_shard_map(
+      [](Context&, const Tensor& v) -> Tensor { throw Error("[user] in_specs[0] is wrong"); }, mesh,
+      P("data"), P("data"));
+  try {
+    (void)says_spec(x);
+    ADD_FAILURE() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_EQ(std::string(e.what()).find("is the spec of"), std::string::npos) << e.what();
+  }
 }
 
 }  // namespace

@@ -16,6 +16,7 @@
 #include "core/threads/wait.h"
 #include "runtime/detail/copy.h"
 #include "runtime/detail/platform.h"
+#include "runtime/detail/spec_error.h"
 
 namespace meshrt::detail {
 
@@ -38,16 +39,18 @@ std::string axis_set(const Mesh& mesh) {
 // JAX's shard_map errors, worded as JAX words them: unknown axes, duplicates, rank, divisibility.
 // `kind` is "in_specs" or "out_specs", `i` the entry; messages are built only on failure (a
 // launch checks every spec).
-void check_spec_axes(const Mesh& mesh, const PartitionSpec& spec, const char* kind, size_t i) {
+void check_spec_axes(const Mesh& mesh, const PartitionSpec& spec, SpecList list, size_t i) {
+  const char* kind = list == SpecList::in ? "in_specs" : "out_specs";
   bool dup = false;
   const std::vector<std::string>& axes = spec.axes();
   for (size_t k = 0; k < axes.size(); ++k) {
     const std::string& a = axes[k];
     if (mesh.axis_position(a) < 0) {
-      throw Error(cat("[shard_map] ", kind, "[", i, "] refers to mesh axis ", quote(a),
-                      ", but the mesh's axes are ", axis_set(mesh), " (", kind,
-                      " may name only those: inside the body every one is manual); check the ",
-                      kind, " passed to shard_map"));
+      throw SpecError(list, i,
+                      cat("[shard_map] ", kind, "[", i, "] refers to mesh axis ", quote(a),
+                          ", but the mesh's axes are ", axis_set(mesh), " (", kind,
+                          " may name only those: inside the body every one is manual); check the ",
+                          kind, " passed to shard_map"));
     }
     for (size_t j = 0; j < k; ++j) dup = dup || axes[j] == a;
   }
@@ -90,7 +93,7 @@ void check_rank(const PartitionSpec& spec, const Shape& shape, DType dtype, size
                     "them so that they can be concatenated using out_specs."
                   : " For scalar values (rank 0), consider using an in_specs entry of `P()`.";
   }
-  throw Error(msg);
+  throw SpecError(output ? SpecList::out : SpecList::in, i, msg);
 }
 
 void check_divisible(const Mesh& mesh, const PartitionSpec& spec, const Array& x, size_t i,
@@ -105,22 +108,24 @@ void check_divisible(const Mesh& mesh, const PartitionSpec& spec, const Array& x
     std::string to = names.size() == 1
                          ? cat("mesh axis ", quote(names[0]), " (of size ", t, ")")
                          : cat("mesh axes ", names_tuple(names), " (of total size ", t, ")");
-    throw Error(cat(
-        "[shard_map] shard_map applied to the function ", fn,
-        " was given argument arrays with axis "
-        "sizes that are not evenly divisible by the corresponding mesh axis sizes: The mesh given "
-        "has shape ",
-        shape_str(mesh.shape()), " with corresponding axis names ", names_tuple(mesh.axis_names()),
-        ". The passed args[", i, "] of shape ", aval_str(x.dtype(), x.shape()),
-        " corresponds to in_specs[", i, "] of value ", spec.str(), ", which maps array axis ", d,
-        " (of size ", x.shape()[d], ") to ", to, ", but ", t, " does not evenly divide ",
-        x.shape()[d],
-        ". Array arguments' axis sizes must be evenly "
-        "divisible by the mesh axis or axes indicated by the corresponding elements of the "
-        "argument's in_specs entry. Consider checking that in_specs are correct, and if so "
-        "consider "
-        "changing the mesh axis sizes or else padding the input and adapting ",
-        fn, " appropriately."));
+    throw SpecError(
+        SpecList::in, i,
+        cat("[shard_map] shard_map applied to the function ", fn,
+            " was given argument arrays with axis "
+            "sizes that are not evenly divisible by the corresponding mesh axis sizes: The mesh "
+            "given "
+            "has shape ",
+            shape_str(mesh.shape()), " with corresponding axis names ",
+            names_tuple(mesh.axis_names()), ". The passed args[", i, "] of shape ",
+            aval_str(x.dtype(), x.shape()), " corresponds to in_specs[", i, "] of value ",
+            spec.str(), ", which maps array axis ", d, " (of size ", x.shape()[d], ") to ", to,
+            ", but ", t, " does not evenly divide ", x.shape()[d],
+            ". Array arguments' axis sizes must be evenly "
+            "divisible by the mesh axis or axes indicated by the corresponding elements of the "
+            "argument's in_specs entry. Consider checking that in_specs are correct, and if so "
+            "consider "
+            "changing the mesh axis sizes or else padding the input and adapting ",
+            fn, " appropriately."));
   }
 }
 
@@ -217,7 +222,8 @@ void check_replication(const Mesh& mesh, const PartitionSpec& spec,
         break;
       }
     }
-    throw Error(
+    throw SpecError(
+        SpecList::out, k,
         cat("[shard_map] out_specs[", k, "] is ", spec.str(),
             " which implies that the corresponding output value is replicated across mesh axis ",
             quote(axis), ", but ", mesh.devices()[static_cast<size_t>(rep)].str(), " and ",
@@ -274,8 +280,9 @@ void check_call(const Mesh& mesh, const std::vector<PartitionSpec>& in_specs,
                     arg_count,
                     " arguments; give one PartitionSpec per argument (in_specs[i] for args[i])"));
   }
-  for (size_t i = 0; i < in_specs.size(); ++i) check_spec_axes(mesh, in_specs[i], "in_specs", i);
-  for (size_t i = 0; i < out_specs.size(); ++i) check_spec_axes(mesh, out_specs[i], "out_specs", i);
+  for (size_t i = 0; i < in_specs.size(); ++i) check_spec_axes(mesh, in_specs[i], SpecList::in, i);
+  for (size_t i = 0; i < out_specs.size(); ++i)
+    check_spec_axes(mesh, out_specs[i], SpecList::out, i);
 }
 
 std::vector<Array> place_inputs(const Mesh& mesh, const std::vector<PartitionSpec>& in_specs,
@@ -287,11 +294,12 @@ std::vector<Array> place_inputs(const Mesh& mesh, const std::vector<PartitionSpe
     if (x.blocks().empty())
       throw Error(cat("[shard_map] args[", i, "] is an empty (default-constructed) Array"));
     if (x.sharding().platform() != mesh.platform()) {
-      throw Error(cat("[shard_map] args[", i, "] lives on the ", x.sharding().platform(),
-                      " platform but the mesh is on ", mesh.platform(),
-                      "; move it explicitly with "
-                      "device_put(x, NamedSharding(mesh, in_specs[",
-                      i, "]))"));
+      throw SpecError(SpecList::in, i,
+                      cat("[shard_map] args[", i, "] lives on the ", x.sharding().platform(),
+                          " platform but the mesh is on ", mesh.platform(),
+                          "; move it explicitly with "
+                          "device_put(x, NamedSharding(mesh, in_specs[",
+                          i, "]))"));
     }
     check_rank(in_specs[i], x.shape(), x.dtype(), i, false, options);
     check_divisible(mesh, in_specs[i], x, i, options);
