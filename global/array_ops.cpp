@@ -460,6 +460,7 @@ const bool kResolverInstalled = [] {
 
 }  // namespace
 
+// The one member of runtime/'s Array defined above runtime/ (see runtime/array.h): x[i] is row.
 Array Array::operator[](int64_t i) const { return row(*this, i); }
 
 // ---- creation

@@ -74,8 +74,10 @@ class Array {
   // An Array with pending sums takes its sum first (kept for later reads, as to_vector does).
   // On cpu, kernels are complete when an op returns and this returns at once.
   const Array& block_until_ready() const;
-  // Row i of the leading dimension (negative counts from the end), as x[i] in jnp; defined with
-  // the global-view ops (global/array_ops.cpp).
+  // Row i of the leading dimension (negative counts from the end), as x[i] in jnp. C++ makes
+  // operator[] a member, so it is declared here, but indexing an Array is a global-view op (a
+  // slice and a reshape, placed by global/'s rules, which runtime/ sits below): it is defined
+  // with those ops, as row(x, i) (global/array_ops.cpp), in the same library.
   Array operator[](int64_t i) const;
   // Number of elements: prod(shape()); 0 for an empty Array (!valid()).
   int64_t size() const { return valid() ? shape_size(shape_) : 0; }
