@@ -98,8 +98,9 @@ int jit_fuse_steps(JitProgram& p) {
   for (size_t i = 0; i + 1 < p.steps.size();) {
     JitStep& a = p.steps[i];
     JitStep& b = p.steps[i + 1];
-    const Device first = fusable_steps(a, b) ? a.mesh->devices().front() : Device();
-    const bool platform = fusable_steps(a, b) && is_local(first) && backend_of(first).fuses_pairs();
+    // By platform, not by device: every process of a job plans the same steps.
+    const bool platform =
+        fusable_steps(a, b) && backend_of(a.mesh->devices().front().kind()).fuses_pairs();
     const int link = platform ? sole_link(p, i) : -1;
     if (link < 0) {
       ++i;
