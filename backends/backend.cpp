@@ -5,6 +5,7 @@
 
 #include "backends/native_comm.h"
 #include "core/error.h"
+#include "core/strided.h"
 
 namespace meshrt::backend {
 
@@ -41,38 +42,21 @@ void Backend::copy_2d_batch(const std::vector<DeviceCopy>& copies) {
   }
 }
 
-namespace {
-int64_t elements(const std::vector<int64_t>& shape) {
-  int64_t n = 1;
-  for (int64_t d : shape) n *= d;
-  return n;
-}
-std::vector<int64_t> dense_strides(const std::vector<int64_t>& shape) {
-  std::vector<int64_t> st(shape.size());
-  int64_t s = 1;
-  for (size_t d = shape.size(); d-- > 0;) {
-    st[d] = s;
-    s *= shape[d];
-  }
-  return st;
-}
-}  // namespace
-
 void Backend::binary_unary(int device, BinaryOp bop, UnaryOp uop, DType dtype,
                            const std::vector<int64_t>& shape, const Strided& a, const Strided& b,
                            void* y) {
   std::shared_ptr<Buffer> t =
-      allocate(device, static_cast<size_t>(elements(shape)) * dtype_size(dtype));
+      allocate(device, static_cast<size_t>(shape_size(shape)) * dtype_size(dtype));
   binary(device, bop, dtype, dtype, shape, a, b, t->data());
-  unary(device, uop, dtype, dtype, shape, Strided{t->data(), dense_strides(shape)}, y);
+  unary(device, uop, dtype, dtype, shape, Strided{t->data(), core::dense_strides(shape)}, y);
 }
 
 void Backend::compare_select(int device, BinaryOp cmp, DType in, DType dtype,
                              const std::vector<int64_t>& shape, const Strided& x0,
                              const Strided& x1, const Strided& a, const Strided& b, void* y) {
-  std::shared_ptr<Buffer> t = allocate(device, static_cast<size_t>(elements(shape)));
+  std::shared_ptr<Buffer> t = allocate(device, static_cast<size_t>(shape_size(shape)));
   binary(device, cmp, in, DType::bool_, shape, x0, x1, t->data());
-  select(device, dtype, shape, Strided{t->data(), dense_strides(shape)}, a, b, y);
+  select(device, dtype, shape, Strided{t->data(), core::dense_strides(shape)}, a, b, y);
 }
 
 void Backend::matmul_t(int device, DType dtype, int64_t batch, int64_t m, int64_t n, int64_t k,
