@@ -40,13 +40,14 @@ def loss(params, batch):
     return jnp.mean(jnp.sum((predictions - targets) ** 2, axis=-1))
 
 
-params, batch = init(jax.random.key(0), [784, 128, 128, 128, 128, 128, 8], 32)
-l, g = jax.value_and_grad(loss)(params, batch)
-print(f"loss {float(l):.9g}")
-for i, (dW, db) in enumerate(g):
-    for name, t in ((f"dW{i}", dW), (f"db{i}", db)):
-        flat = t.reshape(-1)
-        print(name, f"{float(jnp.sum(t)):.9g} {float(jnp.sum(t * t)):.9g}", " ".join(f"{float(v):.9g}" for v in flat[:4]))
-for lr in (0.01, 0.001):
-    new = [(W - lr * dW, b - lr * db) for (W, b), (dW, db) in zip(params, g)]
-    print(f"loss_after_sgd {lr} {float(loss(new, batch)):.9g}")
+if __name__ == "__main__":  # gen_mlp_mixed.py imports init
+    params, batch = init(jax.random.key(0), [784, 128, 128, 128, 128, 128, 8], 32)
+    l, g = jax.value_and_grad(loss)(params, batch)
+    print(f"loss {float(l):.9g}")
+    for i, (dW, db) in enumerate(g):
+        for name, t in ((f"dW{i}", dW), (f"db{i}", db)):
+            flat = t.reshape(-1)
+            print(name, f"{float(jnp.sum(t)):.9g} {float(jnp.sum(t * t)):.9g}", " ".join(f"{float(v):.9g}" for v in flat[:4]))
+    for lr in (0.01, 0.001):
+        new = [(W - lr * dW, b - lr * db) for (W, b), (dW, db) in zip(params, g)]
+        print(f"loss_after_sgd {lr} {float(loss(new, batch)):.9g}")

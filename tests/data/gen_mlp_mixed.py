@@ -29,24 +29,10 @@ import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P  # noqa: E402
 
+from gen_mlp import init  # noqa: E402  (the same model and init)
+
 SIZES = [784, 128, 128, 128, 128, 128, 8]
 BATCH, LR, STEPS = 32, 0.001, 5
-
-
-def init_layer(key, n_in, n_out):
-    k1, k2 = jax.random.split(key)
-    W = jax.random.normal(k1, (n_in, n_out)) / jnp.sqrt(n_in)
-    b = jax.random.normal(k2, (n_out,))
-    return W, b
-
-
-def init(key, layer_sizes, batch_size):
-    key, *keys = jax.random.split(key, len(layer_sizes))
-    params = list(map(init_layer, keys, layer_sizes[:-1], layer_sizes[1:]))
-    key, *keys = jax.random.split(key, 3)
-    inputs = jax.random.normal(keys[0], (batch_size, layer_sizes[0]))
-    targets = jax.random.normal(keys[1], (batch_size, layer_sizes[-1]))
-    return params, (inputs, targets)
 
 
 def loss(params, x, y, compute):
