@@ -1,9 +1,11 @@
-// backends/cuda/fused_kernels.cu: the fused elementwise kernels (fused_kernels.h). The ops are
-// chosen per launch (a switch every thread takes the same way); each is scalar_ops.h's
-// definition, as in the single-op kernels, so a fused pair gives the pair's bits.
-#include <algorithm>
+// backends/cuda/fused_kernels.cu: the fused elementwise kernels (fused_kernels.h), on the single-op
+// kernels' walk (elementwise.cuh: 16 bytes per operand access where every operand is read along
+// the row and aligned). The ops are chosen per launch (a switch every thread takes the same way);
+// each is scalar_ops.h's definition, as in the single-op kernels, so a fused pair gives the pair's
+// bits.
 #include <cstdint>
 
+#include "backends/cuda/elementwise.cuh"
 #include "backends/cuda/fused_kernels.h"
 #include "backends/op_codes.h"
 #include "backends/scalar_ops.h"
@@ -14,8 +16,6 @@ namespace {
 namespace sc = backend::scalar;
 using backend::BinaryOp;
 using backend::code;
-
-constexpr int kThreads = 256;
 
 template <class T>
 __device__ __forceinline__ T arith(int op, T u, T v) {
@@ -53,42 +53,38 @@ __device__ __forceinline__ bool compare(int op, T u, T v) {
   }
 }
 
+// y = uop(bop(u, v)).
 template <class T>
-__device__ __forceinline__ T at(const Operand2& o, int64_t r, int64_t c) {
-  return static_cast<const T*>(o.data)[r * o.s0 + c * o.s1];
-}
-
-// Rows over blockIdx.y (grid-stride), columns over x: no division per element.
-template <class T>
-__global__ void __launch_bounds__(kThreads)
-    binary_unary_kernel(int bop, int uop, int64_t rows, int64_t cols, Operand2 a, Operand2 b,
-                        T* y) {
-  for (int64_t r = blockIdx.y; r < rows; r += gridDim.y) {
-    for (int64_t c = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; c < cols;
-         c += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-      y[r * cols + c] = sc::unary(uop, arith(bop, at<T>(a, r, c), at<T>(b, r, c)));
-    }
+struct BinaryUnaryFn {
+  int bop, uop;
+  __device__ __forceinline__ T operator()(T u, T v) const {
+    return sc::unary(uop, arith(bop, u, v));
   }
-}
+};
 
+// y = cmp(x0, x1) ? a : b.
 template <class I, class T>
-__global__ void __launch_bounds__(kThreads)
-    compare_select_kernel(int cmp, int64_t rows, int64_t cols, Operand2 x0, Operand2 x1, Operand2 a,
-                          Operand2 b, T* y) {
-  for (int64_t r = blockIdx.y; r < rows; r += gridDim.y) {
-    for (int64_t c = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; c < cols;
-         c += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-      y[r * cols + c] =
-          compare(cmp, at<I>(x0, r, c), at<I>(x1, r, c)) ? at<T>(a, r, c) : at<T>(b, r, c);
-    }
+struct CompareSelectFn {
+  int cmp;
+  __device__ __forceinline__ T operator()(I x0, I x1, T a, T b) const {
+    return compare(cmp, x0, x1) ? a : b;
   }
-}
+};
 
-// About 8 resident blocks per multiprocessor on an H100/H200 (132 of them), columns first.
-dim3 grid_for(int64_t rows, int64_t cols) {
-  const int64_t x = std::clamp<int64_t>((cols + kThreads - 1) / kThreads, 1, 1024);
-  const int64_t y = std::clamp<int64_t>(1056 / x, 1, std::min<int64_t>(rows, 65535));
-  return dim3(static_cast<unsigned>(x), static_cast<unsigned>(y));
+// The (rows, cols) walk as elementwise.cuh's rank-2 dims and operands.
+Dims dims2(int64_t rows, int64_t cols) {
+  Dims d;
+  d.rank = 2;
+  d.size[0] = rows;
+  d.size[1] = cols;
+  return d;
+}
+Operand operand(const Operand2& o) {
+  Operand r;
+  r.data = o.data;
+  r.stride[0] = o.s0;
+  r.stride[1] = o.s1;
+  return r;
 }
 
 template <class F>
@@ -103,11 +99,11 @@ cudaError_t float_type(DType t, F&& f) {
 cudaError_t launch_binary_unary(cudaStream_t s, int bop, int uop, DType t, int64_t rows,
                                 int64_t cols, const Operand2& a, const Operand2& b, void* y) {
   if (rows == 0 || cols == 0) return cudaSuccess;
+  const Operand ops[] = {operand(a), operand(b)};
   return float_type(t, [&](auto tv) {
     using T = decltype(tv);
-    binary_unary_kernel<T>
-        <<<grid_for(rows, cols), kThreads, 0, s>>>(bop, uop, rows, cols, a, b, static_cast<T*>(y));
-    return cudaGetLastError();
+    return elementwise<T, T, T>(s, BinaryUnaryFn<T>{bop, uop}, dims2(rows, cols), y, rows * cols,
+                                ops);
   });
 }
 
@@ -115,13 +111,13 @@ cudaError_t launch_compare_select(cudaStream_t s, int cmp, DType in, DType t, in
                                   int64_t cols, const Operand2& x0, const Operand2& x1,
                                   const Operand2& a, const Operand2& b, void* y) {
   if (rows == 0 || cols == 0) return cudaSuccess;
+  const Operand ops[] = {operand(x0), operand(x1), operand(a), operand(b)};
   return float_type(in, [&](auto iv) {
     using I = decltype(iv);
     return float_type(t, [&](auto tv) {
       using T = decltype(tv);
-      compare_select_kernel<I, T><<<grid_for(rows, cols), kThreads, 0, s>>>(
-          cmp, rows, cols, x0, x1, a, b, static_cast<T*>(y));
-      return cudaGetLastError();
+      return elementwise<T, I, I, T, T>(s, CompareSelectFn<I, T>{cmp}, dims2(rows, cols), y,
+                                        rows * cols, ops);
     });
   });
 }
