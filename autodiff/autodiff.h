@@ -29,10 +29,10 @@
 #include <utility>
 #include <vector>
 
-#include "autodiff/tree.h"
 #include "global/array_ops.h"
 #include "runtime/array.h"
 #include "runtime/tensor.h"
+#include "runtime/tree.h"
 
 namespace meshrt {
 

@@ -43,12 +43,12 @@
 #include <variant>
 #include <vector>
 
-#include "autodiff/tree.h"
 #include "core/error.h"
 #include "global/array_ops.h"
 #include "global/jit_program.h"
 #include "runtime/array.h"
 #include "runtime/sharding.h"
+#include "runtime/tree.h"
 
 namespace meshrt {
 

@@ -1,4 +1,4 @@
-// Trees (autodiff/tree.h, autodiff/tree_shard_map.h): every container kind, registered structs
+// Trees (runtime/tree.h, runtime/tree_shard_map.h): every container kind, registered structs
 // and class templates, static fields, paths in errors, device_put/filter_shard of trees, and
 // tree_shard_map against the flat shard_map. Values are checked against host arithmetic.
 #include <gtest/gtest.h>
@@ -12,7 +12,7 @@
 #include <utility>
 #include <vector>
 
-#include "autodiff/tree_shard_map.h"
+#include "runtime/tree_shard_map.h"
 #include "tests/test_util.h"
 
 namespace app {

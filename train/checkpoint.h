@@ -38,12 +38,12 @@
 #include <utility>
 #include <vector>
 
-#include "autodiff/tree.h"
 #include "core/dtype.h"
 #include "runtime/array.h"
 #include "runtime/device.h"
 #include "runtime/sharding.h"
 #include "runtime/tensor.h"
+#include "runtime/tree.h"
 
 namespace meshrt::checkpoint {
 

@@ -7,7 +7,7 @@
 //   params = optim::apply_updates(params, updates);
 //
 // optax's model: an optimizer (a GradientTransformation) is a pair of pure functions, init and
-// update; chain composes them in order. Params, grads and updates are trees (autodiff/tree.h:
+// update; chain composes them in order. Params, grads and updates are trees (runtime/tree.h:
 // MESHRT_TREE structs, vectors, maps, one Array) of float Arrays; every computation is a
 // global-view Array op, so moments are made and updated on their parameter's sharding (FSDP
 // keeps sharded Adam moments, with no gather), and the whole step runs under jit (donating
@@ -41,11 +41,11 @@
 #include <utility>
 #include <vector>
 
-#include "autodiff/tree.h"
 #include "core/error.h"
 #include "global/array_ops.h"
 #include "runtime/array.h"
 #include "runtime/sharding.h"
+#include "runtime/tree.h"
 
 namespace meshrt::optim {
 

@@ -12,8 +12,6 @@
 
 #include "autodiff/autodiff.h"
 #include "autodiff/jit.h"
-#include "autodiff/tree.h"
-#include "autodiff/tree_shard_map.h"
 #include "core/dtype.h"
 #include "core/error.h"
 #include "global/array_ops.h"
@@ -31,6 +29,8 @@
 #include "runtime/sharding.h"
 #include "runtime/tensor.h"
 #include "runtime/tensor_ops.h"
+#include "runtime/tree.h"
+#include "runtime/tree_shard_map.h"
 #include "runtime/visualize.h"
 #include "train/checkpoint.h"
 #include "train/optim.h"

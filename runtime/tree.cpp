@@ -1,5 +1,5 @@
 // Trees: what the templates in tree.h share (names, error messages).
-#include "autodiff/tree.h"
+#include "runtime/tree.h"
 
 #include <cxxabi.h>
 

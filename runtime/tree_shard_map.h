@@ -1,4 +1,4 @@
-// autodiff/tree_shard_map.h: shard_map over trees of Arrays, with in_specs/out_specs as trees.
+// runtime/tree_shard_map.h: shard_map over trees of Arrays, with in_specs/out_specs as trees.
 //
 //   template <class A> struct Layer { A w, b; };
 //   MESHRT_TREE_TEMPLATE(Layer, w, b);
@@ -10,7 +10,7 @@
 //       mesh, std::make_tuple(P("data"), Layer<PartitionSpec>{P(), P()}), std::vector{P()});
 //   std::vector<Array> y = f(x, Layer<Array>{w, b});
 //
-// The arguments are trees of Arrays (see autodiff/tree.h); the body receives each as the same
+// The arguments are trees of Arrays (see runtime/tree.h); the body receives each as the same
 // tree of Tensors (its device's blocks): std::vector<Array> as std::vector<Tensor>, a
 // std::map / std::tuple / std::array likewise, a MESHRT_TREE_TEMPLATE struct Layer<Array> as
 // Layer<Tensor>; static fields are copied. The body returns a tree of Tensors and the call
@@ -41,13 +41,13 @@
 #include <utility>
 #include <vector>
 
-#include "autodiff/tree.h"
 #include "runtime/array.h"
 #include "runtime/context.h"
 #include "runtime/mesh.h"
 #include "runtime/partition_spec.h"
 #include "runtime/shard_map.h"
 #include "runtime/tensor.h"
+#include "runtime/tree.h"
 
 namespace meshrt {
 

@@ -1,4 +1,4 @@
-// autodiff/tree.h: parameter structures as trees (JAX's pytrees, Equinox modules).
+// runtime/tree.h: parameter structures as trees (JAX's pytrees, Equinox modules).
 //
 //   struct Params { Array w1, w2; std::vector<Array> biases; int layers = 2; };
 //   MESHRT_TREE(Params, w1, w2, biases, layers);   // once, next to the struct (same namespace)
