@@ -21,24 +21,6 @@ namespace {
 
 const AxisSet kNoAxes;
 
-AxisSet unite(const Mesh& mesh, AxisSet a, const AxisSet& b) {
-  for (const std::string& x : b) {
-    if (std::find(a.begin(), a.end(), x) == a.end()) a.push_back(x);
-  }
-  std::sort(a.begin(), a.end(), [&](const std::string& l, const std::string& r) {
-    return mesh.axis_position(l) < mesh.axis_position(r);
-  });
-  return a;
-}
-
-AxisSet minus(const AxisSet& a, const AxisSet& b) {
-  AxisSet out;
-  for (const std::string& x : a) {
-    if (std::find(b.begin(), b.end(), x) == b.end()) out.push_back(x);
-  }
-  return out;
-}
-
 AxisSet spec_axes(const Mesh& mesh, const PartitionSpec& spec) {
   return unite(mesh, {}, spec.axes());
 }
@@ -65,22 +47,25 @@ void accumulate(std::unordered_map<uint64_t, T>& cts, uint64_t id, T ct) {
   }
 }
 
-// Gives a node's outputs fresh trace ids the tape follows.
-template <class T>
-void follow_outputs(Node<T>& n, std::span<T> outputs, std::unordered_set<uint64_t>& known) {
-  for (T& y : outputs) {
-    uint64_t id = y.trace_id();
-    if (id == 0) {  // else an outer tracer named this result already
-      id = detail::next_trace_id();
-      y.set_trace_id(id);
-    }
-    known.insert(id);
-    n.out.push_back(id);
-    n.out_meta.push_back(Meta<T>::of(y));
+}  // namespace
+
+AxisSet unite(const Mesh& mesh, AxisSet a, const AxisSet& b) {
+  for (const std::string& x : b) {
+    if (std::find(a.begin(), a.end(), x) == a.end()) a.push_back(x);
   }
+  std::sort(a.begin(), a.end(), [&](const std::string& l, const std::string& r) {
+    return mesh.axis_position(l) < mesh.axis_position(r);
+  });
+  return a;
 }
 
-}  // namespace
+AxisSet minus(const AxisSet& a, const AxisSet& b) {
+  AxisSet out;
+  for (const std::string& x : a) {
+    if (std::find(b.begin(), b.end(), x) == b.end()) out.push_back(x);
+  }
+  return out;
+}
 
 Tape::~Tape() = default;
 

@@ -17,6 +17,7 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -175,6 +176,25 @@ class Tape final : public detail::Tracer {
   std::unordered_map<uint64_t, Array> array_cts_;
   bool used_ = false;
 };
+
+// ---- what the tape and shard_map's transpose (shard_map_transpose.cpp) share
+// Axis sets in mesh order: a and b together, and a without b.
+AxisSet unite(const Mesh& mesh, AxisSet a, const AxisSet& b);
+AxisSet minus(const AxisSet& a, const AxisSet& b);
+// Gives a node's outputs fresh trace ids, added to `known` (the ids a tape follows).
+template <class T>
+void follow_outputs(Node<T>& n, std::span<T> outputs, std::unordered_set<uint64_t>& known) {
+  for (T& y : outputs) {
+    uint64_t id = y.trace_id();
+    if (id == 0) {  // else an outer tracer named this result already
+      id = detail::next_trace_id();
+      y.set_trace_id(id);
+    }
+    known.insert(id);
+    n.out.push_back(id);
+    n.out_meta.push_back(Meta<T>::of(y));
+  }
+}
 
 // ---- helpers the rules and the tape share (Tensor and Array overloads)
 Tensor zeros_of(const Meta<Tensor>& m);
