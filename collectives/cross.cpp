@@ -9,6 +9,7 @@
 #include "backends/native_comm.h"
 #include "backends/process_comm.h"
 #include "collectives/collective.h"
+#include "collectives/cross_detail.h"
 #include "collectives/direct.h"
 #include "collectives/pieces.h"
 #include "core/error.h"
@@ -17,13 +18,21 @@
 
 namespace meshrt::coll {
 
-namespace {
-
 using detail::cat;
+
+namespace {
 
 constexpr const char* kSameCalls =
     "Every process must make the same collective calls, with the same arguments, in the same "
     "order";
+
+// The pieces of the exchange across processes: each member moves its slice in pieces of this
+// size, so a piece's transfer, fold and return stay in cache and the buffers stay small.
+constexpr int64_t kPieceBytes = int64_t{1} << 20;
+
+}  // namespace
+
+namespace cross_detail {
 
 std::string procs_str(const std::vector<int>& procs) {
   return detail::join(procs, ", ", [](int r) { return cat(r); });
@@ -35,7 +44,6 @@ std::string procs_str(const std::vector<int>& procs) {
   throw Error(message);
 }
 
-// Group indices of this process's members.
 std::vector<int64_t> local_members(const Session& session, const Instance& inst) {
   const CrossProcess& cp = *session.cross();
   std::vector<int64_t> local;
@@ -46,32 +54,12 @@ std::vector<int64_t> local_members(const Session& session, const Instance& inst)
   return local;
 }
 
-// A large reduction whose work the process's members share (cross_finish).
 bool shared_reduction(const Session& session, const Instance& inst) {
   const Call& c = inst.call();
   return is_reduction(c.kind) && !c.deterministic && input_bytes(c) > kSmallReduceBytes &&
          !local_members(session, inst).empty();
 }
 
-// The pieces of the exchange across processes: each member moves its slice in pieces of this
-// size, so a piece's transfer, fold and return stay in cache and the buffers stay small.
-constexpr int64_t kPieceBytes = int64_t{1} << 20;
-
-// The staging of a shared reduction.
-struct Stage {
-  std::unique_ptr<char[]> data;  // pmean's sum (other reductions sum into an output)
-  std::vector<int> procs;        // the group's processes, sorted
-  int me = 0;                    // this process's index in procs
-  int64_t slices = 1;            // slices of the exchange: the fewest members any process has
-  int key = 0;
-  std::chrono::steady_clock::time_point deadline;
-  std::once_flag failed_once;
-  std::atomic<bool> failed{false};
-  std::string error;  // written once, before `failed` is set
-};
-
-// The cuda path's part of a process's agreement message: its members' devices (group order)
-// and why its library cannot serve them ("" when it can): "3,5|".
 std::string device_report(const Instance& inst, const Plane& pl,
                           const std::vector<int64_t>& local) {
   std::vector<int> devices;
@@ -82,11 +70,6 @@ std::string device_report(const Instance& inst, const Plane& pl,
   return cat(detail::join(devices, ",", [](int d) { return cat(d); }), "|", why);
 }
 
-// After the agreement, on a device platform: the group as its library names it (every process's
-// devices, from the agreement messages), its communicators opened on first use (the process of
-// member 0 makes the library's token, the others receive it over the ProcessComm), and work
-// buffers for the library's algorithm where the call was set up for another. The members then
-// run the native algorithm (collectives/collective.cpp).
 void open_spanning(Session& session, Instance& inst, const Plane& pl,
                    const std::vector<int>& proc_of, const std::vector<int>& procs, int key,
                    backend::ProcessComm::Deadline deadline, const std::vector<std::string>& theirs,
@@ -191,7 +174,15 @@ void open_spanning(Session& session, Instance& inst, const Plane& pl,
   inst.cross_stage() = std::move(group);
 }
 
-}  // namespace
+}  // namespace cross_detail
+
+using cross_detail::device_report;
+using cross_detail::fail;
+using cross_detail::local_members;
+using cross_detail::open_spanning;
+using cross_detail::procs_str;
+using cross_detail::shared_reduction;
+using cross_detail::Stage;
 
 const backend::CommGroup& spanning_group(Instance& inst) {
   return *static_cast<const backend::CommGroup*>(inst.cross_stage().get());
