@@ -1,12 +1,13 @@
+// A collective across processes (collectives/cross.h): the agreement check, then the data steps
+// that ride on it (small reductions in the same message, ppermute's pairs, the all-gather of the
+// inputs). The large reductions the local members share are cross_reduce.cpp; a device
+// platform's communicators spanning processes, cross_native.cpp.
 #include "collectives/cross.h"
 
 #include <algorithm>
-#include <atomic>
 #include <memory>
-#include <mutex>
 #include <sstream>
 
-#include "backends/native_comm.h"
 #include "backends/process_comm.h"
 #include "collectives/collective.h"
 #include "collectives/cross_detail.h"
@@ -14,7 +15,6 @@
 #include "collectives/pieces.h"
 #include "core/error.h"
 #include "core/strings.h"
-#include "core/threads/wait.h"
 
 namespace meshrt::coll {
 
@@ -25,10 +25,6 @@ namespace {
 constexpr const char* kSameCalls =
     "Every process must make the same collective calls, with the same arguments, in the same "
     "order";
-
-// The pieces of the exchange across processes: each member moves its slice in pieces of this
-// size, so a piece's transfer, fold and return stay in cache and the buffers stay small.
-constexpr int64_t kPieceBytes = int64_t{1} << 20;
 
 }  // namespace
 
@@ -60,120 +56,6 @@ bool shared_reduction(const Session& session, const Instance& inst) {
          !local_members(session, inst).empty();
 }
 
-std::string device_report(const Instance& inst, const Plane& pl,
-                          const std::vector<int64_t>& local) {
-  std::vector<int> devices;
-  for (int64_t k : local) devices.push_back(inst.slot(k).device);
-  backend::NativeComm* nc = pl.backend()->native_comm();
-  const std::string why =
-      nc == nullptr ? "the platform has no collective library" : nc->unavailable(devices);
-  return cat(detail::join(devices, ",", [](int d) { return cat(d); }), "|", why);
-}
-
-void open_spanning(Session& session, Instance& inst, const Plane& pl,
-                   const std::vector<int>& proc_of, const std::vector<int>& procs, int key,
-                   backend::ProcessComm::Deadline deadline, const std::vector<std::string>& theirs,
-                   size_t header, const std::string& mine) {
-  const CrossProcess& cp = *session.cross();
-  const Call& c = inst.call();
-  const std::string op = cat("[", kind_name(c.kind), "] ");
-  auto group = std::make_shared<backend::CommGroup>();
-  group->processes = proc_of;
-  group->devices.assign(proc_of.size(), -1);
-  std::string refused;
-  for (size_t p = 0; p < procs.size(); ++p) {
-    const std::string_view report =
-        std::string_view(theirs[p]).substr(std::min(header, theirs[p].size()));
-    const size_t bar = std::min(report.find('|'), report.size());
-    std::vector<int> devs;
-    for (size_t at = 0; at < bar;) {
-      const size_t end = std::min(report.find(',', at), bar);
-      devs.push_back(std::atoi(std::string(report.substr(at, end - at)).c_str()));
-      at = end + 1;
-    }
-    if (bar + 1 < report.size())
-      refused +=
-          cat(refused.empty() ? "" : "; ", "process ", procs[p], ": ", report.substr(bar + 1));
-    size_t next = 0;
-    for (size_t k = 0; k < proc_of.size(); ++k) {
-      if (proc_of[k] != procs[p]) continue;
-      if (next < devs.size()) group->devices[k] = devs[next];
-      ++next;
-    }
-    if (next != devs.size()) {
-      fail(session, inst,
-           cat(op, mine, ": process ", procs[p], " reported ", devs.size(), " devices for its ",
-               next, " members of this group; every process must run the same meshrt build"),
-           false);
-    }
-  }
-  backend::NativeComm& nc = pl.native_comm();
-  if (!refused.empty()) {
-    fail(session, inst,
-         cat(op, mine, ": ", nc.name(), " cannot serve this group across processes (", refused,
-             "). Across processes every member is a ", nc.name(),
-             " rank of its own GPU: run with MESHRT_CUDA_DEVICES_PER_GPU=1, or use a mesh whose "
-             "groups across processes hold at most one logical device per GPU"),
-         false);
-  }
-  if (!nc.spanning_open(*group)) {
-    backend::ProcessComm& comm = *cp.comm;
-    const int root = proc_of.front();
-    const double timeout_s = std::chrono::duration<double>(session.timeout()).count();
-    std::string token = "-";  // 'T' + the token, 'E' + why it could not be made, '-': not root
-    if (root == cp.rank) {
-      try {
-        token = "T" + nc.new_token();
-      } catch (const Error& e) {
-        token = std::string("E") + e.what();
-      }
-    }
-    std::vector<std::string> tokens;
-    if (!comm.exchange(procs, key, token, tokens, deadline, mine).empty()) {
-      fail(session, inst,
-           cat(op, mine, ": the exchange of ", nc.name(), "'s unique id across processes ",
-               procs_str(procs), " did not complete within MESHRT_COLLECTIVE_TIMEOUT (", timeout_s,
-               " s) after every process had arrived; a process died or the job is overloaded"),
-           true);
-    }
-    const std::string& got = tokens[static_cast<size_t>(
-        std::lower_bound(procs.begin(), procs.end(), root) - procs.begin())];
-    if (got.empty() || got[0] == '-') {
-      fail(session, inst,
-           cat(op, mine, ": process ", root, " holds ", nc.name(),
-               " communicators for this group and this process does not (an earlier creation "
-               "failed on some processes); end the job"),
-           true);
-    }
-    if (got[0] == 'E') {
-      fail(session, inst, cat(op, mine, ": process ", root, ": ", got.substr(1)), false);
-    }
-    try {
-      nc.open_spanning(*group, cp.rank, got.substr(1));
-    } catch (const Error& e) {
-      fail(session, inst, cat(op, mine, ": ", e.what()), true);
-    }
-  }
-  if (c.algo != Algo::native) {  // the call was set up for another algorithm
-    Call native = c;
-    native.algo = Algo::native;
-    if (const int64_t wb = work_bytes(native, inst.size()); wb > 0) {
-      try {
-        for (int64_t k : local_members(session, inst)) {
-          const Slot& s = inst.slot(k);
-          std::shared_ptr<backend::Buffer> buf =
-              s.backend->allocate(s.device, static_cast<size_t>(wb));
-          void* data = buf->data();
-          inst.set_work(k, data, std::move(buf));
-        }
-      } catch (const Error& e) {
-        fail(session, inst, cat(op, mine, ": ", e.what()), false);
-      }
-    }
-  }
-  inst.cross_stage() = std::move(group);
-}
-
 }  // namespace cross_detail
 
 using cross_detail::device_report;
@@ -184,169 +66,8 @@ using cross_detail::procs_str;
 using cross_detail::shared_reduction;
 using cross_detail::Stage;
 
-const backend::CommGroup& spanning_group(Instance& inst) {
-  return *static_cast<const backend::CommGroup*>(inst.cross_stage().get());
-}
-
 bool cross_done_at_arrival(const Session& session, const Instance& inst) {
   return is_reduction(inst.call().kind) && !shared_reduction(session, inst);
-}
-
-// A shared reduction, for each local member li of L (at least one on every process):
-//   1. fold slice li (of L) of the process's inputs into the process's sum;
-//   2. (members li < S, S = the fewest members a process of the group has; after every local fold
-//      when L > S) all-reduce slice li (of S) with the same member of every other process, piece
-//      by piece: each process reduces part p of a piece for the group (sent to it by the others,
-//      folded in process order) and sends the result back, so every process ends with the same
-//      bits;
-//   3. write that slice into every local output (pmean: the mean, in the output dtype);
-//   4. wait until every local member is done (peers write this member's output).
-// No member waits for another process's slowest member, only for its own peers.
-void cross_finish(Session& session, Instance& inst, int64_t me, const Shape& out_shape) {
-  if (!shared_reduction(session, inst)) {
-    if (!is_reduction(inst.call().kind)) direct_collective(inst, me, out_shape);
-    return;
-  }
-  const Call& c = inst.call();
-  auto& stage = *static_cast<Stage*>(inst.cross_stage().get());
-  backend::ProcessComm& comm = *session.cross()->comm;
-  const std::vector<int64_t> local = local_members(session, inst);
-  const auto L = static_cast<int64_t>(local.size());
-  const int64_t S = stage.slices;
-  const int64_t li = std::find(local.begin(), local.end(), me) - local.begin();
-  const Plane pl = plane_of(inst, me);
-  const int64_t n = count(c.shape);
-  const auto ie = static_cast<int64_t>(dtype_size(c.dtype));
-  const Kind fold_kind = c.kind == Kind::pmean ? Kind::psum : c.kind;
-  // The sum lives in the first local member's output (pmean: in the stage, whose dtype may
-  // differ from the output's).
-  char* const sum = c.kind == Kind::pmean ? stage.data.get() : out_ptr(inst, local.front());
-  std::atomic<uint32_t>& phase = inst.phase_counter();
-  const auto all = static_cast<uint32_t>(L);
-  // Bounded: every local member reached finish() unless one left its body in between.
-  const auto limit = stage.deadline + session.timeout();
-  const auto wait_for = [&](uint32_t target) {
-    for (uint32_t v; (v = phase.load(std::memory_order_acquire)) < target;) {
-      if (stage.failed.load(std::memory_order_acquire)) throw Error(stage.error);
-      core::wait_while(phase, v, std::chrono::milliseconds(100), inst.oversubscribed());
-      if (std::chrono::steady_clock::now() > limit) {
-        throw Error(cat("[", kind_name(c.kind), "] ", c.str(), " (", inst.where(session.names()),
-                        "): a device of this process left its body without finishing its part"));
-      }
-    }
-    if (stage.failed.load(std::memory_order_acquire)) throw Error(stage.error);
-  };
-  const auto arrive = [&](uint32_t target) {
-    if (phase.fetch_add(1, std::memory_order_acq_rel) + 1 == target) core::wake_all(phase);
-  };
-  const auto slice_of = [n](int64_t k, int64_t parts) {
-    const int64_t len = (n + parts - 1) / parts;
-    const int64_t lo = std::min(n, k * len);
-    return std::pair{lo, std::min(n, lo + len)};
-  };
-  const auto fold_local = [&](int64_t a, int64_t b) {
-    std::vector<const void*> srcs;
-    for (int64_t k : local) srcs.push_back(in_ptr(inst, k) + a * ie);
-    pl.fold(fold_kind, c.dtype, c.dtype, sum + a * ie, srcs, b - a);
-  };
-  const size_t oe = dtype_size(out_dtype(c));
-  const auto fan_out = [&](int64_t a, int64_t b) {
-    for (int64_t k : local) {
-      if (c.kind == Kind::pmean) {
-        pl.mean_from_sum(c.dtype, out_dtype(c), out_ptr(inst, k) + a * static_cast<int64_t>(oe),
-                         sum + a * ie, b - a, inst.size());
-      } else if (k != local.front()) {
-        pl.copy(out_ptr(inst, k) + a * ie, sum + a * ie, static_cast<size_t>((b - a) * ie));
-      }
-    }
-  };
-  // `why`: the process layer's error; empty: a timeout.
-  const auto fail_exchange = [&](const std::string& why) {
-    std::call_once(stage.failed_once, [&] {
-      stage.error = cat("[", kind_name(c.kind), "] ", c.str(), " (", inst.where(session.names()),
-                        "): the all-reduce across processes ", procs_str(stage.procs),
-                        why.empty() ? " did not complete within MESHRT_COLLECTIVE_TIMEOUT after "
-                                      "every process had arrived; a process died or the job is "
-                                      "overloaded"
-                                    : cat(" failed: ", why));
-      comm.mark_broken(stage.error);
-      stage.failed.store(true, std::memory_order_release);
-    });
-    core::wake_all(phase);
-    throw Error(stage.error);
-  };
-  // The exchange's slice of this member and its pieces.
-  const auto [lo, hi] = li < S ? slice_of(li, S) : std::pair<int64_t, int64_t>{0, 0};
-  const auto P = static_cast<int64_t>(stage.procs.size());
-  const int64_t piece = std::max<int64_t>(P, kPieceBytes / ie);
-  const int64_t part_max = (std::min(piece, std::max<int64_t>(hi - lo, 1)) + P - 1) / P;
-  std::unique_ptr<char[]> parts(new char[static_cast<size_t>(P * part_max * ie)]);
-  const int tag = static_cast<int>(2 * li);
-  // One round of the exchange; every member's error reaches its peers through the stage.
-  const auto send_recv = [&](const std::vector<backend::ProcessComm::Transfer>& sends,
-                             const std::vector<backend::ProcessComm::Transfer>& recvs) {
-    std::vector<int> missing;
-    try {
-      missing = comm.send_recv_group(stage.procs, stage.key, sends, recvs, stage.deadline, c.str());
-    } catch (const Error& e) {
-      fail_exchange(e.what());
-    }
-    if (!missing.empty()) fail_exchange("");
-  };
-  // Step 2 for sum[p0, p0 + m).
-  const auto all_reduce_piece = [&](int64_t p0, int64_t m) {
-    const int64_t part = (m + P - 1) / P;
-    const auto range = [&](int64_t j) {
-      const int64_t a = std::min(m, j * part);
-      return std::pair{p0 + a, p0 + std::min(m, a + part)};
-    };
-    const auto [mine_lo, mine_hi] = range(stage.me);
-    const int64_t mine_len = mine_hi - mine_lo;
-    char* const reduced = parts.get() + stage.me * part_max * ie;
-    std::vector<backend::ProcessComm::Transfer> sends, recvs;
-    for (int64_t j = 0; j < P; ++j) {  // the others' parts of my sum; my part of theirs
-      const auto [a, b] = range(j);
-      if (j == stage.me) continue;
-      sends.push_back({stage.procs[static_cast<size_t>(j)], tag, sum + a * ie, (b - a) * ie});
-      recvs.push_back({stage.procs[static_cast<size_t>(j)], tag, parts.get() + j * part_max * ie,
-                       mine_len * ie});
-    }
-    send_recv(sends, recvs);
-    std::vector<const void*> srcs;
-    for (int64_t j = 0; j < P; ++j)
-      srcs.push_back(j == stage.me ? sum + mine_lo * ie : parts.get() + j * part_max * ie);
-    pl.fold(fold_kind, c.dtype, c.dtype, reduced, srcs, mine_len);
-    sends.clear();
-    recvs.clear();
-    for (int64_t j = 0; j < P; ++j) {  // my reduced part to the others; theirs into my sum
-      const auto [a, b] = range(j);
-      if (j == stage.me) continue;
-      sends.push_back({stage.procs[static_cast<size_t>(j)], tag + 1, reduced, mine_len * ie});
-      recvs.push_back({stage.procs[static_cast<size_t>(j)], tag + 1, sum + a * ie, (b - a) * ie});
-    }
-    pl.copy(sum + mine_lo * ie, reduced, static_cast<size_t>(mine_len * ie));
-    send_recv(sends, recvs);
-  };
-  uint32_t done = all;
-  if (L == S) {  // 1-3 piece by piece, each piece in cache from its fold to its last copy
-    for (int64_t p0 = lo; p0 < hi; p0 += piece) {
-      const int64_t p1 = std::min(hi, p0 + piece);
-      fold_local(p0, p1);
-      all_reduce_piece(p0, p1 - p0);
-      fan_out(p0, p1);
-    }
-  } else {  // the folds' slices are not the exchange's: every fold first
-    const auto [a, b] = slice_of(li, L);
-    fold_local(a, b);
-    arrive(all);
-    wait_for(all);
-    for (int64_t p0 = lo; p0 < hi; p0 += piece) all_reduce_piece(p0, std::min(piece, hi - p0));
-    fan_out(lo, hi);
-    done = 2 * all;
-  }
-  // 4.
-  arrive(done);
-  wait_for(done);
 }
 
 namespace {
