@@ -38,14 +38,6 @@ std::string shape_tuple(const Shape& s) {
   return out + (s.size() == 1 ? ",)" : ")");
 }
 
-int norm_axis(std::string_view op, int axis, size_t rank) {
-  const int r = static_cast<int>(rank);
-  if (axis < -r || axis >= r) {
-    throw Error(cat("[", op, "] axis ", axis, " is out of bounds for array of dimension ", rank));
-  }
-  return axis < 0 ? axis + r : axis;
-}
-
 Shape broadcast_shape(std::string_view op, const std::vector<const Array*>& xs) {
   std::vector<Shape> shapes;
   for (const Array* x : xs) shapes.push_back(x->shape());
@@ -211,7 +203,8 @@ Array reduce(std::string_view op, const Array& x, global::Reduction kind, std::o
 Array reduce_impl(std::string_view op, const Array& x, global::Reduction kind,
                   std::optional<int> axis, bool keepdims) {
   std::optional<int> ax;
-  if (axis) ax = norm_axis(op, *axis, x.shape().size());
+  if (axis)
+    ax = detail::normalize_axis(*axis, std::ssize(x.shape()), op, x.shape(), detail::Form::array);
   const OpMesh m = global::op_mesh(op, {&x});
   Plan p = global::reduce_rule(m.mesh, {&x.shape(), global::layout_of(x)}, kind, ax, keepdims);
   const Shape out = detail::reduce_shape(x.shape(), ax, keepdims);
@@ -406,7 +399,8 @@ Array reshaped(std::string_view op, const Array& x, const Shape& shape) {
 Array join(std::string_view op, const std::vector<Array>& xs, int axis, bool stack_) {
   detail::Traced<Array> tr(stack_ ? OpId::stack : OpId::concatenate, xs);
   if (xs.empty()) throw Error(cat("[", op, "] needs at least one array"));
-  const int ax = norm_axis(op, axis, xs.front().shape().size() + (stack_ ? 1 : 0));
+  const int ax = detail::normalize_axis(axis, std::ssize(xs.front().shape()) + (stack_ ? 1 : 0), op,
+                                        xs.front().shape(), detail::Form::array);
   if (tr) tr.set_attrs(detail::AxisAttrs{ax});
   std::vector<Shape> shapes;
   for (const Array& x : xs) shapes.push_back(x.shape());
@@ -605,7 +599,8 @@ Array argmax(const Array& x, std::optional<int> axis, bool keepdims) {
 Array softmax(const Array& x, int axis) {
   detail::Traced<Array> tr(OpId::softmax, {&x});
   if (tr) tr.set_attrs(detail::AxisAttrs{axis});
-  const int ax = norm_axis("softmax", axis, x.shape().size());
+  const int ax = detail::normalize_axis(axis, std::ssize(x.shape()), "softmax", x.shape(),
+                                        detail::Form::array);
   std::vector<bool> whole(x.shape().size(), false);
   whole[static_cast<size_t>(ax)] = true;
   return tr(gathered("softmax", x, whole, {x.shape()}, [ax](const std::vector<Tensor>& b) {
@@ -615,7 +610,8 @@ Array softmax(const Array& x, int axis) {
 Array log_softmax(const Array& x, int axis) {
   detail::Traced<Array> tr(OpId::log_softmax, {&x});
   if (tr) tr.set_attrs(detail::AxisAttrs{axis});
-  const int ax = norm_axis("log_softmax", axis, x.shape().size());
+  const int ax = detail::normalize_axis(axis, std::ssize(x.shape()), "log_softmax", x.shape(),
+                                        detail::Form::array);
   std::vector<bool> whole(x.shape().size(), false);
   whole[static_cast<size_t>(ax)] = true;
   return tr(gathered("log_softmax", x, whole, {x.shape()}, [ax](const std::vector<Tensor>& b) {
@@ -657,22 +653,7 @@ Array dot(const Array& a, const Array& b, const OpOptions& o0) {
 }
 
 Array transpose(const Array& x, std::vector<int> perm) {
-  const size_t n = x.shape().size();
-  if (perm.empty()) {
-    for (size_t d = 0; d < n; ++d) perm.push_back(static_cast<int>(n - 1 - d));
-  }
-  std::vector<bool> seen(n, false);
-  bool ok = perm.size() == n;
-  for (int& p : perm) {
-    if (!ok) break;
-    if (p < 0) p += static_cast<int>(n);
-    ok = p >= 0 && p < static_cast<int>(n) && !seen[static_cast<size_t>(p)];
-    if (ok) seen[static_cast<size_t>(p)] = true;
-  }
-  if (!ok)
-    throw Error(cat("[transpose] axes don't match array: a permutation of ", n, " axes is needed"));
-  Shape out;
-  for (int p : perm) out.push_back(x.shape()[static_cast<size_t>(p)]);
+  const Shape out = detail::permute_shape(x.shape(), perm, detail::Form::array);
   detail::Traced<Array> tr(OpId::transpose, {&x});
   if (tr) tr.set_attrs(detail::PermAttrs{{perm.begin(), perm.end()}});
   Plan p = global::transpose_rule({&x.shape(), global::layout_of(x)}, perm);
@@ -691,7 +672,7 @@ Array squeeze(const Array& x, std::vector<int> axes) {
     for (size_t d = 0; d < s.size(); ++d) drop[d] = s[d] == 1;
   }
   for (int a : axes) {
-    const int d = norm_axis("squeeze", a, s.size());
+    const int d = detail::normalize_axis(a, std::ssize(s), "squeeze", s, detail::Form::array);
     if (s[static_cast<size_t>(d)] != 1) {
       throw Error(
           cat("[squeeze] cannot select an axis to squeeze out which has size not equal to one, got "
@@ -708,7 +689,8 @@ Array squeeze(const Array& x, std::vector<int> axes) {
 }
 
 Array expand_dims(const Array& x, int axis) {
-  const int ax = norm_axis("expand_dims", axis, x.shape().size() + 1);
+  const int ax = detail::normalize_axis(axis, std::ssize(x.shape()) + 1, "expand_dims", x.shape(),
+                                        detail::Form::array);
   Shape out = x.shape();
   out.insert(out.begin() + ax, 1);
   return reshaped("expand_dims", x, out);
@@ -741,7 +723,8 @@ Array slice(const Array& x, const Shape& start, const Shape& limit, const Shape&
 }
 
 Array slice_in_dim(const Array& x, int64_t start, int64_t limit, int64_t stride, int axis) {
-  const int ax = norm_axis("slice_in_dim", axis, x.shape().size());
+  const int ax = detail::normalize_axis(axis, std::ssize(x.shape()), "slice_in_dim", x.shape(),
+                                        detail::Form::array);
   Shape st(x.shape().size(), 0), li = x.shape(), sd(x.shape().size(), 1);
   st[static_cast<size_t>(ax)] = start < 0 ? start + x.shape()[static_cast<size_t>(ax)] : start;
   li[static_cast<size_t>(ax)] = limit < 0 ? limit + x.shape()[static_cast<size_t>(ax)] : limit;
@@ -750,7 +733,8 @@ Array slice_in_dim(const Array& x, int64_t start, int64_t limit, int64_t stride,
 }
 
 Array dynamic_slice_in_dim(const Array& x, int64_t start, int64_t size, int axis) {
-  const int ax = norm_axis("dynamic_slice_in_dim", axis, x.shape().size());
+  const int ax = detail::normalize_axis(axis, std::ssize(x.shape()), "dynamic_slice_in_dim",
+                                        x.shape(), detail::Form::array);
   const int64_t n = x.shape()[static_cast<size_t>(ax)];
   if (size < 0 || size > n) {
     throw Error(cat("[dynamic_slice_in_dim] slice size ", size, " does not fit dimension ", ax,
@@ -803,7 +787,8 @@ Array concatenate(const std::vector<Array>& xs, int axis) {
 Array stack(const std::vector<Array>& xs, int axis) { return join("stack", xs, axis, true); }
 
 std::vector<Array> split(const Array& x, int64_t sections, int axis) {
-  const int ax = norm_axis("split", axis, x.shape().size());
+  const int ax =
+      detail::normalize_axis(axis, std::ssize(x.shape()), "split", x.shape(), detail::Form::array);
   const Shape piece = detail::split_shape(x.shape(), sections, ax, detail::Form::array);
   std::vector<bool> whole(x.shape().size(), false);
   whole[static_cast<size_t>(ax)] = true;

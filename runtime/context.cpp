@@ -120,15 +120,6 @@ static_assert(
 coll::Algo to_coll(CollectiveAlgo a) { return static_cast<coll::Algo>(a); }
 CollectiveAlgo from_coll(coll::Algo a) { return static_cast<CollectiveAlgo>(a); }
 
-// JAX normalises an axis against a rank (negative counts from the end).
-int64_t normalize_axis(int64_t axis, int64_t rank, const char* op) {
-  if (axis < -rank || axis >= rank) {
-    throw Error(cat("[", op, "] axis ", axis, " is out of bounds for array of dimension ",
-                    rank == 0 ? 0 : rank, ""));
-  }
-  return axis < 0 ? axis + rank : axis;
-}
-
 }  // namespace
 
 CollectiveAlgo parse_collective_algo(std::string_view name) {
@@ -319,11 +310,12 @@ GatherPlan plan_all_gather(int64_t pos, const Tensor& x, const coll::GroupLayout
   GatherPlan g{base_call(coll::Kind::all_gather, x, layout, options, launch, pos), x.shape()};
   const auto rank = static_cast<int64_t>(x.shape().size());
   if (tiled) {
-    int64_t a = normalize_axis(axis, rank, "all_gather");
+    int64_t a = detail::normalize_axis(axis, rank, "all_gather", x.shape(), detail::Form::array);
     g.out_shape[static_cast<size_t>(a)] *= n;
     g.call.axis = a;
   } else {
-    int64_t a = normalize_axis(axis, rank + 1, "all_gather");
+    int64_t a =
+        detail::normalize_axis(axis, rank + 1, "all_gather", x.shape(), detail::Form::array);
     g.out_shape.insert(g.out_shape.begin() + a, n);
     g.call.axis = a;
   }
@@ -411,7 +403,8 @@ Tensor Context::psum_scatter(const Tensor& x, const AxisNames& axes, int scatter
   Prepared p = prepare(*state_, x, axes, "psum_scatter");
   const int64_t n = p.group_size;
   const auto rank = static_cast<int64_t>(x.shape().size());
-  const int64_t sd = normalize_axis(scatter_dimension, rank, "psum_scatter");
+  const int64_t sd = detail::normalize_axis(scatter_dimension, rank, "psum_scatter", x.shape(),
+                                            detail::Form::array);
   const int64_t size = x.shape()[static_cast<size_t>(sd)];
   Shape out_shape = x.shape();
   if (tiled) {
@@ -447,8 +440,10 @@ Tensor Context::all_to_all(const Tensor& x, const AxisNames& axes, int split_axi
   Prepared p = prepare(*state_, x, axes, "all_to_all");
   const int64_t n = p.group_size;
   const auto rank = static_cast<int64_t>(x.shape().size());
-  const int64_t split = normalize_axis(split_axis, rank, "all_to_all");
-  const int64_t concat = normalize_axis(concat_axis, rank, "all_to_all");
+  const int64_t split =
+      detail::normalize_axis(split_axis, rank, "all_to_all", x.shape(), detail::Form::array);
+  const int64_t concat =
+      detail::normalize_axis(concat_axis, rank, "all_to_all", x.shape(), detail::Form::array);
   const int64_t size = x.shape()[static_cast<size_t>(split)];
   Shape out_shape = x.shape();
   if (tiled) {

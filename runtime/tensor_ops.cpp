@@ -47,14 +47,6 @@ void check_same_device(const Tensor& a, const Tensor& b, const char* op) {
       "; an op takes tensors of one device (compute per device inside shard_map, or device_put)"));
 }
 
-int normalize(int axis, int64_t rank, const char* op, const Shape& shape) {
-  if (axis < -rank || axis >= rank) {
-    throw Error(cat("[ops] ", op, ": axis ", axis, " is out of bounds for an array of shape ",
-                    shape_str(shape), " (rank ", rank, ")"));
-  }
-  return axis < 0 ? static_cast<int>(axis + rank) : axis;
-}
-
 std::vector<int64_t> dense(const Shape& s) { return core::dense_strides(s); }
 
 // Strides to read `t` as if it had `out` shape (right-aligned broadcasting).
@@ -158,7 +150,8 @@ Reduced plan_reduce(const Tensor& x, std::optional<int> axis, bool keepdims, con
     r.out_shape = keepdims ? Shape(s.size(), 1) : Shape{};
     return r;
   }
-  const int a = normalize(*axis, static_cast<int64_t>(s.size()), op, s);
+  const int a =
+      detail::normalize_axis(*axis, static_cast<int64_t>(s.size()), op, s, detail::Form::tensor);
   for (int d = 0; d < a; ++d) r.outer *= s[static_cast<size_t>(d)];
   r.len = s[static_cast<size_t>(a)];
   for (size_t d = static_cast<size_t>(a) + 1; d < s.size(); ++d) r.inner *= s[d];
@@ -485,34 +478,10 @@ Tensor dot(const Tensor& a, const Tensor& b, const MatmulOptions& o) {
 Tensor transpose(const Tensor& x, std::vector<int> perm) {
   detail::Traced<Tensor> tr(OpId::transpose, {&x});
   check_valid(x, "transpose");
-  const auto rank = static_cast<int>(x.ndim());
-  if (perm.empty()) {
-    for (int d = rank - 1; d >= 0; --d) perm.push_back(d);
-  }
-  std::vector<bool> seen(static_cast<size_t>(rank), false);
-  bool ok = static_cast<int>(perm.size()) == rank;
-  for (int& p : perm) {
-    if (p < -rank || p >= rank) {
-      ok = false;
-      break;
-    }
-    if (p < 0) p += rank;
-    ok = ok && !seen[static_cast<size_t>(p)];
-    if (ok) seen[static_cast<size_t>(p)] = true;
-  }
-  if (!ok) {
-    throw Error(cat("[ops] transpose: permutation ",
-                    detail::join(perm, ", ", [](int p) { return std::to_string(p); }),
-                    " is not a permutation of the ", rank, " axes of shape ",
-                    shape_str(x.shape())));
-  }
+  const Shape out = detail::permute_shape(x.shape(), perm, detail::Form::tensor);
   const std::vector<int64_t> ds = dense(x.shape());
-  Shape out;
   std::vector<int64_t> st;
-  for (int p : perm) {
-    out.push_back(x.shape()[static_cast<size_t>(p)]);
-    st.push_back(ds[static_cast<size_t>(p)]);
-  }
+  for (int p : perm) st.push_back(ds[static_cast<size_t>(p)]);
   if (tr) tr.set_attrs(detail::PermAttrs{{perm.begin(), perm.end()}});
   return tr(gather_view(x, out, 0, st));
 }
@@ -567,7 +536,8 @@ Tensor slice(const Tensor& x, const Shape& start, const Shape& limit, const Shap
 
 Tensor slice_in_dim(const Tensor& x, int64_t start, int64_t limit, int64_t stride, int axis) {
   check_valid(x, "slice_in_dim");
-  const int a = normalize(axis, x.ndim(), "slice_in_dim", x.shape());
+  const int a =
+      detail::normalize_axis(axis, x.ndim(), "slice_in_dim", x.shape(), detail::Form::tensor);
   Shape s(x.shape().size(), 0), l = x.shape(), st(x.shape().size(), 1);
   s[static_cast<size_t>(a)] = start;
   l[static_cast<size_t>(a)] = limit;
@@ -577,7 +547,8 @@ Tensor slice_in_dim(const Tensor& x, int64_t start, int64_t limit, int64_t strid
 
 Tensor dynamic_slice_in_dim(const Tensor& x, int64_t start, int64_t size, int axis) {
   check_valid(x, "dynamic_slice_in_dim");
-  const int a = normalize(axis, x.ndim(), "dynamic_slice_in_dim", x.shape());
+  const int a = detail::normalize_axis(axis, x.ndim(), "dynamic_slice_in_dim", x.shape(),
+                                       detail::Form::tensor);
   const int64_t dim = x.shape()[static_cast<size_t>(a)];
   if (size < 0 || size > dim) {
     throw Error(cat("[ops] dynamic_slice_in_dim: slice size ", size, " does not fit dimension ", a,
@@ -614,7 +585,8 @@ Tensor concatenate(const std::vector<Tensor>& xs, int axis) {
   detail::Traced<Tensor> tr(OpId::concatenate, xs);
   if (xs.empty()) throw Error("[ops] concatenate: needs at least one tensor");
   check_valid(xs[0], "concatenate");
-  const int a = normalize(axis, xs[0].ndim(), "concatenate", xs[0].shape());
+  const int a = detail::normalize_axis(axis, xs[0].ndim(), "concatenate", xs[0].shape(),
+                                       detail::Form::tensor);
   DType t = xs[0].dtype();
   std::vector<Shape> shapes;
   for (const Tensor& x : xs) {
@@ -635,7 +607,7 @@ Tensor concatenate(const std::vector<Tensor>& xs, int axis) {
 
 std::vector<Tensor> split(const Tensor& x, int64_t sections, int axis) {
   check_valid(x, "split");
-  const int a = normalize(axis, x.ndim(), "split", x.shape());
+  const int a = detail::normalize_axis(axis, x.ndim(), "split", x.shape(), detail::Form::tensor);
   const int64_t w =
       detail::split_shape(x.shape(), sections, a, detail::Form::tensor)[static_cast<size_t>(a)];
   std::vector<Tensor> out;
@@ -646,7 +618,8 @@ std::vector<Tensor> split(const Tensor& x, int64_t sections, int axis) {
 Tensor stack(const std::vector<Tensor>& xs, int axis) {
   if (xs.empty()) throw Error("[ops] stack: needs at least one tensor");
   check_valid(xs[0], "stack");
-  const int a = normalize(axis, xs[0].ndim() + 1, "stack", xs[0].shape());
+  const int a =
+      detail::normalize_axis(axis, xs[0].ndim() + 1, "stack", xs[0].shape(), detail::Form::tensor);
   std::vector<Shape> shapes;
   for (const Tensor& x : xs) {
     check_valid(x, "stack");
@@ -667,7 +640,7 @@ Tensor squeeze(const Tensor& x, std::vector<int> axes) {
       drop[static_cast<size_t>(d)] = x.shape()[static_cast<size_t>(d)] == 1;
   }
   for (int ax : axes) {
-    const int a = normalize(ax, rank, "squeeze", x.shape());
+    const int a = detail::normalize_axis(ax, rank, "squeeze", x.shape(), detail::Form::tensor);
     if (x.shape()[static_cast<size_t>(a)] != 1) {
       throw Error(
           cat("[ops] squeeze: cannot select an axis to squeeze out which has size not equal to "
@@ -685,7 +658,8 @@ Tensor squeeze(const Tensor& x, std::vector<int> axes) {
 
 Tensor expand_dims(const Tensor& x, int axis) {
   check_valid(x, "expand_dims");
-  const int a = normalize(axis, x.ndim() + 1, "expand_dims", x.shape());
+  const int a =
+      detail::normalize_axis(axis, x.ndim() + 1, "expand_dims", x.shape(), detail::Form::tensor);
   Shape out = x.shape();
   out.insert(out.begin() + a, 1);
   return reshape(x, out);

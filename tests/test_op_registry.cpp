@@ -43,9 +43,8 @@ TEST(OpRegistry, EveryOpHasAShapeRuleAPlacementRuleAndADerivativeDecision) {
     EXPECT_NE(def.placement, Placement::unset) << def.name << " has no placement rule";
     EXPECT_NE(def.derivative, Derivative::unset) << def.name << " has no derivative decision";
     // An op with a Tensor and an Array form takes its shape rule from here, so the two forms
-    // cannot drift apart (same has nothing to check; transpose's permute is not shared yet).
-    if (def.on_tensor && def.on_array && def.shape != ShapeRule::same &&
-        def.shape != ShapeRule::permute) {
+    // cannot drift apart (same has nothing to check).
+    if (def.on_tensor && def.on_array && def.shape != ShapeRule::same) {
       EXPECT_TRUE(detail::shape_rule_shared(def.shape))
           << def.name << " has a Tensor and an Array form but no shared shape rule";
     }
@@ -193,10 +192,44 @@ TEST(OpRegistry, SharedShapeRules) {
   EXPECT_EQ(detail::reduce_shape({2, 3, 4}, std::nullopt, true), (Shape{1, 1, 1}));
 }
 
-// slice, pad, reshape, concatenate/stack and split: one check each, in the wording of the form
-// that calls it (the Tensor ops' "[ops] op: ", the Array ops' "[op] ").
+// Axis normalisation, transpose, slice, pad, reshape, concatenate/stack and split: one check
+// each, in the wording of the form that calls it (the Tensor ops' "[ops] op: ", the Array ops'
+// "[op] ", which the collectives share).
 TEST(OpRegistry, SharedShapeRulesForShapeOps) {
   using detail::Form;
+  EXPECT_EQ(detail::normalize_axis(-1, 3, "sum", {2, 3, 4}, Form::tensor), 2);
+  EXPECT_EQ(detail::normalize_axis(-3, 3, "stack", {2, 3}, Form::array), 0);
+  EXPECT_EQ(detail::normalize_axis(1, 2, "sum", {2, 3}, Form::array), 1);
+  EXPECT_MESHRT_ERROR(detail::normalize_axis(-3, 2, "sum", {2, 3}, Form::tensor),
+                      "[ops] sum: axis -3 is out of bounds for an array of shape (2, 3) (rank 2)");
+  EXPECT_MESHRT_ERROR(detail::normalize_axis(2, 2, "sum", {2, 3}, Form::array),
+                      "[sum] axis 2 is out of bounds for array of dimension 2");
+  EXPECT_MESHRT_ERROR(detail::normalize_axis(0, 0, "all_gather", {}, Form::array),
+                      "[all_gather] axis 0 is out of bounds for array of dimension 0");
+
+  std::vector<int> perm;
+  EXPECT_EQ(detail::permute_shape({2, 3, 4}, perm, Form::tensor), (Shape{4, 3, 2}));
+  EXPECT_EQ(perm, (std::vector<int>{2, 1, 0}));
+  perm = {-1, 0, 1};
+  EXPECT_EQ(detail::permute_shape({2, 3, 4}, perm, Form::array), (Shape{4, 2, 3}));
+  EXPECT_EQ(perm, (std::vector<int>{2, 0, 1}));
+  perm = {};
+  EXPECT_EQ(detail::permute_shape({}, perm, Form::array), (Shape{}));
+  perm = {0, -2};
+  EXPECT_MESHRT_ERROR(detail::permute_shape({2, 3}, perm, Form::tensor),
+                      "[ops] transpose: permutation 0, 0 is not a permutation of the 2 axes of "
+                      "shape (2, 3)");
+  perm = {-1, 2};
+  EXPECT_MESHRT_ERROR(detail::permute_shape({2, 3}, perm, Form::tensor),
+                      "[ops] transpose: permutation 1, 2 is not a permutation of the 2 axes of "
+                      "shape (2, 3)");
+  perm = {0};
+  EXPECT_MESHRT_ERROR(detail::permute_shape({2, 3}, perm, Form::array),
+                      "[transpose] axes don't match array: a permutation of 2 axes is needed");
+  perm = {1, 1};
+  EXPECT_MESHRT_ERROR(detail::permute_shape({2, 3}, perm, Form::array),
+                      "[transpose] axes don't match array: a permutation of 2 axes is needed");
+
   EXPECT_EQ(detail::slice_shape({5, 6}, {1, 0}, {4, 6}, {}, Form::tensor), (Shape{3, 6}));
   EXPECT_EQ(detail::slice_shape({5, 6}, {1, 0}, {5, 6}, {2, 4}, Form::array), (Shape{2, 2}));
   EXPECT_MESHRT_ERROR(detail::slice_shape({5, 6}, {0}, {1}, {}, Form::tensor),

@@ -359,10 +359,10 @@ bool shape_rule_shared(ShapeRule rule) {
     case S::pad:        // pad_shape
     case S::join:       // join_shape
     case S::split:      // split_shape
+    case S::permute:    // permute_shape
       return true;
     case S::unset:
     case S::same:
-    case S::permute:
     case S::row:
     case S::collective:
       return false;
@@ -380,6 +380,46 @@ Shape reduce_shape(const Shape& x, std::optional<int> axis, bool keepdims) {
       out.push_back(1);
     }
   }
+  return out;
+}
+
+int normalize_axis(int64_t axis, int64_t rank, std::string_view op, const Shape& x, Form form) {
+  if (axis < -rank || axis >= rank) {
+    throw Error(
+        form == Form::tensor
+            ? cat("[ops] ", op, ": axis ", axis, " is out of bounds for an array of shape ",
+                  shape_str(x), " (rank ", rank, ")")
+            : cat("[", op, "] axis ", axis, " is out of bounds for array of dimension ", rank));
+  }
+  return static_cast<int>(axis < 0 ? axis + rank : axis);
+}
+
+Shape permute_shape(const Shape& x, std::vector<int>& perm, Form form) {
+  const auto rank = static_cast<int>(x.size());
+  if (perm.empty()) {
+    for (int d = rank - 1; d >= 0; --d) perm.push_back(d);
+  }
+  std::vector<bool> seen(static_cast<size_t>(rank), false);
+  bool ok = static_cast<int>(perm.size()) == rank;
+  for (int& p : perm) {
+    if (p < -rank || p >= rank) {
+      ok = false;
+      break;
+    }
+    if (p < 0) p += rank;
+    ok = ok && !seen[static_cast<size_t>(p)];
+    if (ok) seen[static_cast<size_t>(p)] = true;
+  }
+  if (!ok) {
+    throw Error(form == Form::tensor
+                    ? cat("[ops] transpose: permutation ",
+                          join(perm, ", ", [](int p) { return std::to_string(p); }),
+                          " is not a permutation of the ", rank, " axes of shape ", shape_str(x))
+                    : cat("[transpose] axes don't match array: a permutation of ", rank,
+                          " axes is needed"));
+  }
+  Shape out;
+  for (int p : perm) out.push_back(x[static_cast<size_t>(p)]);
   return out;
 }
 

@@ -11,8 +11,9 @@
 // that they exist).
 //
 // The shape rules shared by the Tensor ops, the Array ops and the placement rules live here too
-// (broadcasting, jnp.matmul's shapes, reductions, slice, pad, reshape, concatenate/stack, split):
-// written once; the first three with one error text, the shape ops' with each form's wording.
+// (broadcasting, jnp.matmul's shapes, reductions, axis normalisation, transpose, slice, pad,
+// reshape, concatenate/stack, split): written once; the first three with one error text, the
+// others with each form's wording.
 #pragma once
 
 #include <cstdint>
@@ -230,9 +231,9 @@ inline std::string_view op_name(OpId id) { return op_def(id).name; }
 std::span<const OpDef> op_defs();
 
 // Whether `rule` is written once below, as a function every form of its ops calls: a shape rule
-// is written where the op is only when the op has one form (row, the collectives), when there is
-// nothing to check (same) or, for now, for transpose (permute). tests/test_op_registry.cpp
-// requires it of every op with both a Tensor and an Array form.
+// is written where the op is only when the op has one form (row, the collectives) or when there
+// is nothing to check (same). tests/test_op_registry.cpp requires it of every op with both a
+// Tensor and an Array form.
 bool shape_rule_shared(ShapeRule rule);
 
 // ---- shared shape rules. `where` starts each error ("[ops] add: ", "[add] ").
@@ -257,6 +258,14 @@ Shape reduce_shape(const Shape& x, std::optional<int> axis, bool keepdims);
 // The rules below check the same things for both forms but keep each form's wording (the Tensor
 // ops' "[ops] slice: ...", the Array ops' "[slice] ..."): `form` says which text an error takes.
 enum class Form : uint8_t { tensor, array };
+// `axis` against `rank` as JAX normalises it (negative counts from the end); `x` is the operand's
+// shape (rank may exceed its rank by one: stack, expand_dims). Out of range: the Tensor ops'
+// "[ops] op: axis 2 is out of bounds for an array of shape (2, 3) (rank 2)", or JAX's text
+// "[op] axis 2 is out of bounds for array of dimension 2" (the Array ops and the collectives).
+int normalize_axis(int64_t axis, int64_t rank, std::string_view op, const Shape& x, Form form);
+// jnp.transpose: `perm` (empty: the dims reversed) normalised in place and checked to be a
+// permutation of x's dims; the result's shape.
+Shape permute_shape(const Shape& x, std::vector<int>& perm, Form form);
 // lax.slice of `x` from start to limit (exclusive) by strides (empty: 1 in every dim).
 Shape slice_shape(const Shape& x, const Shape& start, const Shape& limit, const Shape& strides,
                   Form form);
