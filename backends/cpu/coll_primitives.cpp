@@ -1,10 +1,16 @@
 #include "backends/cpu/coll_primitives.h"
 
 #include <algorithm>
+#include <cstring>
 #include <type_traits>
 
 #include "backends/scalar_ops.h"
 #include "core/error.h"
+
+#if defined(__x86_64__)
+#include <cpuid.h>
+#include <immintrin.h>
+#endif
 
 namespace meshrt::cpu {
 
@@ -78,41 +84,326 @@ void fold_into(FoldOp op, DType out, void* dst, const std::vector<const void*>& 
   }
 }
 
-// bf16/f16: each tile of outputs accumulates in float over every source and rounds once (a mean
-// divides in float first), so a direct fold rounds once per output whatever the group size.
-template <class H>
-void fold_half(FoldOp op, void* dst, const std::vector<const void*>& srcs, int64_t len) {
-  constexpr int64_t kTile = 1024;
-  float acc[kTile];
-  float v[kTile];
-  const float n = static_cast<float>(srcs.size());
-  for (int64_t base = 0; base < len; base += kTile) {
-    const int64_t m = std::min(kTile, len - base);
-    const H* s0 = static_cast<const H*>(srcs[0]) + base;
-    for (int64_t e = 0; e < m; ++e) acc[e] = static_cast<float>(s0[e]);
-    for (size_t j = 1; j < srcs.size(); ++j) {
-      const H* sj = static_cast<const H*>(srcs[j]) + base;
-      for (int64_t e = 0; e < m; ++e) v[e] = static_cast<float>(sj[e]);
-      switch (op) {
-        case FoldOp::max:
-          for (int64_t e = 0; e < m; ++e) acc[e] = fold_max(acc[e], v[e]);
-          break;
-        case FoldOp::min:
-          for (int64_t e = 0; e < m; ++e) acc[e] = fold_min(acc[e], v[e]);
-          break;
-        default:
-#pragma omp simd
-          for (int64_t e = 0; e < m; ++e) acc[e] += v[e];
-          break;
+// ---- 16-bit folds: widen every input to float32, fold in float32, round each output once.
+// The conversions are core/half.h's bit for bit, written without branches (each case computed,
+// then selected) so that the compiler vectorises them; fold_half_kernel is compiled twice, for
+// baseline x86-64 and for AVX2 (picked at run time), and inlines everything it calls.
+#define MESHRT_FOLD_INLINE [[gnu::always_inline]] inline
+
+MESHRT_FOLD_INLINE uint32_t bits_of(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, sizeof u);
+  return u;
+}
+MESHRT_FOLD_INLINE float float_of(uint32_t u) {
+  float f;
+  std::memcpy(&f, &u, sizeof f);
+  return f;
+}
+
+// Element-wise widening and narrowing of whole tiles. bfloat16's are plain loops the compiler
+// vectorises. float16's select among cases, and GCC will not turn a select next to a float
+// operation into vector code (-ftrapping-math), so the portable ones are written on 4-lane vectors
+// (GCC and Clang vector extensions: SSE2, any x86-64); under AVX2 the CPU's F16C instructions
+// convert (the same bits: exact widening, rounding to nearest even, NaN made quiet with the top of
+// its payload kept).
+typedef uint16_t U16x4 __attribute__((vector_size(8)));
+typedef uint32_t U32x4 __attribute__((vector_size(16)));
+typedef int32_t I32x4 __attribute__((vector_size(16)));
+typedef float F32x4 __attribute__((vector_size(16)));
+
+// mask ? a : b, lane by lane, for a mask of all-ones or all-zeros lanes.
+MESHRT_FOLD_INLINE U32x4 select(I32x4 mask, U32x4 a, U32x4 b) {
+  const auto k = reinterpret_cast<U32x4>(mask);
+  return (a & k) | (b & ~k);
+}
+
+// bfloat16: the top half of a float32; rounding adds 0x7fff plus the kept lowest bit (to even),
+// a NaN becomes the quiet NaN with its sign.
+struct Bf16Bits {
+  static constexpr bool kWidenInLoop = true;  // widen() vectorises inside the fold's loops
+  MESHRT_FOLD_INLINE static float widen(uint16_t b) { return float_of(uint32_t{b} << 16); }
+  MESHRT_FOLD_INLINE static uint16_t narrow(float f) {
+    const uint32_t u = bits_of(f);
+    const uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+    const uint32_t nan = ((u >> 16) & 0x8000u) | 0x7fc0u;
+    return static_cast<uint16_t>((u & 0x7fffffffu) > 0x7f800000u ? nan : rounded);
+  }
+  MESHRT_FOLD_INLINE static void widen_tile(float* __restrict d, const uint16_t* __restrict s,
+                                            int64_t m) {
+    for (int64_t e = 0; e < m; ++e) d[e] = widen(s[e]);
+  }
+  MESHRT_FOLD_INLINE static void narrow_tile(uint16_t* __restrict d, const float* __restrict s,
+                                             int64_t m) {
+    for (int64_t e = 0; e < m; ++e) d[e] = narrow(s[e]);
+  }
+};
+
+// float16 (binary16), four lanes at a time; the tails use core/half.h's scalar functions.
+struct F16Bits {
+  static constexpr bool kWidenInLoop = false;  // widen_tile into a buffer, then add
+  MESHRT_FOLD_INLINE static F32x4 widen_lanes(U16x4 h16) {
+    const U32x4 h = __builtin_convertvector(h16, U32x4);
+    const U32x4 sign = (h & 0x8000u) << 16, em = h & 0x7fffu, m = h & 0x3ffu;
+    const auto emi = reinterpret_cast<I32x4>(em);
+    const U32x4 normal = (em << 13) + (112u << 23);  // exponent rebiased 15 -> 127
+    // Inf, or NaN made quiet.
+    const U32x4 inf_nan = 0x7f800000u | (m << 13) |
+                          (reinterpret_cast<U32x4>(reinterpret_cast<I32x4>(m) != 0) & 0x400000u);
+    // Zero or subnormal: m * 2^-24, exact in float (no float32 subnormal is involved).
+    const F32x4 small_f = __builtin_convertvector(reinterpret_cast<I32x4>(m), F32x4) * 0x1p-24f;
+    const U32x4 r = select(emi < 0x400, reinterpret_cast<U32x4>(small_f),
+                           select(emi >= 0x7c00, inf_nan, normal));
+    return reinterpret_cast<F32x4>(r | sign);
+  }
+  MESHRT_FOLD_INLINE static U16x4 narrow_lanes(F32x4 f) {
+    const auto u = reinterpret_cast<U32x4>(f);
+    const U32x4 sign = (u >> 16) & 0x8000u, a = u & 0x7fffffffu;
+    const auto ai = reinterpret_cast<I32x4>(a);
+    const U32x4 nan = 0x7e00u | ((a & 0x7fffffu) >> 13);
+    // Normal: rebias, round the 13 dropped bits to even (a carry rolls up to Inf at 65520).
+    const U32x4 normal = (a - 0x38000000u + 0xfffu + ((a >> 13) & 1u)) >> 13;
+    // Below 2^-14: adding 0.5 (whose ulp is 2^-24) rounds |f| to units of 2^-24, ties to even,
+    // leaving their count in the low mantissa bits (up to 0x400, float16's smallest normal).
+    const U32x4 sub = reinterpret_cast<U32x4>(reinterpret_cast<F32x4>(a) + 0.5f) - 0x3f000000u;
+    U32x4 r = select(ai < 0x38800000, sub, normal);
+    r = select(ai >= 0x47800000, U32x4{} + 0x7c00u, r);  // >= 65536 (and Inf)
+    r = select(ai > 0x7f800000, nan, r);
+    return __builtin_convertvector(sign | r, U16x4);
+  }
+  MESHRT_FOLD_INLINE static void widen_tile(float* __restrict d, const uint16_t* __restrict s,
+                                            int64_t m) {
+    int64_t e = 0;
+    for (; e + 4 <= m; e += 4) {
+      U16x4 h;
+      std::memcpy(&h, s + e, sizeof h);
+      const F32x4 f = widen_lanes(h);
+      std::memcpy(d + e, &f, sizeof f);
+    }
+    for (; e < m; ++e) d[e] = detail::f16_bits_to_f32(s[e]);
+  }
+  MESHRT_FOLD_INLINE static void narrow_tile(uint16_t* __restrict d, const float* __restrict s,
+                                             int64_t m) {
+    int64_t e = 0;
+    for (; e + 4 <= m; e += 4) {
+      F32x4 f;
+      std::memcpy(&f, s + e, sizeof f);
+      const U16x4 h = narrow_lanes(f);
+      std::memcpy(d + e, &h, sizeof h);
+    }
+    for (; e < m; ++e) d[e] = detail::f32_to_f16_bits(s[e]);
+  }
+};
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#define MESHRT_HALF_FOLD_AVX2 1
+// float16 through F16C, eight lanes at a time. Not inlined into the generic fold (whose baseline
+// target lacks F16C): one call per tile.
+struct F16cBits {
+  static constexpr bool kWidenInLoop = false;
+  __attribute__((target("avx2,f16c"))) static void widen_tile(float* __restrict d,
+                                                              const uint16_t* __restrict s,
+                                                              int64_t m) {
+    int64_t e = 0;
+    for (; e + 8 <= m; e += 8) {
+      const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + e));
+      _mm256_storeu_ps(d + e, _mm256_cvtph_ps(h));
+    }
+    for (; e < m; ++e) d[e] = detail::f16_bits_to_f32(s[e]);
+  }
+  __attribute__((target("avx2,f16c"))) static void narrow_tile(uint16_t* __restrict d,
+                                                               const float* __restrict s,
+                                                               int64_t m) {
+    int64_t e = 0;
+    for (; e + 8 <= m; e += 8) {
+      const __m128i h =
+          _mm256_cvtps_ph(_mm256_loadu_ps(s + e), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(d + e), h);
+    }
+    for (; e < m; ++e) d[e] = detail::f32_to_f16_bits(s[e]);
+  }
+};
+#endif
+
+// Outputs per tile: the float32 accumulator (8 KiB) and up to four widened inputs stay in L1
+// while the inputs stream by.
+constexpr int64_t kHalfTile = 2048;
+
+// acc[e] = (...((acc[e] + s_0[e]) + s_1[e]) ... + s_{K-1}[e]), inputs widened: K inputs per pass
+// over the accumulator, the same additions in the same order as one input per pass.
+template <class C, int K>
+MESHRT_FOLD_INLINE void add_inputs(float* __restrict acc, const uint16_t* const* s, int64_t base,
+                                   int64_t m) {
+  const uint16_t* __restrict a = s[0] + base;
+  const uint16_t* __restrict b = s[K > 1 ? 1 : 0] + base;
+  const uint16_t* __restrict c = s[K > 2 ? 2 : 0] + base;
+  const uint16_t* __restrict d = s[K > 3 ? 3 : 0] + base;
+  for (int64_t e = 0; e < m; ++e) {
+    float x = acc[e] + C::widen(a[e]);
+    if constexpr (K > 1) x += C::widen(b[e]);
+    if constexpr (K > 2) x += C::widen(c[e]);
+    if constexpr (K > 3) x += C::widen(d[e]);
+    acc[e] = x;
+  }
+}
+// The same from inputs already widened into v[0..K).
+template <int K>
+MESHRT_FOLD_INLINE void add_widened(float* __restrict acc, float (*v)[kHalfTile], int64_t m) {
+  const float* __restrict a = v[0];
+  const float* __restrict b = v[K > 1 ? 1 : 0];
+  const float* __restrict c = v[K > 2 ? 2 : 0];
+  const float* __restrict d = v[K > 3 ? 3 : 0];
+  for (int64_t e = 0; e < m; ++e) {
+    float x = acc[e] + a[e];
+    if constexpr (K > 1) x += b[e];
+    if constexpr (K > 2) x += c[e];
+    if constexpr (K > 3) x += d[e];
+    acc[e] = x;
+  }
+}
+
+// K inputs from srcs[0..K) added into acc, for one tile.
+template <class C, int K>
+MESHRT_FOLD_INLINE void add_group(float* acc, float (*v)[kHalfTile], const uint16_t* const* srcs,
+                                  int64_t base, int64_t m) {
+  if constexpr (C::kWidenInLoop) {
+    add_inputs<C, K>(acc, srcs, base, m);
+  } else {
+    for (int k = 0; k < K; ++k) C::widen_tile(v[k], srcs[k] + base, m);
+    add_widened<K>(acc, v, m);
+  }
+}
+
+template <class C>
+MESHRT_FOLD_INLINE void fold_half_kernel(FoldOp op, uint16_t* dst, const uint16_t* const* srcs,
+                                         int64_t n, int64_t len) {
+  alignas(64) float acc[kHalfTile];
+  alignas(64) float v[C::kWidenInLoop ? 1 : 4][kHalfTile];
+  const float nf = static_cast<float>(n);
+  for (int64_t base = 0; base < len; base += kHalfTile) {
+    const int64_t m = std::min(kHalfTile, len - base);
+    C::widen_tile(acc, srcs[0] + base, m);
+    if (op == FoldOp::max || op == FoldOp::min) {
+      for (int64_t j = 1; j < n; ++j) {
+        C::widen_tile(v[0], srcs[j] + base, m);
+        const float* __restrict w = v[0];
+        if (op == FoldOp::max) {
+          for (int64_t e = 0; e < m; ++e) acc[e] = fold_max(acc[e], w[e]);
+        } else {
+          for (int64_t e = 0; e < m; ++e) acc[e] = fold_min(acc[e], w[e]);
+        }
+      }
+    } else {
+      for (int64_t j = 1; j < n;) {
+        switch (std::min<int64_t>(n - j, 4)) {
+          case 4:
+            add_group<C, 4>(acc, v, srcs + j, base, m), j += 4;
+            break;
+          case 3:
+            add_group<C, 3>(acc, v, srcs + j, base, m), j += 3;
+            break;
+          case 2:
+            add_group<C, 2>(acc, v, srcs + j, base, m), j += 2;
+            break;
+          default:
+            add_group<C, 1>(acc, v, srcs + j, base, m), j += 1;
+            break;
+        }
+      }
+      if (op == FoldOp::mean) {
+        for (int64_t e = 0; e < m; ++e) acc[e] /= nf;
       }
     }
-    H* d = static_cast<H*>(dst) + base;
-    if (op == FoldOp::mean) {
-      for (int64_t e = 0; e < m; ++e) d[e] = H(acc[e] / n);
-    } else {
-      for (int64_t e = 0; e < m; ++e) d[e] = H(acc[e]);
-    }
+    C::narrow_tile(dst + base, acc, m);
   }
+}
+
+// A 16-bit pmean's last step after a 16-bit sum: divided in float, rounded once.
+template <class C>
+MESHRT_FOLD_INLINE void mean_half_kernel(uint16_t* dst, const uint16_t* sum, int64_t len,
+                                         float divisor) {
+  alignas(64) float t[kHalfTile];
+  for (int64_t base = 0; base < len; base += kHalfTile) {
+    const int64_t m = std::min(kHalfTile, len - base);
+    C::widen_tile(t, sum + base, m);
+    for (int64_t e = 0; e < m; ++e) t[e] /= divisor;
+    C::narrow_tile(dst + base, t, m);
+  }
+}
+
+using HalfFold = void (*)(FoldOp, bool, uint16_t*, const uint16_t* const*, int64_t, int64_t);
+using HalfMean = void (*)(bool, uint16_t*, const uint16_t*, int64_t, float);
+
+void fold_half_portable(FoldOp op, bool bf16, uint16_t* dst, const uint16_t* const* srcs, int64_t n,
+                        int64_t len) {
+  if (bf16) return fold_half_kernel<Bf16Bits>(op, dst, srcs, n, len);
+  fold_half_kernel<F16Bits>(op, dst, srcs, n, len);
+}
+void mean_half_portable(bool bf16, uint16_t* dst, const uint16_t* sum, int64_t len, float div) {
+  if (bf16) return mean_half_kernel<Bf16Bits>(dst, sum, len, div);
+  mean_half_kernel<F16Bits>(dst, sum, len, div);
+}
+
+#ifdef MESHRT_HALF_FOLD_AVX2
+// The same code for 256-bit vectors, float16 through F16C (no FMA: every addition rounds as in
+// the portable path).
+__attribute__((target("avx2,f16c"))) void fold_half_avx2(FoldOp op, bool bf16, uint16_t* dst,
+                                                         const uint16_t* const* srcs, int64_t n,
+                                                         int64_t len) {
+  if (bf16) return fold_half_kernel<Bf16Bits>(op, dst, srcs, n, len);
+  fold_half_kernel<F16cBits>(op, dst, srcs, n, len);
+}
+__attribute__((target("avx2,f16c"))) void mean_half_avx2(bool bf16, uint16_t* dst,
+                                                         const uint16_t* sum, int64_t len,
+                                                         float div) {
+  if (bf16) return mean_half_kernel<Bf16Bits>(dst, sum, len, div);
+  mean_half_kernel<F16cBits>(dst, sum, len, div);
+}
+#endif
+
+bool cpu_has_avx2() {
+#ifdef MESHRT_HALF_FOLD_AVX2
+  // AVX2 as the compiler's runtime sees it (with the OS saving the 256-bit registers); F16C from
+  // cpuid leaf 1 (clang 14's __builtin_cpu_supports does not know "f16c").
+  static const bool has = [] {
+    unsigned a = 0, b = 0, c = 0, d = 0;
+    return __builtin_cpu_supports("avx2") && __get_cpuid(1, &a, &b, &c, &d) != 0 &&
+           (c & bit_F16C) != 0;
+  }();
+  return has;
+#else
+  return false;
+#endif
+}
+
+HalfFold half_fold_of(HalfFoldPath path) {
+#ifdef MESHRT_HALF_FOLD_AVX2
+  if (path == HalfFoldPath::avx2) return fold_half_avx2;
+#endif
+  (void)path;
+  return fold_half_portable;
+}
+HalfMean half_mean_of(HalfFoldPath path) {
+#ifdef MESHRT_HALF_FOLD_AVX2
+  if (path == HalfFoldPath::avx2) return mean_half_avx2;
+#endif
+  (void)path;
+  return mean_half_portable;
+}
+
+void fold_half(HalfFoldPath path, FoldOp op, DType dtype, void* dst,
+               const std::vector<const void*>& srcs, int64_t len) {
+  constexpr size_t kInline = 64;
+  const uint16_t* inline_ptrs[kInline];
+  std::vector<const uint16_t*> heap;
+  const uint16_t** ptrs = inline_ptrs;
+  if (srcs.size() > kInline) {
+    heap.resize(srcs.size());
+    ptrs = heap.data();
+  }
+  for (size_t j = 0; j < srcs.size(); ++j) ptrs[j] = static_cast<const uint16_t*>(srcs[j]);
+  half_fold_of(path)(op, dtype == DType::bf16, static_cast<uint16_t*>(dst), ptrs,
+                     static_cast<int64_t>(srcs.size()), len);
 }
 
 }  // namespace
@@ -130,9 +421,8 @@ void fold(FoldOp op, DType in, DType out, void* dst, const std::vector<const voi
     case DType::i64:
       return fold_into<int64_t>(op, out, dst, srcs, len);
     case DType::bf16:
-      return fold_half<bfloat16>(op, dst, srcs, len);
     case DType::f16:
-      return fold_half<float16>(op, dst, srcs, len);
+      return fold_half(half_fold_path(), op, in, dst, srcs, len);
     case DType::bool_:
       break;  // rejected by the runtime before a rendezvous
   }
@@ -151,6 +441,23 @@ void fold_rows(FoldOp op, DType dtype, void* dst, int64_t dpitch,
   }
 }
 
+HalfFoldPath half_fold_path() {
+  return cpu_has_avx2() ? HalfFoldPath::avx2 : HalfFoldPath::portable;
+}
+
+bool half_fold_available(HalfFoldPath path) {
+  return path == HalfFoldPath::portable || cpu_has_avx2();
+}
+
+void fold_half_with(HalfFoldPath path, FoldOp op, DType dtype, void* dst,
+                    const std::vector<const void*>& srcs, int64_t len) {
+  if (dtype != DType::bf16 && dtype != DType::f16)
+    throw Error("[collectives] fold_half_with takes bf16 or f16");
+  if (!half_fold_available(path))
+    throw Error("[collectives] this CPU cannot run the requested 16-bit fold path");
+  if (len > 0) fold_half(path, op, dtype, dst, srcs, len);
+}
+
 void mean_from_sum(DType in, DType out, void* dst, const void* sum, int64_t len, int64_t divisor) {
   if (in == DType::bool_) throw Error("[collectives] pmean of an unsupported dtype");
   backend::scalar::visit_any_dtype(in, [&](auto tv) {
@@ -158,9 +465,9 @@ void mean_from_sum(DType in, DType out, void* dst, const void* sum, int64_t len,
     const T* s = static_cast<const T*>(sum);
     if constexpr (is_half_v<T>) {
       // A 16-bit sum (ring, cross-process): divided in float, rounded once.
-      T* d = static_cast<T*>(dst);
-      for (int64_t e = 0; e < len; ++e)
-        d[e] = T(static_cast<float>(s[e]) / static_cast<float>(divisor));
+      half_mean_of(half_fold_path())(in == DType::bf16, static_cast<uint16_t*>(dst),
+                                     reinterpret_cast<const uint16_t*>(s), len,
+                                     static_cast<float>(divisor));
       return;
     }
     if (out == DType::f32) {

@@ -38,6 +38,17 @@ void fold(backend::FoldOp op, DType in, DType out, void* dst, const std::vector<
 // of every source at r*spitch.
 void fold_rows(backend::FoldOp op, DType dtype, void* dst, int64_t dpitch,
                const std::vector<const void*>& srcs, int64_t spitch, int64_t len, int64_t rows);
+// The code paths of the 16-bit (bf16/f16) folds: `portable` runs on any CPU; `avx2` is the same
+// code for 256-bit vectors, which fold() takes when the CPU has AVX2. Both give core/half.h's bits.
+enum class HalfFoldPath { portable, avx2 };
+// The path fold() takes for bf16/f16 on this CPU.
+HalfFoldPath half_fold_path();
+// Whether this build and CPU can run `path`.
+bool half_fold_available(HalfFoldPath path);
+// fold() of bf16 or f16 (`dtype`, in = out) through `path`, for tests that compare the paths;
+// throws when `path` is not available.
+void fold_half_with(HalfFoldPath path, backend::FoldOp op, DType dtype, void* dst,
+                    const std::vector<const void*>& srcs, int64_t len);
 // dst = sum / divisor in `out` (pmean's last step after a sum in the input dtype).
 void mean_from_sum(DType in, DType out, void* dst, const void* sum, int64_t len, int64_t divisor);
 
