@@ -28,16 +28,29 @@ void arrive_and_wait_all(Instance& inst, const Plane& pl) {
   }
 }
 
-// Large reductions: member `me` owns slice `me`, reduces it tile by tile and pushes each tile to
-// every output while it is in cache; then waits until every slice has been pushed.
+// Large reductions: the first `folders` members own a slice each, reduce it tile by tile and push
+// each tile to every output while it is in cache; then every member waits until every slice has
+// been pushed. On a GPU every member folds (one kernel each). On the host a slice is at least
+// kMinSliceBytes of input: a slice per member of a large group would read a few bytes from each
+// of N inputs and write a few to each of N outputs (64 KiB over 256 devices: 256 bytes, 512 pages
+// touched per slice), so the cost grew faster than N·P; fewer, larger slices do the same
+// additions in the same order per element, with a page per input and output per 4 KiB.
+int64_t folders_of(const Instance& inst, const Plane& pl) {
+  const int64_t N = inst.size();
+  if (!pl.host()) return N;
+  const int64_t bytes = input_bytes(inst.call());
+  return std::clamp<int64_t>((bytes + kMinSliceBytes - 1) / kMinSliceBytes, 1, N);
+}
+
 void reduce_large(Instance& inst, int64_t me) {
   const Call& c = inst.call();
   const Plane pl = plane_of(inst, me);
   const int64_t n = count(c.shape), N = inst.size();
   const DType od = out_dtype(c);
   const size_t ie = dtype_size(c.dtype), oe = dtype_size(od);
-  const int64_t slice = (n + N - 1) / N;
-  const int64_t lo = std::min(n, me * slice), hi = std::min(n, lo + slice);
+  const int64_t folders = folders_of(inst, pl);
+  const int64_t slice = (n + folders - 1) / folders;
+  const int64_t lo = me < folders ? std::min(n, me * slice) : n, hi = std::min(n, lo + slice);
   // Host: tiles of elements that fit in L2 with their N inputs. Device: one kernel for the slice.
   const int64_t kTile = pl.host() ? 16 * 1024 : std::max<int64_t>(1, hi - lo);
   std::vector<const void*> srcs(static_cast<size_t>(N));

@@ -2,8 +2,8 @@
 // (XLA's CPU collectives). Each member reads its peers' inputs, which the rendezvous keeps alive:
 //   psum/pmean/pmax/pmin  small: the last member to arrive reduces once and writes every output;
 //                         large: member i reduces slice i from every input, tile by tile, and
-//                         pushes each tile to every output while it is hot; a second barrier
-//                         ends it;
+//                         pushes each tile to every output while it is hot (on the host, as
+//                         many slices as kMinSliceBytes allows); a second barrier ends it;
 //   all_gather, psum_scatter, all_to_all, ppermute: each member pulls what it needs, so the
 //                         rendezvous is the only barrier.
 #pragma once
@@ -17,6 +17,9 @@ namespace meshrt::coll {
 
 // Inputs up to this many bytes are reduced once, by the last member to arrive.
 inline constexpr int64_t kSmallReduceBytes = 32 * 1024;
+// Larger host reductions are folded in slices of at least this many input bytes, one per member
+// while there are enough (64 MiB on 8 devices: 8 slices; 64 KiB on any group: 4).
+inline constexpr int64_t kMinSliceBytes = 16 * 1024;
 
 // Whether the member completing the rendezvous of `call` does all of its work
 // (direct_reduce_small) before publishing it.

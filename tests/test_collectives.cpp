@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <random>
 
@@ -193,6 +194,62 @@ TEST(CollectivesBits, PsumScatterAlongColumnsIsItsColumnsOfThePsum) {
       mesh, {P("x")}, {P("x"), P("x")});
   std::vector<Array> out = f(x);
   EXPECT_EQ(out[0].to_vector<float>(), out[1].to_vector<float>());
+}
+
+// A direct psum/pmean/pmax above the small size (folded in slices, fewer slices than members on
+// the host) gives, in every output, each element folded over the members in group order in the
+// input's precision: the bits of a host fold in that order. Values of mixed magnitudes, so that
+// another order would give other bits; sizes that split into uneven slices.
+TEST(CollectivesBits, LargeReductionsFoldInMemberOrder) {
+  if (devices("cpu").size() < 8) GTEST_SKIP() << "needs 8 cpu devices";
+  Mesh mesh = make_mesh({2, 4}, {"a", "b"}, "cpu");
+  const CollectiveOptions direct{CollectiveAlgo::direct};
+  std::mt19937 rng(31);
+  std::uniform_real_distribution<float> mant(-1.f, 1.f);
+  std::uniform_int_distribution<int> expo(-20, 20);
+  for (const std::vector<std::string>& axes :
+       {std::vector<std::string>{"a", "b"}, std::vector<std::string>{"b"}}) {
+    const int64_t n = axes.size() == 2 ? 8 : 4;
+    for (int64_t len : {int64_t{8195}, int64_t{16384}, int64_t{3 * 16384 + 7}}) {
+      std::vector<float> host(static_cast<size_t>(8 * len));
+      for (float& v : host) v = std::ldexp(mant(rng), expo(rng));
+      const Array x = device_put(host, {8 * len}, NamedSharding(mesh, P(Axes{"a", "b"})));
+      // Member k of the group of device d: devices d' in d's group, in group order.
+      auto group_of = [&](int64_t d) {
+        std::vector<int64_t> g;
+        for (int64_t e = 0; e < 8; ++e) {
+          if (n == 8 || e / 4 == d / 4) g.push_back(e);
+        }
+        return g;
+      };
+      for (const char* op : {"psum", "pmean", "pmax"}) {
+        SCOPED_TRACE(::testing::Message() << op << " over " << n << " members, " << len);
+        auto f = shard_map(
+            [&](Context& c, const Tensor& t) {
+              AxisNames an(axes);
+              if (std::string(op) == "psum") return c.psum(t, an, direct);
+              if (std::string(op) == "pmean") return c.pmean(t, an, direct);
+              return c.pmax(t, an, direct);
+            },
+            mesh, {P(Axes{"a", "b"})}, P(Axes{"a", "b"}));
+        const std::vector<float> got = f(x).to_vector<float>();
+        for (int64_t d = 0; d < 8; ++d) {
+          const std::vector<int64_t> g = group_of(d);
+          for (int64_t e = 0; e < len; ++e) {
+            float acc = host[static_cast<size_t>(g[0] * len + e)];
+            for (size_t k = 1; k < g.size(); ++k) {
+              const float v = host[static_cast<size_t>(g[k] * len + e)];
+              acc = std::string(op) == "pmax" ? (acc < v ? v : acc) : acc + v;
+            }
+            if (std::string(op) == "pmean") acc = acc / static_cast<float>(g.size());
+            const float y = got[static_cast<size_t>(d * len + e)];
+            ASSERT_EQ(std::memcmp(&y, &acc, sizeof y), 0)
+                << "device " << d << " element " << e << ": " << y << " vs " << acc;
+          }
+        }
+      }
+    }
+  }
 }
 
 TEST_P(Collectives, Ppermute) {
