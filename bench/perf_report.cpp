@@ -2,6 +2,11 @@
 // against, measured in the same run (medians of repeated runs; this machine is shared and noisy).
 //
 //   ./run.sh perf            (or build/bench/meshrt-perf-report [--quick] [--no-mpi])
+//   build/bench/meshrt-perf-report --psum-dtypes [ROUNDS]   issue 28's rows alone: psum float32
+//       64 MiB, bfloat16 64 MiB and bfloat16 16 Mi elements on 8 devices, in turn ROUNDS times
+//       (default 5), each round with its own memcpy bound; per-round and median ratios
+//   build/bench/meshrt-perf-report --devices [MAX]   the devices table alone, 8..MAX devices
+//       (default 256; MAX up to 4096)
 //
 // Bounds (time to memcpy the bytes each collective must move, memcpy bandwidth measured with
 // all cores here): psum 2*P*N bytes (the issue's formula); all_gather N*S_out; psum_scatter
@@ -10,6 +15,7 @@
 
 #include <algorithm>
 #include <barrier>
+#include <cctype>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -207,6 +213,63 @@ void row(const char* what, double t, const char* base_name, double base, const c
   }
 }
 
+// The psum over growing device counts: one float, 4 KiB and 64 KiB per device, time per call and
+// per device. Above 256 devices, fewer calls per sample (a call there takes milliseconds).
+void devices_table(int64_t max_devices, bool quick, int reps) {
+  auto psum = [](Context& c, const Tensor& t) { return c.psum(t, "x"); };
+  std::printf("\n# psum vs number of simulated devices (time per call; per device)\n");
+  std::printf(
+      "| devices | psum 1 float | per device | psum 4 KiB/device | per device | psum 64 KiB/device "
+      "| per device |\n|---|---|---|---|---|---|---|\n");
+  for (int64_t d = 8; d <= max_devices; d *= 2) {
+    auto iters = [&](int base) {
+      return static_cast<int>(d <= 256 ? base : std::max<int64_t>(5, base * 256 / d));
+    };
+    const double a = time_op(d, 1, iters(quick ? 200 : 2000), reps, psum);
+    const double k4 = time_op(d, 1024, iters(quick ? 50 : 400), reps, psum);
+    const double b = time_op(d, 16 * 1024, iters(quick ? 20 : 100), reps, psum);
+    std::printf("| %7lld | %9.1f us | %7.2f us | %14.1f us | %7.2f us | %15.1f us | %7.2f us |\n",
+                static_cast<long long>(d), a * 1e6, a * 1e6 / d, k4 * 1e6, k4 * 1e6 / d, b * 1e6,
+                b * 1e6 / d);
+    std::fflush(stdout);
+  }
+}
+
+// Issue 28's rows alone, `rounds` times in turn on 8 devices: psum float32 64 MiB/device, bfloat16
+// 64 MiB/device (32 Mi elements) and bfloat16 16 Mi elements/device (the float32 row's element
+// count), each round with its own all-core memcpy bandwidth for the N·P bound; then the medians
+// of the per-round ratios.
+void psum_dtypes(int rounds, int reps) {
+  auto psum = [](Context& c, const Tensor& t) { return c.psum(t, "x"); };
+  const int64_t n = 8;
+  const size_t big = size_t{64} << 20;
+  const int64_t elems = static_cast<int64_t>(big / 4);
+  const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  std::printf(
+      "# psum on %lld devices, float32 vs bfloat16, %d rounds (each: memcpy bw, f32 64 MiB, bf16 "
+      "64 MiB, bf16 16 Mi elements; medians of %d samples each)\n",
+      static_cast<long long>(n), rounds, reps);
+  std::printf(
+      "| round | memcpy | f32 64 MiB | / bound | bf16 64 MiB | / bound | bf16 16 Mi el. | / f32 "
+      "64 MiB |\n|---|---|---|---|---|---|---|---|\n");
+  std::vector<double> r32, r16, rhalf;
+  for (int r = 0; r < rounds; ++r) {
+    const double bw = memcpy_bandwidth(big, cores, reps);
+    const double bound = meshrt::bench::psum_traffic(n, big).seconds(bw);
+    const double t32 = time_op(n, elems, 4, reps, psum);
+    const double t16 = time_op(n, elems * 2, 4, reps, psum, DType::bf16);
+    const double th = time_op(n, elems, 4, reps, psum, DType::bf16);
+    r32.push_back(t32 / bound);
+    r16.push_back(t16 / bound);
+    rhalf.push_back(th / t32);
+    std::printf("| %d | %.2f GB/s | %.1f ms | %.2fx | %.1f ms | %.2fx | %.1f ms | %.2fx |\n", r + 1,
+                bw / 1e9, t32 * 1e3, r32.back(), t16 * 1e3, r16.back(), th * 1e3, rhalf.back());
+    std::fflush(stdout);
+  }
+  std::printf("| median | | | %.2fx | | %.2fx | | %.2fx |\n", median(r32), median(r16),
+              median(rhalf));
+}
+
 }  // namespace
 
 // Runs this program again with MESHRT_CPU_EXECUTOR=threads for the small-psum latency alone.
@@ -230,10 +293,31 @@ const char* executor_name() {
 
 int main(int argc, char** argv) {
   bool quick = false, mpi = true, latency_only = false;
+  int psum_dtype_rounds = 0;
+  int64_t devices_only = 0;
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--quick") == 0) quick = true;
     if (std::strcmp(argv[i], "--no-mpi") == 0) mpi = false;
     if (std::strcmp(argv[i], "--latency-only") == 0) latency_only = true;
+    const bool has_value = i + 1 < argc && std::isdigit(static_cast<unsigned char>(argv[i + 1][0]));
+    if (std::strcmp(argv[i], "--psum-dtypes") == 0)
+      psum_dtype_rounds = has_value ? std::atoi(argv[++i]) : 5;
+    if (std::strcmp(argv[i], "--devices") == 0)
+      devices_only = has_value ? std::atoll(argv[++i]) : 256;
+  }
+  if (psum_dtype_rounds > 0) {
+    set_cpu_device_count(8);
+    psum_dtypes(psum_dtype_rounds, quick ? 3 : 5);
+    return 0;
+  }
+  if (devices_only > 0) {
+    if (devices_only < 8 || devices_only > 4096) {
+      std::fprintf(stderr, "meshrt-perf-report: --devices takes 8..4096\n");
+      return 2;
+    }
+    set_cpu_device_count(static_cast<int>(devices_only));
+    devices_table(devices_only, quick, quick ? 3 : 7);
+    return 0;
   }
   auto psum = [](Context& c, const Tensor& t) { return c.psum(t, "x"); };
   if (latency_only) {
@@ -330,15 +414,6 @@ int main(int argc, char** argv) {
   row("ppermute 16 MiB/device (ring shift)", t_pp, meshrt::bench::ppermute_formula(),
       meshrt::bench::ppermute_traffic(n, mid).seconds(b), "<= 1.2x");
 
-  std::printf("\n# psum of one float vs number of simulated devices (time per call; per device)\n");
-  std::printf(
-      "| devices | psum 1 float | per device | psum 64 KiB/device | per device "
-      "|\n|---|---|---|---|---|\n");
-  for (int64_t d = 8; d <= max_devices; d *= 2) {
-    double a = time_op(d, 1, quick ? 200 : 2000, reps, psum);
-    double b = time_op(d, 16 * 1024, quick ? 20 : 100, reps, psum);
-    std::printf("| %7lld | %9.1f us | %7.2f us | %15.1f us | %7.2f us |\n",
-                static_cast<long long>(d), a * 1e6, a * 1e6 / d, b * 1e6, b * 1e6 / d);
-  }
+  devices_table(max_devices, quick, reps);
   return 0;
 }
