@@ -15,7 +15,7 @@ namespace meshrt::detail {
 // temporary's after its own step). `last`: each value's last reading step, or -1.
 void jit_plan_buffers(JitProgram& p, const std::vector<int>& last) {
   for (JitStep& s : p.steps) {
-    if (s.kind == JitStep::reshard) continue;
+    if (s.reshard() != nullptr) continue;
     auto it = std::find(p.meshes.begin(), p.meshes.end(), *s.mesh);
     s.mesh_index = static_cast<int>(it - p.meshes.begin());
     if (it == p.meshes.end()) p.meshes.push_back(*s.mesh);
@@ -29,7 +29,7 @@ void jit_plan_buffers(JitProgram& p, const std::vector<int>& last) {
   for (size_t v = 0; v < p.values.size(); ++v) {
     const int m = maker[v];
     p.values[v].planned =
-        m >= 0 && p.steps[static_cast<size_t>(m)].kernels != nullptr && !p.values[v].keep_to_end;
+        m >= 0 && p.steps[static_cast<size_t>(m)].kernels() != nullptr && !p.values[v].keep_to_end;
   }
   for (const JitStep& s : p.steps) {
     for (const auto& refs : s.in) {
@@ -37,16 +37,16 @@ void jit_plan_buffers(JitProgram& p, const std::vector<int>& last) {
         JitValue& v = p.values[static_cast<size_t>(r.vid)];
         if (!v.planned) continue;
         const JitStep& m = p.steps[static_cast<size_t>(maker[static_cast<size_t>(r.vid)])];
-        if ((s.kernels == nullptr && !s.host_psum) || s.mesh_index != m.mesh_index) {
+        if ((s.kernels() == nullptr && !s.host_psum()) || s.mesh_index != m.mesh_index) {
           v.planned = false;
         }
       }
     }
   }
   // Results sharing a temporary share its fate: one that leaves makes them all leave.
-  for (JitStep& s : p.steps) {
-    if (s.kernels == nullptr) continue;
-    const KernelProgram& k = *s.kernels;
+  for (const JitStep& s : p.steps) {
+    if (s.kernels() == nullptr) continue;
+    const KernelProgram& k = *s.kernels();
     for (size_t r = 0; r < k.results.size(); ++r) {
       for (size_t q = 0; q < k.results.size(); ++q) {
         if (k.results[r].slot == k.results[q].slot &&
@@ -61,21 +61,21 @@ void jit_plan_buffers(JitProgram& p, const std::vector<int>& last) {
   std::vector<std::vector<std::pair<int, int>>> release(p.steps.size());  // (mesh, buffer)
   for (size_t i = 0; i < p.steps.size(); ++i) {
     JitStep& s = p.steps[i];
-    if (s.kernels != nullptr) {
-      const KernelProgram& k = *s.kernels;
+    if (LocalStep* l = s.local(); l != nullptr && l->kernels != nullptr) {
+      const KernelProgram& k = *l->kernels;
       const size_t m = static_cast<size_t>(s.mesh_index);
-      s.temp_home.assign(k.temp_bytes.size(), 0);
+      l->temp_home.assign(k.temp_bytes.size(), 0);
       std::vector<int> until(k.temp_bytes.size(), static_cast<int>(i));
       for (size_t r = 0; r < k.results.size(); ++r) {
         const size_t t = static_cast<size_t>(k.results[r].slot - k.operands);
         const int v = s.out[r];
-        if (!p.values[static_cast<size_t>(v)].planned && s.temp_home[t] >= 0) {
-          s.temp_home[t] = -1 - static_cast<int>(s.fresh++);
+        if (!p.values[static_cast<size_t>(v)].planned && l->temp_home[t] >= 0) {
+          l->temp_home[t] = -1 - static_cast<int>(l->fresh++);
         }
         until[t] = std::max(until[t], last[static_cast<size_t>(v)]);
       }
       for (size_t t = 0; t < k.temp_bytes.size(); ++t) {
-        if (s.temp_home[t] < 0) continue;
+        if (l->temp_home[t] < 0) continue;
         const size_t bytes = k.temp_bytes[t];
         auto f = free[m].find(bytes);
         int b = 0;
@@ -86,18 +86,18 @@ void jit_plan_buffers(JitProgram& p, const std::vector<int>& last) {
           b = static_cast<int>(p.planned[m].size());
           p.planned[m].push_back(bytes);
         }
-        s.temp_home[t] = b;
+        l->temp_home[t] = b;
         release[static_cast<size_t>(until[t])].push_back({static_cast<int>(m), b});
       }
       for (size_t r = 0; r < k.results.size(); ++r) {
         JitValue& v = p.values[static_cast<size_t>(s.out[r])];
         if (!v.planned) continue;
-        v.home = s.temp_home[static_cast<size_t>(k.results[r].slot - k.operands)];
+        v.home = l->temp_home[static_cast<size_t>(k.results[r].slot - k.operands)];
         v.home_at = k.results[r].offset;
       }
       // In-place donation: inputs read here for the last time, of a leaving temporary's size.
       for (size_t t = 0; t < k.temp_bytes.size(); ++t) {
-        if (s.temp_home[t] >= 0) continue;
+        if (l->temp_home[t] >= 0) continue;
         for (size_t o = 0; o < s.in.size(); ++o) {
           const int vid = s.in[o].front().vid;
           const JitValue& v = p.values[static_cast<size_t>(vid)];
@@ -116,7 +116,7 @@ void jit_plan_buffers(JitProgram& p, const std::vector<int>& last) {
               v.block_bytes != k.temp_bytes[t] || !k.may_write_over(static_cast<int>(o), t)) {
             continue;
           }
-          s.reuse.emplace_back(static_cast<uint32_t>(t), static_cast<uint32_t>(o));
+          l->reuse.emplace_back(static_cast<uint32_t>(t), static_cast<uint32_t>(o));
         }
       }
     }
@@ -144,11 +144,11 @@ void jit_plan_buffers(JitProgram& p, const std::vector<int>& last) {
     for (int v : s.out) {
       s.out_first.push_back(static_cast<uint32_t>(p.values[static_cast<size_t>(v)].first));
     }
-    if (s.kernels != nullptr) {
+    if (LocalStep* l = s.local(); l != nullptr && l->kernels != nullptr) {
       for (size_t i = 0; i < s.in.size(); ++i) {
         bool fixed = true;
         for (const Ref& r : s.in[i]) fixed = fixed && p.values[static_cast<size_t>(r.vid)].planned;
-        if (!fixed) s.dyn_operands.push_back(static_cast<uint32_t>(i));
+        if (!fixed) l->dyn_operands.push_back(static_cast<uint32_t>(i));
       }
     }
   }

@@ -86,9 +86,8 @@ int sole_link(const JitProgram& p, size_t i) {
 }
 
 bool fusable_steps(const JitStep& a, const JitStep& b) {
-  return a.kind == JitStep::local && b.kind == JitStep::local && a.kernels != nullptr &&
-         b.kernels != nullptr && a.mesh && b.mesh && *a.mesh == *b.mesh && !a.in.empty() &&
-         a.kernels->results.size() == 1;
+  return a.kernels() != nullptr && b.kernels() != nullptr && *a.mesh == *b.mesh && !a.in.empty() &&
+         a.kernels()->results.size() == 1;
 }
 
 }  // namespace
@@ -106,23 +105,26 @@ int jit_fuse_steps(JitProgram& p) {
       ++i;
       continue;
     }
-    KernelProgram prog = merged_program(*a.kernels, *b.kernels, link);
+    KernelProgram prog = merged_program(*a.kernels(), *b.kernels(), link);
     if (fuse_elementwise_pairs(prog) == 0) {
       ++i;
       continue;
     }
-    JitStep s;
-    s.kind = JitStep::local;
-    s.mesh = a.mesh;
-    s.concurrent = a.concurrent || b.concurrent;
-    s.kernels = std::make_shared<const KernelProgram>(std::move(prog));
+    const LocalStep& la = *a.local();
+    const LocalStep& lb = *b.local();
+    LocalStep l;
+    l.concurrent = la.concurrent || lb.concurrent;
+    l.kernels = std::make_shared<const KernelProgram>(std::move(prog));
     const size_t na = a.in.size();
-    s.fn = [fa = a.fn, fb = b.fn, na, link](const std::vector<Tensor>& in) {
+    l.fn = [fa = la.fn, fb = lb.fn, na, link](const std::vector<Tensor>& in) {
       const std::vector<Tensor> ia(in.begin(), in.begin() + static_cast<std::ptrdiff_t>(na));
       std::vector<Tensor> ib(in.begin() + static_cast<std::ptrdiff_t>(na), in.end());
       ib.insert(ib.begin() + link, fa(ia).front());
       return fb(ib);
     };
+    JitStep s;
+    s.op = std::move(l);
+    s.mesh = a.mesh;
     s.in = a.in;
     for (size_t o = 0; o < b.in.size(); ++o) {
       if (static_cast<int>(o) != link) s.in.push_back(b.in[o]);

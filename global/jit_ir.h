@@ -2,11 +2,13 @@
 // and the printer read it (not installed; the public entry points are global/jit_program.h).
 //
 // A value is a set of blocks, one per mesh position, named by its index into `values` (its id);
-// a step reads values' blocks by id and position (`Ref`) and makes new values. Four passes, one
-// file each: global/jit_record.cpp (the trace: steps and lines), global/jit_plan.cpp (unused steps
-// removed, last uses, launches, psum buckets), global/jit_buffers.cpp (which values live in
-// planned buffers, and the buffers), global/jit_replay.cpp (running the steps on new inputs),
-// global/jit_print.cpp (as_text, as_dot).
+// a step (one of three kinds: LocalStep, BlocksStep, ReshardStep) reads values' blocks by id and
+// position (`Ref`) and makes new values; a launch runs consecutive steps together. One file per
+// pass: global/jit_record.cpp (the trace: steps and lines), global/jit_plan.cpp (unused steps
+// removed, last uses, launches, psum buckets), global/jit_fuse.cpp (fused steps),
+// global/jit_buffers.cpp (which values live in planned buffers, and the buffers),
+// global/jit_replay.cpp (running the steps on new inputs), global/jit_print.cpp (as_text,
+// as_dot).
 #pragma once
 
 #include <cstddef>
@@ -16,6 +18,7 @@
 #include <optional>
 #include <string>
 #include <utility>
+#include <variant>
 #include <vector>
 
 #include "backends/backend.h"
@@ -51,18 +54,16 @@ struct JitValue {
   int64_t home_at = 0;  // planned: its offset in that buffer
 };
 
-struct JitStep {
-  enum Kind { local, blocks, reshard } kind = local;
-  std::optional<Mesh> mesh;  // local, blocks
-  int mesh_index = -1;       // local, blocks: into JitProgram::meshes
+// A device-local step: run_local's launch, `fn` on each position's blocks.
+struct LocalStep {
   global::LocalFn fn;
-  bool concurrent = false;  // local: large blocks, computed on every device's executor at once
-  // local: the kernels fn calls, recorded at trace time (null: fn itself runs; why_not says why)
+  bool concurrent = false;  // large blocks, computed on every device's executor at once
+  // The kernels fn calls, recorded at trace time (null: fn itself runs; why_not says why).
   std::shared_ptr<const KernelProgram> kernels;
   std::string why_not;
-  // per temporary of `kernels`: its planned buffer (an index into the mesh's buffers), or -1 - j
+  // Per temporary of `kernels`: its planned buffer (an index into the mesh's buffers), or -1 - j
   // when it holds a result that leaves the compiled steps (the j-th of `fresh` buffers allocated
-  // per call, since a Tensor keeps it)
+  // per call, since a Tensor keeps it).
   std::vector<int> temp_home;
   size_t fresh = 0;
   // (temporary, operand): a temporary that leaves may take the operand's buffer instead of a new
@@ -70,38 +71,77 @@ struct JitStep {
   // only reference, and the kernels allow it (KernelProgram::may_write_over): in-place donation.
   std::vector<std::pair<uint32_t, uint32_t>> reuse;
   std::vector<uint32_t> dyn_operands;  // compiled: operands whose address changes per call
+};
+
+// A step with collectives: run_blocks's launch, `body` on every position's blocks.
+struct BlocksStep {
   global::Body body;
-  // blocks: a psum of the operand over mesh axes that the replay folds from the caller's thread
-  // (host memory, every device in this process, small blocks): the direct algorithm's fold, in
-  // the same member order, so the same bits, without waking the executors.
+  // A psum of the operand over mesh axes that the replay folds from the caller's thread (host
+  // memory, every device in this process, small blocks): the direct algorithm's fold, in the
+  // same member order, so the same bits, without waking the executors.
   bool host_psum = false;
   std::vector<std::vector<int64_t>> groups;  // host_psum: per group, its members' positions
   Shape block_shape;                         // host_psum, psum_axes: of every block
-  // blocks: the body is exactly a psum of its one operand over these axes (a pending sum
-  // resolved), blocks of block_shape and dtype; empty otherwise.
+  DType dtype = DType::f32;                  // host_psum, psum_axes: of every block
+  // The body is exactly a psum of its one operand over these axes (a pending sum resolved),
+  // blocks of block_shape and dtype; empty otherwise.
   global::AxisList psum_axes;
-  // blocks, device platforms: steps [this one, bucket_end) are psums over the same axes that the
-  // replay takes as one collective over their blocks laid end to end (plan_psum_buckets).
+  // Device platforms: steps [this one, bucket_end) are psums over the same axes that the replay
+  // takes as one collective over their blocks laid end to end (plan_psum_buckets).
   size_t bucket_end = 0;
-  std::vector<std::vector<Ref>> in;  // per operand, per position
-  std::vector<int> out;              // value ids
-  // reshard: the operand's metadata and the target
+};
+
+// A reshard run from the caller's thread: device_put of the operand (an Array of this shape,
+// dtype, sharding and pending sums) onto `to`.
+struct ReshardStep {
   Shape shape;
   DType dtype = DType::f32;
-  std::optional<Sharding> from, to;
+  Sharding from, to;
   std::vector<std::string> pending;
+};
+
+// One launch of the trace, replayed: what it ran (`op`, one of the three kinds) and the values
+// it read and made.
+struct JitStep {
+  std::variant<LocalStep, BlocksStep, ReshardStep> op;
+  std::optional<Mesh> mesh;  // of a local or blocks step (a reshard moves between meshes: none)
+  int mesh_index = -1;       // the same, as an index into JitProgram::meshes
+  std::vector<std::vector<Ref>> in;  // per operand, per position
+  std::vector<int> out;              // value ids
   std::vector<int> drop;  // values whose blocks at the running position are not read again
   // Flat table indices (JitValue::first + position), computed once: in_flat[pos * operands + i]
   // is operand i's block at pos; out_first[o] is result o's first block.
   std::vector<uint32_t> in_flat;
   std::vector<uint32_t> out_first;
+
+  // The step's kind, or null when it is of another kind.
+  LocalStep* local() { return std::get_if<LocalStep>(&op); }
+  const LocalStep* local() const { return std::get_if<LocalStep>(&op); }
+  BlocksStep* blocks() { return std::get_if<BlocksStep>(&op); }
+  const BlocksStep* blocks() const { return std::get_if<BlocksStep>(&op); }
+  const ReshardStep* reshard() const { return std::get_if<ReshardStep>(&op); }
+  // A compiled local step's kernels, else null.
+  const KernelProgram* kernels() const {
+    const LocalStep* l = local();
+    return l != nullptr ? l->kernels.get() : nullptr;
+  }
+  // A psum the replay folds from the caller's thread (BlocksStep::host_psum).
+  bool host_psum() const {
+    const BlocksStep* b = blocks();
+    return b != nullptr && b->host_psum;
+  }
 };
 
-struct JitSegment {
+// Consecutive steps the replay runs together, and how.
+struct JitLaunch {
+  enum class Kind {
+    tasks,       // one task per device of the steps' mesh, every step inside
+    inline_run,  // every device's steps from the caller's thread (small blocks, no collectives)
+    fold,        // one host_psum step, folded from the caller's thread
+    reshard,     // one reshard, run from the caller's thread
+  };
   size_t begin = 0, end = 0;  // steps [begin, end)
-  bool host = false;          // a reshard run from the caller
-  bool inline_run = false;  // every device's steps from the caller's thread (tiny, no collectives)
-  bool fold = false;        // one host_psum step
+  Kind kind = Kind::tasks;
 };
 
 struct JitLine {
@@ -157,7 +197,7 @@ class JitProgram {
   std::vector<std::string> in_paths, in_avals, out_paths, out_avals;
   std::vector<JitOutput> outputs;
   std::vector<int> output_from;  // per output: producing line (as JitLine::in_from)
-  std::vector<JitSegment> segments;
+  std::vector<JitLaunch> launches;
   std::vector<JitLine> lines;
 };
 

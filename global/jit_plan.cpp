@@ -1,4 +1,4 @@
-// jit's plan: unused steps removed, each value's last use, the launches (segments), psum buckets;
+// jit's plan: unused steps removed, each value's last use, the launches, psum buckets;
 // then the buffer pass (global/jit_buffers.cpp).
 #include <algorithm>
 #include <set>
@@ -19,8 +19,8 @@ namespace {
 // and the direct algorithm, whose sum of each element is the same whatever else is summed with
 // it, so a bucket gives the separate psums' bits (a vendor library's may depend on the size).
 bool bucketable(const JitStep& s) {
-  if (s.kind != JitStep::blocks || s.host_psum || s.psum_axes.empty() || s.kernels != nullptr)
-    return false;
+  const BlocksStep* b = s.blocks();
+  if (b == nullptr || b->host_psum || b->psum_axes.empty()) return false;
   const std::vector<Device>& devs = s.mesh->devices();
   for (const Device& d : devs) {
     if (!is_local(d)) return false;
@@ -31,7 +31,7 @@ bool bucketable(const JitStep& s) {
   if (algo != "auto" && algo != "direct") return false;
   if (algo == "auto") {  // automatic picks the vendor library where it serves the group
     std::vector<int> positions;
-    for (const std::string& a : s.psum_axes) positions.push_back(s.mesh->axis_position(a));
+    for (const std::string& a : b->psum_axes) positions.push_back(s.mesh->axis_position(a));
     for (const auto& group : coll::make_group_layout(s.mesh->shape(), positions).members) {
       std::vector<int> locals;
       for (int64_t m : group) locals.push_back(devs[static_cast<size_t>(m)].local_index());
@@ -46,21 +46,24 @@ bool bucketable(const JitStep& s) {
 // (the gradients of a data-parallel step, resolved one leaf after another).
 void plan_psum_buckets(JitProgram& p) {
   constexpr int64_t kBucketBytes = int64_t{256} << 20;
-  for (const JitSegment& seg : p.segments) {
-    if (seg.host || seg.fold || seg.inline_run) continue;
-    for (size_t i = seg.begin; i < seg.end;) {
+  for (const JitLaunch& launch : p.launches) {
+    if (launch.kind != JitLaunch::Kind::tasks) continue;
+    for (size_t i = launch.begin; i < launch.end;) {
       const JitStep& s = p.steps[i];
       if (!bucketable(s)) {
         ++i;
         continue;
       }
+      const BlocksStep& sb = *s.blocks();
       std::set<int> made(s.out.begin(), s.out.end());
-      int64_t bytes = shape_size(s.block_shape) * static_cast<int64_t>(dtype_size(s.dtype));
+      int64_t bytes = shape_size(sb.block_shape) * static_cast<int64_t>(dtype_size(sb.dtype));
       size_t j = i + 1;
-      for (; j < seg.end; ++j) {
+      for (; j < launch.end; ++j) {
         const JitStep& t = p.steps[j];
-        if (!bucketable(t) || t.psum_axes != s.psum_axes || t.dtype != s.dtype) break;
-        const int64_t b = shape_size(t.block_shape) * static_cast<int64_t>(dtype_size(t.dtype));
+        if (!bucketable(t)) break;
+        const BlocksStep& tb = *t.blocks();
+        if (tb.psum_axes != sb.psum_axes || tb.dtype != sb.dtype) break;
+        const int64_t b = shape_size(tb.block_shape) * static_cast<int64_t>(dtype_size(tb.dtype));
         if (bytes + b > kBucketBytes) break;
         bool reads_bucket = false;
         for (const Ref& r : t.in.front()) reads_bucket = reads_bucket || made.count(r.vid) != 0;
@@ -68,7 +71,7 @@ void plan_psum_buckets(JitProgram& p) {
         made.insert(t.out.begin(), t.out.end());
         bytes += b;
       }
-      if (j - i >= 2) p.steps[i].bucket_end = j;
+      if (j - i >= 2) p.steps[i].blocks()->bucket_end = j;
       i = j;
     }
   }
@@ -119,7 +122,7 @@ void jit_plan(JitProgram& p) {
     for (auto& refs : s.in) {
       for (size_t pos = 0; pos < refs.size(); ++pos) {
         JitValue& v = p.values[static_cast<size_t>(refs[pos].vid)];
-        if (s.kind == JitStep::reshard || refs[pos].pos != static_cast<int>(pos)) {
+        if (s.reshard() != nullptr || refs[pos].pos != static_cast<int>(pos)) {
           v.keep_to_end = true;
         }
         last[static_cast<size_t>(refs[pos].vid)] = static_cast<int>(i);
@@ -134,29 +137,31 @@ void jit_plan(JitProgram& p) {
 
   // Launches: consecutive steps on one mesh, split where a step reads another position's block
   // made in the same launch.
+  using Kind = JitLaunch::Kind;
   std::vector<int> made_in(p.values.size(), -1);
   for (size_t i = 0; i < p.steps.size(); ++i) {
     const JitStep& s = p.steps[i];
     bool join = false;
-    if (s.kind != JitStep::reshard && !p.segments.empty()) {
-      const JitSegment& cur = p.segments.back();
-      join = !cur.host && *p.steps[cur.begin].mesh == *s.mesh;
+    if (s.reshard() == nullptr && !p.launches.empty()) {
+      const JitLaunch& cur = p.launches.back();
+      join = cur.kind != Kind::reshard && *p.steps[cur.begin].mesh == *s.mesh;
       for (auto& refs : s.in) {
         for (size_t pos = 0; join && pos < refs.size(); ++pos) {
           const Ref& r = refs[pos];
           if (r.pos != static_cast<int>(pos) &&
-              made_in[static_cast<size_t>(r.vid)] == static_cast<int>(p.segments.size()) - 1) {
+              made_in[static_cast<size_t>(r.vid)] == static_cast<int>(p.launches.size()) - 1) {
             join = false;
           }
         }
       }
     }
     if (join) {
-      p.segments.back().end = i + 1;
+      p.launches.back().end = i + 1;
     } else {
-      p.segments.push_back(JitSegment{i, i + 1, s.kind == JitStep::reshard, false});
+      p.launches.push_back(
+          JitLaunch{i, i + 1, s.reshard() != nullptr ? Kind::reshard : Kind::tasks});
     }
-    for (int v : s.out) made_in[static_cast<size_t>(v)] = static_cast<int>(p.segments.size()) - 1;
+    for (int v : s.out) made_in[static_cast<size_t>(v)] = static_cast<int>(p.launches.size()) - 1;
   }
   // A launch with a collective (or with large blocks, which eager ops compute on every device's
   // executor at once) runs as one task per device, all of its steps inside, so the executors are
@@ -165,25 +170,26 @@ void jit_plan(JitProgram& p) {
   // more than the work.
   // A psum the replay folds itself reads every position's block: a launch of its own, between the
   // steps before it (for every position) and after it.
-  std::vector<JitSegment> split;
-  for (const JitSegment& seg : p.segments) {
-    size_t from = seg.begin;
-    for (size_t i = seg.begin; i < seg.end; ++i) {
-      if (!p.steps[i].host_psum) continue;
-      if (from < i) split.push_back(JitSegment{from, i, seg.host, false, false});
-      split.push_back(JitSegment{i, i + 1, false, false, true});
+  std::vector<JitLaunch> split;
+  for (const JitLaunch& launch : p.launches) {
+    size_t from = launch.begin;
+    for (size_t i = launch.begin; i < launch.end; ++i) {
+      if (!p.steps[i].host_psum()) continue;
+      if (from < i) split.push_back(JitLaunch{from, i, launch.kind});
+      split.push_back(JitLaunch{i, i + 1, Kind::fold});
       from = i + 1;
     }
-    if (from < seg.end) split.push_back(JitSegment{from, seg.end, seg.host, false, false});
+    if (from < launch.end) split.push_back(JitLaunch{from, launch.end, launch.kind});
   }
-  p.segments = std::move(split);
-  for (JitSegment& seg : p.segments) {
-    if (seg.host || seg.fold) continue;
-    seg.inline_run = true;
-    for (size_t i = seg.begin; i < seg.end; ++i) {
-      const JitStep& s = p.steps[i];
-      if (s.kind != JitStep::local || s.concurrent) seg.inline_run = false;
+  p.launches = std::move(split);
+  for (JitLaunch& launch : p.launches) {
+    if (launch.kind != Kind::tasks) continue;
+    bool small = true;
+    for (size_t i = launch.begin; i < launch.end; ++i) {
+      const LocalStep* l = p.steps[i].local();
+      if (l == nullptr || l->concurrent) small = false;
     }
+    if (small) launch.kind = Kind::inline_run;
   }
   plan_psum_buckets(p);
   jit_plan_buffers(p, last);

@@ -44,24 +44,37 @@ std::string jit_text(const JitProgram& p, const std::vector<bool>& donated) {
              "\n");
   }
   size_t host = 0, device = 0, inline_runs = 0, folds = 0, collectives = 0;
-  for (const JitSegment& seg : p.segments) {
-    (seg.host ? host : seg.fold ? folds : seg.inline_run ? inline_runs : device) += 1;
+  for (const JitLaunch& launch : p.launches) {
+    switch (launch.kind) {
+      case JitLaunch::Kind::tasks:
+        ++device;
+        break;
+      case JitLaunch::Kind::inline_run:
+        ++inline_runs;
+        break;
+      case JitLaunch::Kind::fold:
+        ++folds;
+        break;
+      case JitLaunch::Kind::reshard:
+        ++host;
+        break;
+    }
   }
   size_t compiled = 0, kernels = 0, fused = 0, buffers = 0, buffer_bytes = 0;
   std::map<std::string, size_t> why_not;  // of device-local steps not compiled
   for (const JitStep& st : p.steps) {
-    collectives += st.kind == JitStep::blocks ? 1 : 0;
-    if (st.kernels != nullptr) {
+    collectives += st.blocks() != nullptr ? 1 : 0;
+    if (const KernelProgram* k = st.kernels()) {
       ++compiled;
-      kernels += st.kernels->size();
-      for (const detail::KernelCall& c : st.kernels->calls) {
+      kernels += k->size();
+      for (const detail::KernelCall& c : k->calls) {
         fused += c.kind == detail::KernelCall::Kind::binary_unary ||
                          c.kind == detail::KernelCall::Kind::compare_select
                      ? 1
                      : 0;
       }
-    } else if (st.kind == JitStep::local) {
-      ++why_not[st.why_not.empty() ? "not recorded" : st.why_not];
+    } else if (const LocalStep* l = st.local()) {
+      ++why_not[l->why_not.empty() ? "not recorded" : l->why_not];
     }
   }
   for (const std::vector<size_t>& m : p.planned) {
@@ -69,14 +82,15 @@ std::string jit_text(const JitProgram& p, const std::vector<bool>& donated) {
     for (size_t b : m) buffer_bytes += b;
   }
   s += cat("  replay: ", p.steps.size(), " steps (", collectives, " with collectives) in ",
-           p.segments.size(), " launches per call: ", device, " as one task per device, ",
+           p.launches.size(), " launches per call: ", device, " as one task per device, ",
            inline_runs, " on small blocks from the caller's thread, ", folds,
            " small psums folded from the caller's thread, ", host, " reshards from the caller\n");
   size_t buckets = 0, bucketed = 0;
   for (size_t i = 0; i < p.steps.size(); ++i) {
-    if (p.steps[i].bucket_end > i) {
+    const BlocksStep* b = p.steps[i].blocks();
+    if (b != nullptr && b->bucket_end > i) {
       ++buckets;
-      bucketed += p.steps[i].bucket_end - i;
+      bucketed += b->bucket_end - i;
     }
   }
   if (buckets != 0) {
@@ -95,7 +109,9 @@ std::string jit_text(const JitProgram& p, const std::vector<bool>& donated) {
   // buffer it may take is a donated input.
   size_t in_place = 0;
   for (const JitStep& st : p.steps) {
-    in_place += std::any_of(st.reuse.begin(), st.reuse.end(), [&](const auto& r) {
+    const LocalStep* l = st.local();
+    if (l == nullptr) continue;
+    in_place += std::any_of(l->reuse.begin(), l->reuse.end(), [&](const auto& r) {
       const int input = p.values[static_cast<size_t>(st.in[r.second].front().vid)].input;
       return input >= 0 && static_cast<size_t>(input) < donated.size() &&
              donated[static_cast<size_t>(input)];

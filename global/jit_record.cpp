@@ -44,12 +44,7 @@ std::string aval(const Array& a) {
 // The step that moves `in` onto `to` (device_put's own and the global view's reshards).
 JitStep reshard_step(const Array& in, const Sharding& to) {
   JitStep s;
-  s.kind = JitStep::reshard;
-  s.shape = in.shape();
-  s.dtype = in.dtype();
-  s.from = in.sharding();
-  s.pending = in.pending_sum_axes();
-  s.to = to;
+  s.op = ReshardStep{in.shape(), in.dtype(), in.sharding(), to, in.pending_sum_axes()};
   return s;
 }
 
@@ -245,8 +240,9 @@ namespace {
 
 // Records the kernels `fn` calls on the first position this process holds, when every position
 // here has operands and results of the same shapes and dtypes (then one program serves all).
-void compile_local(JitStep& s, const std::vector<Array>& placed, const std::vector<Array>& outs) {
-  const std::vector<Device>& devs = s.mesh->devices();
+void compile_local(LocalStep& s, const Mesh& mesh, const std::vector<Array>& placed,
+                   const std::vector<Array>& outs) {
+  const std::vector<Device>& devs = mesh.devices();
   std::optional<size_t> first;
   for (size_t pos = 0; pos < devs.size(); ++pos) {
     if (!is_local(devs[pos])) continue;
@@ -280,20 +276,21 @@ void compile_local(JitStep& s, const std::vector<Array>& placed, const std::vect
 void JitRecorder::launched_local(const Mesh& mesh, const std::vector<Array>& placed,
                                  const global::LocalFn& fn, const std::vector<Array>& outs,
                                  bool concurrent) {
+  LocalStep l;
+  l.fn = fn;
+  l.concurrent = concurrent;
+  compile_local(l, mesh, placed, outs);
   JitStep s;
-  s.kind = JitStep::local;
+  s.op = std::move(l);
   s.mesh = mesh;
-  s.fn = fn;
-  s.concurrent = concurrent;
-  compile_local(s, placed, outs);
   add_step(std::move(s), placed, outs);
 }
 
 namespace {
 
 // Whether the replay may fold the psum over `axes` itself (see JitStep::host_psum).
-void plan_host_psum(JitStep& s, const Array& x, const global::AxisList& axes) {
-  const std::vector<Device>& devs = s.mesh->devices();
+void plan_host_psum(BlocksStep& s, const Mesh& mesh, const Array& x, const global::AxisList& axes) {
+  const std::vector<Device>& devs = mesh.devices();
   for (const Device& d : devs) {
     if (!is_local(d)) return;
   }
@@ -307,10 +304,10 @@ void plan_host_psum(JitStep& s, const Array& x, const global::AxisList& axes) {
   if (algo != "auto" && algo != "direct") return;  // another algorithm folds in another order
   std::vector<int> positions;
   for (const std::string& a : axes) {
-    positions.push_back(s.mesh->axis_position(a));
+    positions.push_back(mesh.axis_position(a));
     if (positions.back() < 0) return;
   }
-  coll::GroupLayout g = coll::make_group_layout(s.mesh->shape(), positions);
+  coll::GroupLayout g = coll::make_group_layout(mesh.shape(), positions);
   s.groups = std::move(g.members);
   s.block_shape = b.shape();
   s.dtype = b.dtype();
@@ -322,12 +319,10 @@ void plan_host_psum(JitStep& s, const Array& x, const global::AxisList& axes) {
 void JitRecorder::launched_blocks(const Mesh& mesh, const std::vector<Array>& placed,
                                   const global::Body& body, const std::vector<Array>& outs,
                                   const global::AxisList* psum) {
-  JitStep s;
-  s.kind = JitStep::blocks;
-  s.mesh = mesh;
-  s.body = body;
+  BlocksStep b;
+  b.body = body;
   if (psum != nullptr && !psum->empty() && placed.size() == 1) {
-    plan_host_psum(s, placed.front(), *psum);
+    plan_host_psum(b, mesh, placed.front(), *psum);
     const Array& x = placed.front();
     const Tensor* first = nullptr;
     bool same = true;
@@ -337,11 +332,14 @@ void JitRecorder::launched_blocks(const Mesh& mesh, const std::vector<Array>& pl
       same = same && t.shape() == first->shape() && t.dtype() == first->dtype();
     }
     if (first != nullptr && same) {
-      s.psum_axes = *psum;
-      s.block_shape = first->shape();
-      s.dtype = first->dtype();
+      b.psum_axes = *psum;
+      b.block_shape = first->shape();
+      b.dtype = first->dtype();
     }
   }
+  JitStep s;
+  s.op = std::move(b);
+  s.mesh = mesh;
   add_step(std::move(s), placed, outs);
 }
 
@@ -352,9 +350,9 @@ void JitRecorder::resharded(const Array& in, const Sharding& to, const Array& ou
   // one set of blocks are never taken for each other.
   const std::vector<Ref> from = refs_of(in);
   for (const JitStep& prev : prog->steps) {
-    if (prev.kind == JitStep::reshard && prev.in.front() == from && *prev.to == to &&
-        *prev.from == in.sharding() && prev.shape == in.shape() && prev.dtype == in.dtype() &&
-        prev.pending == in.pending_sum_axes()) {
+    const ReshardStep* r = prev.reshard();
+    if (r != nullptr && prev.in.front() == from && r->to == to && r->from == in.sharding() &&
+        r->shape == in.shape() && r->dtype == in.dtype() && r->pending == in.pending_sum_axes()) {
       register_array(out, prev.out.front());
       return;
     }

@@ -52,8 +52,9 @@ std::unique_ptr<JitArena> make_arena(const JitProgram& p) {
   a->base.resize(p.steps.size());
   for (size_t i = 0; i < p.steps.size(); ++i) {
     const JitStep& s = p.steps[i];
-    if (s.kernels == nullptr) continue;
-    const KernelProgram& k = *s.kernels;
+    const LocalStep* l = s.local();
+    if (l == nullptr || l->kernels == nullptr) continue;
+    const KernelProgram& k = *l->kernels;
     const std::vector<Device>& devs = s.mesh->devices();
     a->scratch[i].resize(devs.size());
     a->base[i].resize(devs.size());
@@ -67,9 +68,9 @@ std::unique_ptr<JitArena> make_arena(const JitProgram& p) {
       }
       const auto& bufs = a->bufs[static_cast<size_t>(s.mesh_index)][pos];
       for (size_t t = 0; t < k.temp_bytes.size(); ++t) {
-        if (s.temp_home[t] >= 0) {
+        if (l->temp_home[t] >= 0) {
           base[static_cast<size_t>(k.operands) + t] =
-              static_cast<char*>(bufs[static_cast<size_t>(s.temp_home[t])]->data());
+              static_cast<char*>(bufs[static_cast<size_t>(l->temp_home[t])]->data());
         }
       }
     }
@@ -117,14 +118,15 @@ void set_block(const JitProgram& p, JitArena& a, int vid, size_t pos, Tensor t) 
   a.vals[f] = std::move(t);
 }
 
-// A donated input's buffer for leaving temporary `t` of compiled step `s` at `pos` (see
-// JitStep::reuse), or null: only when this call holds the block's only reference (a copy of the
-// Array the caller kept elsewhere would otherwise change under it), and the block starts its
-// buffer. A buffer an earlier temporary of the step took has a second reference (its fresh slot),
-// so it is never taken twice.
+// A donated input's buffer for leaving temporary `t` of compiled step `s` (`l`: its kernels) at
+// `pos` (see LocalStep::reuse), or null: only when this call holds the block's only reference (a
+// copy of the Array the caller kept elsewhere would otherwise change under it), and the block
+// starts its buffer. A buffer an earlier temporary of the step took has a second reference (its
+// fresh slot), so it is never taken twice.
 std::shared_ptr<backend::Buffer> donated_buffer(const JitProgram& p, const JitStep& s,
-                                                const JitArena& a, size_t pos, size_t t) {
-  for (const auto& [temp, o] : s.reuse) {
+                                                const LocalStep& l, const JitArena& a, size_t pos,
+                                                size_t t) {
+  for (const auto& [temp, o] : l.reuse) {
     if (temp != t) continue;
     const Ref& r = s.in[o][pos];
     const JitValue& v = p.values[static_cast<size_t>(r.vid)];
@@ -132,7 +134,7 @@ std::shared_ptr<backend::Buffer> donated_buffer(const JitProgram& p, const JitSt
     const Tensor& x = a.vals[v.first + static_cast<size_t>(r.pos)];
     const std::shared_ptr<backend::Buffer>& b = x.buffer();
     if (!x.valid() || b == nullptr || b.use_count() != 1 || x.byte_offset() != 0 ||
-        b->bytes() < s.kernels->temp_bytes[t]) {
+        b->bytes() < l.kernels->temp_bytes[t]) {
       continue;
     }
     // use_count() is a relaxed load: order this step's writes after whatever the holders that
@@ -145,9 +147,9 @@ std::shared_ptr<backend::Buffer> donated_buffer(const JitProgram& p, const JitSt
 
 // A compiled step at one position: the recorded kernels on the blocks' addresses, results in
 // planned buffers, or in buffers allocated now for those that leave the compiled steps.
-void run_kernels(const JitProgram& p, size_t step, JitArena& a, size_t pos) {
+void run_kernels(const JitProgram& p, size_t step, const LocalStep& l, JitArena& a, size_t pos) {
   const JitStep& s = p.steps[step];
-  const KernelProgram& k = *s.kernels;
+  const KernelProgram& k = *l.kernels;
   const JitPlace& place = p.places[static_cast<size_t>(s.mesh_index)][pos];
   backend::Backend& be = *place.backend;
   const int dev = place.local;
@@ -155,25 +157,25 @@ void run_kernels(const JitProgram& p, size_t step, JitArena& a, size_t pos) {
   // planned change per call, and temporaries holding results that leave get new buffers.
   char** base = a.base[step][pos].data();
   const uint32_t* in = s.in_flat.data() + pos * static_cast<size_t>(k.operands);
-  for (uint32_t i : s.dyn_operands) base[i] = a.ptrs[in[i]];
+  for (uint32_t i : l.dyn_operands) base[i] = a.ptrs[in[i]];
   std::array<std::shared_ptr<backend::Buffer>, 2> fresh_small;
-  std::vector<std::shared_ptr<backend::Buffer>> fresh_big(s.fresh > 2 ? s.fresh : 0);
-  std::shared_ptr<backend::Buffer>* fresh = s.fresh > 2 ? fresh_big.data() : fresh_small.data();
-  if (s.fresh != 0) {
+  std::vector<std::shared_ptr<backend::Buffer>> fresh_big(l.fresh > 2 ? l.fresh : 0);
+  std::shared_ptr<backend::Buffer>* fresh = l.fresh > 2 ? fresh_big.data() : fresh_small.data();
+  if (l.fresh != 0) {
     for (size_t t = 0; t < k.temp_bytes.size(); ++t) {
-      const int home = s.temp_home[t];
+      const int home = l.temp_home[t];
       if (home >= 0) continue;
       std::shared_ptr<backend::Buffer>& b = fresh[static_cast<size_t>(-1 - home)];
-      b = donated_buffer(p, s, a, pos, t);
+      b = donated_buffer(p, s, l, a, pos, t);
       if (b == nullptr) b = be.allocate(dev, k.temp_bytes[t]);
       base[static_cast<size_t>(k.operands) + t] = static_cast<char*>(b->data());
     }
   }
   k.run(be, dev, base, a.scratch[step][pos]);
-  if (s.fresh == 0) return;  // every result planned: its address is already known
+  if (l.fresh == 0) return;  // every result planned: its address is already known
   for (size_t r = 0; r < k.results.size(); ++r) {
     const KernelAddr& at = k.results[r];
-    const int home = s.temp_home[static_cast<size_t>(at.slot - k.operands)];
+    const int home = l.temp_home[static_cast<size_t>(at.slot - k.operands)];
     if (home >= 0) continue;
     const size_t f = s.out_first[r] + pos;
     a.ptrs[f] = base[at.slot] + at.offset;
@@ -190,15 +192,17 @@ void drop_blocks(const JitProgram& p, const JitStep& s, JitArena& a, size_t pos)
   }
 }
 
+// A local or blocks step at one position (`ctx`: the position's context, for a blocks step).
 void run_step_at(const JitProgram& p, size_t step, JitArena& a, size_t pos, Context* ctx) {
   const JitStep& s = p.steps[step];
-  if (s.kernels != nullptr) {
-    run_kernels(p, step, a, pos);
+  const LocalStep* l = s.local();
+  if (l != nullptr && l->kernels != nullptr) {
+    run_kernels(p, step, *l, a, pos);
   } else {
     std::vector<Tensor> ins;
     ins.reserve(s.in.size());
     for (const auto& refs : s.in) ins.push_back(a.vals[flat_of(p, refs[pos])]);
-    std::vector<Tensor> outs = s.kind == JitStep::local ? s.fn(ins) : s.body(*ctx, ins);
+    std::vector<Tensor> outs = l != nullptr ? l->fn(ins) : s.blocks()->body(*ctx, ins);
     for (size_t o = 0; o < s.out.size(); ++o) set_block(p, a, s.out[o], pos, std::move(outs[o]));
   }
   drop_blocks(p, s, a, pos);
@@ -207,19 +211,21 @@ void run_step_at(const JitProgram& p, size_t step, JitArena& a, size_t pos, Cont
 // A bucket of psum steps [first, bucket_end) at one position: the blocks flattened and laid end
 // to end, one psum, and each step's result a piece of it (reshaped, no copy).
 void run_psum_bucket(const JitProgram& p, size_t first, JitArena& a, size_t pos, Context& ctx) {
-  const size_t end = p.steps[first].bucket_end;
+  const BlocksStep& head = *p.steps[first].blocks();
+  const size_t end = head.bucket_end;
   std::vector<Tensor> flat;
   for (size_t i = first; i < end; ++i) {
     const Tensor& t = a.vals[flat_of(p, p.steps[i].in.front()[pos])];
     flat.push_back(reshape(t, {shape_size(t.shape())}));
   }
-  const Tensor sum = ctx.psum(concatenate(flat, 0), AxisNames(p.steps[first].psum_axes));
+  const Tensor sum = ctx.psum(concatenate(flat, 0), AxisNames(head.psum_axes));
   flat.clear();
   int64_t at = 0;
   for (size_t i = first; i < end; ++i) {
     const JitStep& s = p.steps[i];
-    const int64_t n = shape_size(s.block_shape);
-    set_block(p, a, s.out.front(), pos, reshape(slice(sum, {at}, {at + n}), s.block_shape));
+    const Shape& block_shape = s.blocks()->block_shape;
+    const int64_t n = shape_size(block_shape);
+    set_block(p, a, s.out.front(), pos, reshape(slice(sum, {at}, {at + n}), block_shape));
     at += n;
     drop_blocks(p, s, a, pos);
   }
@@ -229,23 +235,24 @@ void run_psum_bucket(const JitProgram& p, size_t first, JitArena& a, size_t pos,
 // new block (as the direct algorithm's small reduction does), copied to the others'.
 void fold_psum(const JitProgram& p, size_t step, JitArena& a) {
   const JitStep& s = p.steps[step];
+  const BlocksStep& b = *s.blocks();
   const std::vector<Device>& devs = s.mesh->devices();
   backend::Backend& be = backend_of(devs.front());
-  const int64_t n = shape_size(s.block_shape);
-  const size_t bytes = static_cast<size_t>(n) * dtype_size(s.dtype);
+  const int64_t n = shape_size(b.block_shape);
+  const size_t bytes = static_cast<size_t>(n) * dtype_size(b.dtype);
   std::vector<const void*> srcs;
-  for (const std::vector<int64_t>& members : s.groups) {
+  for (const std::vector<int64_t>& members : b.groups) {
     srcs.clear();
     for (int64_t m : members) srcs.push_back(a.ptrs[flat_of(p, s.in[0][static_cast<size_t>(m)])]);
     const size_t first = static_cast<size_t>(members.front());
-    Tensor sum = empty(s.block_shape, s.dtype, devs[first]);
+    Tensor sum = empty(b.block_shape, b.dtype, devs[first]);
     if (n != 0) {
-      be.coll_fold(devs[first].local_index(), backend::FoldOp::sum, s.dtype, s.dtype, sum.data(),
+      be.coll_fold(devs[first].local_index(), backend::FoldOp::sum, b.dtype, b.dtype, sum.data(),
                    srcs, n);
     }
     for (size_t j = 1; j < members.size(); ++j) {
       const size_t m = static_cast<size_t>(members[j]);
-      Tensor copy = empty(s.block_shape, s.dtype, devs[m]);
+      Tensor copy = empty(b.block_shape, b.dtype, devs[m]);
       if (bytes != 0) {
         be.coll_copy_2d(devs[m].local_index(), copy.data(), bytes, sum.data(), bytes, bytes, 1);
       }
@@ -297,44 +304,51 @@ std::vector<Array> jit_replay(const JitProgram& p, std::vector<Array> inputs,
   }
   inputs.clear();  // the program's copies are the only ones it keeps (donated buffers can go)
 
-  for (const JitSegment& seg : p.segments) {
-    if (seg.host) {
-      const JitStep& s = p.steps[seg.begin];
-      Array x = gather(p, s.in.front(), a, s.shape, s.dtype, *s.from, s.pending);
-      Array y = device_put(x, *s.to);
-      for (size_t pos = 0; pos < y.blocks().size(); ++pos) {
-        set_block(p, a, s.out.front(), pos, y.blocks()[pos]);
-      }
-      continue;
-    }
-    const Mesh& mesh = *p.steps[seg.begin].mesh;
-    const std::vector<Device>& devs = mesh.devices();
-    if (seg.inline_run) {
-      for (size_t pos = 0; pos < devs.size(); ++pos) {
-        if (!is_local(devs[pos])) continue;
-        for (size_t i = seg.begin; i < seg.end; ++i) run_step_at(p, i, a, pos, nullptr);
-      }
-      continue;
-    }
-    if (seg.fold) {
-      fold_psum(p, seg.begin, a);
-      continue;
-    }
-    ErasedBody body = [&](Context& ctx, const std::vector<Tensor>&) {
-      const Device d = ctx.device();
-      size_t pos = 0;
-      while (pos < devs.size() && devs[pos] != d) ++pos;
-      for (size_t i = seg.begin; i < seg.end; ++i) {
-        if (p.steps[i].bucket_end > i) {
-          run_psum_bucket(p, i, a, pos, ctx);
-          i = p.steps[i].bucket_end - 1;
-          continue;
+  for (const JitLaunch& launch : p.launches) {
+    switch (launch.kind) {
+      case JitLaunch::Kind::reshard: {
+        const JitStep& s = p.steps[launch.begin];
+        const ReshardStep& r = *s.reshard();
+        Array x = gather(p, s.in.front(), a, r.shape, r.dtype, r.from, r.pending);
+        Array y = device_put(x, r.to);
+        for (size_t pos = 0; pos < y.blocks().size(); ++pos) {
+          set_block(p, a, s.out.front(), pos, y.blocks()[pos]);
         }
-        run_step_at(p, i, a, pos, &ctx);
+        break;
       }
-      return std::vector<Tensor>{};
-    };
-    (void)run_bodies(mesh, body, {});
+      case JitLaunch::Kind::fold:
+        fold_psum(p, launch.begin, a);
+        break;
+      case JitLaunch::Kind::inline_run: {
+        const std::vector<Device>& devs = p.steps[launch.begin].mesh->devices();
+        for (size_t pos = 0; pos < devs.size(); ++pos) {
+          if (!is_local(devs[pos])) continue;
+          for (size_t i = launch.begin; i < launch.end; ++i) run_step_at(p, i, a, pos, nullptr);
+        }
+        break;
+      }
+      case JitLaunch::Kind::tasks: {
+        const Mesh& mesh = *p.steps[launch.begin].mesh;
+        const std::vector<Device>& devs = mesh.devices();
+        ErasedBody body = [&](Context& ctx, const std::vector<Tensor>&) {
+          const Device d = ctx.device();
+          size_t pos = 0;
+          while (pos < devs.size() && devs[pos] != d) ++pos;
+          for (size_t i = launch.begin; i < launch.end; ++i) {
+            const BlocksStep* b = p.steps[i].blocks();
+            if (b != nullptr && b->bucket_end > i) {
+              run_psum_bucket(p, i, a, pos, ctx);
+              i = b->bucket_end - 1;
+              continue;
+            }
+            run_step_at(p, i, a, pos, &ctx);
+          }
+          return std::vector<Tensor>{};
+        };
+        (void)run_bodies(mesh, body, {});
+        break;
+      }
+    }
   }
 
   std::vector<Array> out;
