@@ -3,8 +3,9 @@
 //
 // A trace runs the function once, eagerly, with a recorder on the calling thread: every
 // per-device launch the global view makes (ops computed block by block, ops with collectives,
-// reshards) is appended as a step, its operands found by the identity of the blocks they read.
-// Blocks that no step made and no input holds are constants of the program (creation ops).
+// reshards) is appended as a step, its operands found by the names (trace ids) the trace gave the
+// blocks they read: an input's blocks, or a launch's results. Blocks that no step made and no
+// input holds are constants of the program (creation ops, captured Arrays).
 // A replay runs the steps on new inputs: steps without collectives from the caller's thread,
 // device after device, consecutive steps with collectives as one task per device, reshards
 // between meshes from the caller; unused steps are removed and intermediate blocks are dropped

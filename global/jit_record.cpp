@@ -4,7 +4,9 @@
 #include <charconv>
 #include <map>
 #include <optional>
+#include <span>
 #include <tuple>
+#include <unordered_map>
 #include <unordered_set>
 
 #include "collectives/direct.h"
@@ -27,10 +29,18 @@ namespace meshrt::detail {
 
 namespace {
 
-// Blocks are told apart by the memory they view (views of one block differ in offset or shape).
-using BlockKey = std::tuple<const void*, size_t, Shape, int>;
-BlockKey key_of(const Tensor& t) {
-  return {t.buffer().get(), t.byte_offset(), t.shape(), static_cast<int>(t.dtype())};
+// A constant's block is known by the memory it views (views of one block differ in offset,
+// shape or dtype): the program holds every constant's blocks (JitValue::blocks), so no other
+// block can come to view that memory while the trace records.
+using ConstantKey = std::tuple<const void*, size_t, Shape, DType>;
+ConstantKey constant_key(const Tensor& t) {
+  return {t.buffer().get(), t.byte_offset(), t.shape(), t.dtype()};
+}
+
+// True when `a` is `b` viewed again (a new Tensor onto the same bytes, shape and dtype).
+bool same_view(const Tensor& a, const Tensor& b) {
+  return a.valid() && a.buffer() == b.buffer() && a.byte_offset() == b.byte_offset() &&
+         a.shape() == b.shape() && a.dtype() == b.dtype();
 }
 
 std::string aval(const Array& a) {
@@ -96,73 +106,124 @@ class JitRecorder final : public global::LaunchObserver {
     prog->values.push_back(std::move(v));
     return static_cast<int>(prog->values.size()) - 1;
   }
-  void register_array(const Array& a, int vid) {
-    for (const Tensor& t : a.blocks()) {
-      size_t& b = prog->values[static_cast<size_t>(vid)].block_bytes;
-      b = std::max(b, t.nbytes());
+  void grow_block_bytes(int vid, const Array& a) {
+    size_t& b = prog->values[static_cast<size_t>(vid)].block_bytes;
+    for (const Tensor& t : a.blocks()) b = std::max(b, t.nbytes());
+  }
+  // The value and position that block `t` is, or null: an input's or a step's block by its name
+  // (its trace id), a constant's by the memory it views.
+  const Ref* find(const Tensor& t) const {
+    if (t.trace_id() != 0) {
+      auto it = named.find(t.trace_id());
+      if (it != named.end()) return &it->second;
     }
-    for (size_t p = 0; p < a.blocks().size(); ++p) {
-      const Tensor& t = a.blocks()[p];
-      if (known.emplace(key_of(t), Ref{vid, static_cast<int>(p)}).second) keep.push_back(t);
-    }
+    if (!t.valid()) return nullptr;
+    auto it = constants.find(constant_key(t));
+    return it == constants.end() ? nullptr : &it->second;
+  }
+  // Names block `pos` of `a` as `ref`: a block without a trace id gets a fresh one first (copies
+  // of `a` made from now on share it).
+  void name(Array& a, size_t pos, Ref ref) {
+    if (a.blocks()[pos].trace_id() == 0) set_block_trace_id(a, pos, next_trace_id());
+    const uint64_t id = a.blocks()[pos].trace_id();
+    if (id != 0) named.emplace(id, ref);
   }
   // The blocks of `a` as refs; blocks nothing made are a constant of the program.
   std::vector<Ref> refs_of(const Array& a) {
     std::vector<Ref> refs;
     int constant = -1;
     for (size_t p = 0; p < a.blocks().size(); ++p) {
-      auto it = known.find(key_of(a.blocks()[p]));
-      if (it == known.end()) {
-        if (constant < 0) {
-          constant = new_value(static_cast<int>(a.blocks().size()));
-          prog->values[static_cast<size_t>(constant)].constant = true;
-          prog->values[static_cast<size_t>(constant)].blocks = a.blocks();
-          register_array(a, constant);
-        }
-        refs.push_back(Ref{constant, static_cast<int>(p)});
-      } else {
-        refs.push_back(it->second);
+      const Tensor& t = a.blocks()[p];
+      if (const Ref* r = find(t)) {
+        refs.push_back(*r);
+        continue;
       }
+      if (constant < 0) {
+        constant = new_value(static_cast<int>(a.blocks().size()));
+        prog->values[static_cast<size_t>(constant)].constant = true;
+        prog->values[static_cast<size_t>(constant)].blocks = a.blocks();
+        grow_block_bytes(constant, a);
+      }
+      const Ref r{constant, static_cast<int>(p)};
+      if (t.valid()) constants.emplace(constant_key(t), r);
+      refs.push_back(r);
     }
     return refs;
   }
   // True when every block of `a` is an input's or a step's (not a constant's).
   bool computed(const Array& a) const {
     for (const Tensor& t : a.blocks()) {
-      auto it = known.find(key_of(t));
-      if (it == known.end() || prog->values[static_cast<size_t>(it->second.vid)].constant)
-        return false;
+      const Ref* r = find(t);
+      if (r == nullptr || prog->values[static_cast<size_t>(r->vid)].constant) return false;
     }
     return !a.blocks().empty();
   }
   bool any_known(const Array& a) const {
     for (const Tensor& t : a.blocks()) {
-      auto it = known.find(key_of(t));
-      if (it != known.end() && !prog->values[static_cast<size_t>(it->second.vid)].constant)
-        return true;
+      const Ref* r = find(t);
+      if (r != nullptr && !prog->values[static_cast<size_t>(r->vid)].constant) return true;
     }
     return false;
   }
-  void add_step(JitStep s, const std::vector<Array>& ins, const std::vector<Array>& outs) {
+  // Names the blocks of `out` that are not known yet as value `vid`'s. A block the launch gave
+  // back from an operand keeps the operand's name; one that views an operand's block again
+  // (`ins`, read as `in_refs`; a reshape to the same block shape) is that operand's block too:
+  // the replay reads the operand and needs no step to make it.
+  void name_blocks(Array& out, int vid, const std::vector<Array>& ins = {},
+                   const std::vector<std::vector<Ref>>& in_refs = {}) {
+    grow_block_bytes(vid, out);
+    for (size_t p = 0; p < out.blocks().size(); ++p) {
+      const Tensor& t = out.blocks()[p];
+      if (find(t) != nullptr) continue;
+      Ref r{vid, static_cast<int>(p)};
+      for (size_t j = 0; j < ins.size(); ++j) {
+        if (p < ins[j].blocks().size() && same_view(t, ins[j].blocks()[p])) {
+          r = in_refs[j][p];
+          break;
+        }
+      }
+      name(out, p, r);
+    }
+  }
+  void add_step(JitStep s, const std::vector<Array>& ins, std::span<Array> outs) {
     for (const Array& a : ins) s.in.push_back(refs_of(a));
-    for (const Array& a : outs) {
+    for (Array& a : outs) {
       const int vid = new_value(static_cast<int>(a.blocks().size()));
       s.out.push_back(vid);
-      register_array(a, vid);
+      name_blocks(a, vid, ins, s.in);
     }
     prog->steps.push_back(std::move(s));
   }
+  // The line whose result `a` is, or kConst.
   int line_of(const Array& a) const {
-    if (a.blocks().empty()) return kConst;
-    auto it = line_by_block.find(key_of(a.blocks().front()));
+    if (a.blocks().empty() || a.blocks().front().trace_id() == 0) return kConst;
+    auto it = line_by_block.find(a.blocks().front().trace_id());
     return it == line_by_block.end() ? kConst : it->second;
+  }
+  // `line_of` for an operand or output read as the program text shows it: the line that made
+  // it, the input it is (-1 - input), or kConst.
+  int from_of(const Array& a) const {
+    const int from = line_of(a);
+    if (from != kConst || a.blocks().empty()) return from;
+    const Ref* r = find(a.blocks().front());
+    if (r == nullptr) return kConst;
+    const int input = prog->values[static_cast<size_t>(r->vid)].input;
+    return input >= 0 ? -1 - input : kConst;
+  }
+  // `a` is a result of line `index` (its blocks get names first, when they have none).
+  void set_line(Array& a, int index) {
+    for (size_t p = 0; p < a.blocks().size(); ++p) {
+      if (a.blocks()[p].trace_id() == 0) set_block_trace_id(a, p, next_trace_id());
+      const uint64_t id = a.blocks()[p].trace_id();
+      if (id != 0) line_by_block[id] = index;
+    }
   }
 
   void launched_local(const Mesh& mesh, const std::vector<Array>& placed, const global::LocalFn& fn,
-                      const std::vector<Array>& outs, bool concurrent) override;
+                      std::vector<Array>& outs, bool concurrent) override;
   void launched_blocks(const Mesh& mesh, const std::vector<Array>& placed, const global::Body& body,
-                       const std::vector<Array>& outs, const global::AxisList* psum) override;
-  void resharded(const Array& in, const Sharding& to, const Array& out) override;
+                       std::vector<Array>& outs, const global::AxisList* psum) override;
+  void resharded(const Array& in, const Sharding& to, Array& out) override;
 
   // Installs the tracer and this observer on the calling thread; uninstall() puts back what was
   // there.
@@ -176,9 +237,13 @@ class JitRecorder final : public global::LaunchObserver {
   }
 
   std::shared_ptr<JitProgram> prog;
-  std::map<BlockKey, Ref> known;
-  std::vector<Tensor> keep;  // every registered block stays alive while tracing (no address reuse)
-  std::map<BlockKey, int> line_by_block;
+  // Inputs' and steps' blocks by name: the trace ids the trace gave them (Tensor::trace_id, shared
+  // by every copy of a block's Tensor). The trace names an input's blocks afresh, so a block
+  // passed twice is two inputs and a captured Array is a constant, and names each block a launch
+  // makes as the launch returns it (LaunchObserver).
+  std::unordered_map<uint64_t, Ref> named;
+  std::map<ConstantKey, Ref> constants;             // constants' blocks, by constant_key
+  std::unordered_map<uint64_t, int> line_by_block;  // a traced op's results' blocks: its line
   CollectiveLog log;
   std::optional<CollectiveLog::Recording> recording;
   size_t log_seen = 0;
@@ -197,21 +262,13 @@ void JitTracer::record(OpId op, std::span<const Array* const> inputs, std::span<
   if (op == OpId::device_put && !inputs.empty() && outputs.size() == 1) {
     // runtime/'s device_put makes no global-view launch: it is a step of its own.
     const Array& x = *inputs.front();
-    rec_->add_step(reshard_step(x, outputs.front().sharding()), {x}, {outputs.front()});
+    rec_->add_step(reshard_step(x, outputs.front().sharding()), {x}, outputs);
   }
   JitLine line;
   line.op = std::string(meshrt::detail::op_name(op));
   for (const Array* x : inputs) {
     line.ins.push_back(aval(*x));
-    int from = rec_->line_of(*x);
-    if (from == kConst) {
-      auto it = rec_->known.find(key_of(x->blocks().front()));
-      if (it != rec_->known.end()) {
-        const int input = rec_->prog->values[static_cast<size_t>(it->second.vid)].input;
-        if (input >= 0) from = -1 - input;
-      }
-    }
-    line.in_from.push_back(from);
+    line.in_from.push_back(rec_->from_of(*x));
   }
   const int index = static_cast<int>(rec_->prog->lines.size());
   for (Array& y : outputs) {
@@ -222,10 +279,9 @@ void JitTracer::record(OpId op, std::span<const Array* const> inputs, std::span<
                       "without a global-view launch jit can record); call it outside jit"));
     }
     if (rec_->computed(y) || follows) follow(y);
-    for (const Tensor& t : y.blocks()) rec_->line_by_block[key_of(t)] = index;
+    rec_->set_line(y, index);
     if (!y.blocks().empty() && y.blocks().front().valid()) {
-      auto it = rec_->known.find(key_of(y.blocks().front()));
-      if (it != rec_->known.end()) line.out_vids.push_back(it->second.vid);
+      if (const Ref* r = rec_->find(y.blocks().front())) line.out_vids.push_back(r->vid);
     }
   }
   std::vector<CollectiveLog::Entry> entries = rec_->log.entries();
@@ -274,7 +330,7 @@ void compile_local(LocalStep& s, const Mesh& mesh, const std::vector<Array>& pla
 }  // namespace
 
 void JitRecorder::launched_local(const Mesh& mesh, const std::vector<Array>& placed,
-                                 const global::LocalFn& fn, const std::vector<Array>& outs,
+                                 const global::LocalFn& fn, std::vector<Array>& outs,
                                  bool concurrent) {
   LocalStep l;
   l.fn = fn;
@@ -317,7 +373,7 @@ void plan_host_psum(BlocksStep& s, const Mesh& mesh, const Array& x, const globa
 }  // namespace
 
 void JitRecorder::launched_blocks(const Mesh& mesh, const std::vector<Array>& placed,
-                                  const global::Body& body, const std::vector<Array>& outs,
+                                  const global::Body& body, std::vector<Array>& outs,
                                   const global::AxisList* psum) {
   BlocksStep b;
   b.body = body;
@@ -343,21 +399,22 @@ void JitRecorder::launched_blocks(const Mesh& mesh, const std::vector<Array>& pl
   add_step(std::move(s), placed, outs);
 }
 
-void JitRecorder::resharded(const Array& in, const Sharding& to, const Array& out) {
+void JitRecorder::resharded(const Array& in, const Sharding& to, Array& out) {
   // The same value moved onto the same sharding again (the matmul gradient gathers dz for dx
   // and again for dW): the replay reuses the first move's result, whose bits are the same. The
-  // refs name the blocks; the source sharding, shape and dtype are compared too, so two views of
-  // one set of blocks are never taken for each other.
+  // refs name the blocks; Arrays holding the same blocks may still differ in sharding, shape,
+  // dtype or pending sums (an Array and its raw addends, an Array moved onto a one-device mesh),
+  // so those are compared too.
   const std::vector<Ref> from = refs_of(in);
   for (const JitStep& prev : prog->steps) {
     const ReshardStep* r = prev.reshard();
     if (r != nullptr && prev.in.front() == from && r->to == to && r->from == in.sharding() &&
         r->shape == in.shape() && r->dtype == in.dtype() && r->pending == in.pending_sum_axes()) {
-      register_array(out, prev.out.front());
+      name_blocks(out, prev.out.front());
       return;
     }
   }
-  add_step(reshard_step(in, to), {in}, {out});
+  add_step(reshard_step(in, to), {in}, std::span<Array>(&out, 1));
 }
 
 // ---- the trace
@@ -366,19 +423,22 @@ JitTrace::JitTrace(std::vector<Array>& inputs, std::vector<std::string> paths, s
     : rec_(std::make_unique<JitRecorder>(std::move(name))) {
   JitProgram& p = *rec_->prog;
   p.in_paths = std::move(paths);
-  // Every argument is traced on a copy of its blocks: the program tells its inputs apart from
-  // each other and from Arrays the function captures (its constants) by memory, and a later call
-  // may pass unrelated Arrays where the trace got the same one twice, or a captured one.
-  for (Array& in : inputs) {
-    std::vector<Tensor> blocks;
-    for (const Tensor& t : in.blocks()) blocks.push_back(t.valid() ? meshrt::copy(t) : Tensor());
-    in = Array(in.shape(), in.dtype(), in.sharding(), std::move(blocks), in.pending_sum_axes());
-  }
+  // Every argument is traced on its blocks under fresh names, on this trace's own Tensors: a
+  // later call may pass unrelated Arrays where the trace got the same one twice, or one the
+  // function also captures (a constant: the caller's Tensors keep their names).
   for (size_t i = 0; i < inputs.size(); ++i) {
-    const int vid = rec_->new_value(static_cast<int>(inputs[i].blocks().size()));
+    const Array in = inputs[i];
+    const int vid = rec_->new_value(static_cast<int>(in.blocks().size()));
+    std::vector<Tensor> blocks = in.blocks();
+    for (size_t pos = 0; pos < blocks.size(); ++pos) {
+      blocks[pos].set_trace_id(next_trace_id());
+      rec_->named.emplace(blocks[pos].trace_id(), Ref{vid, static_cast<int>(pos)});
+    }
+    inputs[i] =
+        Array(in.shape(), in.dtype(), in.sharding(), std::move(blocks), in.pending_sum_axes());
     p.values[static_cast<size_t>(vid)].input = static_cast<int>(i);
     p.input_vids.push_back(vid);
-    rec_->register_array(inputs[i], vid);
+    rec_->grow_block_bytes(vid, inputs[i]);
     // A fresh id per input: the tracer follows it (the caller's Array keeps its own).
     inputs[i].set_trace_id(0);
     rec_->tracer.follow(inputs[i]);
@@ -410,15 +470,7 @@ std::shared_ptr<const JitProgram> JitTrace::build_program(const std::vector<Arra
     o.pending = y.pending_sum_axes();
     p.outputs.push_back(std::move(o));
     p.out_avals.push_back(aval(y));
-    int from = rec_->line_of(y);
-    if (from == kConst) {
-      auto it = rec_->known.find(key_of(y.blocks().front()));
-      if (it != rec_->known.end()) {
-        const int input = p.values[static_cast<size_t>(it->second.vid)].input;
-        if (input >= 0) from = -1 - input;
-      }
-    }
-    p.output_from.push_back(from);
+    p.output_from.push_back(rec_->from_of(y));
   }
   jit_plan(p);
   std::shared_ptr<const JitProgram> out = rec_->prog;

@@ -24,20 +24,22 @@ using Body = std::function<std::vector<Tensor>(Context&, const std::vector<Tenso
 using LocalFn = std::function<std::vector<Tensor>(const std::vector<Tensor>&)>;
 
 // What the launches report, on the thread that made them. Each call happens after the launch
-// ran, with its operands' blocks as the launch read them and its results.
+// ran, with its operands' blocks as the launch read them and its results: the Arrays the launch
+// returns, which the observer may name (jit's recorder gives their blocks trace ids,
+// detail::set_block_trace_id) but not otherwise change.
 class LaunchObserver {
  public:
   virtual ~LaunchObserver() = default;
   // run_local ran `fn` on the blocks of `placed`, giving `outs` (`concurrent`: run_blocks ran it
   // on every device's executor at once, as it does for large blocks).
   virtual void launched_local(const Mesh& mesh, const std::vector<Array>& placed, const LocalFn& fn,
-                              const std::vector<Array>& outs, bool concurrent) = 0;
+                              std::vector<Array>& outs, bool concurrent) = 0;
   // run_blocks ran `body` (collectives inside) on the blocks of `placed`, giving `outs`; `psum`:
   // the body is exactly a psum of its one operand over these axes (else null).
   virtual void launched_blocks(const Mesh& mesh, const std::vector<Array>& placed, const Body& body,
-                               const std::vector<Array>& outs, const AxisList* psum) = 0;
+                               std::vector<Array>& outs, const AxisList* psum) = 0;
   // device_put(in, to) gave `out` (a reshard made from the caller's thread).
-  virtual void resharded(const Array& in, const Sharding& to, const Array& out) = 0;
+  virtual void resharded(const Array& in, const Sharding& to, Array& out) = 0;
 };
 
 // The observer installed on this thread, or null (then launches report nothing: one

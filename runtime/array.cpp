@@ -136,6 +136,11 @@ Array make_deferred_pending_sum(Shape shape, DType dtype, Sharding sharding,
   return a;
 }
 
+void set_block_trace_id(Array& x, size_t pos, uint64_t id) {
+  if (x.deferred_) return;
+  x.blocks_.at(pos).set_trace_id(id);
+}
+
 const Array* deferred_sum(const Array& x) {
   return x.deferred_ ? x.sum_cache_->deferred_sum.get() : nullptr;
 }

@@ -48,6 +48,10 @@ Array make_deferred_pending_sum(Shape shape, DType dtype, Sharding sharding,
 const Array* deferred_sum(const Array& x);
 void set_pending_sum_origin(const Array& x, std::string origin);
 std::string pending_sum_origin(const Array& x);
+// Names block `pos` of `x` on this handle (copies made afterwards share the name): sets that
+// block's Tensor::trace_id to `id`. jit's recorder names the blocks each launch makes. A no-op on
+// a deferred pending sum, whose addends every copy shares (the launch making them names them).
+void set_block_trace_id(Array& x, size_t pos, uint64_t id);
 }  // namespace detail
 
 // A global array over the devices of its sharding (jax.Array); see the comment above.
@@ -141,6 +145,7 @@ class Array {
   friend const Array* detail::deferred_sum(const Array& x);
   friend void detail::set_pending_sum_origin(const Array& x, std::string origin);
   friend std::string detail::pending_sum_origin(const Array& x);
+  friend void detail::set_block_trace_id(Array& x, size_t pos, uint64_t id);
 };
 
 namespace detail {
