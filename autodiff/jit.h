@@ -392,11 +392,11 @@ class Jitted {
                                     " but the result lives on ", outs[i].sharding().str(),
                                     "; out_shardings must be on the result's mesh"));
       }
-      const Mesh* sm = s->mesh_or_null();
-      const PartitionSpec& spec = s->spec_or_empty();
+      const NamedSharding named = *s->as_named();  // same_mesh: a NamedSharding
+      const PartitionSpec& spec = named.spec();
       for (size_t d = 0; d < spec.size() && d < outs[i].shape().size(); ++d) {
         int64_t n = 1;
-        for (const std::string& a : spec[d]) n *= sm->axis_size(a);
+        for (const std::string& a : spec[d]) n *= named.mesh().axis_size(a);
         if (outs[i].shape()[d] % n != 0) {
           throw Error(jit_detail::msg("[jit] out_shardings for ", paths[i], " is ", spec.str(),
                                       " which does not divide the result's shape ",

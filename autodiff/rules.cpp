@@ -31,9 +31,9 @@ Array zeros_of(const Meta<Array>& m) { return zeros(m.shape, m.dtype, m.sharding
 
 Tensor scalar_next_to(const Tensor& x, double v) { return full({}, v, x.dtype(), x.device()); }
 Array scalar_next_to(const Array& x, double v) {
-  const Mesh* mesh = x.sharding().mesh_or_null();
-  if (mesh == nullptr) return full({}, v, x.dtype(), x.sharding());
-  return full({}, v, x.dtype(), NamedSharding(*mesh, P()));
+  const std::optional<NamedSharding> named = x.sharding().as_named();
+  if (!named) return full({}, v, x.dtype(), x.sharding());
+  return full({}, v, x.dtype(), NamedSharding(named->mesh(), P()));
 }
 
 template <class T>

@@ -244,12 +244,13 @@ Array reduce_impl(std::string_view op, const Array& x, global::Reduction kind,
 
 Layout layout_for(std::string_view op, const Sharding& s, const Mesh& mesh, const Shape& shape,
                   std::string* note) {
-  if (const Mesh* sm = s.mesh_or_null(); sm == nullptr || !(*sm == mesh)) {
+  const std::optional<NamedSharding> named = s.as_named();
+  if (!named || !(named->mesh() == mesh)) {
     throw Error(cat("[", op, "] the sharding ", s.str(), " is not on the operand's mesh ",
                     mesh.str(), "; use device_put to move an Array to another mesh or platform"));
   }
   Layout l = global::replicated(shape.size());
-  const PartitionSpec& spec = s.spec_or_empty();
+  const PartitionSpec& spec = named->spec();
   if (spec.size() > shape.size()) {
     throw Error(cat("[", op, "] ", spec.str(), " has ", spec.size(),
                     " entries but the array has rank ", shape.size(),
@@ -269,10 +270,10 @@ Array constrain(std::string_view op, const Array& x, const Sharding& s) {
     if (global::LaunchObserver* o = global::launch_observer()) o->resharded(x, s, y);
     return y;
   }
-  const Mesh* xm = x.sharding().mesh_or_null();
+  const Mesh& xm = x.sharding().as_named()->mesh();  // same_mesh: both are NamedShardings
   std::string note;
-  Layout l = layout_for(op, s, *xm, x.shape(), &note);
-  return global::reshard(x, *xm, l, op, /*implicit=*/false, note);
+  Layout l = layout_for(op, s, xm, x.shape(), &note);
+  return global::reshard(x, xm, l, op, /*implicit=*/false, note);
 }
 
 // Swaps the last two entries (of a shape or a layout's dims): an operand read transposed.
@@ -442,10 +443,10 @@ Array creation(const Shape& shape, const Sharding& s,
 // Reading an Array with pending sums sums them (psum), logged under the op that made the sum,
 // noted as summed at a read.
 Array resolve_for_read(const Array& x) {
-  const Mesh* m = x.sharding().mesh_or_null();
+  const Mesh& m = x.sharding().as_named()->mesh();  // pending sums are over a mesh's axes
   Layout l = global::layout_of(x);
   l.partial.clear();
-  return global::reshard(x, *m, l, "read", /*implicit=*/false);
+  return global::reshard(x, m, l, "read", /*implicit=*/false);
 }
 const bool kResolverInstalled = [] {
   detail::set_pending_sum_resolver(&resolve_for_read);

@@ -47,7 +47,7 @@ std::string aval(const Array& a) {
   std::string s = cat(dtype_name(a.dtype()), "[");
   for (size_t i = 0; i < a.shape().size(); ++i) s += cat(i ? "," : "", a.shape()[i]);
   s += "]";
-  if (a.sharding().mesh_or_null() == nullptr) return s + " " + a.sharding().str();
+  if (!a.sharding().as_named()) return s + " " + a.sharding().str();
   return s + " " + global::layout_str(global::layout_of(a));
 }
 
@@ -512,10 +512,10 @@ std::string jit_signature(const Array& x) {
     put_int(s, d.id());
   }
   s += '|';
-  if (const Mesh* m = sh.mesh_or_null()) {
-    for (int64_t d : m->shape()) put_int(s, d);
-    put_names(s, m->axis_names());
-    for (const PartitionSpec::Entry& e : sh.spec_or_empty().entries()) put_names(s, e);
+  if (const std::optional<NamedSharding> named = sh.as_named()) {
+    for (int64_t d : named->mesh().shape()) put_int(s, d);
+    put_names(s, named->mesh().axis_names());
+    for (const PartitionSpec::Entry& e : named->spec().entries()) put_names(s, e);
   }
   s += '+';
   put_names(s, x.pending_sum_axes());

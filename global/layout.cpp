@@ -6,8 +6,8 @@ namespace meshrt::global {
 
 Layout layout_of(const Array& x) {
   Layout l = replicated(x.shape().size());
-  if (x.sharding().mesh_or_null() != nullptr) {
-    const PartitionSpec& spec = x.sharding().spec_or_empty();
+  if (const std::optional<NamedSharding> named = x.sharding().as_named()) {
+    const PartitionSpec& spec = named->spec();
     for (size_t d = 0; d < l.dims.size(); ++d) l.dims[d] = spec[d];
   }
   l.partial = x.pending_sum_axes();

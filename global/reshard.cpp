@@ -17,8 +17,9 @@ using detail::cat;
 namespace {
 
 std::string sharding_text(const Sharding& s) {
-  if (s.mesh_or_null() == nullptr) return s.str();
-  return s.mesh_or_null()->str() + " " + s.spec_or_empty().str();
+  const std::optional<NamedSharding> named = s.as_named();
+  if (!named) return s.str();
+  return named->mesh().str() + " " + named->spec().str();
 }
 
 int64_t block_bytes(const Array& x) {
@@ -133,7 +134,7 @@ OpMesh op_mesh(std::string_view op, const std::vector<const Array*>& xs) {
     }
   }
   const Sharding& s = first->sharding();
-  if (const Mesh* m = s.mesh_or_null()) return OpMesh{*m, false};
+  if (const std::optional<NamedSharding> named = s.as_named()) return OpMesh{named->mesh(), false};
   return OpMesh{Mesh({s.device_list().front()}, {1}, {"_device"}), true};
 }
 

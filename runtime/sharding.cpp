@@ -41,9 +41,9 @@ Shape detail::checked_shard_shape(const Sharding& s, const Shape& global_shape,
           cat("[", component, "] shape ", shape_str(global_shape), " has a negative dimension"));
     }
   }
-  const Mesh* mesh = s.mesh_or_null();
-  if (mesh == nullptr) return global_shape;
-  const PartitionSpec& spec = s.spec_or_empty();
+  const std::optional<NamedSharding> named = s.as_named();
+  if (!named) return global_shape;
+  const PartitionSpec& spec = named->spec();
   const bool dp = component == "device_put";
   if (spec.size() > global_shape.size()) {
     std::string msg =
@@ -53,7 +53,7 @@ Shape detail::checked_shard_shape(const Sharding& s, const Shape& global_shape,
     if (global_shape.empty()) msg += " For scalars the PartitionSpec should be P()";
     throw Error(msg);
   }
-  std::vector<int64_t> t = tiling(*mesh, spec, global_shape.size());
+  std::vector<int64_t> t = tiling(named->mesh(), spec, global_shape.size());
   Shape block = global_shape;
   for (size_t d = 0; d < global_shape.size(); ++d) {
     if (global_shape[d] % t[d] != 0) {
@@ -72,15 +72,16 @@ Shape detail::checked_shard_shape(const Sharding& s, const Shape& global_shape,
 std::vector<Index> detail::indices(const Sharding& s, const Shape& global_shape,
                                    std::string_view component) {
   Shape block = checked_shard_shape(s, global_shape, component);
-  const Mesh* mesh = s.mesh_or_null();
+  const std::optional<NamedSharding> named = s.as_named();
   std::vector<Index> out;
-  if (mesh == nullptr) {
+  if (!named) {
     Index full;
     for (int64_t d : global_shape) full.emplace_back(0, d);
     out.push_back(full);
     return out;
   }
-  const PartitionSpec& spec = s.spec_or_empty();
+  const Mesh* mesh = &named->mesh();
+  const PartitionSpec& spec = named->spec();
   std::vector<std::vector<int>> axis_pos(global_shape.size());
   for (size_t d = 0; d < global_shape.size(); ++d) {
     for (const std::string& a : spec[d]) axis_pos[d].push_back(mesh->axis_position(a));
@@ -113,13 +114,10 @@ std::vector<std::pair<Device, Index>> Sharding::devices_indices_map(
 }
 
 bool operator==(const Sharding& a, const Sharding& b) {
-  const Mesh* ma = a.mesh_or_null();
-  const Mesh* mb = b.mesh_or_null();
-  if (ma == nullptr || mb == nullptr) {
-    return ma == mb && a.device_list() == b.device_list();
-  }
-  if (!(*ma == *mb)) return false;
-  return detail::same_placement(a.spec_or_empty(), b.spec_or_empty());
+  const std::optional<NamedSharding> na = a.as_named(), nb = b.as_named();
+  if (!na || !nb) return !na && !nb && a.device_list() == b.device_list();
+  if (!(na->mesh() == nb->mesh())) return false;
+  return detail::same_placement(na->spec(), nb->spec());
 }
 
 bool detail::same_placement(const PartitionSpec& a, const PartitionSpec& b) {
@@ -142,17 +140,17 @@ bool Sharding::is_fully_replicated() const {
 
 std::string_view Sharding::platform() const { return impl_->devices.front().platform(); }
 const std::vector<Device>& Sharding::device_list() const { return impl_->devices; }
-const Mesh* Sharding::mesh_or_null() const { return impl_->mesh ? &*impl_->mesh : nullptr; }
+std::optional<NamedSharding> Sharding::as_named() const {
+  if (!impl_->mesh) return std::nullopt;
+  return NamedSharding(impl_);
+}
 
 bool Sharding::same_mesh(const Sharding& other) const {
-  const Mesh* a = mesh_or_null();
-  const Mesh* b = other.mesh_or_null();
-  return a != nullptr && b != nullptr && *a == *b;
+  return impl_->mesh && other.impl_->mesh && *impl_->mesh == *other.impl_->mesh;
 }
 
 bool Sharding::same_domain(const Sharding& other) const {
-  if (mesh_or_null() == nullptr && other.mesh_or_null() == nullptr)
-    return device_list() == other.device_list();
+  if (!impl_->mesh && !other.impl_->mesh) return device_list() == other.device_list();
   return same_mesh(other);
 }
 const PartitionSpec& Sharding::spec_or_empty() const { return impl_->spec; }

@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <ostream>
 #include <string>
 #include <string_view>
@@ -20,6 +21,8 @@
 #include "runtime/partition_spec.h"
 
 namespace meshrt {
+
+class NamedSharding;
 
 // [start, stop) in each dimension.
 using Index = std::vector<std::pair<int64_t, int64_t>>;
@@ -51,9 +54,16 @@ class Sharding {
   // True when both are NamedShardings over equal meshes (specs may differ).
   bool same_mesh(const Sharding& other) const;
 
-  // Internal accessors (nullptr / empty when not a NamedSharding).
-  const Mesh* mesh_or_null() const;
-  // The spec of a NamedSharding; an empty spec otherwise.
+  // This sharding as a NamedSharding, or nullopt for a SingleDeviceSharding: JAX's
+  // `isinstance(s, NamedSharding)` and the cast in one. The result shares this sharding's
+  // immutable state, so the references its mesh() and spec() return stay valid while this
+  // Sharding (or any copy of it) lives.
+  //
+  //   if (std::optional<NamedSharding> named = x.sharding().as_named())
+  //     std::cout << named->mesh().str() << " " << named->spec().str();
+  std::optional<NamedSharding> as_named() const;
+  // The spec of a NamedSharding; an empty spec (P(), fully replicated) for a
+  // SingleDeviceSharding.
   const PartitionSpec& spec_or_empty() const;
 
  protected:
@@ -87,6 +97,10 @@ class NamedSharding : public Sharding {
   const Mesh& mesh() const;
   // How the dimensions map onto the mesh axes.
   const PartitionSpec& spec() const;
+
+ private:
+  friend class Sharding;  // as_named() shares its state
+  explicit NamedSharding(std::shared_ptr<const Impl> impl) : Sharding(std::move(impl)) {}
 };
 
 // The whole array on one device.

@@ -797,7 +797,7 @@ TEST(GlobalViewSingleDevice, OpsRunOnThatDevice) {
   Array x = iota_f32({4, 4}, SingleDeviceSharding(devices()[3]));
   Array y = matmul(x, x) + 1.0;
   EXPECT_EQ(y.sharding().device_list(), std::vector<Device>{devices()[3]});
-  EXPECT_EQ(y.sharding().mesh_or_null(), nullptr);
+  EXPECT_FALSE(y.sharding().as_named().has_value());
   auto v = y.to_vector<float>();
   EXPECT_EQ(v[0], 0 * 0 + 1 * 4 + 2 * 8 + 3 * 12 + 1.0f);
 }

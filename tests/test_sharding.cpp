@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <map>
+#include <optional>
 
 #include "tests/test_util.h"
 
@@ -237,6 +238,21 @@ TEST(Sharding, SameDomainAndSameMesh) {
   EXPECT_FALSE(d0.same_domain(d1));
   EXPECT_FALSE(a.same_domain(d0));
   EXPECT_FALSE(d0.same_domain(a));
+}
+
+// as_named(): isinstance(s, NamedSharding) and the cast; the view shares the sharding's state.
+TEST(Sharding, AsNamed) {
+  Mesh mesh = make_mesh({4, 2}, {"x", "y"});
+  const Sharding named = NamedSharding(mesh, P("x", None));  // through the value type
+  const Sharding single = SingleDeviceSharding(devices()[1]);
+  std::optional<NamedSharding> n = named.as_named();
+  ASSERT_TRUE(n.has_value());
+  EXPECT_EQ(n->mesh(), mesh);
+  EXPECT_EQ(n->spec(), P("x", None));
+  EXPECT_EQ(&n->spec(), &named.spec_or_empty());  // shared, not copied
+  EXPECT_TRUE(*n == named);
+  EXPECT_FALSE(single.as_named().has_value());
+  EXPECT_EQ(single.spec_or_empty(), P());
 }
 
 TEST(ShardingErrors, UnknownAxis) {

@@ -169,7 +169,8 @@ namespace detail {
 Sharding scalar_sharding_for(const std::vector<Array>& params) {
   if (params.empty()) return SingleDeviceSharding(local_devices().at(0));
   const Sharding& s = params.front().sharding();
-  if (const Mesh* m = s.mesh_or_null()) return NamedSharding(*m, P());
+  if (const std::optional<NamedSharding> named = s.as_named())
+    return NamedSharding(named->mesh(), P());
   return s;
 }
 

@@ -261,9 +261,9 @@ struct Outcome {
 // Whether x's blocks are already those of NamedSharding(mesh, spec) (specs equal up to trailing
 // unsharded dimensions), with nothing pending.
 bool placed_as(const Array& x, const Mesh& mesh, const PartitionSpec& spec) {
-  const Mesh* xm = x.sharding().mesh_or_null();
-  return xm != nullptr && x.pending_sum_axes().empty() && *xm == mesh &&
-         same_placement(x.sharding().spec_or_empty(), spec);
+  const std::optional<NamedSharding> named = x.sharding().as_named();
+  return named && x.pending_sum_axes().empty() && named->mesh() == mesh &&
+         same_placement(named->spec(), spec);
 }
 
 }  // namespace
