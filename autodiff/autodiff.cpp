@@ -8,6 +8,7 @@
 #include "core/error.h"
 #include "core/strings.h"
 #include "global/array_ops.h"
+#include "runtime/detail/access.h"
 #include "runtime/tensor_ops.h"
 
 // ---- the public entry points' side (autodiff.h)
@@ -17,12 +18,12 @@ using detail::cat;
 
 Tensor stop_gradient(const Tensor& x) {
   Tensor y = x;
-  y.set_trace_id(0);
+  detail::set_trace_id(y, 0);
   return y;
 }
 Array stop_gradient(const Array& x) {
   Array y = x;
-  y.set_trace_id(0);
+  detail::set_trace_id(y, 0);
   return y;
 }
 
@@ -58,10 +59,10 @@ namespace {
 // tapes record, so the inner tape's leaf is a new value they still see. True when one did.
 template <class T>
 bool through_outer_tapes(T& x) {
-  if (x.trace_id() == 0 || !detail::tracing()) return false;
+  if (detail::trace_id(x) == 0 || !detail::tracing()) return false;
   detail::Traced<T> tr(detail::OpId::identity, {&x});
   x = tr(T(x));
-  return x.trace_id() != 0;
+  return detail::trace_id(x) != 0;
 }
 
 // Both kinds of leaf: float only; keeps the id an outer tape gave it, else a fresh one.
@@ -95,11 +96,11 @@ namespace {
 
 void Recording::seed(const Tensor& out, const Tensor& ct) {
   if (tape_->used()) throw_used();
-  seeds_->tensors.emplace_back(out.trace_id(), ct);
+  seeds_->tensors.emplace_back(detail::trace_id(out), ct);
 }
 void Recording::seed(const Array& out, const Array& ct) {
   if (tape_->used()) throw_used();
-  seeds_->arrays.emplace_back(out.trace_id(), ct);
+  seeds_->arrays.emplace_back(detail::trace_id(out), ct);
 }
 void Recording::backward() {
   autodiff::Env env;
@@ -109,13 +110,13 @@ void Recording::backward() {
 }
 
 Tensor Recording::grad(const Tensor& leaf, const std::string&) {
-  std::optional<Tensor> g = tape_->tensor_grad(leaf.trace_id());
+  std::optional<Tensor> g = tape_->tensor_grad(detail::trace_id(leaf));
   if (!g) return zeros(leaf.shape(), leaf.dtype(), leaf.device());
   return autodiff::fit(*g, autodiff::Meta<Tensor>::of(leaf));
 }
 
 Array Recording::grad(const Array& leaf, const std::string& path) {
-  std::optional<Array> g = tape_->array_grad(leaf.trace_id());
+  std::optional<Array> g = tape_->array_grad(detail::trace_id(leaf));
   if (!g) return zeros(leaf.shape(), leaf.dtype(), leaf.sharding());
   Array r = autodiff::fit(*g, autodiff::Meta<Array>::of(leaf));
   if (!path.empty() && !r.pending_sum_axes().empty()) {  // named where the CollectiveLog shows it

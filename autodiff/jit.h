@@ -251,7 +251,7 @@ class Jitted {
   void place(Array& leaf, size_t k, const std::string& path) const {
     if (k >= options_.in_shardings.size() || !options_.in_shardings[k]) return;
     const Sharding& s = *options_.in_shardings[k];
-    if (leaf.blocks().empty()) {
+    if (!leaf.valid()) {
       throw Error(jit_detail::msg("[jit] ", path,
                                   " is an empty (default-constructed, moved-from or "
                                   "donated) Array"));
@@ -353,9 +353,9 @@ class Jitted {
     // The caller gets Arrays without the trace's ids.
     R clean = *result;
     if constexpr (std::is_same_v<R, Array>) {
-      clean.set_trace_id(0);
+      detail::clear_trace_id(clean);
     } else if constexpr (tree_detail::has_leaves_v<R>) {
-      tree_visit(clean, [](auto& leaf, const std::string&) { leaf.set_trace_id(0); });
+      tree_visit(clean, [](auto& leaf, const std::string&) { detail::clear_trace_id(leaf); });
     }
     // The entry keeps the result's structure only: its leaves' blocks would keep the first
     // call's results alive (and a later call that donates them could not reuse their buffers).

@@ -6,6 +6,7 @@
 #include "core/error.h"
 #include "core/strings.h"
 #include "global/array_ops.h"
+#include "runtime/detail/access.h"
 #include "runtime/detail/spec_error.h"
 #include "runtime/shard_map.h"
 
@@ -45,7 +46,7 @@ std::optional<std::vector<Array>> Tape::shard_map(detail::RunShardMap run,
   std::vector<bool> diff(args.size());
   bool any = false;
   for (size_t i = 0; i < args.size(); ++i) {
-    diff[i] = follows(args[i].trace_id()) && is_floating(args[i].dtype());
+    diff[i] = follows(detail::trace_id(args[i])) && is_floating(args[i].dtype());
     any = any || diff[i];
   }
   if (!any) return std::nullopt;
@@ -63,7 +64,7 @@ std::optional<std::vector<Array>> Tape::shard_map(detail::RunShardMap run,
     for (size_t i = 0; i < ins.size(); ++i) {
       if (diff[i]) {
         r.tape->watch(ins[i], cat("shard_map input ", i), in_vma[i]);
-        r.in_ids.push_back(ins[i].trace_id());
+        r.in_ids.push_back(detail::trace_id(ins[i]));
       } else {
         r.tape->note_vma(ins[i], in_vma[i]);
         r.in_ids.push_back(0);
@@ -72,7 +73,7 @@ std::optional<std::vector<Array>> Tape::shard_map(detail::RunShardMap run,
     }
     std::vector<Tensor> outs = body(ctx, ins);
     for (size_t k = 0; k < outs.size(); ++k) {
-      const uint64_t id = outs[k].trace_id();
+      const uint64_t id = detail::trace_id(outs[k]);
       r.out_ids.push_back(id);
       r.out_vma.push_back(r.tape->vma_of(id));
       const AxisSet varying =
@@ -101,7 +102,7 @@ std::optional<std::vector<Array>> Tape::shard_map(detail::RunShardMap run,
   Node<Array> n;
   n.op = detail::OpId::shard_map;
   for (size_t i = 0; i < args.size(); ++i) {
-    n.in.push_back(diff[i] ? args[i].trace_id() : 0);
+    n.in.push_back(diff[i] ? detail::trace_id(args[i]) : 0);
     n.in_meta.push_back(Meta<Array>::of(args[i]));
   }
   follow_outputs(n, std::span<Array>(outs), known_);

@@ -7,6 +7,7 @@
 #include "core/error.h"
 #include "core/strings.h"
 #include "global/array_ops.h"
+#include "runtime/detail/access.h"
 #include "runtime/tensor_ops.h"
 
 namespace meshrt::autodiff {
@@ -63,7 +64,7 @@ Tape::~Tape() = default;
 
 void Tape::watch(Tensor& x, const std::string& path, AxisSet vma) {
   const uint64_t id = detail::next_trace_id();
-  x.set_trace_id(id);
+  detail::set_trace_id(x, id);
   known_.insert(id);
   paths_[id] = path;
   if (body_mesh_) vma_[id] = std::move(vma);
@@ -71,14 +72,14 @@ void Tape::watch(Tensor& x, const std::string& path, AxisSet vma) {
 
 void Tape::watch(Array& x, const std::string& path) {
   const uint64_t id = detail::next_trace_id();
-  x.set_trace_id(id);
+  detail::set_trace_id(x, id);
   known_.insert(id);
   paths_[id] = path;
 }
 
 void Tape::note_vma(Tensor& x, AxisSet vma) {
   const uint64_t id = detail::next_trace_id();
-  x.set_trace_id(id);
+  detail::set_trace_id(x, id);
   vma_[id] = std::move(vma);
 }
 
@@ -101,7 +102,7 @@ template <class T>
 void Tape::record_node(detail::OpId op, std::span<const T* const> inputs, std::span<T> outputs,
                        const detail::OpAttrs& attrs) {
   bool followed = false;
-  for (const T* x : inputs) followed |= follows(x->trace_id());
+  for (const T* x : inputs) followed |= follows(detail::trace_id(*x));
   bool body = false;
   if constexpr (std::is_same_v<T, Tensor>) body = body_mesh_.has_value();
   if (!followed && !body) return;
@@ -112,7 +113,7 @@ void Tape::record_node(detail::OpId op, std::span<const T* const> inputs, std::s
   if (body) {
     const Mesh& mesh = *body_mesh_;
     for (const T* x : inputs) {
-      in_vma.push_back(vma_of(x->trace_id()));
+      in_vma.push_back(vma_of(detail::trace_id(*x)));
       op_vma = unite(mesh, op_vma, in_vma.back());
     }
     out_vma = op_vma;
@@ -128,8 +129,8 @@ void Tape::record_node(detail::OpId op, std::span<const T* const> inputs, std::s
   if (!followed || !float_out) {
     if (body) {
       for (T& y : outputs) {
-        if (y.trace_id() == 0) y.set_trace_id(detail::next_trace_id());
-        if (!out_vma.empty()) vma_[y.trace_id()] = out_vma;
+        if (detail::trace_id(y) == 0) detail::set_trace_id(y, detail::next_trace_id());
+        if (!out_vma.empty()) vma_[detail::trace_id(y)] = out_vma;
       }
     }
     return;
@@ -148,7 +149,8 @@ void Tape::record_node(detail::OpId op, std::span<const T* const> inputs, std::s
   n.saved.resize(inputs.size());
   for (size_t i = 0; i < inputs.size(); ++i) {
     const T& x = *inputs[i];
-    n.in.push_back(follows(x.trace_id()) && is_floating(x.dtype()) ? x.trace_id() : 0);
+    n.in.push_back(follows(detail::trace_id(x)) && is_floating(x.dtype()) ? detail::trace_id(x)
+                                                                          : 0);
     n.in_meta.push_back(Meta<T>::of(x));
     if ((rule->saves_inputs >> i) & 1u) n.saved[i] = x;
   }

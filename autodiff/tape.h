@@ -27,6 +27,7 @@
 
 #include "runtime/array.h"
 #include "runtime/context.h"
+#include "runtime/detail/access.h"
 #include "runtime/detail/trace.h"
 #include "runtime/mesh.h"
 #include "runtime/tensor.h"
@@ -117,8 +118,8 @@ class Tape final : public detail::Tracer {
   // The same, keeping x's trace id: an outer tape made it for this very leaf (grad of grad).
   template <class T>
   void watch_keeping_id(const T& x, const std::string& path) {
-    known_.insert(x.trace_id());
-    paths_[x.trace_id()] = path;
+    known_.insert(detail::trace_id(x));
+    paths_[detail::trace_id(x)] = path;
   }
   // A body's constant input (not differentiated) that varies over `vma`.
   void note_vma(Tensor& x, AxisSet vma);
@@ -185,10 +186,10 @@ AxisSet minus(const AxisSet& a, const AxisSet& b);
 template <class T>
 void follow_outputs(Node<T>& n, std::span<T> outputs, std::unordered_set<uint64_t>& known) {
   for (T& y : outputs) {
-    uint64_t id = y.trace_id();
+    uint64_t id = detail::trace_id(y);
     if (id == 0) {  // else an outer tracer named this result already
       id = detail::next_trace_id();
-      y.set_trace_id(id);
+      detail::set_trace_id(y, id);
     }
     known.insert(id);
     n.out.push_back(id);

@@ -139,7 +139,7 @@ int main(int argc, char** argv) {
       auto relu_grad = [zero](const Array& a, const Array& g) { return where(a > 0.0, g, zero); };
       auto jit_bias_relu = jit(bias_relu);
       auto jit_relu_grad = jit(relu_grad);
-      auto block = [](const Array& a) { return a.blocks().front(); };
+      auto block = [](const Array& a) { return a.addressable_shards().front().data; };
       struct Pair {
         const char* name;
         std::function<Tensor()> op;

@@ -512,9 +512,9 @@ void run_demo(bool quick) {
   Array a = device_put(host, {8, 8}, NamedSharding(mesh, P("data", None)));
   for (const PartitionSpec& to : {P("data", "model"), P("data", None), P("model", "data"), P()}) {
     Array b = device_put(a, NamedSharding(mesh, to));
-    int shared = 0;
-    for (size_t i = 0; i < b.blocks().size(); ++i)
-      shared += b.blocks()[i].buffer() == a.blocks()[i].buffer();
+    int shared = 0;  // blocks at the same address: kept, not copied
+    const std::vector<Shard> as = a.addressable_shards(), bs = b.addressable_shards();
+    for (size_t i = 0; i < bs.size(); ++i) shared += bs[i].data.data() == as[i].data.data();
     bool same = b.to_vector<float>() == host;
     std::printf("   %s -> %-14s blocks kept in place: %d/8, value preserved: %s\n",
                 P("data", None).str().c_str(), to.str().c_str(), shared, same ? "yes" : "NO");

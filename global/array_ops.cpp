@@ -15,6 +15,7 @@
 #include "global/reshard.h"
 #include "global/rules.h"
 #include "global/sharding_mode.h"
+#include "runtime/detail/access.h"
 #include "runtime/detail/platform.h"
 #include "runtime/detail/sharding_impl.h"
 #include "runtime/detail/trace.h"
@@ -76,7 +77,7 @@ bool concurrent(const Mesh& mesh, const std::vector<Array>& placed) {
   if (mesh.size() < 2) return false;
   size_t bytes = 0;
   for (const Array& a : placed) {
-    for (const Tensor& b : a.blocks()) {
+    for (const Tensor& b : detail::ArrayAccess::blocks(a)) {
       if (b.valid()) {
         bytes += b.nbytes();
         break;  // one device's operands
@@ -297,9 +298,8 @@ Array deferred_rows(const Mesh& mesh, const Array& rows, const Layout& pending,
       const int64_t r = b[0].shape()[0];
       return std::vector<Tensor>{pad(b[0], {{i * r, (n - 1 - i) * r}, {0, 0}})};
     };
-    return global::run_blocks(mesh, {rows}, {computed}, {pending}, {rows.shape()}, pad_rows)
-        .front()
-        .blocks();
+    return detail::ArrayAccess::blocks(
+        global::run_blocks(mesh, {rows}, {computed}, {pending}, {rows.shape()}, pad_rows).front());
   };
   Array r = meshrt::detail::make_deferred_pending_sum(rows.shape(), rows.dtype(),
                                                       NamedSharding(mesh, global::spec_of(pending)),
@@ -437,7 +437,7 @@ Array creation(const Shape& shape, const Sharding& s,
                     " has no device in this process: every process must hold a device of each "
                     "mesh it computes on"));
   }
-  return Array(shape, *dt, s, std::move(blocks));
+  return detail::ArrayAccess::make(shape, *dt, s, std::move(blocks));
 }
 
 // Reading an Array with pending sums sums them (psum), logged under the op that made the sum,
@@ -487,7 +487,7 @@ Array astype(const Array& x, DType dtype) {
 }
 
 Array with_sharding_constraint(const Array& x, const Sharding& s) {
-  if (x.blocks().empty()) {
+  if (detail::ArrayAccess::blocks(x).empty()) {
     throw Error("[with_sharding_constraint] an empty (default-constructed or moved-from) Array");
   }
   detail::Traced<Array> tr(OpId::with_sharding_constraint, {&x});

@@ -19,6 +19,7 @@
 #include "global/jit_program.h"
 #include "global/launch.h"
 #include "global/layout.h"
+#include "runtime/detail/access.h"
 #include "runtime/detail/kernel_tape.h"
 #include "runtime/detail/launch.h"
 #include "runtime/detail/platform.h"
@@ -34,13 +35,14 @@ namespace {
 // block can come to view that memory while the trace records.
 using ConstantKey = std::tuple<const void*, size_t, Shape, DType>;
 ConstantKey constant_key(const Tensor& t) {
-  return {t.buffer().get(), t.byte_offset(), t.shape(), t.dtype()};
+  return {TensorAccess::buffer(t).get(), TensorAccess::byte_offset(t), t.shape(), t.dtype()};
 }
 
 // True when `a` is `b` viewed again (a new Tensor onto the same bytes, shape and dtype).
 bool same_view(const Tensor& a, const Tensor& b) {
-  return a.valid() && a.buffer() == b.buffer() && a.byte_offset() == b.byte_offset() &&
-         a.shape() == b.shape() && a.dtype() == b.dtype();
+  return a.valid() && TensorAccess::buffer(a) == TensorAccess::buffer(b) &&
+         TensorAccess::byte_offset(a) == TensorAccess::byte_offset(b) && a.shape() == b.shape() &&
+         a.dtype() == b.dtype();
 }
 
 std::string aval(const Array& a) {
@@ -84,8 +86,8 @@ class JitTracer final : public Tracer {
     throw_shard_map_in_jit();
   }
   void follow(Array& a) {
-    if (a.trace_id() == 0) a.set_trace_id(next_trace_id());
-    followed_.insert(a.trace_id());
+    if (detail::trace_id(a) == 0) detail::set_trace_id(a, next_trace_id());
+    followed_.insert(detail::trace_id(a));
   }
 
  private:
@@ -108,13 +110,13 @@ class JitRecorder final : public global::LaunchObserver {
   }
   void grow_block_bytes(int vid, const Array& a) {
     size_t& b = prog->values[static_cast<size_t>(vid)].block_bytes;
-    for (const Tensor& t : a.blocks()) b = std::max(b, t.nbytes());
+    for (const Tensor& t : ArrayAccess::blocks(a)) b = std::max(b, t.nbytes());
   }
   // The value and position that block `t` is, or null: an input's or a step's block by its name
   // (its trace id), a constant's by the memory it views.
   const Ref* find(const Tensor& t) const {
-    if (t.trace_id() != 0) {
-      auto it = named.find(t.trace_id());
+    if (detail::trace_id(t) != 0) {
+      auto it = named.find(detail::trace_id(t));
       if (it != named.end()) return &it->second;
     }
     if (!t.valid()) return nullptr;
@@ -124,24 +126,25 @@ class JitRecorder final : public global::LaunchObserver {
   // Names block `pos` of `a` as `ref`: a block without a trace id gets a fresh one first (copies
   // of `a` made from now on share it).
   void name(Array& a, size_t pos, Ref ref) {
-    if (a.blocks()[pos].trace_id() == 0) set_block_trace_id(a, pos, next_trace_id());
-    const uint64_t id = a.blocks()[pos].trace_id();
+    if (detail::trace_id(ArrayAccess::blocks(a)[pos]) == 0)
+      ArrayAccess::set_block_trace_id(a, pos, next_trace_id());
+    const uint64_t id = detail::trace_id(ArrayAccess::blocks(a)[pos]);
     if (id != 0) named.emplace(id, ref);
   }
   // The blocks of `a` as refs; blocks nothing made are a constant of the program.
   std::vector<Ref> refs_of(const Array& a) {
     std::vector<Ref> refs;
     int constant = -1;
-    for (size_t p = 0; p < a.blocks().size(); ++p) {
-      const Tensor& t = a.blocks()[p];
+    for (size_t p = 0; p < ArrayAccess::blocks(a).size(); ++p) {
+      const Tensor& t = ArrayAccess::blocks(a)[p];
       if (const Ref* r = find(t)) {
         refs.push_back(*r);
         continue;
       }
       if (constant < 0) {
-        constant = new_value(static_cast<int>(a.blocks().size()));
+        constant = new_value(static_cast<int>(ArrayAccess::blocks(a).size()));
         prog->values[static_cast<size_t>(constant)].constant = true;
-        prog->values[static_cast<size_t>(constant)].blocks = a.blocks();
+        prog->values[static_cast<size_t>(constant)].blocks = ArrayAccess::blocks(a);
         grow_block_bytes(constant, a);
       }
       const Ref r{constant, static_cast<int>(p)};
@@ -152,14 +155,14 @@ class JitRecorder final : public global::LaunchObserver {
   }
   // True when every block of `a` is an input's or a step's (not a constant's).
   bool computed(const Array& a) const {
-    for (const Tensor& t : a.blocks()) {
+    for (const Tensor& t : ArrayAccess::blocks(a)) {
       const Ref* r = find(t);
       if (r == nullptr || prog->values[static_cast<size_t>(r->vid)].constant) return false;
     }
-    return !a.blocks().empty();
+    return !ArrayAccess::blocks(a).empty();
   }
   bool any_known(const Array& a) const {
-    for (const Tensor& t : a.blocks()) {
+    for (const Tensor& t : ArrayAccess::blocks(a)) {
       const Ref* r = find(t);
       if (r != nullptr && !prog->values[static_cast<size_t>(r->vid)].constant) return true;
     }
@@ -172,12 +175,13 @@ class JitRecorder final : public global::LaunchObserver {
   void name_blocks(Array& out, int vid, const std::vector<Array>& ins = {},
                    const std::vector<std::vector<Ref>>& in_refs = {}) {
     grow_block_bytes(vid, out);
-    for (size_t p = 0; p < out.blocks().size(); ++p) {
-      const Tensor& t = out.blocks()[p];
+    for (size_t p = 0; p < ArrayAccess::blocks(out).size(); ++p) {
+      const Tensor& t = ArrayAccess::blocks(out)[p];
       if (find(t) != nullptr) continue;
       Ref r{vid, static_cast<int>(p)};
       for (size_t j = 0; j < ins.size(); ++j) {
-        if (p < ins[j].blocks().size() && same_view(t, ins[j].blocks()[p])) {
+        if (p < ArrayAccess::blocks(ins[j]).size() &&
+            same_view(t, ArrayAccess::blocks(ins[j])[p])) {
           r = in_refs[j][p];
           break;
         }
@@ -188,7 +192,7 @@ class JitRecorder final : public global::LaunchObserver {
   void add_step(JitStep s, const std::vector<Array>& ins, std::span<Array> outs) {
     for (const Array& a : ins) s.in.push_back(refs_of(a));
     for (Array& a : outs) {
-      const int vid = new_value(static_cast<int>(a.blocks().size()));
+      const int vid = new_value(static_cast<int>(ArrayAccess::blocks(a).size()));
       s.out.push_back(vid);
       name_blocks(a, vid, ins, s.in);
     }
@@ -196,25 +200,27 @@ class JitRecorder final : public global::LaunchObserver {
   }
   // The line whose result `a` is, or kConst.
   int line_of(const Array& a) const {
-    if (a.blocks().empty() || a.blocks().front().trace_id() == 0) return kConst;
-    auto it = line_by_block.find(a.blocks().front().trace_id());
+    if (ArrayAccess::blocks(a).empty() || detail::trace_id(ArrayAccess::blocks(a).front()) == 0)
+      return kConst;
+    auto it = line_by_block.find(detail::trace_id(ArrayAccess::blocks(a).front()));
     return it == line_by_block.end() ? kConst : it->second;
   }
   // `line_of` for an operand or output read as the program text shows it: the line that made
   // it, the input it is (-1 - input), or kConst.
   int from_of(const Array& a) const {
     const int from = line_of(a);
-    if (from != kConst || a.blocks().empty()) return from;
-    const Ref* r = find(a.blocks().front());
+    if (from != kConst || ArrayAccess::blocks(a).empty()) return from;
+    const Ref* r = find(ArrayAccess::blocks(a).front());
     if (r == nullptr) return kConst;
     const int input = prog->values[static_cast<size_t>(r->vid)].input;
     return input >= 0 ? -1 - input : kConst;
   }
   // `a` is a result of line `index` (its blocks get names first, when they have none).
   void set_line(Array& a, int index) {
-    for (size_t p = 0; p < a.blocks().size(); ++p) {
-      if (a.blocks()[p].trace_id() == 0) set_block_trace_id(a, p, next_trace_id());
-      const uint64_t id = a.blocks()[p].trace_id();
+    for (size_t p = 0; p < ArrayAccess::blocks(a).size(); ++p) {
+      if (detail::trace_id(ArrayAccess::blocks(a)[p]) == 0)
+        ArrayAccess::set_block_trace_id(a, p, next_trace_id());
+      const uint64_t id = detail::trace_id(ArrayAccess::blocks(a)[p]);
       if (id != 0) line_by_block[id] = index;
     }
   }
@@ -257,7 +263,7 @@ void JitTracer::record(OpId op, std::span<const Array* const> inputs, std::span<
                        const OpAttrs&) {
   bool follows = false;
   for (const Array* x : inputs) {
-    follows = follows || followed_.count(x->trace_id()) != 0 || rec_->any_known(*x);
+    follows = follows || followed_.count(detail::trace_id(*x)) != 0 || rec_->any_known(*x);
   }
   if (op == OpId::device_put && !inputs.empty() && outputs.size() == 1) {
     // runtime/'s device_put makes no global-view launch: it is a step of its own.
@@ -280,8 +286,9 @@ void JitTracer::record(OpId op, std::span<const Array* const> inputs, std::span<
     }
     if (rec_->computed(y) || follows) follow(y);
     rec_->set_line(y, index);
-    if (!y.blocks().empty() && y.blocks().front().valid()) {
-      if (const Ref* r = rec_->find(y.blocks().front())) line.out_vids.push_back(r->vid);
+    if (!ArrayAccess::blocks(y).empty() && ArrayAccess::blocks(y).front().valid()) {
+      if (const Ref* r = rec_->find(ArrayAccess::blocks(y).front()))
+        line.out_vids.push_back(r->vid);
     }
   }
   std::vector<CollectiveLog::Entry> entries = rec_->log.entries();
@@ -308,8 +315,8 @@ void compile_local(LocalStep& s, const Mesh& mesh, const std::vector<Array>& pla
     }
     auto same = [&](const std::vector<Array>& arrays) {
       for (const Array& a : arrays) {
-        const Tensor& x = a.blocks()[*first];
-        const Tensor& y = a.blocks()[pos];
+        const Tensor& x = ArrayAccess::blocks(a)[*first];
+        const Tensor& y = ArrayAccess::blocks(a)[pos];
         if (x.shape() != y.shape() || x.dtype() != y.dtype()) return false;
       }
       return true;
@@ -321,7 +328,7 @@ void compile_local(LocalStep& s, const Mesh& mesh, const std::vector<Array>& pla
   }
   if (!first) return;
   std::vector<Tensor> ins;
-  for (const Array& a : placed) ins.push_back(a.blocks()[*first]);
+  for (const Array& a : placed) ins.push_back(ArrayAccess::blocks(a)[*first]);
   KernelRecord r = record_kernels(s.fn, ins);
   s.kernels = std::move(r.program);
   s.why_not = std::move(r.why_not);
@@ -351,9 +358,9 @@ void plan_host_psum(BlocksStep& s, const Mesh& mesh, const Array& x, const globa
     if (!is_local(d)) return;
   }
   if (!backend_of(devs.front()).host_addressable()) return;
-  const Tensor& b = x.blocks().front();
+  const Tensor& b = ArrayAccess::blocks(x).front();
   if (static_cast<int64_t>(b.nbytes()) > coll::kSmallReduceBytes) return;
-  for (const Tensor& t : x.blocks()) {
+  for (const Tensor& t : ArrayAccess::blocks(x)) {
     if (t.shape() != b.shape() || t.dtype() != b.dtype()) return;
   }
   const std::string algo = config::collective_algo();
@@ -382,7 +389,7 @@ void JitRecorder::launched_blocks(const Mesh& mesh, const std::vector<Array>& pl
     const Array& x = placed.front();
     const Tensor* first = nullptr;
     bool same = true;
-    for (const Tensor& t : x.blocks()) {
+    for (const Tensor& t : ArrayAccess::blocks(x)) {
       if (!t.valid()) continue;
       if (first == nullptr) first = &t;
       same = same && t.shape() == first->shape() && t.dtype() == first->dtype();
@@ -428,19 +435,19 @@ JitTrace::JitTrace(std::vector<Array>& inputs, std::vector<std::string> paths, s
   // function also captures (a constant: the caller's Tensors keep their names).
   for (size_t i = 0; i < inputs.size(); ++i) {
     const Array in = inputs[i];
-    const int vid = rec_->new_value(static_cast<int>(in.blocks().size()));
-    std::vector<Tensor> blocks = in.blocks();
+    const int vid = rec_->new_value(static_cast<int>(ArrayAccess::blocks(in).size()));
+    std::vector<Tensor> blocks = ArrayAccess::blocks(in);
     for (size_t pos = 0; pos < blocks.size(); ++pos) {
-      blocks[pos].set_trace_id(next_trace_id());
-      rec_->named.emplace(blocks[pos].trace_id(), Ref{vid, static_cast<int>(pos)});
+      detail::set_trace_id(blocks[pos], next_trace_id());
+      rec_->named.emplace(detail::trace_id(blocks[pos]), Ref{vid, static_cast<int>(pos)});
     }
-    inputs[i] =
-        Array(in.shape(), in.dtype(), in.sharding(), std::move(blocks), in.pending_sum_axes());
+    inputs[i] = ArrayAccess::make(in.shape(), in.dtype(), in.sharding(), std::move(blocks),
+                                  in.pending_sum_axes());
     p.values[static_cast<size_t>(vid)].input = static_cast<int>(i);
     p.input_vids.push_back(vid);
     rec_->grow_block_bytes(vid, inputs[i]);
     // A fresh id per input: the tracer follows it (the caller's Array keeps its own).
-    inputs[i].set_trace_id(0);
+    detail::set_trace_id(inputs[i], 0);
     rec_->tracer.follow(inputs[i]);
     p.in_avals.push_back(aval(inputs[i]));
   }
@@ -459,7 +466,7 @@ std::shared_ptr<const JitProgram> JitTrace::build_program(const std::vector<Arra
   JitProgram& p = *rec_->prog;
   p.out_paths = std::move(paths);
   for (const Array& y : outputs) {
-    if (y.blocks().empty()) {
+    if (ArrayAccess::blocks(y).empty()) {
       throw Error("[jit] the function returned an empty (default-constructed) Array");
     }
     JitOutput o;

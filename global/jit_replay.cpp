@@ -9,6 +9,7 @@
 #include "core/strings.h"
 #include "global/jit_ir.h"
 #include "global/jit_program.h"
+#include "runtime/detail/access.h"
 #include "runtime/detail/launch.h"
 #include "runtime/detail/platform.h"
 #include "runtime/tensor_ops.h"
@@ -132,8 +133,8 @@ std::shared_ptr<backend::Buffer> donated_buffer(const JitProgram& p, const JitSt
     const JitValue& v = p.values[static_cast<size_t>(r.vid)];
     if (a.donated[static_cast<size_t>(v.input)] == 0) continue;
     const Tensor& x = a.vals[v.first + static_cast<size_t>(r.pos)];
-    const std::shared_ptr<backend::Buffer>& b = x.buffer();
-    if (!x.valid() || b == nullptr || b.use_count() != 1 || x.byte_offset() != 0 ||
+    const std::shared_ptr<backend::Buffer>& b = TensorAccess::buffer(x);
+    if (!x.valid() || b == nullptr || b.use_count() != 1 || TensorAccess::byte_offset(x) != 0 ||
         b->bytes() < l.kernels->temp_bytes[t]) {
       continue;
     }
@@ -179,8 +180,9 @@ void run_kernels(const JitProgram& p, size_t step, const LocalStep& l, JitArena&
     if (home >= 0) continue;
     const size_t f = s.out_first[r] + pos;
     a.ptrs[f] = base[at.slot] + at.offset;
-    a.vals[f] = Tensor(fresh[static_cast<size_t>(-1 - home)], static_cast<size_t>(at.offset),
-                       k.result_shapes[r], k.result_dtypes[r], place.device);
+    a.vals[f] =
+        TensorAccess::make(fresh[static_cast<size_t>(-1 - home)], static_cast<size_t>(at.offset),
+                           k.result_shapes[r], k.result_dtypes[r], place.device);
   }
 }
 
@@ -271,7 +273,7 @@ Array gather(const JitProgram& p, const std::vector<Ref>& refs, const JitArena& 
   std::vector<Tensor> blocks;
   blocks.reserve(refs.size());
   for (const Ref& r : refs) blocks.push_back(a.vals[flat_of(p, r)]);
-  return Array(shape, dtype, sharding, std::move(blocks), pending);
+  return ArrayAccess::make(shape, dtype, sharding, std::move(blocks), pending);
 }
 
 }  // namespace
@@ -295,7 +297,7 @@ std::vector<Array> jit_replay(const JitProgram& p, std::vector<Array> inputs,
   }
   for (size_t i = 0; i < inputs.size(); ++i) {
     const int vid = p.input_vids[i];
-    const std::vector<Tensor>& src = inputs[i].blocks();
+    const std::vector<Tensor>& src = ArrayAccess::blocks(inputs[i]);
     if (src.size() != static_cast<size_t>(p.values[static_cast<size_t>(vid)].npos)) {
       throw Error(cat("[jit] internal: input ", i, " has ", src.size(), " blocks, the program ",
                       p.values[static_cast<size_t>(vid)].npos));
@@ -311,8 +313,8 @@ std::vector<Array> jit_replay(const JitProgram& p, std::vector<Array> inputs,
         const ReshardStep& r = *s.reshard();
         Array x = gather(p, s.in.front(), a, r.shape, r.dtype, r.from, r.pending);
         Array y = device_put(x, r.to);
-        for (size_t pos = 0; pos < y.blocks().size(); ++pos) {
-          set_block(p, a, s.out.front(), pos, y.blocks()[pos]);
+        for (size_t pos = 0; pos < ArrayAccess::blocks(y).size(); ++pos) {
+          set_block(p, a, s.out.front(), pos, ArrayAccess::blocks(y)[pos]);
         }
         break;
       }

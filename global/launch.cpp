@@ -4,6 +4,7 @@
 
 #include "core/error.h"
 #include "core/strings.h"
+#include "runtime/detail/access.h"
 #include "runtime/detail/launch.h"
 #include "runtime/detail/platform.h"
 #include "runtime/detail/trace.h"
@@ -25,7 +26,10 @@ LaunchObserver* set_launch_observer(LaunchObserver* o) {
   return previous;
 }
 
-Array raw_addends(const Array& x) { return Array(x.shape(), x.dtype(), x.sharding(), x.blocks()); }
+Array raw_addends(const Array& x) {
+  return detail::ArrayAccess::make(x.shape(), x.dtype(), x.sharding(),
+                                   detail::ArrayAccess::blocks(x));
+}
 
 std::vector<Array> run_blocks(const Mesh& mesh, const std::vector<Array>& placed,
                               const std::vector<Layout>& in, const std::vector<Layout>& out,
@@ -47,9 +51,11 @@ std::vector<Array> run_blocks(const Mesh& mesh, const std::vector<Array>& placed
       throw Error(cat("[global] internal: a rule promised shape ", shape_str(out_shapes[i]),
                       " but the blocks assemble to ", shape_str(got[i].shape())));
     }
-    res.push_back(out[i].partial.empty() ? got[i]
-                                         : Array(got[i].shape(), got[i].dtype(), got[i].sharding(),
-                                                 got[i].blocks(), out[i].partial));
+    res.push_back(out[i].partial.empty()
+                      ? got[i]
+                      : detail::ArrayAccess::make(got[i].shape(), got[i].dtype(), got[i].sharding(),
+                                                  detail::ArrayAccess::blocks(got[i]),
+                                                  out[i].partial));
   }
   if (LaunchObserver* o = t_observer) {
     if (is.local != nullptr) {
@@ -71,7 +77,8 @@ std::vector<Array> run_local(const Mesh& mesh, const std::vector<Array>& placed,
   for (size_t pos = 0; pos < n; ++pos) {
     if (mesh.devices()[pos].process_index() != process_index()) continue;  // another process's
     if (!first) first = pos;
-    for (size_t j = 0; j < placed.size(); ++j) args[j] = placed[j].blocks()[pos];
+    for (size_t j = 0; j < placed.size(); ++j)
+      args[j] = detail::ArrayAccess::blocks(placed[j])[pos];
     std::vector<Tensor> r = fn(args);
     MESHRT_DCHECK(r.size() == out.size());
     for (size_t o = 0; o < r.size(); ++o) blocks[o][pos] = std::move(r[o]);
@@ -83,8 +90,8 @@ std::vector<Array> run_local(const Mesh& mesh, const std::vector<Array>& placed,
   }
   for (size_t o = 0; o < out.size(); ++o) {
     const DType dt = blocks[o][*first].dtype();
-    res.emplace_back(out_shapes[o], dt, NamedSharding(mesh, spec_of(out[o])), std::move(blocks[o]),
-                     out[o].partial);
+    res.push_back(detail::ArrayAccess::make(out_shapes[o], dt, NamedSharding(mesh, spec_of(out[o])),
+                                            std::move(blocks[o]), out[o].partial));
   }
   if (LaunchObserver* o = t_observer)
     o->launched_local(mesh, placed, fn, res, /*concurrent=*/false);

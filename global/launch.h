@@ -26,7 +26,7 @@ using LocalFn = std::function<std::vector<Tensor>(const std::vector<Tensor>&)>;
 // What the launches report, on the thread that made them. Each call happens after the launch
 // ran, with its operands' blocks as the launch read them and its results: the Arrays the launch
 // returns, which the observer may name (jit's recorder gives their blocks trace ids,
-// detail::set_block_trace_id) but not otherwise change.
+// detail::ArrayAccess::set_block_trace_id) but not otherwise change.
 class LaunchObserver {
  public:
   virtual ~LaunchObserver() = default;

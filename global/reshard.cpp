@@ -9,6 +9,7 @@
 #include "global/collective_log.h"
 #include "global/launch.h"
 #include "global/sharding_mode.h"
+#include "runtime/detail/access.h"
 
 namespace meshrt::global {
 
@@ -23,7 +24,7 @@ std::string sharding_text(const Sharding& s) {
 }
 
 int64_t block_bytes(const Array& x) {
-  for (const Tensor& t : x.blocks()) {  // the first this process holds
+  for (const Tensor& t : detail::ArrayAccess::blocks(x)) {  // the first this process holds
     if (t.valid()) return static_cast<int64_t>(t.nbytes());
   }
   return 0;
@@ -115,7 +116,7 @@ Array resolve(const Array& x, const Mesh& mesh, const Layout& to, std::string_vi
 OpMesh op_mesh(std::string_view op, const std::vector<const Array*>& xs) {
   const Array* first = nullptr;
   for (const Array* x : xs) {
-    if (x->blocks().empty()) {
+    if (detail::ArrayAccess::blocks(*x).empty()) {
       throw Error(
           cat("[", op, "] an operand is an empty (default-constructed or moved-from) Array"));
     }
@@ -140,12 +141,15 @@ OpMesh op_mesh(std::string_view op, const std::vector<const Array*>& xs) {
 
 Array on_mesh(const Array& x, const OpMesh& m) {
   if (!m.single) return x;
-  return Array(x.shape(), x.dtype(), NamedSharding(m.mesh, P()), x.blocks(), x.pending_sum_axes());
+  return detail::ArrayAccess::make(x.shape(), x.dtype(), NamedSharding(m.mesh, P()),
+                                   detail::ArrayAccess::blocks(x), x.pending_sum_axes());
 }
 
 Array off_mesh(const Array& y, const OpMesh& m) {
   if (!m.single) return y;
-  return Array(y.shape(), y.dtype(), SingleDeviceSharding(m.mesh.devices().front()), y.blocks());
+  return detail::ArrayAccess::make(y.shape(), y.dtype(),
+                                   SingleDeviceSharding(m.mesh.devices().front()),
+                                   detail::ArrayAccess::blocks(y));
 }
 
 Array reshard(const Array& x, const Mesh& mesh, const Layout& to, std::string_view op,

@@ -13,6 +13,7 @@
 #include "core/config.h"
 #include "core/error.h"
 #include "core/strings.h"
+#include "runtime/detail/access.h"
 #include "runtime/detail/copy.h"
 #include "runtime/detail/platform.h"
 #include "runtime/detail/sharding_impl.h"
@@ -136,11 +137,6 @@ Array make_deferred_pending_sum(Shape shape, DType dtype, Sharding sharding,
   return a;
 }
 
-void set_block_trace_id(Array& x, size_t pos, uint64_t id) {
-  if (x.deferred_) return;
-  x.blocks_.at(pos).set_trace_id(id);
-}
-
 const Array* deferred_sum(const Array& x) {
   return x.deferred_ ? x.sum_cache_->deferred_sum.get() : nullptr;
 }
@@ -176,7 +172,8 @@ Device Array::device() const {
 
 Array device_put(const Tensor& x, const Sharding& to) {
   if (!x.valid()) throw Error("[device_put] an empty (default-constructed) Tensor");
-  return device_put(Array(x.shape(), x.dtype(), SingleDeviceSharding(x.device()), {x}), to);
+  return device_put(
+      detail::ArrayAccess::make(x.shape(), x.dtype(), SingleDeviceSharding(x.device()), {x}), to);
 }
 
 const Array& Array::block_until_ready() const {
@@ -314,7 +311,7 @@ Array device_put(const void* data, int64_t count, DType dtype, Shape shape, cons
                      {data, shape, starts(idx[i]), devs[i], true}, block, dtype_size(dtype));
     blocks.push_back(std::move(t));
   }
-  return Array(std::move(shape), dtype, to, std::move(blocks));
+  return detail::ArrayAccess::make(std::move(shape), dtype, to, std::move(blocks));
 }
 
 namespace {
@@ -328,7 +325,7 @@ Array device_put(const Array& x, const Sharding& to) {
 
 namespace {
 Array reshard_to(const Array& x, const Sharding& to) {
-  if (x.blocks().empty())
+  if (detail::ArrayAccess::blocks(x).empty())
     throw Error("[device_put] resharding an empty (default-constructed) Array");
   if (!x.pending_sum_axes().empty()) return reshard_to(detail::resolve_pending_sums(x), to);
   const Shape& shape = x.shape();
@@ -366,7 +363,7 @@ Array reshard_to(const Array& x, const Sharding& to) {
       bool reused = false;
       for (size_t i : same->second) {
         if (src_devs[i] == dev) {
-          blocks.push_back(x.blocks()[i]);
+          blocks.push_back(detail::ArrayAccess::blocks(x)[i]);
           reused = true;
           break;
         }
@@ -394,7 +391,7 @@ Array reshard_to(const Array& x, const Sharding& to) {
       const Device src_dev = src_devs[from];
       if (src_dev.process_index() == dev.process_index()) {
         if (!mine) continue;
-        const Tensor& s = x.blocks()[from];
+        const Tensor& s = detail::ArrayAccess::blocks(x)[from];
         local_copies.add({t.data(), block, offset_in(*part, dst_idx[j]), dev, false},
                          {s.data(), s.shape(), offset_in(*part, box), s.device(), false},
                          extents(*part), elem);
@@ -411,7 +408,7 @@ Array reshard_to(const Array& x, const Sharding& to) {
             {j, offset_in(*part, dst_idx[j]), ext, std::vector<char>(static_cast<size_t>(bytes))});
         recvs.push_back({src_dev.process_index(), this_tag, nullptr, bytes});
       } else if (detail::is_local(src_dev)) {
-        const Tensor& s = x.blocks()[from];
+        const Tensor& s = detail::ArrayAccess::blocks(x)[from];
         std::vector<char> buf(static_cast<size_t>(bytes));
         detail::copy_box({buf.data(), ext, Shape(ext.size(), 0), src_dev, true},
                          {s.data(), s.shape(), offset_in(*part, box), s.device(), false}, ext,
@@ -448,8 +445,10 @@ Array reshard_to(const Array& x, const Sharding& to) {
                        in.extent, elem);
     }
   }
-  return Array(shape, x.dtype(), to, std::move(blocks));
+  return detail::ArrayAccess::make(shape, x.dtype(), to, std::move(blocks));
 }
 }  // namespace
+
+void detail::clear_trace_id(Array& x) { detail::set_trace_id(x, 0); }
 
 }  // namespace meshrt

@@ -36,6 +36,7 @@ struct Shard {
 class Array;
 namespace detail {
 struct SumCache;
+struct ArrayAccess;
 // `x` itself when it has no pending sums, else the summed Array (summed once per Array).
 Array resolve_pending_sums(const Array& x);
 // A pending sum over `pending_sum_axes` whose value is already summed, in another layout
@@ -48,10 +49,6 @@ Array make_deferred_pending_sum(Shape shape, DType dtype, Sharding sharding,
 const Array* deferred_sum(const Array& x);
 void set_pending_sum_origin(const Array& x, std::string origin);
 std::string pending_sum_origin(const Array& x);
-// Names block `pos` of `x` on this handle (copies made afterwards share the name): sets that
-// block's Tensor::trace_id to `id`. jit's recorder names the blocks each launch makes. A no-op on
-// a deferred pending sum, whose addends every copy shares (the launch making them names them).
-void set_block_trace_id(Array& x, size_t pos, uint64_t id);
 }  // namespace detail
 
 // A global array over the devices of its sharding (jax.Array); see the comment above.
@@ -87,10 +84,6 @@ class Array {
   int64_t size() const { return valid() ? shape_size(shape_) : 0; }
   // One Shard per device, in the sharding's device order (mesh.devices.flat).
   std::vector<Shard> addressable_shards() const;
-  // The block held by each device, in the sharding's device order. For an Array with pending
-  // sums these are the per-device addends (see pending_sum_axes()). The reference lives as long
-  // as this Array; copy the Tensors to keep blocks beyond it.
-  const std::vector<Tensor>& blocks() const { return deferred_ ? deferred_blocks() : blocks_; }
   // Mesh axes over which the blocks are addends of a sum not yet taken (a global-view op's
   // Partial placement, e.g. sum(x, 0) of x sharded on that axis). Empty for Arrays made by
   // device_put or shard_map. sharding() is the sharding the value has once summed; reading the
@@ -118,17 +111,16 @@ class Array {
   // shape and sharding ("Array(empty)" when !valid(); pending sums are named).
   std::string str() const;
 
-  // Internal: assembles an Array from per-device blocks (checked against the sharding).
+ private:
+  // meshrt's own layers assemble Arrays from blocks and read them (runtime/detail/access.h).
+  friend struct detail::ArrayAccess;
+  // Assembles an Array from per-device blocks (checked against the sharding).
   Array(Shape shape, DType dtype, Sharding sharding, std::vector<Tensor> blocks);
-  // Internal: the same with pending sums over `pending_sum_axes` (mesh axes of the sharding).
+  // The same with pending sums over `pending_sum_axes` (mesh axes of the sharding).
   Array(Shape shape, DType dtype, Sharding sharding, std::vector<Tensor> blocks,
         std::vector<std::string> pending_sum_axes);
-  // Internal (autodiff): which traced value this is; 0 when no tape follows it. Copies share it.
-  uint64_t trace_id() const { return trace_id_; }
-  // Internal (autodiff): sets trace_id() on this handle.
-  void set_trace_id(uint64_t id) { trace_id_ = id; }
-
- private:
+  // The block held by each device, in the sharding's device order (the addends of pending sums).
+  const std::vector<Tensor>& blocks() const { return deferred_ ? deferred_blocks() : blocks_; }
   void check_item() const;
   const std::vector<Tensor>& deferred_blocks() const;
   Shape shape_;
@@ -137,7 +129,7 @@ class Array {
   std::vector<Tensor> blocks_;
   std::vector<std::string> pending_sum_axes_;
   std::shared_ptr<detail::SumCache> sum_cache_;  // with pending sums: the sum, once taken
-  uint64_t trace_id_ = 0;
+  uint64_t trace_id_ = 0;  // which traced value this is (autodiff, jit); 0 when none follows it
   bool deferred_ = false;  // a deferred pending sum: blocks() makes the addends when first read
   friend Array detail::resolve_pending_sums(const Array& x);
   friend Array detail::make_deferred_pending_sum(Shape, DType, Sharding, std::vector<std::string>,
@@ -145,7 +137,6 @@ class Array {
   friend const Array* detail::deferred_sum(const Array& x);
   friend void detail::set_pending_sum_origin(const Array& x, std::string origin);
   friend std::string detail::pending_sum_origin(const Array& x);
-  friend void detail::set_block_trace_id(Array& x, size_t pos, uint64_t id);
 };
 
 namespace detail {
@@ -157,6 +148,8 @@ void set_pending_sum_resolver(PendingSumResolver resolver);
 // when `x` has no pending sums (set is then a no-op).
 void set_pending_sum_origin(const Array& x, std::string origin);
 std::string pending_sum_origin(const Array& x);
+// Sets `x`'s trace id to 0 (no tape follows this handle): what jit hands back from its trace.
+void clear_trace_id(Array& x);
 }  // namespace detail
 
 // Prints str() with the global value when it has at most 100 elements, as JAX's repr does:

@@ -18,6 +18,7 @@
 #include "core/config.h"
 #include "core/error.h"
 #include "core/strings.h"
+#include "runtime/detail/access.h"
 #include "runtime/detail/launch.h"
 #include "runtime/detail/platform.h"
 #include "runtime/detail/trace.h"
@@ -220,12 +221,12 @@ std::pair<coll::Pending, Tensor> begin(detail::Launch& launch, int64_t pos,
                                        const Tensor& x, Shape out_shape, DType out_dtype) {
   Tensor out = empty(out_shape, out_dtype, x.device());
   coll::Slot slot;
-  slot.backend = &out.buffer()->backend();
+  slot.backend = &detail::TensorAccess::buffer(out)->backend();
   slot.device = x.device().local_index();
   slot.in = x.data();
   slot.out = out.data();
-  slot.keep_in = x.buffer();
-  slot.keep_out = out.buffer();
+  slot.keep_in = detail::TensorAccess::buffer(x);
+  slot.keep_out = detail::TensorAccess::buffer(out);
   if (const int64_t wb = coll::work_bytes(call, layout.group_size); wb > 0) {
     auto buf =
         detail::backend_of(x.device()).allocate(x.device().local_index(), static_cast<size_t>(wb));
@@ -368,7 +369,7 @@ Tensor Context::all_gather(const Tensor& x, const AxisNames& axes, int axis, boo
 
 PendingTensor Context::all_gather_start(const Tensor& x, const AxisNames& axes, int axis,
                                         bool tiled, const CollectiveOptions& options) {
-  detail::check_host_read(x.trace_id(), "all_gather_start");
+  detail::check_host_read(detail::trace_id(x), "all_gather_start");
   Prepared p = prepare(*state_, x, axes, "all_gather");
   GatherPlan g = plan_all_gather(state_->pos, x, *p.layout, axis, tiled, p.group_size, options,
                                  *state_->launch);
@@ -387,7 +388,7 @@ Tensor Context::ppermute(const Tensor& x, const AxisNames& axes,
 
 PendingTensor Context::ppermute_start(const Tensor& x, const AxisNames& axes,
                                       const std::vector<std::pair<int64_t, int64_t>>& perm) {
-  detail::check_host_read(x.trace_id(), "ppermute_start");
+  detail::check_host_read(detail::trace_id(x), "ppermute_start");
   Prepared p = prepare(*state_, x, axes, "ppermute");
   GatherPlan g = plan_ppermute(state_->pos, x, *p.layout, *state_->launch, perm, p.group_size);
   auto [pending, out] =

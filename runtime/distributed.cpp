@@ -13,6 +13,7 @@
 #include "core/config.h"
 #include "core/error.h"
 #include "core/strings.h"
+#include "runtime/detail/access.h"
 #include "runtime/detail/copy.h"
 #include "runtime/detail/platform.h"
 #include "runtime/detail/sharding_impl.h"
@@ -155,8 +156,9 @@ Array make_array_from_callback(Shape shape, const Sharding& sharding,
                       "; return one Tensor of the shard's shape per index, all of one dtype"));
     }
     dtype = t.dtype();
-    blocks[i] =
-        t.device() == devs[i] ? t : device_put(t, SingleDeviceSharding(devs[i])).blocks()[0];
+    blocks[i] = t.device() == devs[i]
+                    ? t
+                    : detail::ArrayAccess::blocks(device_put(t, SingleDeviceSharding(devs[i])))[0];
   }
   if (!dtype) {
     throw Error(cat("[make_array_from_callback] this process (", process_index(),
@@ -164,7 +166,7 @@ Array make_array_from_callback(Shape shape, const Sharding& sharding,
                     ", so the dtype is unknown; build the Array on a sharding that includes a "
                     "device of every process"));
   }
-  return Array(std::move(shape), *dtype, sharding, std::move(blocks));
+  return detail::ArrayAccess::make(std::move(shape), *dtype, sharding, std::move(blocks));
 }
 
 Array make_array_from_process_local_data(const Sharding& sharding, const Tensor& local,
@@ -227,11 +229,13 @@ Array make_array_from_process_local_data(const Sharding& sharding, const Tensor&
                      dtype_size(local.dtype()));
     blocks[i] = std::move(t);
   }
-  return Array(std::move(global_shape), local.dtype(), sharding, std::move(blocks));
+  return detail::ArrayAccess::make(std::move(global_shape), local.dtype(), sharding,
+                                   std::move(blocks));
 }
 
 Tensor process_allgather(const Array& x) {
-  if (x.blocks().empty()) throw Error("[process_allgather] an empty (default-constructed) Array");
+  if (detail::ArrayAccess::blocks(x).empty())
+    throw Error("[process_allgather] an empty (default-constructed) Array");
   const std::string platform(x.sharding().platform());
   // One device per process, each holding the whole value: one copy crosses to each process.
   std::vector<Device> firsts;
@@ -240,7 +244,7 @@ Tensor process_allgather(const Array& x) {
   }
   const int64_t n = static_cast<int64_t>(firsts.size());
   Array whole = device_put(x, NamedSharding(Mesh(firsts, {n}, {"processes"}), P()));
-  for (const Tensor& t : whole.blocks()) {
+  for (const Tensor& t : detail::ArrayAccess::blocks(whole)) {
     if (t.valid()) return t;
   }
   throw Error("[process_allgather] this process has no device of the platform");

@@ -3,6 +3,7 @@
 #include "backends/backend.h"
 #include "core/error.h"
 #include "core/strings.h"
+#include "runtime/detail/access.h"
 #include "runtime/detail/copy.h"
 #include "runtime/detail/platform.h"
 #include "runtime/detail/trace.h"
@@ -86,7 +87,7 @@ Tensor empty(Shape shape, DType dtype, Device device) {
                     ": only this process's devices (local_devices()) hold data here"));
   }
   auto buf = detail::backend_of(device).allocate(device.local_index(), bytes);
-  return Tensor(std::move(buf), 0, std::move(shape), dtype, device);
+  return detail::TensorAccess::make(std::move(buf), 0, std::move(shape), dtype, device);
 }
 
 Tensor tensor(const void* data, int64_t count, DType dtype, Shape shape, Device device) {
@@ -110,5 +111,7 @@ Tensor tensor(const void* data, int64_t count, DType dtype, Shape shape, Device 
                    dtype_size(dtype));
   return t;
 }
+
+void detail::clear_trace_id(Tensor& x) { detail::set_trace_id(x, 0); }
 
 }  // namespace meshrt

@@ -17,6 +17,9 @@ namespace meshrt {
 namespace backend {
 class Buffer;
 }
+namespace detail {
+struct TensorAccess;
+}
 
 // Tensor: a dense row-major block on one device. Tensors are immutable values: copying a Tensor
 // shares its memory (a block), which is freed when the last Tensor (or Array) referring to it
@@ -66,34 +69,32 @@ class Tensor {
     return to_vector<T>()[0];
   }
 
-  // Internal: a view of `buffer` starting `byte_offset` bytes in (ops and collectives make
-  // tensors this way).
-  Tensor(std::shared_ptr<backend::Buffer> buffer, size_t byte_offset, Shape shape, DType dtype,
-         Device device);
-  // The block this tensor views, shared with every copy and view of it.
-  const std::shared_ptr<backend::Buffer>& buffer() const { return buffer_; }
-  // Where this tensor's element 0 lies in buffer(), in bytes.
-  size_t byte_offset() const { return byte_offset_; }
   // Device address of element 0 (a host pointer on cpu; nullptr when not valid()). Valid while
   // any Tensor or Array shares the block, not merely while this Tensor lives: keep a Tensor for as
   // long as the pointer is used. For reading: only an op writes, into a tensor it just made.
   void* data() const;
   // Copies the elements to host memory at `dst` (size() elements); `expected` must be dtype().
   void copy_to_host(void* dst, DType expected) const;
-  // Internal (autodiff): which traced value this is; 0 when no tape follows it. Copies share it.
-  uint64_t trace_id() const { return trace_id_; }
-  // Internal (autodiff): sets trace_id() on this handle.
-  void set_trace_id(uint64_t id) { trace_id_ = id; }
 
  private:
+  // meshrt's own layers make views of buffers and read trace ids (runtime/detail/access.h).
+  friend struct detail::TensorAccess;
+  // A view of `buffer` starting `byte_offset` bytes in (ops and collectives make tensors so).
+  Tensor(std::shared_ptr<backend::Buffer> buffer, size_t byte_offset, Shape shape, DType dtype,
+         Device device);
   void check_item() const;
-  std::shared_ptr<backend::Buffer> buffer_;
-  size_t byte_offset_ = 0;
+  std::shared_ptr<backend::Buffer> buffer_;  // the block, shared with every copy and view
+  size_t byte_offset_ = 0;                   // where element 0 lies in buffer_, in bytes
   Shape shape_;
   DType dtype_ = DType::f32;
   Device device_;
-  uint64_t trace_id_ = 0;
+  uint64_t trace_id_ = 0;  // which traced value this is (autodiff, jit); 0 when none follows it
 };
+
+namespace detail {
+// Sets `x`'s trace id to 0 (no tape follows this handle): what jit hands back from its trace.
+void clear_trace_id(Tensor& x);
+}  // namespace detail
 
 // Allocates an uninitialised tensor (internal building block of ops and collectives); its
 // elements are unspecified until written through data().

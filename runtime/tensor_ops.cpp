@@ -10,6 +10,7 @@
 #include "core/error.h"
 #include "core/strided.h"
 #include "core/strings.h"
+#include "runtime/detail/access.h"
 #include "runtime/detail/copy.h"
 #include "runtime/detail/platform.h"
 #include "runtime/detail/trace.h"
@@ -491,8 +492,10 @@ Tensor reshape(const Tensor& x, Shape shape) {
   detail::Traced<Tensor> tr(OpId::reshape, {&x});
   check_valid(x, "reshape");
   shape = detail::reshape_shape(x.shape(), std::move(shape), "reshape", detail::Form::tensor);
-  return tr(Tensor(x.buffer(), x.byte_offset(), std::move(shape), x.dtype(),
-                   x.device()));  // same buffer
+  return tr(detail::TensorAccess::make(detail::TensorAccess::buffer(x),
+                                       detail::TensorAccess::byte_offset(x), std::move(shape),
+                                       x.dtype(),
+                                       x.device()));  // same buffer
 }
 
 namespace {
@@ -509,8 +512,10 @@ Tensor row_view(const Tensor& x, int64_t i, const std::string& op) {
   if (tr) tr.set_attrs(detail::RowAttrs{i});
   Shape rest(x.shape().begin() + 1, x.shape().end());
   const size_t row_bytes = static_cast<size_t>(shape_size(rest)) * dtype_size(x.dtype());
-  return tr(Tensor(x.buffer(), x.byte_offset() + static_cast<size_t>(i) * row_bytes,
-                   std::move(rest), x.dtype(), x.device()));  // same buffer
+  return tr(detail::TensorAccess::make(
+      detail::TensorAccess::buffer(x),
+      detail::TensorAccess::byte_offset(x) + static_cast<size_t>(i) * row_bytes, std::move(rest),
+      x.dtype(), x.device()));  // same buffer
 }
 }  // namespace
 

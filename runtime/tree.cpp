@@ -8,6 +8,7 @@
 #include <memory>
 
 #include "core/strings.h"
+#include "runtime/detail/access.h"
 #include "runtime/detail/spec_error.h"
 
 namespace meshrt::tree_detail {
@@ -70,7 +71,7 @@ void throw_missing_field(const Walk& w, const std::string& path, size_t k,
 }
 
 void check_leaf_set(const Walk& w, const std::string& path, const Array& x) {
-  if (x.blocks().empty()) {
+  if (detail::ArrayAccess::blocks(x).empty()) {
     throw Error(cat(head(w), path,
                     " is an empty Array (default-constructed, never set); set it before use"));
   }

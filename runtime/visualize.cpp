@@ -9,6 +9,7 @@
 #include "core/error.h"
 #include "core/strings.h"
 #include "runtime/array.h"
+#include "runtime/detail/access.h"
 #include "runtime/detail/sharding_impl.h"
 
 namespace meshrt {
@@ -190,7 +191,7 @@ std::string visualize_sharding(const Sharding& sharding, const Shape& shape) {
 }
 
 std::string visualize_sharding(const Array& x) {
-  if (x.blocks().empty())
+  if (detail::ArrayAccess::blocks(x).empty())
     throw Error("[visualize] cannot visualize an empty (default-constructed) Array");
   return visualize_sharding(x.sharding(), x.shape());
 }

@@ -10,6 +10,7 @@
 #include <typeinfo>
 
 #include "backends/backend.h"
+#include "runtime/detail/access.h"
 #include "runtime/detail/copy.h"
 #include "tests/test_util.h"
 
@@ -142,7 +143,9 @@ TEST(Reshard, KeepsBlocksThatStay) {
   Array b = device_put(a, NamedSharding(mesh, P("x", None)));
   EXPECT_EQ(stats.local_bytes - local0, 0);
   EXPECT_EQ(stats.cross_device_bytes - cross0, 0);
-  for (size_t i = 0; i < 8; ++i) EXPECT_EQ(b.blocks()[i].buffer(), a.blocks()[i].buffer());
+  for (size_t i = 0; i < 8; ++i)
+    EXPECT_EQ(detail::TensorAccess::buffer(detail::ArrayAccess::blocks(b)[i]),
+              detail::TensorAccess::buffer(detail::ArrayAccess::blocks(a)[i]));
 
   // P("x") -> P("x", "y"): each device already holds what it needs; only local copies.
   Array c = device_put(a, NamedSharding(mesh, P("x", "y")));
@@ -165,7 +168,7 @@ TEST(Tensor, AlignmentAndLifetime) {
     EXPECT_EQ(t.device(), dev);
     EXPECT_EQ(t.str(),
               std::string("Tensor(float64(3,) on ") + test::dev_name(2) + std::string(")"));
-    weak = t.buffer();
+    weak = detail::TensorAccess::buffer(t);
     Tensor copy = t;  // shares memory
     EXPECT_EQ(copy.data(), t.data());
   }
@@ -174,11 +177,11 @@ TEST(Tensor, AlignmentAndLifetime) {
   std::vector<std::weak_ptr<backend::Buffer>> blocks;
   {
     Array a = device_put(std::vector<float>(64, 1.f), {64}, NamedSharding(mesh, P("x")));
-    for (const Tensor& b : a.blocks()) {
+    for (const Tensor& b : detail::ArrayAccess::blocks(a)) {
       EXPECT_EQ(reinterpret_cast<uintptr_t>(b.data()) % 64, 0u);
-      blocks.push_back(b.buffer());
+      blocks.push_back(detail::TensorAccess::buffer(b));
     }
-    Tensor kept = a.blocks()[5];
+    Tensor kept = detail::ArrayAccess::blocks(a)[5];
     a = Array();
     for (size_t i = 0; i < 8; ++i) EXPECT_EQ(blocks[i].expired(), i != 5) << i;
   }
@@ -249,13 +252,14 @@ TEST(ArrayErrors, BadInput) {
   Array a = device_put(std::vector<float>(8), {8}, rows);
   EXPECT_MESHRT_ERROR(a.to_vector<int32_t>(), "[array]",
                       "to_vector<int32_t> called on a float32 array", "use to_vector<float>");
-  EXPECT_MESHRT_ERROR(a.blocks()[0].to_vector<double>(), "[tensor]", "use to_vector<float>");
+  EXPECT_MESHRT_ERROR(detail::ArrayAccess::blocks(a)[0].to_vector<double>(), "[tensor]",
+                      "use to_vector<float>");
   EXPECT_MESHRT_ERROR(device_put(a, NamedSharding(mesh, P("y", "x"))), "[device_put]",
                       "rank at least 2");
   EXPECT_MESHRT_ERROR(tensor(ten, {3, 3}, devices()[0]), "[tensor]", "host data has 10 elements");
   EXPECT_MESHRT_ERROR(tensor(ten, {-10}, devices()[0]), "negative dimension");
   EXPECT_MESHRT_ERROR(Array().to_vector<float>(), "[array]");
-  EXPECT_MESHRT_ERROR(Array({8}, DType::f32, rows, {}), "[array]", "0 blocks");
+  EXPECT_MESHRT_ERROR(detail::ArrayAccess::make({8}, DType::f32, rows, {}), "[array]", "0 blocks");
 }
 
 // ---- conveniences a C++ user reaches for: printing, item(), the empty Array, scalar types
@@ -290,7 +294,7 @@ TEST(Print, EveryPublicValueType) {
   // Large values print without them (as JAX summarises), small Tensors with them.
   Array big = device_put(std::vector<double>(101, 1.0), {101}, NamedSharding(mesh, P()));
   EXPECT_EQ(printed(big), "Array(float64(101,), sharding=" + big.sharding().str() + ")");
-  EXPECT_EQ(printed(a.blocks()[1]),
+  EXPECT_EQ(printed(detail::ArrayAccess::blocks(a)[1]),
             "Tensor(float32(1, 2) on " + mesh.devices()[1].str() + ", [[2., 3.]])");
   EXPECT_EQ(printed(Array()), "Array(empty)");
   EXPECT_EQ(printed(Tensor()), "Tensor(empty)");
@@ -314,10 +318,10 @@ TEST(Item, OneElementValues) {
                       "float64(4,)", "has 4");
   EXPECT_MESHRT_ERROR(loss.item<double>(), "use to_vector<float>");
   EXPECT_MESHRT_ERROR(Array().item<float>(), "[array] item() of an empty");
-  Tensor t = loss.blocks()[0];
+  Tensor t = detail::ArrayAccess::blocks(loss)[0];
   EXPECT_EQ(t.item<float>(), 2.5f);
-  EXPECT_MESHRT_ERROR(x.blocks()[0].item<double>(), "[tensor] item() needs a tensor of exactly",
-                      "has 2");
+  EXPECT_MESHRT_ERROR(detail::ArrayAccess::blocks(x)[0].item<double>(),
+                      "[tensor] item() needs a tensor of exactly", "has 2");
   EXPECT_MESHRT_ERROR(Tensor().item<float>(), "[tensor] item() of an empty");
 }
 
@@ -369,7 +373,7 @@ void check_scalar_type(const Array& x, const Tensor& t, S s, bool integral) {
 TEST(WeakScalar, EveryArithmeticType) {
   Mesh mesh = make_mesh({2}, {"x"});
   Array x = device_put(std::vector<float>{1, 2, 3, 4}, {4}, NamedSharding(mesh, P("x")));
-  const Tensor& t = x.blocks()[0];
+  const Tensor& t = detail::ArrayAccess::blocks(x)[0];
   std::vector<float> v(2);
   EXPECT_EQ((x / v.size()).to_vector<float>(), (std::vector<float>{0.5f, 1.f, 1.5f, 2.f}));
   check_scalar_type(x, t, 2, true);

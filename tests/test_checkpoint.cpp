@@ -21,6 +21,7 @@
 #include <thread>
 #include <vector>
 
+#include "runtime/detail/access.h"
 #include "tests/test_util.h"
 #include "train/crc32c.h"
 
@@ -101,7 +102,7 @@ struct Blocks {
 };
 Blocks blocks_of(const Array& a) {
   Blocks b;
-  for (const Tensor& t : a.blocks()) {
+  for (const Tensor& t : detail::ArrayAccess::blocks(a)) {
     b.bytes.push_back(test::host_bytes(t));
     b.devices.push_back(t.device().id());
   }
@@ -245,8 +246,9 @@ TEST(Checkpoint, RestoreOntoOtherMeshesAndShardings) {
       for (int64_t r0 = idx[0].first; r0 < idx[0].second; ++r0) {
         for (int64_t c = idx[1].first; c < idx[1].second; ++c) want.push_back(host[r0 * 8 + c]);
       }
-      EXPECT_EQ(got.blocks()[i].to_vector<float>(), want) << name << " block " << i;
-      EXPECT_EQ(got.blocks()[i].device(), map[i].first) << name;
+      EXPECT_EQ(detail::ArrayAccess::blocks(got)[i].to_vector<float>(), want)
+          << name << " block " << i;
+      EXPECT_EQ(detail::ArrayAccess::blocks(got)[i].device(), map[i].first) << name;
     }
   }
 

@@ -13,6 +13,7 @@
 #include <map>
 #include <sstream>
 
+#include "runtime/detail/access.h"
 #include "tests/test_util.h"
 
 using namespace meshrt;
@@ -341,12 +342,13 @@ std::vector<std::string> collectives_of(const CollectiveLog& log) {
 // gives the eager run's dtype, shape, sharding, pending sums and bits.
 bool same_bits(const Array& a, const Array& b) {
   if (a.dtype() != b.dtype() || a.shape() != b.shape() || !(a.sharding() == b.sharding()) ||
-      a.pending_sum_axes() != b.pending_sum_axes() || a.blocks().size() != b.blocks().size()) {
+      a.pending_sum_axes() != b.pending_sum_axes() ||
+      detail::ArrayAccess::blocks(a).size() != detail::ArrayAccess::blocks(b).size()) {
     return false;
   }
-  for (size_t i = 0; i < a.blocks().size(); ++i) {
-    const Tensor& x = a.blocks()[i];
-    const Tensor& y = b.blocks()[i];
+  for (size_t i = 0; i < detail::ArrayAccess::blocks(a).size(); ++i) {
+    const Tensor& x = detail::ArrayAccess::blocks(a)[i];
+    const Tensor& y = detail::ArrayAccess::blocks(b)[i];
     // The bytes read back (data() is a device address on cuda), compared bit for bit.
     if (x.nbytes() != y.nbytes() || test::host_bytes(x) != test::host_bytes(y)) return false;
   }

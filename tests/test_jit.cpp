@@ -8,6 +8,7 @@
 #include <thread>
 #include <vector>
 
+#include "runtime/detail/access.h"
 #include "tests/test_util.h"
 
 using namespace meshrt;
@@ -33,10 +34,10 @@ void expect_same(const Array& a, const Array& b) {
   ASSERT_EQ(a.shape(), b.shape());
   EXPECT_TRUE(a.sharding() == b.sharding()) << a.sharding().str() << " vs " << b.sharding().str();
   EXPECT_EQ(a.pending_sum_axes(), b.pending_sum_axes());
-  ASSERT_EQ(a.blocks().size(), b.blocks().size());
-  for (size_t i = 0; i < a.blocks().size(); ++i) {
-    const Tensor& x = a.blocks()[i];
-    const Tensor& y = b.blocks()[i];
+  ASSERT_EQ(detail::ArrayAccess::blocks(a).size(), detail::ArrayAccess::blocks(b).size());
+  for (size_t i = 0; i < detail::ArrayAccess::blocks(a).size(); ++i) {
+    const Tensor& x = detail::ArrayAccess::blocks(a)[i];
+    const Tensor& y = detail::ArrayAccess::blocks(b)[i];
     ASSERT_EQ(x.nbytes(), y.nbytes());
     // The bytes read back (data() is a device address on cuda), compared bit for bit.
     EXPECT_TRUE(test::host_bytes(x) == test::host_bytes(y)) << "block " << i;
@@ -309,7 +310,7 @@ TEST(Jit, Donation) {
   Array want = f(w, g);
   Array w1 = step(w, g);
   expect_same(w1, want);
-  EXPECT_TRUE(w.blocks().empty());  // deleted, as JAX deletes donated buffers
+  EXPECT_TRUE(detail::ArrayAccess::blocks(w).empty());  // deleted, as JAX deletes donated buffers
   Array w2 = step(w1, g);
   expect_same(w2, f(want, g));
   const Array cw = w2;
@@ -318,7 +319,7 @@ TEST(Jit, Donation) {
 
 std::vector<const void*> block_addresses(const Array& a) {
   std::vector<const void*> v;
-  for (const Tensor& t : a.blocks()) v.push_back(t.data());
+  for (const Tensor& t : detail::ArrayAccess::blocks(a)) v.push_back(t.data());
   return v;
 }
 
@@ -339,7 +340,7 @@ TEST(Jit, DonationWritesTheUpdateIntoTheDonatedBuffers) {
     Array w2 = step(w1, g);
     expect_same(w2, want);
     EXPECT_EQ(block_addresses(w2), at) << "call " << i << ": the result is not in w1's buffers";
-    EXPECT_TRUE(w1.blocks().empty());
+    EXPECT_TRUE(detail::ArrayAccess::blocks(w1).empty());
     w1 = w2;
   }
   // A copy of the donated Array kept elsewhere still holds the buffers: the call leaves them
@@ -491,7 +492,7 @@ TEST(Jit, DonatingOneArrayTwiceOrReturningADonatedInputKeepsTheBits) {
   for (int i = 0; i < 4; ++i) {  // the first call traces
     const std::vector<float> want0 = (w + 1.0).to_vector<float>(), want1 = w.to_vector<float>();
     std::vector<Array> got = step(w);
-    EXPECT_TRUE(w.blocks().empty());
+    EXPECT_TRUE(detail::ArrayAccess::blocks(w).empty());
     ASSERT_EQ(got.size(), 2u);
     EXPECT_EQ(got[0].to_vector<float>(), want0) << "call " << i;
     EXPECT_EQ(got[1].to_vector<float>(), want1) << "call " << i;

@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "runtime/detail/access.h"
 #include "runtime/detail/platform.h"
 #include "tests/lazy_devices.h"
 
@@ -46,7 +47,7 @@ void expect_same_bits(const Array& got, const Array& want) {
 
 std::vector<const void*> block_addresses(const Array& a) {
   std::vector<const void*> v;
-  for (const Tensor& t : a.blocks()) v.push_back(t.data());
+  for (const Tensor& t : detail::ArrayAccess::blocks(a)) v.push_back(t.data());
   return v;
 }
 

@@ -31,6 +31,7 @@
 #include <string>
 #include <vector>
 
+#include "runtime/detail/access.h"
 #include "tests/test_util.h"
 
 using namespace meshrt;
@@ -293,7 +294,7 @@ void expect_close_lowp(const std::vector<double>& got, const Leaf& want, const s
 }
 
 void expect_leaf(const Array& got, const Leaf& want, double tol, const std::string& what) {
-  ASSERT_FALSE(got.blocks().empty()) << what;
+  ASSERT_FALSE(detail::ArrayAccess::blocks(got).empty()) << what;
   ASSERT_EQ(got.dtype(), want.dtype) << what;
   ASSERT_EQ(got.shape(), want.shape) << what;
   if (want.dtype == DType::f32) return expect_close(test::host_values(got), want.v, tol, what);
@@ -500,7 +501,8 @@ TEST(Optim, StateIsShardedLikeParams) {
           EXPECT_EQ(s[k].shape(), p[k].shape());
           EXPECT_EQ(s[k].dtype(), p[k].dtype());
           // Each device holds only its block: FSDP moments take 1/8 of the memory each.
-          EXPECT_EQ(s[k].blocks().front().shape(), p[k].blocks().front().shape());
+          EXPECT_EQ(detail::ArrayAccess::blocks(s[k]).front().shape(),
+                    detail::ArrayAccess::blocks(p[k]).front().shape());
         }
       }
       for (const auto& [key, c] : state.parts[i].scalars) {
@@ -568,9 +570,10 @@ void expect_same_bits(const Array& a, const Array& b, const std::string& what) {
   ASSERT_EQ(a.shape(), b.shape()) << what;
   EXPECT_TRUE(a.sharding() == b.sharding())
       << what << ": " << a.sharding().str() << " vs " << b.sharding().str();
-  ASSERT_EQ(a.blocks().size(), b.blocks().size()) << what;
-  for (size_t i = 0; i < a.blocks().size(); ++i) {
-    EXPECT_TRUE(test::host_bytes(a.blocks()[i]) == test::host_bytes(b.blocks()[i]))
+  ASSERT_EQ(detail::ArrayAccess::blocks(a).size(), detail::ArrayAccess::blocks(b).size()) << what;
+  for (size_t i = 0; i < detail::ArrayAccess::blocks(a).size(); ++i) {
+    EXPECT_TRUE(test::host_bytes(detail::ArrayAccess::blocks(a)[i]) ==
+                test::host_bytes(detail::ArrayAccess::blocks(b)[i]))
         << what << " block " << i;
   }
 }
@@ -647,7 +650,7 @@ TEST(Optim, Bf16ParamsJittedStepEqualsEagerWithFloat32State) {
 std::set<const void*> addresses(const std::vector<Array>& xs) {
   std::set<const void*> out;
   for (const Array& a : xs) {
-    for (const Tensor& t : a.blocks()) out.insert(t.data());
+    for (const Tensor& t : detail::ArrayAccess::blocks(a)) out.insert(t.data());
   }
   return out;
 }
@@ -667,8 +670,10 @@ TEST(Optim, DonatedParamsAndStateAreUpdatedInPlace) {
     auto [pd, sd, ld] = donating(params, state, b);
     const std::string at = "step " + std::to_string(i);
     // Donated arguments are deleted, as JAX deletes donated buffers.
-    for (const Array& a : tree_leaves(params)) EXPECT_TRUE(a.blocks().empty()) << at;
-    for (const Array& a : tree_leaves(state)) EXPECT_TRUE(a.blocks().empty()) << at;
+    for (const Array& a : tree_leaves(params))
+      EXPECT_TRUE(detail::ArrayAccess::blocks(a).empty()) << at;
+    for (const Array& a : tree_leaves(state))
+      EXPECT_TRUE(detail::ArrayAccess::blocks(a).empty()) << at;
     expect_same_bits(ld, lr, at + " loss");
     expect_same_tree(pd, pr, at + " params");
     expect_same_tree(sd, sr, at + " state");

@@ -12,6 +12,7 @@
 #include <utility>
 #include <vector>
 
+#include "runtime/detail/access.h"
 #include "runtime/tree_shard_map.h"
 #include "tests/test_util.h"
 
@@ -144,17 +145,20 @@ TEST_F(TreeTest, TreeMapOverSeveralTreesAndLeafTypes) {
   EXPECT_EQ(host_values(sum.w2), iota_host(100, 32, 2.0));
   // Leaf type changes: containers are rebuilt; a class template is re-instantiated.
   std::vector<Tensor> blocks =
-      tree_map([](const Array& x) { return x.blocks()[0]; }, std::vector<Array>{a.w1, a.w2});
+      tree_map([](const Array& x) { return detail::ArrayAccess::blocks(x)[0]; },
+               std::vector<Array>{a.w1, a.w2});
   EXPECT_EQ(host_values(blocks[1]), iota_host(100));
   Layer<Array> layer{a.w1, a.w2, 16};
-  Layer<Tensor> local = tree_map([](const Array& x) { return x.blocks()[3]; }, layer);
+  Layer<Tensor> local =
+      tree_map([](const Array& x) { return detail::ArrayAccess::blocks(x)[3]; }, layer);
   EXPECT_EQ(local.width, 16);
   EXPECT_EQ(local.w.device(), mesh.devices()[3]);
   EXPECT_EQ(host_values(local.b), iota_host(100));
   // The other trees' leaves may be anything: here PartitionSpecs and ints.
-  auto described = tree_map(
-      [](const Array& x, const PartitionSpec& s, int k) { return x.blocks()[k].str() + s.str(); },
-      std::vector<Array>{a.w1}, std::vector<PartitionSpec>{P("data")}, std::vector<int>{2});
+  auto described = tree_map([](const Array& x, const PartitionSpec& s,
+                               int k) { return detail::ArrayAccess::blocks(x)[k].str() + s.str(); },
+                            std::vector<Array>{a.w1}, std::vector<PartitionSpec>{P("data")},
+                            std::vector<int>{2});
   static_assert(std::is_same_v<decltype(described), std::vector<std::string>>);
   EXPECT_NE(described[0].find("P('data',)"), std::string::npos);
 }
@@ -193,15 +197,15 @@ TEST_F(TreeTest, LeavesAndPathsInVisitOrder) {
   EXPECT_EQ(host_values(back.encoder.w1), iota_host(6));
   EXPECT_EQ(host_values(back.pair_of[1]), iota_host(0));
   EXPECT_EQ(back.encoder.activation, "gelu");
-  Layer<Tensor> lt =
-      tree_unflatten(Layer<Array>{leaves[0], leaves[1], 5},
-                     std::vector<Tensor>{leaves[2].blocks()[0], leaves[3].blocks()[0]});
+  Layer<Tensor> lt = tree_unflatten(Layer<Array>{leaves[0], leaves[1], 5},
+                                    std::vector<Tensor>{detail::ArrayAccess::blocks(leaves[2])[0],
+                                                        detail::ArrayAccess::blocks(leaves[3])[0]});
   EXPECT_EQ(lt.width, 5);
   EXPECT_EQ(host_values(lt.b), iota_host(300));
   EXPECT_MESHRT_ERROR(tree_unflatten(model, std::vector<Array>{leaves[0]}),
                       "[tree] tree_unflatten: the tree has 11 leaves but 1 were given");
-  std::vector<Tensor> tensors =
-      tree_leaves<Tensor>(Layer<Tensor>{leaves[0].blocks()[0], leaves[1].blocks()[1]});
+  std::vector<Tensor> tensors = tree_leaves<Tensor>(Layer<Tensor>{
+      detail::ArrayAccess::blocks(leaves[0])[0], detail::ArrayAccess::blocks(leaves[1])[1]});
   EXPECT_EQ(tensors.size(), 2u);
 }
 
@@ -241,7 +245,7 @@ TEST_F(TreeTest, StructureMismatchesNameThePath) {
   n.heads["x"] = a.w1;
   EXPECT_MESHRT_ERROR(tree_map(add, m, n), "structure mismatch at tree.heads:");
   // A tree_leaves of the wrong leaf type names the leaf.
-  Layer<Tensor> local{a.w1.blocks()[0], a.w2.blocks()[0]};
+  Layer<Tensor> local{detail::ArrayAccess::blocks(a.w1)[0], detail::ArrayAccess::blocks(a.w2)[0]};
   EXPECT_MESHRT_ERROR(tree_leaves(local),
                       "[tree] tree_leaves: tree.w is a Tensor; tree_leaves<Array> collects Arrays");
 }
@@ -257,7 +261,7 @@ TEST_F(TreeTest, DevicePutTreeOnOneSharding) {
   });
   EXPECT_EQ(host_values(q.biases[1]), iota_host(300));
   // Containers and a Tensor leaf (which becomes an Array).
-  auto t = device_put(std::tuple<Array, Tensor>{p.w1, p.w2.blocks()[0]}, rows);
+  auto t = device_put(std::tuple<Array, Tensor>{p.w1, detail::ArrayAccess::blocks(p.w2)[0]}, rows);
   static_assert(std::is_same_v<decltype(t), std::tuple<Array, Array>>);
   EXPECT_EQ(std::get<1>(t).sharding(), Sharding(rows));
   EXPECT_EQ(host_values(std::get<1>(t)), iota_host(100));
@@ -319,7 +323,7 @@ TEST_F(TreeTest, DevicePutErrorsNameThePath) {
                       "[tree] device_put: the shardings hold a PartitionSpec at tree[0]");
   // The function form takes Arrays: a Tensor leaf is named.
   EXPECT_MESHRT_ERROR(
-      device_put(std::vector<Tensor>{p.w1.blocks()[0]},
+      device_put(std::vector<Tensor>{detail::ArrayAccess::blocks(p.w1)[0]},
                  [&](const std::string&, const Array&) -> Sharding { return rows; }),
       "[tree] device_put: tree[0] is a Tensor; the shardings function takes");
 }
@@ -448,7 +452,7 @@ TEST_F(TreeTest, TreeShardMapErrorsNameThePath) {
   EXPECT_MESHRT_ERROR(h(std::vector<Array>{x, x}),
                       "structure mismatch at out:", "a std::vector of 1 in the body's result",
                       "a std::vector of 2 in out_specs");
-  EXPECT_MESHRT_ERROR(g(std::vector<Tensor>{x.blocks()[0]}),
+  EXPECT_MESHRT_ERROR(g(std::vector<Tensor>{detail::ArrayAccess::blocks(x)[0]}),
                       "args[0][0] is a Tensor; shard_map takes Arrays");
   Layer<Array> unset{x, Array(), 0};
   auto l = tree_shard_map([](Context&, const Layer<Tensor>& l) { return l.w; }, mesh, P("data"),

@@ -28,6 +28,7 @@
 #include "backends/process_comm.h"
 #include "core/error.h"
 #include "core/strings.h"
+#include "runtime/detail/access.h"
 #include "runtime/tensor_ops.h"
 #include "train/crc32c.h"
 #include "train/json.h"
@@ -290,7 +291,9 @@ Grid block_grid(const Sharding& s, const Shape& shape, const std::string& what) 
   return g;
 }
 
-bool host_memory(const Tensor& t) { return t.valid() && t.buffer()->backend().host_addressable(); }
+bool host_memory(const Tensor& t) {
+  return t.valid() && detail::TensorAccess::buffer(t)->backend().host_addressable();
+}
 
 // ---- save
 
@@ -588,6 +591,8 @@ Array tensor_as_array(const Tensor& t) {
   return device_put(t, SingleDeviceSharding(t.device()));
 }
 
+Tensor array_as_tensor(const Array& a) { return detail::ArrayAccess::blocks(a)[0]; }
+
 void throw_shape_dtype_struct_in_save(const std::string& path) {
   throw Error(cat("[checkpoint] save: ", path,
                   " is a ShapeDtypeStruct, which holds no data; save a tree of Arrays"));
@@ -616,7 +621,7 @@ void save_leaves(const std::string& dir, std::vector<SaveLeaf> leaves, int64_t s
       throw Error(
           cat(what, ": two leaves map to the Zarr path ", quote(key), " (", leaf.path, ")"));
     }
-    if (leaf.value.blocks().empty()) {
+    if (detail::ArrayAccess::blocks(leaf.value).empty()) {
       throw Error(cat(what, ": ", leaf.path, " is an empty Array (never set)"));
     }
     const Array a = meshrt::detail::resolve_pending_sums(leaf.value);
@@ -635,7 +640,7 @@ void save_leaves(const std::string& dir, std::vector<SaveLeaf> leaves, int64_t s
       c.leaf = li;
       for (size_t d = 0; d < g.chunk.size(); ++d)
         c.coords.push_back(g.indices[i][d].first / g.chunk[d]);
-      c.block = a.blocks()[i];
+      c.block = detail::ArrayAccess::blocks(a)[i];
       if (options.async && !host_memory(c.block)) {  // the device may reuse its memory
         c.host = std::make_shared<std::vector<unsigned char>>(c.block.nbytes());
         if (!c.host->empty()) c.block.copy_to_host(c.host->data(), c.block.dtype());
@@ -1117,11 +1122,12 @@ std::vector<Array> restore_leaves(const std::string& dir, const std::vector<Targ
       if (di < 0) continue;
       const Tensor& src = plan.dests[static_cast<size_t>(di)].tensor;
       // Replicas are separate copies, one per device (as device_put makes them).
-      blocks[i] = src.device() == devs[i]
-                      ? src
-                      : device_put(src, SingleDeviceSharding(devs[i])).blocks()[0];
+      blocks[i] =
+          src.device() == devs[i]
+              ? src
+              : detail::ArrayAccess::blocks(device_put(src, SingleDeviceSharding(devs[i])))[0];
     }
-    out.emplace_back(t.shape, t.dtype, t.sharding, std::move(blocks));
+    out.push_back(detail::ArrayAccess::make(t.shape, t.dtype, t.sharding, std::move(blocks)));
   }
   return out;
 }

@@ -89,6 +89,8 @@ void save_leaves(const std::string& dir, std::vector<SaveLeaf> leaves, int64_t s
 std::vector<Array> restore_leaves(const std::string& dir, const std::vector<Target>& targets,
                                   std::optional<int64_t> step);
 Array tensor_as_array(const Tensor& t);
+// The one block of a restored Tensor leaf's Array (on the Tensor's device).
+Tensor array_as_tensor(const Array& a);
 [[noreturn]] void throw_shape_dtype_struct_in_save(const std::string& path);
 
 template <class T>
@@ -208,7 +210,7 @@ auto rebuild(const T& like, const std::vector<Array>& leaves, size_t& next) {
   if constexpr (std::is_same_v<T, Array> || std::is_same_v<T, ShapeDtypeStruct>) {
     return leaves[next++];
   } else if constexpr (std::is_same_v<T, Tensor>) {
-    return leaves[next++].blocks()[0];
+    return array_as_tensor(leaves[next++]);
   } else if constexpr (!has_leaves_v<T>) {
     return like;
   } else if constexpr (is_vector<T>::value) {

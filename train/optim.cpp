@@ -14,6 +14,7 @@
 #include <sstream>
 
 #include "core/strings.h"
+#include "runtime/detail/access.h"
 #include "runtime/device.h"
 #include "runtime/partition_spec.h"
 
@@ -177,7 +178,7 @@ Sharding scalar_sharding_for(const std::vector<Array>& params) {
 std::vector<FlatState> init_flat(const std::vector<TransformPtr>& ts,
                                  const std::vector<Array>& params) {
   for (size_t i = 0; i < params.size(); ++i) {
-    if (params[i].blocks().empty()) {
+    if (meshrt::detail::ArrayAccess::blocks(params[i]).empty()) {
       throw Error(cat("[optim] init: parameter leaf ", i,
                       " is an empty (default-constructed, moved-from or donated) Array"));
     }
@@ -208,7 +209,7 @@ void check_leaves(const std::vector<Array>& grads, const std::vector<std::string
                   const std::vector<Array>* params, const std::vector<FlatState>& states) {
   for (size_t k = 0; k < grads.size(); ++k) {
     const Array& g = grads[k];
-    if (g.blocks().empty()) {
+    if (meshrt::detail::ArrayAccess::blocks(g).empty()) {
       throw Error(cat("[optim] update: the gradient at ", paths[k],
                       " is an empty (default-constructed, moved-from or donated) Array"));
     }
@@ -227,7 +228,7 @@ void check_leaves(const std::vector<Array>& grads, const std::vector<std::string
     for (size_t i = 0; i < states.size(); ++i) {
       for (const auto& [key, slot] : states[i].slots) {
         const Array& m = slot[k];
-        if (m.blocks().empty()) {
+        if (meshrt::detail::ArrayAccess::blocks(m).empty()) {
           throw Error(cat("[optim] update: ", part_path(i), ".trees['", key, "'] at ", paths[k],
                           " is an empty (donated or moved-from) Array; pass the state the last "
                           "call returned"));
@@ -242,7 +243,8 @@ void check_leaves(const std::vector<Array>& grads, const std::vector<std::string
   }
   for (size_t i = 0; i < states.size(); ++i) {
     for (const auto& [key, c] : states[i].scalars) {
-      if (c.blocks().empty() || c.dtype() != DType::i32 || !c.shape().empty()) {
+      if (meshrt::detail::ArrayAccess::blocks(c).empty() || c.dtype() != DType::i32 ||
+          !c.shape().empty()) {
         throw Error(cat("[optim] update: ", part_path(i), ".scalars['", key,
                         "'] is not an int32 scalar Array (empty after donation?)"));
       }

@@ -14,6 +14,7 @@
 #include "core/strings.h"
 #include "core/threads/executor.h"
 #include "core/threads/wait.h"
+#include "runtime/detail/access.h"
 #include "runtime/detail/copy.h"
 #include "runtime/detail/platform.h"
 #include "runtime/detail/spec_error.h"
@@ -291,7 +292,7 @@ std::vector<Array> place_inputs(const Mesh& mesh, const std::vector<PartitionSpe
   placed.reserve(args.size());
   for (size_t i = 0; i < args.size(); ++i) {
     const Array& x = args[i];
-    if (x.blocks().empty())
+    if (ArrayAccess::blocks(x).empty())
       throw Error(cat("[shard_map] args[", i, "] is an empty (default-constructed) Array"));
     if (x.sharding().platform() != mesh.platform()) {
       throw SpecError(SpecList::in, i,
@@ -338,7 +339,7 @@ std::vector<std::vector<Tensor>> run_bodies(const Mesh& mesh, const ErasedBody& 
       try {
         std::vector<Tensor> blocks;
         blocks.reserve(inputs.size());
-        for (const Array& a : inputs) blocks.push_back(a.blocks()[pos]);
+        for (const Array& a : inputs) blocks.push_back(ArrayAccess::blocks(a)[pos]);
         BodyState state{launch, static_cast<int64_t>(pos), {}};
         Context ctx = state.context();
         outcome.outputs[pos] = body(ctx, blocks);
@@ -427,7 +428,8 @@ std::vector<Array> assemble_outputs(const Mesh& mesh, const std::vector<Partitio
     for (size_t d = 0; d < global.size(); ++d) {
       for (const std::string& a : spec[d]) global[d] *= mesh.axis_size(a);
     }
-    results.emplace_back(global, ref.dtype(), NamedSharding(mesh, spec), std::move(blocks));
+    results.push_back(
+        ArrayAccess::make(global, ref.dtype(), NamedSharding(mesh, spec), std::move(blocks)));
   }
   return results;
 }

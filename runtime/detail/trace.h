@@ -26,6 +26,7 @@
 
 #include "core/dtype.h"
 #include "core/error.h"
+#include "runtime/detail/access.h"
 #include "runtime/detail/op_registry.h"
 
 namespace meshrt {
@@ -156,7 +157,7 @@ class Traced {
     state_ = nullptr;
     --s->suppressed;
     MESHRT_DCHECK(attrs_.index() == op_def(op_).attrs);
-    for (T& y : outs) y.set_trace_id(0);  // an op may return an operand; its result is new
+    for (T& y : outs) detail::set_trace_id(y, 0);  // an op may return an operand; its result is new
     for (Tracer* t : std::vector<Tracer*>(s->tracers)) t->record(op_, inputs_, outs, attrs_);
   }
 
