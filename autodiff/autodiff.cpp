@@ -1,4 +1,4 @@
-// The public entry points' side (autodiff.h): stop_gradient, and Recording, the tape behind
+// The public entry points' side (autodiff.h): stop_gradient, and Differentiation, the tape behind
 // value_and_grad, grad, vjp and jvp.
 #include "autodiff/autodiff.h"
 
@@ -29,20 +29,20 @@ Array stop_gradient(const Array& x) {
 
 namespace autodiff_detail {
 
-struct Recording::Seeds {
+struct Differentiation::Seeds {
   std::vector<std::pair<uint64_t, Tensor>> tensors;
   std::vector<std::pair<uint64_t, Array>> arrays;
 };
-struct Recording::Active {
+struct Differentiation::Active {
   explicit Active(autodiff::Tape& t) : on(t) {}
-  autodiff::Tape::Active on;
+  detail::TraceScope on;
 };
 
-Recording::Recording()
+Differentiation::Differentiation()
     : tape_(std::make_unique<autodiff::Tape>()), seeds_(std::make_unique<Seeds>()) {}
-Recording::Recording(Recording&&) noexcept = default;
-Recording& Recording::operator=(Recording&&) noexcept = default;
-Recording::~Recording() = default;
+Differentiation::Differentiation(Differentiation&&) noexcept = default;
+Differentiation& Differentiation::operator=(Differentiation&&) noexcept = default;
+Differentiation::~Differentiation() = default;
 
 namespace {
 void check_float(DType dt, const std::string& path, const char* api) {
@@ -77,14 +77,16 @@ void watch_leaf(autodiff::Tape& tape, T& x, const std::string& path, const char*
 }
 }  // namespace
 
-void Recording::watch(Tensor& x, const std::string& path, const char* api) {
+void Differentiation::watch(Tensor& x, const std::string& path, const char* api) {
   watch_leaf(*tape_, x, path, api);
 }
-void Recording::watch(Array& x, const std::string& path, const char* api) {
+void Differentiation::watch(Array& x, const std::string& path, const char* api) {
   watch_leaf(*tape_, x, path, api);
 }
-void Recording::start() { active_ = std::make_unique<Active>(*tape_); }
-void Recording::stop() { active_.reset(); }
+Differentiation::Scope::Scope(Differentiation& d) : d_(d) {
+  d_.active_ = std::make_unique<Active>(*d_.tape_);
+}
+Differentiation::Scope::~Scope() { d_.active_.reset(); }
 
 namespace {
 [[noreturn]] void throw_used() {
@@ -94,28 +96,28 @@ namespace {
 }
 }  // namespace
 
-void Recording::seed(const Tensor& out, const Tensor& ct) {
+void Differentiation::seed(const Tensor& out, const Tensor& ct) {
   if (tape_->used()) throw_used();
   seeds_->tensors.emplace_back(detail::trace_id(out), ct);
 }
-void Recording::seed(const Array& out, const Array& ct) {
+void Differentiation::seed(const Array& out, const Array& ct) {
   if (tape_->used()) throw_used();
   seeds_->arrays.emplace_back(detail::trace_id(out), ct);
 }
-void Recording::backward() {
+void Differentiation::backward() {
   autodiff::Env env;
   tape_->backward(std::move(seeds_->tensors), std::move(seeds_->arrays), env);
   seeds_->tensors.clear();
   seeds_->arrays.clear();
 }
 
-Tensor Recording::grad(const Tensor& leaf, const std::string&) {
+Tensor Differentiation::grad(const Tensor& leaf, const std::string&) {
   std::optional<Tensor> g = tape_->tensor_grad(detail::trace_id(leaf));
   if (!g) return zeros(leaf.shape(), leaf.dtype(), leaf.device());
   return autodiff::fit(*g, autodiff::Meta<Tensor>::of(leaf));
 }
 
-Array Recording::grad(const Array& leaf, const std::string& path) {
+Array Differentiation::grad(const Array& leaf, const std::string& path) {
   std::optional<Array> g = tape_->array_grad(detail::trace_id(leaf));
   if (!g) return zeros(leaf.shape(), leaf.dtype(), leaf.sharding());
   Array r = autodiff::fit(*g, autodiff::Meta<Array>::of(leaf));

@@ -47,21 +47,31 @@ Array stop_gradient(const Array& x);
 
 namespace autodiff_detail {
 
-// One recording: the inputs it follows, the ops that ran on them, one backward pass.
-class Recording {
+// One differentiation (value_and_grad, grad, vjp): the inputs it follows, the ops that ran on
+// them (its tape), one backward pass. (Not CollectiveLog::Recording, which lists collectives.)
+class Differentiation {
  public:
-  Recording();
-  Recording(Recording&&) noexcept;
-  Recording& operator=(Recording&&) noexcept;
-  ~Recording();
+  Differentiation();
+  Differentiation(Differentiation&&) noexcept;
+  Differentiation& operator=(Differentiation&&) noexcept;
+  ~Differentiation();
 
   // Follows this copy of an input (`path` names it in errors); integer inputs are an Error
   // naming `api` and the path.
   void watch(Tensor& x, const std::string& path, const char* api);
   void watch(Array& x, const std::string& path, const char* api);
-  // Records while active (on this thread).
-  void start();
-  void stop();
+  // Records the ops run on this thread while it lives (the tape's TraceScope), exceptions
+  // included.
+  class Scope {
+   public:
+    explicit Scope(Differentiation& d);
+    Scope(const Scope&) = delete;
+    Scope& operator=(const Scope&) = delete;
+    ~Scope();
+
+   private:
+    Differentiation& d_;
+  };
   // The cotangent of an output.
   void seed(const Tensor& out, const Tensor& ct);
   void seed(const Array& out, const Array& ct);
@@ -87,7 +97,7 @@ void check_scalar_output(const Shape& shape, DType dtype, const char* api);
 [[noreturn]] void throw_ct_structure(size_t outputs, size_t cotangents);
 
 template <class Tree>
-size_t watch_tree(Recording& rec, Tree& tree, const std::string& root, const char* api) {
+size_t watch_tree(Differentiation& rec, Tree& tree, const std::string& root, const char* api) {
   size_t n = 0;
   tree_visit(
       tree,
@@ -100,7 +110,7 @@ size_t watch_tree(Recording& rec, Tree& tree, const std::string& root, const cha
 }
 
 template <class Tree>
-Tree grads_of(Recording& rec, const Tree& watched, const std::string& root = "primal") {
+Tree grads_of(Differentiation& rec, const Tree& watched, const std::string& root = "primal") {
   Tree g = watched;
   tree_visit(
       g, [&](auto& leaf, const std::string& path) { leaf = rec.grad(leaf, path); }, root);
@@ -108,7 +118,7 @@ Tree grads_of(Recording& rec, const Tree& watched, const std::string& root = "pr
 }
 
 template <class Tree>
-void seed_tree(Recording& rec, const Tree& out, const Tree& ct) {
+void seed_tree(Differentiation& rec, const Tree& out, const Tree& ct) {
   std::vector<std::pair<const Tensor*, const Array*>> outs, cts;
   tree_visit(out, [&](const auto& leaf, const std::string&) {
     if constexpr (std::is_same_v<std::decay_t<decltype(leaf)>, Tensor>)
@@ -140,7 +150,7 @@ struct Argnums {
 
 // Runs f on copies of args whose argnums are watched; returns the output and the recording.
 template <class F, class ArgsTuple, int... N>
-auto record(const F& f, ArgsTuple& args, Recording& rec, const char* api) {
+auto record(const F& f, ArgsTuple& args, Differentiation& rec, const char* api) {
   auto watch_one = [&]<size_t I>(std::integral_constant<size_t, I>) {
     constexpr bool wanted = ((N == static_cast<int>(I)) || ...);
     if constexpr (wanted) {
@@ -152,15 +162,8 @@ auto record(const F& f, ArgsTuple& args, Recording& rec, const char* api) {
     (watch_one(std::integral_constant<size_t, I>{}), ...);
   }
   (std::make_index_sequence<std::tuple_size_v<ArgsTuple>>{});
-  rec.start();
-  try {
-    auto out = std::apply(f, args);
-    rec.stop();
-    return out;
-  } catch (...) {
-    rec.stop();
-    throw;
-  }
+  typename Differentiation::Scope on(rec);
+  return std::apply(f, args);
 }
 
 template <class Out>
@@ -178,7 +181,7 @@ auto value_and_grad_call(const F& f, const char* api, const A&... a) {
   static_assert(((N >= 0 && N < static_cast<int>(sizeof...(A))) && ...),
                 "argnums must name arguments of the function");
   std::tuple<std::decay_t<A>...> args(a...);
-  Recording rec;
+  Differentiation rec;
   auto out = record<F, decltype(args), N...>(f, args, rec, api);
   using Out = decltype(out);
   static_assert(std::is_same_v<Out, Array> || std::is_same_v<Out, Tensor>,
@@ -230,7 +233,7 @@ template <class Out, class... A>
 class Pullback {
  public:
   // Made by vjp(): the recording, the primals it followed and the primal output.
-  Pullback(std::shared_ptr<autodiff_detail::Recording> rec, std::tuple<A...> watched, Out out)
+  Pullback(std::shared_ptr<autodiff_detail::Differentiation> rec, std::tuple<A...> watched, Out out)
       : rec_(std::move(rec)), watched_(std::move(watched)), out_(std::move(out)) {}
   // The cotangents of the primals for the output cotangent `ct` (a tree shaped like the
   // output). Call it once: a second call is an Error.
@@ -243,7 +246,7 @@ class Pullback {
   }
 
  private:
-  std::shared_ptr<autodiff_detail::Recording> rec_;
+  std::shared_ptr<autodiff_detail::Differentiation> rec_;
   std::tuple<A...> watched_;
   Out out_;
 };
@@ -251,7 +254,7 @@ class Pullback {
 // vjp(f, primals...) -> std::pair(f(primals...), pullback). f may return any tree.
 template <class F, class... A>
 auto vjp(F f, const A&... primals) {
-  auto rec = std::make_shared<autodiff_detail::Recording>();
+  auto rec = std::make_shared<autodiff_detail::Differentiation>();
   std::tuple<std::decay_t<A>...> args(primals...);
   size_t leaves = 0;
   [&]<size_t... I>(std::index_sequence<I...>) {
@@ -261,16 +264,9 @@ auto vjp(F f, const A&... primals) {
   }
   (std::index_sequence_for<A...>{});
   if (leaves == 0) autodiff_detail::throw_no_leaves("vjp", 0);
-  rec->start();
   auto out = [&] {
-    try {
-      auto o = std::apply(f, args);
-      rec->stop();
-      return o;
-    } catch (...) {
-      rec->stop();
-      throw;
-    }
+    autodiff_detail::Differentiation::Scope on(*rec);
+    return std::apply(f, args);
   }();
   using Out = decltype(out);
   return std::make_pair(out, Pullback<Out, std::decay_t<A>...>(rec, std::move(args), out));

@@ -59,7 +59,7 @@ std::optional<std::vector<Array>> Tape::shard_map(detail::RunShardMap run,
 
   detail::ErasedBody traced = [&](Context& ctx, const std::vector<Tensor>& xs) {
     BodyRecord& r = (*records)[flat_position(ctx)];
-    Tape::Active on(*r.tape);
+    detail::TraceScope on(*r.tape);
     std::vector<Tensor> ins = xs;
     for (size_t i = 0; i < ins.size(); ++i) {
       if (diff[i]) {

@@ -247,15 +247,4 @@ std::optional<Array> Tape::array_grad(uint64_t id) {
   return g;
 }
 
-Tape::Active::Active(Tape& tape) : previous_(detail::trace_state()) {
-  state_ = previous_ != nullptr ? previous_ : &own_;
-  if (previous_ == nullptr) detail::set_trace_state(&own_);
-  state_->tracers.push_back(&tape);
-}
-
-Tape::Active::~Active() {
-  state_->tracers.pop_back();
-  if (previous_ == nullptr) detail::set_trace_state(nullptr);
-}
-
 }  // namespace meshrt::autodiff

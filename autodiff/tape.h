@@ -147,20 +147,6 @@ class Tape final : public detail::Tracer {
                                               const std::vector<Array>& args,
                                               const ShardMapOptions& options) override;
 
-  // Makes this tape active on the calling task while it lives.
-  class Active {
-   public:
-    explicit Active(Tape& tape);
-    Active(const Active&) = delete;
-    Active& operator=(const Active&) = delete;
-    ~Active();
-
-   private:
-    detail::TraceState own_;
-    detail::TraceState* previous_;
-    detail::TraceState* state_;
-  };
-
  private:
   template <class T>
   void record_node(detail::OpId op, std::span<const T* const> inputs, std::span<T> outputs,

@@ -234,12 +234,12 @@ class JitRecorder final : public global::LaunchObserver {
   // Installs the tracer and this observer on the calling thread; uninstall() puts back what was
   // there.
   void install() {
-    previous_state = set_trace_state(&state);
+    scope.emplace(TraceScope::jit, tracer);
     previous_observer = global::set_launch_observer(this);
   }
   void uninstall() {
     global::set_launch_observer(previous_observer);
-    set_trace_state(previous_state);
+    scope.reset();
   }
 
   std::shared_ptr<JitProgram> prog;
@@ -254,8 +254,7 @@ class JitRecorder final : public global::LaunchObserver {
   std::optional<CollectiveLog::Recording> recording;
   size_t log_seen = 0;
   JitTracer tracer;
-  TraceState state;
-  TraceState* previous_state = nullptr;
+  std::optional<TraceScope> scope;  // the trace's tracer, while installed
   global::LaunchObserver* previous_observer = nullptr;
 };
 
@@ -452,8 +451,6 @@ JitTrace::JitTrace(std::vector<Array>& inputs, std::vector<std::string> paths, s
     p.in_avals.push_back(aval(inputs[i]));
   }
   rec_->recording.emplace(rec_->log.record());
-  rec_->state.tracers.push_back(&rec_->tracer);
-  rec_->state.jit = true;
   rec_->install();
 }
 

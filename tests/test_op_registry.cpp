@@ -3,6 +3,7 @@
 // shared shape rules give one error text.
 #include <gtest/gtest.h>
 
+#include <optional>
 #include <set>
 #include <span>
 #include <string>
@@ -128,9 +129,7 @@ class Recorder final : public detail::Tracer {
 
 TEST(OpRegistry, ReportedOpsCarryTheAttributesTheirDefinitionNames) {
   Recorder rec;
-  detail::TraceState state;
-  state.tracers.push_back(&rec);
-  detail::TraceState* previous = detail::set_trace_state(&state);
+  std::optional<detail::TraceScope> on(std::in_place, rec);
   const Device d = devices()[0];
   const Tensor x = arange(6, DType::f32, d), m = reshape(x, {2, 3});
   (void)add(x, x), (void)multiply(x, 2.0), (void)subtract(1.0, x), (void)less(x, 3.0);
@@ -138,7 +137,7 @@ TEST(OpRegistry, ReportedOpsCarryTheAttributesTheirDefinitionNames) {
   (void)matmul_transposed(m, m, false, true), (void)slice(x, {1}, {4}), (void)pad(x, {{1, 2}});
   (void)concatenate({x, x}), (void)m[1], (void)dynamic_update_slice(x, x, {0});
   (void)astype(x, DType::f64), (void)where(x > 1.0, x, x);
-  detail::set_trace_state(previous);
+  on.reset();
   std::set<OpId> ops;
   for (const auto& [op, attrs] : rec.seen) {
     ops.insert(op);
@@ -152,6 +151,58 @@ TEST(OpRegistry, ReportedOpsCarryTheAttributesTheirDefinitionNames) {
                   OpId::where, OpId::transpose, OpId::reshape}) {
     EXPECT_TRUE(ops.count(op)) << detail::op_name(op) << " was not reported";
   }
+}
+
+// TraceScope is the one way tracing starts and ends: scopes nest (an inner tracer joins the outer
+// ones, `none` hides every tracer, a jit scope stands alone) and each puts back what it found,
+// when an exception leaves it too; a traced op's inner ops are never reported.
+TEST(OpRegistry, TraceScopesNestAndRestoreWhatTheyFound) {
+  const Device d = devices()[0];
+  const Tensor x = arange(4, DType::f32, d);
+  ASSERT_EQ(detail::trace_state(), nullptr);
+  Recorder outer, inner, jit;
+  {
+    detail::TraceScope a(outer);
+    EXPECT_TRUE(detail::tracing());
+    (void)exp(x);
+    {
+      detail::TraceScope b(inner);
+      EXPECT_EQ(detail::trace_state()->tracers.size(), 2u);
+      (void)neg(x);
+      {
+        detail::TraceScope off(detail::TraceScope::none);
+        EXPECT_FALSE(detail::tracing());
+        (void)log(x);
+      }
+      {
+        detail::TraceScope j(detail::TraceScope::jit, jit);
+        EXPECT_TRUE(detail::trace_state()->jit);
+        EXPECT_EQ(detail::trace_state()->tracers.size(), 1u);
+        (void)sin(x);
+      }
+      EXPECT_FALSE(detail::trace_state()->jit);
+      (void)softmax(x);  // made of other ops: reported once, as itself
+    }
+    EXPECT_EQ(detail::trace_state()->tracers.size(), 1u);
+    EXPECT_THROW(
+        {
+          detail::TraceScope b(inner);
+          (void)cos(x);
+          throw Error("[test] leaves the scope");
+        },
+        Error);
+    EXPECT_EQ(detail::trace_state()->tracers.size(), 1u);
+  }
+  EXPECT_EQ(detail::trace_state(), nullptr);
+  EXPECT_FALSE(detail::tracing());
+  auto ops = [](const Recorder& r) {
+    std::vector<OpId> v;
+    for (const auto& [op, attrs] : r.seen) v.push_back(op);
+    return v;
+  };
+  EXPECT_EQ(ops(outer), (std::vector<OpId>{OpId::exp, OpId::neg, OpId::softmax, OpId::cos}));
+  EXPECT_EQ(ops(inner), (std::vector<OpId>{OpId::neg, OpId::softmax, OpId::cos}));
+  EXPECT_EQ(ops(jit), (std::vector<OpId>{OpId::sin}));
 }
 
 // The shape rules Tensor ops, Array ops and the placement rules share, and their one error text.

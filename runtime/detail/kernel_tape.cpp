@@ -274,20 +274,16 @@ thread_local KernelRecorder* t_recorder = nullptr;
 // Installs a recorder on this thread (and no tracer: the recording is not part of any trace).
 class RecorderScope {
  public:
-  explicit RecorderScope(KernelRecorder* recorder)
-      : previous_(t_recorder), state_(set_trace_state(nullptr)) {
+  explicit RecorderScope(KernelRecorder* recorder) : previous_(t_recorder) {
     t_recorder = recorder;
   }
   RecorderScope(const RecorderScope&) = delete;
   RecorderScope& operator=(const RecorderScope&) = delete;
-  ~RecorderScope() {
-    t_recorder = previous_;
-    set_trace_state(state_);
-  }
+  ~RecorderScope() { t_recorder = previous_; }
 
  private:
   KernelRecorder* previous_;
-  TraceState* state_;
+  TraceScope untraced_{TraceScope::none};
 };
 
 KernelRecord refused(std::string why) { return KernelRecord{nullptr, std::move(why)}; }

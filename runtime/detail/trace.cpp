@@ -10,11 +10,40 @@ namespace meshrt::detail {
 
 TraceState* trace_state() { return static_cast<TraceState*>(core::task_local_slot()); }
 
+namespace {
+// Installs `state` for this task and returns the previous one (TraceScope restores it).
 TraceState* set_trace_state(TraceState* state) {
   void*& slot = core::task_local_slot();
   TraceState* previous = static_cast<TraceState*>(slot);
   slot = state;
   return previous;
+}
+}  // namespace
+
+TraceScope::TraceScope(Tracer& tracer) : previous_(trace_state()) {
+  if (previous_ != nullptr) {
+    pushed_to_ = previous_;
+  } else {
+    pushed_to_ = &own_;
+    installed_ = true;
+    set_trace_state(&own_);
+  }
+  pushed_to_->tracers.push_back(&tracer);
+}
+
+TraceScope::TraceScope(Jit, Tracer& tracer) : previous_(set_trace_state(&own_)), installed_(true) {
+  own_.tracers.push_back(&tracer);
+  own_.jit = true;
+}
+
+TraceScope::TraceScope(None) : previous_(set_trace_state(nullptr)), installed_(true) {}
+
+TraceScope::~TraceScope() {
+  if (pushed_to_ != nullptr) {
+    MESHRT_DCHECK(!pushed_to_->tracers.empty());
+    pushed_to_->tracers.pop_back();
+  }
+  if (installed_) set_trace_state(previous_);
 }
 
 uint64_t next_trace_id() {

@@ -77,9 +77,8 @@ struct TraceState {
   bool jit = false;  // a jit trace is recording: shard_map is refused (throw_shard_map_in_jit)
 };
 // This task's state (a device body on a fiber has its own), or nullptr when none was installed.
+// TraceScope is the one way to change it.
 TraceState* trace_state();
-// Installs `state` for this task and returns the previous one (restore it when done).
-TraceState* set_trace_state(TraceState* state);
 // A fresh, process-wide unique id for a traced value (never 0).
 uint64_t next_trace_id();
 
@@ -95,8 +94,41 @@ inline bool tracing() {
 // A host read of a traced value: lets the tracers refuse it (see Tracer::check_read).
 void check_host_read(uint64_t trace_id, std::string_view what);
 
+// Starts and ends tracing on this task: what traces the task while the scope lives, and what
+// traced it before once it ends (exceptions included). The one way tracing state changes:
+//
+//   TraceScope on(tape);                          // autodiff: tape becomes the innermost tracer
+//   TraceScope on(TraceScope::jit, recorder);     // a jit trace: its tracer alone, shard_map
+//   refused TraceScope off(TraceScope::none);             // nothing traces (a kernel recording)
+//
+// Scopes nest and end in reverse order (they live on the stack, or in an object that does).
+class TraceScope {
+ public:
+  struct Jit {};
+  struct None {};
+  static constexpr Jit jit{};
+  static constexpr None none{};
+
+  // `tracer` becomes the innermost tracer of this task; outer ones keep tracing (grad of grad).
+  explicit TraceScope(Tracer& tracer);
+  // A jit trace: `tracer` is the task's only tracer, and shard_map is refused inside.
+  TraceScope(Jit, Tracer& tracer);
+  // No tracer sees this task's ops.
+  explicit TraceScope(None);
+  TraceScope(const TraceScope&) = delete;
+  TraceScope& operator=(const TraceScope&) = delete;
+  ~TraceScope();
+
+ private:
+  TraceState own_;                   // the state installed when the scope needs its own
+  TraceState* previous_;             // the task's state before the scope
+  TraceState* pushed_to_ = nullptr;  // the state the tracer was pushed onto, if any
+  bool installed_ = false;           // the scope installed a state (restore previous_ at the end)
+};
+
 // Holds tracing off on this task while it lives: ops run inside (a transform's own steps, the
-// global view's launches) are not the user's ops, and tracers do not see them.
+// global view's launches, a traced op's inner ops) are not the user's ops, and tracers do not see
+// them. release() ends it early.
 class Untraced {
  public:
   Untraced() : state_(trace_state()) {
@@ -104,8 +136,11 @@ class Untraced {
   }
   Untraced(const Untraced&) = delete;
   Untraced& operator=(const Untraced&) = delete;
-  ~Untraced() {
+  ~Untraced() { release(); }
+  // Lets tracers see this task's ops again, before the guard ends.
+  void release() {
     if (state_ != nullptr) --state_->suppressed;
+    state_ = nullptr;
   }
 
  private:
@@ -113,55 +148,52 @@ class Untraced {
 };
 
 // Reports one op: construct at the op's start, pass the result(s) through operator() / outputs().
+// Until then the op's inner ops are not reported (an Untraced).
 template <class T>
 class Traced {
  public:
   Traced(OpId op, std::initializer_list<const T*> inputs) {
     if (!tracing()) return;
-    state_ = trace_state();
-    ++state_->suppressed;
-    op_ = op;
+    start(op);
     inputs_.assign(inputs.begin(), inputs.end());
   }
   Traced(OpId op, const std::vector<T>& inputs) {
     if (!tracing()) return;
-    state_ = trace_state();
-    ++state_->suppressed;
-    op_ = op;
+    start(op);
     for (const T& x : inputs) inputs_.push_back(&x);
   }
   Traced(const Traced&) = delete;
   Traced& operator=(const Traced&) = delete;
-  ~Traced() {
-    if (state_ != nullptr) --state_->suppressed;
-  }
   // True when the op will be reported: set its attributes (the kind its OpDef names) then.
-  explicit operator bool() const { return state_ != nullptr; }
+  explicit operator bool() const { return inner_.has_value(); }
   template <class A>
   void set_attrs(A attrs) {
     attrs_ = std::move(attrs);
   }
 
   T operator()(T out) {
-    if (state_ != nullptr) report(std::span<T>(&out, 1));
+    if (inner_) report(std::span<T>(&out, 1));
     return out;
   }
   std::vector<T> outputs(std::vector<T> outs) {
-    if (state_ != nullptr) report(std::span<T>(outs));
+    if (inner_) report(std::span<T>(outs));
     return outs;
   }
 
  private:
+  void start(OpId op) {
+    inner_.emplace();
+    op_ = op;
+  }
   void report(std::span<T> outs) {
-    TraceState* s = state_;
-    state_ = nullptr;
-    --s->suppressed;
+    inner_.reset();
     MESHRT_DCHECK(attrs_.index() == op_def(op_).attrs);
     for (T& y : outs) detail::set_trace_id(y, 0);  // an op may return an operand; its result is new
-    for (Tracer* t : std::vector<Tracer*>(s->tracers)) t->record(op_, inputs_, outs, attrs_);
+    for (Tracer* t : std::vector<Tracer*>(trace_state()->tracers))
+      t->record(op_, inputs_, outs, attrs_);
   }
 
-  TraceState* state_ = nullptr;
+  std::optional<Untraced> inner_;  // the op's own ops, held off until it reports
   OpId op_ = OpId::identity;
   std::vector<const T*> inputs_;
   OpAttrs attrs_;
