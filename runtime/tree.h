@@ -128,28 +128,38 @@ inline constexpr bool is_node_v =
 template <class T>
 using fields_t = decltype(meshrt_tree_fields(std::declval<T&>()));
 
-// Whether a type can hold an Array or Tensor leaf; the rest of a tree is static.
-template <class T>
-constexpr bool has_leaves();
-template <class Tup, size_t... I>
-constexpr bool any_has_leaves(std::index_sequence<I...>) {
-  return (has_leaves<std::remove_cvref_t<std::tuple_element_t<I, Tup>>>() || ...);
+// Whether a type can hold a leaf, a type for which Leaf<type>::value is true: the walk every
+// tree's has_leaves shares (trees' leaves are Arrays and Tensors; a checkpoint's are also
+// ShapeDtypeStructs). The rest of a tree is static.
+template <template <class> class Leaf, class T>
+constexpr bool holds_leaves();
+template <template <class> class Leaf, class Tup, size_t... I>
+constexpr bool any_holds_leaves(std::index_sequence<I...>) {
+  return (holds_leaves<Leaf, std::remove_cvref_t<std::tuple_element_t<I, Tup>>>() || ...);
 }
-template <class T>
-constexpr bool has_leaves() {
-  if constexpr (is_leaf_v<T>) {
+template <template <class> class Leaf, class T>
+constexpr bool holds_leaves() {
+  if constexpr (Leaf<T>::value) {
     return true;
   } else if constexpr (is_string_map<T>::value) {
-    return has_leaves<typename T::mapped_type>();
+    return holds_leaves<Leaf, typename T::mapped_type>();
   } else if constexpr (is_sequence_v<T>) {
-    return has_leaves<typename T::value_type>();
+    return holds_leaves<Leaf, typename T::value_type>();
   } else if constexpr (is_tuple_like<T>::value) {
-    return any_has_leaves<T>(std::make_index_sequence<std::tuple_size_v<T>>{});
+    return any_holds_leaves<Leaf, T>(std::make_index_sequence<std::tuple_size_v<T>>{});
   } else if constexpr (registered<T>) {
-    return any_has_leaves<fields_t<T>>(std::make_index_sequence<std::tuple_size_v<fields_t<T>>>{});
+    return any_holds_leaves<Leaf, fields_t<T>>(
+        std::make_index_sequence<std::tuple_size_v<fields_t<T>>>{});
   } else {
     return false;
   }
+}
+template <class T>
+struct is_leaf : std::bool_constant<is_leaf_v<T>> {};
+// Whether a type can hold an Array or Tensor leaf; the rest of a tree is static.
+template <class T>
+constexpr bool has_leaves() {
+  return holds_leaves<is_leaf, T>();
 }
 template <class T>
 inline constexpr bool has_leaves_v = has_leaves<T>();

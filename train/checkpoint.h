@@ -97,29 +97,13 @@ template <class T>
 inline constexpr bool is_leaf_v =
     std::is_same_v<T, Array> || std::is_same_v<T, Tensor> || std::is_same_v<T, ShapeDtypeStruct>;
 
-// Whether a type holds Array, Tensor or ShapeDtypeStruct leaves (the rest of a tree is static).
 template <class T>
-constexpr bool has_leaves();
-template <class Tup, size_t... I>
-constexpr bool any_has_leaves(std::index_sequence<I...>) {
-  return (has_leaves<std::remove_cvref_t<std::tuple_element_t<I, Tup>>>() || ...);
-}
+struct is_leaf : std::bool_constant<is_leaf_v<T>> {};
+// Whether a type holds Array, Tensor or ShapeDtypeStruct leaves (the rest of a tree is static):
+// the trees' walk (tree_detail::holds_leaves) with a checkpoint's leaves.
 template <class T>
 constexpr bool has_leaves() {
-  using namespace tree_detail;
-  if constexpr (is_leaf_v<T>) {
-    return true;
-  } else if constexpr (is_string_map<T>::value) {
-    return has_leaves<typename T::mapped_type>();
-  } else if constexpr (is_sequence_v<T>) {
-    return has_leaves<typename T::value_type>();
-  } else if constexpr (is_tuple_like<T>::value) {
-    return any_has_leaves<T>(std::make_index_sequence<std::tuple_size_v<T>>{});
-  } else if constexpr (registered<T>) {
-    return any_has_leaves<fields_t<T>>(std::make_index_sequence<std::tuple_size_v<fields_t<T>>>{});
-  } else {
-    return false;
-  }
+  return tree_detail::holds_leaves<is_leaf, T>();
 }
 template <class T>
 inline constexpr bool has_leaves_v = has_leaves<T>();
