@@ -19,6 +19,10 @@
 
 namespace meshrt {
 
+namespace detail {
+struct CollectiveLogAccess;  // global/launch.h
+}  // namespace detail
+
 // Records the collectives the global view inserts while a Recording is alive (the file comment
 // has an example). Thread-safe: entries may be added from any thread.
 class CollectiveLog {
@@ -68,10 +72,11 @@ class CollectiveLog {
   // A table: op, collective, algorithm, from -> to, bytes per device, microseconds.
   std::string str() const;
 
-  // Internal: called by the global view for each collective it inserts.
-  static void add(Entry entry);
-
  private:
+  // Appends `entry` to every active recording: the global view calls it for each collective it
+  // inserts (detail::CollectiveLogAccess).
+  static void add(Entry entry);
+  friend struct detail::CollectiveLogAccess;
   mutable std::mutex mu_;
   std::vector<Entry> entries_;  // guarded by mu_
 };

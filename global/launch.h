@@ -8,13 +8,23 @@
 #pragma once
 
 #include <functional>
+#include <utility>
 #include <vector>
 
+#include "global/collective_log.h"
 #include "global/layout.h"
 #include "runtime/array.h"
 #include "runtime/context.h"
 #include "runtime/mesh.h"
 #include "runtime/sharding.h"
+
+namespace meshrt::detail {
+// The CollectiveLog's writer: the launches and reshards of the global view report each collective
+// they insert.
+struct CollectiveLogAccess {
+  static void add(CollectiveLog::Entry entry) { CollectiveLog::add(std::move(entry)); }
+};
+}  // namespace meshrt::detail
 
 namespace meshrt::global {
 

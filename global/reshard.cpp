@@ -100,12 +100,12 @@ Array resolve(const Array& x, const Mesh& mesh, const Layout& to, std::string_vi
   int64_t bytes = in_bytes;
   for (auto& [axis, dim] : scatters) {
     const int64_t n = mesh.axis_size(axis);
-    CollectiveLog::add({by, "psum_scatter", "direct", layout_str(have), layout_str(next),
-                        bytes * (n - 1) / n, secs, why});
+    detail::CollectiveLogAccess::add({by, "psum_scatter", "direct", layout_str(have),
+                                      layout_str(next), bytes * (n - 1) / n, secs, why});
     bytes /= n;
   }
   if (!rest.empty()) {
-    CollectiveLog::add(
+    detail::CollectiveLogAccess::add(
         {by, "psum", "direct", layout_str(have), layout_str(next), bytes, secs, why});
   }
   return out.front();
@@ -192,12 +192,13 @@ Array reshard(const Array& x, const Mesh& mesh, const Layout& to, std::string_vi
   if (LaunchObserver* o = launch_observer()) o->resharded(cur, target, out);
   const int64_t out_bytes = block_bytes(out);
   if (moved > 1) {
-    CollectiveLog::add({std::string(op), "all_to_all", "copy", layout_str(have), layout_str(to),
-                        out_bytes * (moved - 1) / moved, secs, note});
+    detail::CollectiveLogAccess::add({std::string(op), "all_to_all", "copy", layout_str(have),
+                                      layout_str(to), out_bytes * (moved - 1) / moved, secs, note});
   }
   if (gathered > 1) {
-    CollectiveLog::add({std::string(op), "all_gather", "copy", layout_str(have), layout_str(to),
-                        out_bytes * (gathered - 1) / gathered, secs, note});
+    detail::CollectiveLogAccess::add({std::string(op), "all_gather", "copy", layout_str(have),
+                                      layout_str(to), out_bytes * (gathered - 1) / gathered, secs,
+                                      note});
   }
   return out;
 }

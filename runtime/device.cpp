@@ -15,6 +15,7 @@
 #include "core/error.h"
 #include "core/strings.h"
 #include "core/threads/executor.h"
+#include "runtime/detail/access.h"
 #include "runtime/detail/kernel_tape.h"
 #include "runtime/detail/platform.h"
 
@@ -58,7 +59,7 @@ void build_lists(Device::Kind kind, const backend::Backend& b, std::vector<Devic
   counts[static_cast<size_t>(r.layout.rank)] = b.device_count();
   for (int p = 0; p < r.layout.size; ++p) {
     for (int i = 0; i < counts[static_cast<size_t>(p)]; ++i) {
-      all.emplace_back(kind, i, p);
+      all.push_back(detail::DeviceAccess::make(kind, i, p));
       if (p == r.layout.rank) local.push_back(all.back());
     }
   }

@@ -18,6 +18,11 @@
 
 namespace meshrt {
 
+class Device;
+namespace detail {
+struct DeviceAccess;  // runtime/detail/access.h
+}  // namespace detail
+
 // A device: cheap value type, comparable and hashable. Obtain devices from devices().
 class Device {
  public:
@@ -44,17 +49,20 @@ class Device {
   // Ids of process p start at p * kProcessIdStride.
   static constexpr int kProcessIdStride = 4096;
 
-  // Internal: devices are made by the platform registry.
+  // The platforms, as an enum.
   enum class Kind : unsigned char {
     cpu,   // a simulated device of the cpu platform
     cuda,  // a (logical) GPU of the cuda platform
   };
-  // Internal: the device `local_index` of a platform in process `process_index`.
-  Device(Kind kind, int local_index, int process_index = 0);
   // The platform, as an enum (platform() names it).
   Kind kind() const { return kind_; }
 
  private:
+  // The device `local_index` of a platform in process `process_index`: devices are made by the
+  // platform registry (detail::DeviceAccess).
+  Device(Kind kind, int local_index, int process_index = 0);
+  friend struct detail::DeviceAccess;
+
   int id_ = -1;
   int local_index_ = -1;
   int process_index_ = 0;

@@ -26,6 +26,15 @@
 
 namespace meshrt::detail {
 
+// Device's internals.
+struct DeviceAccess {
+  // The device `local_index` of a platform in process `process_index` (the platform registry
+  // makes every Device so).
+  static Device make(Device::Kind kind, int local_index, int process_index) {
+    return Device(kind, local_index, process_index);
+  }
+};
+
 // Tensor's internals.
 struct TensorAccess {
   // A view of `buffer` starting `byte_offset` bytes in (ops and collectives make tensors so).
