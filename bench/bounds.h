@@ -1,8 +1,9 @@
 // bench/bounds.h: the memory bound of each collective the perf report measures, derived once.
 //
 // A collective over N devices of one host moves at least the bytes below through memory; the
-// report divides by the memcpy bandwidth measured in the same run, which counts bytes *copied*
-// (each read once and written once), so a bound is (bytes read + bytes written) / 2 / bandwidth.
+// report divides by the fastest memcpy rate timed in the same run (CopyRate), which counts bytes
+// *copied* (each read once and written once), so a bound is (bytes read + bytes written) / 2 /
+// rate.
 // Every output byte is written once, and every input byte that some output depends on is read at
 // least once (a byte read once may feed several outputs from cache). tests/test_bounds.cpp
 // recounts both from each collective's definition (which input bytes each output byte depends
@@ -10,6 +11,7 @@
 // bound means the bound or the timer is wrong.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 
 namespace meshrt::bench {
@@ -18,6 +20,24 @@ struct Traffic {
   double read = 0, written = 0;  // bytes, over all devices
   // The time floor in seconds at `copy_bw` bytes copied per second.
   double seconds(double copy_bw) const { return (read + written) / 2.0 / copy_bw; }
+};
+
+// The copy rate a bound divides by: the fastest of the copies timed, in bytes copied per second.
+// A floor must hold for every run of the collective, so it takes the best rate the machine showed,
+// not a typical one: on a shared VM one 16 MiB copy on 2 threads took anything from 1x to 6x the
+// fastest within seconds (a neighbour holding a core for part of it), and the median of 3 copies,
+// the report's rate before, was at times half the fastest, so collectives timed a moment later
+// ran below their "bound" (0.5-0.9x in --quick). A rate taken from copies slowed by load can only
+// overstate a ratio, never make it beatable.
+class CopyRate {
+ public:
+  // One timed copy: `bytes` copied (over all threads) in `seconds`.
+  void add(double bytes, double seconds) { best_ = std::max(best_, bytes / seconds); }
+  // Bytes copied per second by the fastest copy added; 0 before any.
+  double best() const { return best_; }
+
+ private:
+  double best_ = 0;
 };
 
 // psum of P bytes per device: every device reads all N inputs' bytes (N·P once) and writes its own

@@ -4,13 +4,14 @@
 //   ./run.sh perf            (or build/bench/meshrt-perf-report [--quick] [--no-mpi])
 //   build/bench/meshrt-perf-report --psum-dtypes [ROUNDS]   issue 28's rows alone: psum float32
 //       64 MiB, bfloat16 64 MiB and bfloat16 16 Mi elements on 8 devices, in turn ROUNDS times
-//       (default 5), each round with its own memcpy bound; per-round and median ratios
+//       (default 5), each against the fastest copy timed so far (copies before and after every
+//       round); per-round and median ratios
 //   build/bench/meshrt-perf-report --devices [MAX]   the devices table alone, 8..MAX devices
 //       (default 256; MAX up to 4096)
 //
-// Bounds (time to memcpy the bytes each collective must move, memcpy bandwidth measured with
-// all cores here): psum 2*P*N bytes (the issue's formula); all_gather N*S_out; psum_scatter
-// N*(S + S/N)/2; all_to_all and ppermute N*S  (S = bytes per device, N = devices).
+// Bounds (time to memcpy the bytes each collective must move at the fastest copy rate timed in
+// this run, bench/bounds.h): psum 2*P*N bytes (the issue's formula); all_gather N*S_out;
+// psum_scatter N*(S + S/N)/2; all_to_all and ppermute N*S  (S = bytes per device, N = devices).
 #include <meshrt/meshrt.h>
 
 #include <algorithm>
@@ -21,6 +22,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <thread>
@@ -31,26 +33,34 @@
 
 using namespace meshrt;
 using meshrt::bench::Clock;
+using meshrt::bench::CopyRate;
 using meshrt::bench::median;
 using meshrt::bench::seconds_since;
 using meshrt::bench::span;
+using meshrt::bench::time_copies;
 using meshrt::bench::time_threads;
 
 namespace {
 
-// Copy bandwidth (bytes copied per second) with `threads` threads each copying `bytes`.
-double memcpy_bandwidth(size_t bytes, int threads, int reps) {
-  std::vector<std::vector<char>> src(static_cast<size_t>(threads)),
-      dst(static_cast<size_t>(threads));
-  for (int t = 0; t < threads; ++t) {
-    src[static_cast<size_t>(t)].assign(bytes, 1);
-    dst[static_cast<size_t>(t)].assign(bytes, 0);
+// Times `reps` copies of `bytes` per thread with one thread and `reps` with all cores into `rate`:
+// a collective may run at either's pace (a neighbour holding a core), and its floor is the faster.
+void probe_copies(CopyRate& rate, size_t bytes, int cores, int reps) {
+  for (int threads : {1, cores}) {
+    for (double s : time_copies(bytes, threads, reps)) {
+      rate.add(static_cast<double>(bytes) * threads, s);
+    }
   }
-  const double s = time_threads(threads, reps, 0, [&](int t) {
-    std::memcpy(dst[static_cast<size_t>(t)].data(), src[static_cast<size_t>(t)].data(), bytes);
-  });
-  return static_cast<double>(bytes) * threads / s;
 }
+
+// The fastest copy rate of each buffer size timed in this run; probe() times more copies first.
+struct CopyRates {
+  int cores, reps;
+  std::map<size_t, CopyRate> by_size;
+  double probe(size_t bytes) {
+    probe_copies(by_size[bytes], bytes, cores, reps);
+    return by_size[bytes].best();
+  }
+};
 
 // Seconds for `threads` threads to fold n inputs of `bytes` float32s each into n outputs of
 // bytes / n (output d sums every input's slice d, in input order): psum_scatter's memory work
@@ -237,8 +247,8 @@ void devices_table(int64_t max_devices, bool quick, int reps) {
 
 // Issue 28's rows alone, `rounds` times in turn on 8 devices: psum float32 64 MiB/device, bfloat16
 // 64 MiB/device (32 Mi elements) and bfloat16 16 Mi elements/device (the float32 row's element
-// count), each round with its own all-core memcpy bandwidth for the N·P bound; then the medians
-// of the per-round ratios.
+// count), each round's N·P bound from the fastest copy timed so far (copies timed before and after
+// every round); then the medians of the per-round ratios.
 void psum_dtypes(int rounds, int reps) {
   auto psum = [](Context& c, const Tensor& t) { return c.psum(t, "x"); };
   const int64_t n = 8;
@@ -246,19 +256,23 @@ void psum_dtypes(int rounds, int reps) {
   const int64_t elems = static_cast<int64_t>(big / 4);
   const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   std::printf(
-      "# psum on %lld devices, float32 vs bfloat16, %d rounds (each: memcpy bw, f32 64 MiB, bf16 "
-      "64 MiB, bf16 16 Mi elements; medians of %d samples each)\n",
+      "# psum on %lld devices, float32 vs bfloat16, %d rounds (each: memcpy, f32 64 MiB, bf16 "
+      "64 MiB, bf16 16 Mi elements, memcpy; medians of %d samples each; the bound's rate is the "
+      "fastest copy so far)\n",
       static_cast<long long>(n), rounds, reps);
   std::printf(
       "| round | memcpy | f32 64 MiB | / bound | bf16 64 MiB | / bound | bf16 16 Mi el. | / f32 "
       "64 MiB |\n|---|---|---|---|---|---|---|---|\n");
   std::vector<double> r32, r16, rhalf;
+  CopyRate rate;
   for (int r = 0; r < rounds; ++r) {
-    const double bw = memcpy_bandwidth(big, cores, reps);
-    const double bound = meshrt::bench::psum_traffic(n, big).seconds(bw);
+    probe_copies(rate, big, cores, reps);
     const double t32 = time_op(n, elems, 4, reps, psum);
     const double t16 = time_op(n, elems * 2, 4, reps, psum, DType::bf16);
     const double th = time_op(n, elems, 4, reps, psum, DType::bf16);
+    probe_copies(rate, big, cores, reps);
+    const double bw = rate.best();
+    const double bound = meshrt::bench::psum_traffic(n, big).seconds(bw);
     r32.push_back(t32 / bound);
     r16.push_back(t16 / bound);
     rhalf.push_back(th / t32);
@@ -333,21 +347,32 @@ int main(int argc, char** argv) {
   const size_t big = size_t{64} << 20, mid = size_t{16} << 20;
 
   const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  const double bw1 = memcpy_bandwidth(size_t{64} << 20, 1, reps);
+  // Every bound divides by the fastest copy of the row's buffer size timed in this run, with
+  // copies timed again just before and just after the row (bench/bounds.h's CopyRate): 16 MiB
+  // buffers can partly stay in a large L3 and copy faster than 64 MiB ones, so a rate taken from
+  // larger copies than the collective makes could be beaten without the collective beating memory.
+  CopyRates rates{cores, reps, {}};
+  CopyRate one, all;  // the header's two rates, from the psum rows' first copies
+  for (double s : time_copies(big, 1, reps)) {
+    one.add(static_cast<double>(big), s);
+    rates.by_size[big].add(static_cast<double>(big), s);
+  }
+  for (double s : time_copies(big, cores, reps)) {
+    all.add(static_cast<double>(big) * cores, s);
+    rates.by_size[big].add(static_cast<double>(big) * cores, s);
+  }
   std::printf(
       "# meshrt performance report: %lld simulated cpu devices on %u hardware threads, "
       "MESHRT_CPU_EXECUTOR=%s (fibers when devices outnumber cores)\n",
       static_cast<long long>(n), std::thread::hardware_concurrency(), executor_name());
-  const double bw = memcpy_bandwidth(size_t{64} << 20, cores, reps);
-  std::printf("# memcpy bandwidth: %.2f GB/s (all cores), %.2f GB/s (one thread)\n", bw / 1e9,
-              bw1 / 1e9);
   std::printf(
-      "# each bound below uses the all-core memcpy bandwidth measured again just before its row "
-      "(this machine's drifts)\n\n");
-  // The bandwidth for a row copies buffers of the row's size: 16 MiB buffers can partly stay in
-  // a large L3 and copy faster than 64 MiB ones, so a bound taken from larger copies than the
-  // collective makes can be beaten without the collective beating memory.
-  auto bw_now = [&](size_t bytes) { return memcpy_bandwidth(bytes, cores, reps); };
+      "# memcpy bandwidth, fastest of %d copies of 64 MiB per thread: %.2f GB/s (all cores), "
+      "%.2f GB/s (one thread)\n",
+      reps, all.best() / 1e9, one.best() / 1e9);
+  std::printf(
+      "# each bound below uses the fastest copy of its row's buffer size timed in this run, "
+      "copies timed again just before and after the row, one thread and all cores (a floor "
+      "takes the best rate: this machine's drifts)\n\n");
   std::printf("| %-44s | %13s | %-30s | %13s | %7s | %-10s |\n", "measurement", "meshrt",
               "baseline", "baseline", "ratio", "target");
   std::printf("|%s|%s|%s|%s|%s|%s|\n", std::string(46, '-').c_str(), std::string(15, '-').c_str(),
@@ -355,19 +380,19 @@ int main(int argc, char** argv) {
               std::string(9, '-').c_str(), std::string(12, '-').c_str());
 
   const int64_t big_elems = static_cast<int64_t>(big / 4);
-  double t_big = time_op(n, big_elems, quick ? 2 : 4, reps, psum);
+  double t_big = time_op(n, big_elems, quick ? 2 : 4, reps, psum);  // copies timed just before
   row("psum 64 MiB/device, float32", t_big, meshrt::bench::psum_formula(),
-      meshrt::bench::psum_traffic(n, big).seconds(bw), "<= 1.1x");  // bw was measured just before
+      meshrt::bench::psum_traffic(n, big).seconds(rates.probe(big)), "<= 1.1x");
   if (mpi) {
     double m = mpi_allreduce(static_cast<int>(n), big, quick ? 2 : 4, quick ? 3 : 5);
     row("psum 64 MiB/device, float32", t_big, "Open MPI MPI_Allreduce 8 ranks", m, "<= 0.33x");
   }
   // bfloat16 (issue 28): the same bound for its bytes, and the same element count as the
   // float32 row in half the bytes (about half the time if the fold keeps up with memory).
-  const double bw_bf16 = bw_now(big);
+  rates.probe(big);
   const double t_bf16 = time_op(n, big_elems * 2, quick ? 2 : 4, reps, psum, DType::bf16);
   row("psum 64 MiB/device, bfloat16", t_bf16, meshrt::bench::psum_formula(),
-      meshrt::bench::psum_traffic(n, big).seconds(bw_bf16), "<= 1.1x");
+      meshrt::bench::psum_traffic(n, big).seconds(rates.probe(big)), "<= 1.1x");
   const double t_bf16_half = time_op(n, big_elems, quick ? 2 : 4, reps, psum, DType::bf16);
   row("psum 16 Mi elements/device, bfloat16", t_bf16_half, "the float32 row (64 MiB)", t_big,
       "~0.5x");
@@ -387,32 +412,31 @@ int main(int argc, char** argv) {
 
   const int64_t mid_elems = static_cast<int64_t>(mid / 4);
   const int it = quick ? 3 : 8;
-  double b = bw_now(mid);
+  rates.probe(mid);
   double t_ag = time_op(n, mid_elems / n, it, reps,
                         [](Context& c, const Tensor& t) { return c.all_gather(t, "x", 0, true); });
   row("all_gather 16 MiB output/device", t_ag, meshrt::bench::all_gather_formula(),
-      meshrt::bench::all_gather_traffic(n, mid).seconds(b), "<= 1.2x");
-  b = bw_now(mid);
+      meshrt::bench::all_gather_traffic(n, mid).seconds(rates.probe(mid)), "<= 1.2x");
   double t_rs = time_op(n, mid_elems, it, reps, [](Context& c, const Tensor& t) {
     return c.psum_scatter(t, "x", 0, true);
   });
   row("psum_scatter 16 MiB input/device", t_rs, meshrt::bench::psum_scatter_formula(),
-      meshrt::bench::psum_scatter_traffic(n, mid).seconds(b), "<= 1.2x");
+      meshrt::bench::psum_scatter_traffic(n, mid).seconds(rates.probe(mid)), "<= 1.2x");
   row("psum_scatter 16 MiB input/device", t_rs, "hand-written fold, all cores",
       hand_fold_seconds(n, mid, cores, reps), "<= 1.2x");
-  b = bw_now(mid);
+  rates.probe(mid);
   double t_a2a = time_op(n, mid_elems, it, reps, [](Context& c, const Tensor& t) {
     return c.all_to_all(t, "x", 0, 0, true);
   });
   row("all_to_all 16 MiB/device", t_a2a, meshrt::bench::all_to_all_formula(),
-      meshrt::bench::all_to_all_traffic(n, mid).seconds(b), "<= 1.2x");
-  b = bw_now(mid);
+      meshrt::bench::all_to_all_traffic(n, mid).seconds(rates.probe(mid)), "<= 1.2x");
+  rates.probe(mid);
   std::vector<std::pair<int64_t, int64_t>> shift;
   for (int64_t i = 0; i < n; ++i) shift.emplace_back(i, (i + 1) % n);
   double t_pp = time_op(n, mid_elems, it, reps,
                         [&](Context& c, const Tensor& t) { return c.ppermute(t, "x", shift); });
   row("ppermute 16 MiB/device (ring shift)", t_pp, meshrt::bench::ppermute_formula(),
-      meshrt::bench::ppermute_traffic(n, mid).seconds(b), "<= 1.2x");
+      meshrt::bench::ppermute_traffic(n, mid).seconds(rates.probe(mid)), "<= 1.2x");
 
   devices_table(max_devices, quick, reps);
   return 0;
