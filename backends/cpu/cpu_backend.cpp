@@ -81,6 +81,9 @@ class CpuBackend final : public backend::Backend {
                size_t height) override {
     cpu::copy_2d(dst, dpitch, src, spitch, width, height);
   }
+  void copy_2d_batch(const std::vector<backend::DeviceCopy>& copies) override {
+    cpu::copy_2d_batch(copies);
+  }
 
   void unary(int, backend::UnaryOp op, DType in, DType out, const std::vector<int64_t>& shape,
              const backend::Strided& x, void* y) override {

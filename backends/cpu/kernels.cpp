@@ -470,6 +470,51 @@ void copy_2d(void* dst, size_t dpitch, const void* src, size_t spitch, size_t wi
   });
 }
 
+void copy_2d_batch(const std::vector<backend::DeviceCopy>& copies) {
+  // Pieces of about kPieceBytes (rows of a pitched copy, a range of a contiguous one), split
+  // across the arena: an all_to_all's 64 copies of 512 KiB each, every one below copy_2d's grain,
+  // otherwise run one after another on the caller's thread.
+  constexpr size_t kPieceBytes = size_t{256} << 10;
+  size_t total = 0;
+  for (const backend::DeviceCopy& c : copies) total += c.width * c.height;
+  if (total <= kPieceBytes * 4) {
+    for (const backend::DeviceCopy& c : copies)
+      copy_rows(c.dst, c.dpitch, c.src, c.spitch, c.width, c.height);
+    return;
+  }
+  struct Piece {
+    const backend::DeviceCopy* c;
+    size_t first, count;  // rows, or bytes of a contiguous copy
+  };
+  std::vector<Piece> pieces;
+  for (const backend::DeviceCopy& c : copies) {
+    if (c.width == 0 || c.height == 0) continue;
+    if (c.height == 1 || (c.dpitch == c.width && c.spitch == c.width)) {
+      const size_t n = c.width * c.height;
+      for (size_t b = 0; b < n; b += kPieceBytes)
+        pieces.push_back({&c, b, std::min(kPieceBytes, n - b)});
+    } else {
+      const size_t per = std::max<size_t>(1, kPieceBytes / c.width);
+      for (size_t r = 0; r < c.height; r += per)
+        pieces.push_back({&c, r, std::min(per, c.height - r)});
+    }
+  }
+  parallel_items(static_cast<int64_t>(pieces.size()), kParallelGrain, [&](int64_t lo, int64_t hi) {
+    for (int64_t i = lo; i < hi; ++i) {
+      const Piece& p = pieces[static_cast<size_t>(i)];
+      const backend::DeviceCopy& c = *p.c;
+      auto* d = static_cast<char*>(c.dst);
+      const auto* s = static_cast<const char*>(c.src);
+      if (c.height == 1 || (c.dpitch == c.width && c.spitch == c.width)) {
+        std::memcpy(d + p.first, s + p.first, p.count);
+      } else {
+        copy_rows(d + p.first * c.dpitch, c.dpitch, s + p.first * c.spitch, c.spitch, c.width,
+                  p.count);
+      }
+    }
+  });
+}
+
 void reduce(ReduceOp op, DType dtype, int64_t outer, int64_t len, int64_t inner, const void* x,
             void* y) {
   if (is_half(dtype)) {

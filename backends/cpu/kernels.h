@@ -27,6 +27,9 @@ void fill(DType dtype, int64_t n, double value, bool iota, void* y);
 // A pitched copy (cudaMemcpy2D semantics); large ones are split across the arena (a reshard's
 // copies from the caller's thread then use every core, as the kernels do).
 void copy_2d(void* dst, size_t dpitch, const void* src, size_t spitch, size_t width, size_t height);
+// Pitched copies whose destinations overlap no other copy (Backend::copy_2d_batch), split into
+// pieces across the arena when they are large together, however small each one is.
+void copy_2d_batch(const std::vector<backend::DeviceCopy>& copies);
 // Makes BLAS calls single-threaded: large products are split across the shared oneTBB arena
 // instead (matmul), which hands out the process's cores among the devices busy at the time.
 void configure_blas_threads();

@@ -78,7 +78,7 @@ CopyBatch::~CopyBatch() = default;
 void CopyBatch::add(const BoxSide& dst, const BoxSide& src, const Shape& extent, size_t elem) {
   if (shape_size(extent) == 0) return;
   const Route r = route(dst, src);
-  if (r.sdev == backend::kHost || r.ddev == backend::kHost || r.be->host_addressable()) {
+  if (r.sdev == backend::kHost || r.ddev == backend::kHost) {
     copy_box(dst, src, extent, elem);
     return;
   }

@@ -29,11 +29,12 @@ struct BoxSide {
 // that are whole on both sides are merged, so a box of full rows is one 2-D copy.
 void copy_box(const BoxSide& dst, const BoxSide& src, const Shape& extent, size_t elem);
 
-// Box copies collected and issued together: copies between two devices of one device platform
-// (not host-addressable) wait for flush(), which hands them to the backend as one batch
-// (Backend::copy_2d_batch: cuda orders them once and moves them in one launch instead of one
-// copy and two stream waits each); every other copy runs at once, as copy_box. No added copy's
-// destination may overlap another's source or destination (a resharding's fresh blocks).
+// Box copies collected and issued together: copies between two devices of one platform wait
+// for flush(), which hands them to the backend as one batch (Backend::copy_2d_batch: cuda orders
+// them once and moves them in one launch instead of one copy and two stream waits each; cpu
+// splits them across the cores, however small each one is); a copy from or to host memory runs
+// at once, as copy_box. No added copy's destination may overlap another's source or destination
+// (a resharding's fresh blocks).
 class CopyBatch {
  public:
   CopyBatch();
