@@ -82,6 +82,10 @@ const std::vector<Variable>& variables() {
        "how the global view computes a 2-D matmul of sharded operands: cheapest moves the fewest "
        "bytes (e.g. rows of the lhs instead of partial products) and then reshards to the "
        "sharding jax.jit gives; jax always computes it as jax.jit does"},
+      {"MESHRT_KEEP_ROWS", "0, 1", "1",
+       "1: a matmul the global view computes as rows keeps its product there (and the elementwise "
+       "ops, sums and matmuls over it compute there) until something reads it in the sharding "
+       "jax.jit gives; 0: moves each product to that sharding at once (for comparisons)"},
       {"MESHRT_LOG_COLLECTIVES", "0, 1", "0", "1: print every collective the global view inserts"},
       {"MESHRT_REQUIRE_CUDA", "0, 1", "0",
        "tests: 1 makes a cuda run on a machine where cuda is not usable a failure, not a skip"},
@@ -169,6 +173,8 @@ MatmulPlacement matmul_placement() {
          : v == "jax"    ? MatmulPlacement::jax
                          : MatmulPlacement::automatic;
 }
+
+bool keep_rows() { return choice("MESHRT_KEEP_ROWS", "matmul", {"1", "0"}) == "1"; }
 
 bool log_collectives() { return flag("MESHRT_LOG_COLLECTIVES", "collective_log"); }
 

@@ -59,6 +59,9 @@ bool explicit_sharding();
 // fewest bytes), "jax" (always the placement jax.jit gives a matmul).
 enum class MatmulPlacement { automatic, cheapest, jax };
 MatmulPlacement matmul_placement();
+// MESHRT_KEEP_ROWS: 1 (default) or 0. 1: a product the global view computes as rows stays there
+// until read in jax.jit's sharding (global/array_ops.cpp, keep_as_rows); 0: moved at once.
+bool keep_rows();
 // MESHRT_LOG_COLLECTIVES: 0 (default) or 1.
 bool log_collectives();
 // MESHRT_REQUIRE_CUDA: 0 (default) or 1; 1 makes the test suites' cuda runs fail instead of

@@ -129,6 +129,82 @@ std::vector<Operand> operands(const std::vector<Array>& xs) {
   return out;
 }
 
+bool placed_by_bytes(const Mesh& mesh);
+
+// Values kept as rows. A matmul computed as rows (global::cheaper_matmul) leaves its product
+// where it computed it: a deferred pending sum where jax.jit's result is a pending sum, else a
+// value whose sharding() is jax.jit's but whose blocks are made (moved from the rows, logged
+// under the op that kept it) only when something reads them there. The elementwise ops and sums
+// over such values, and the matmuls taking them, compute where the rows are, so the
+// tensor-parallel MLP's activations and their gradients stay in rows from one product to the
+// next instead of moving to P(None, 'x') and back around every `+ b`, relu and product.
+// Auto mode, host memory, every device in this process (a read in one process only must not
+// move blocks between processes), MESHRT_KEEP_ROWS=1.
+bool keeps_rows(const OpMesh& m) {
+  if (m.single || sharding_mode() != ShardingMode::auto_ || !config::keep_rows() ||
+      !placed_by_bytes(m.mesh)) {
+    return false;
+  }
+  return std::all_of(m.mesh.devices().begin(), m.mesh.devices().end(),
+                     [](const Device& d) { return d.process_index() == process_index(); });
+}
+
+// Where `x`'s value is when it is kept as rows (or a deferred pending sum's sum), else null.
+const Array* rows_of(const Array& x) { return meshrt::detail::deferred_sum(x); }
+
+// `rows` (computed by `op` in another layout) as the value jax.jit's placement gives, laid out
+// as `shown` (no pending sums): moved there when first read.
+Array keep_as_rows(const Mesh& mesh, const Array& rows, const Layout& shown, std::string_view op) {
+  auto move = [mesh, rows, shown, by = std::string(op)]() {
+    // The global view's own move, whichever op (or jit's recorder) reads the blocks first.
+    const meshrt::detail::Untraced untraced;
+    return detail::ArrayAccess::blocks(
+        global::reshard(rows, mesh, shown, by, /*implicit=*/false,
+                        cat("kept as rows (", global::layout_str(global::layout_of(rows)), ") by ",
+                            by, ", moved when read; MESHRT_KEEP_ROWS=0 moves it at ", by)));
+  };
+  return meshrt::detail::make_deferred_pending_sum(
+      rows.shape(), rows.dtype(), NamedSharding(mesh, global::spec_of(shown)), {}, rows, move);
+}
+
+// An elementwise op over values kept as rows, computed in their rows (the other operands brought
+// there) and kept as rows: the tensor-parallel MLP's `+ b` and relu, and relu's gradient
+// `where(a > 0, g, 0)` (g moved to the rows once, where its mask would move otherwise, and every
+// product after it would move g again). Null where an operand kept as rows is broadcast or the
+// operands' rows differ, where the other operands have more elements than those kept as rows
+// (operands of less than a device's share of the result do not count), or where jax.jit's
+// result is a pending sum.
+std::optional<Array> elementwise_in_rows(std::string_view op, OpId id, const std::vector<Array>& xs,
+                                         const Shape& out, const OpMesh& m, const Plan& jax,
+                                         const global::LocalFn& fn) {
+  if (!jax.out.front().partial.empty() || !keeps_rows(m)) return std::nullopt;
+  std::optional<Layout> rows;
+  std::vector<Array> in;
+  int64_t kept = 0, other = 0;  // elements
+  for (const Array& x : xs) {
+    if (const Array* r = rows_of(x)) {
+      const Layout l = global::layout_of(*r);
+      if (x.shape() != out || (rows && l != *rows)) return std::nullopt;
+      rows = l;
+      kept += x.size();
+      in.push_back(*r);
+    } else if (!x.pending_sum_axes().empty()) {
+      return std::nullopt;
+    } else {
+      if (x.size() * m.mesh.size() > shape_size(out)) other += x.size();  // small ones: free
+      in.push_back(x);
+    }
+  }
+  if (!rows || other > kept) return std::nullopt;
+  Plan q = global::elementwise_rule(m.mesh, operands(in), out, detail::op_def(id).linear);
+  if (q.out.front() != *rows) return std::nullopt;
+  for (size_t i = 0; i < xs.size(); ++i) {
+    if (rows_of(xs[i]) != nullptr && q.need[i] != *rows) return std::nullopt;
+  }
+  const Array r = apply(op, in, q, q.out, {out}, fn).front();
+  return keep_as_rows(m.mesh, r, jax.out.front(), op);
+}
+
 // `op` names the call in errors and the log; `id` is the op reported (its linearity decides
 // whether pending sums are kept).
 Array elementwise(std::string_view op, OpId id, const std::vector<Array>& xs, Fn f) {
@@ -136,10 +212,11 @@ Array elementwise(std::string_view op, OpId id, const std::vector<Array>& xs, Fn
   const Shape out = broadcast_shape(op, ptrs(xs));
   const OpMesh m = global::op_mesh(op, ptrs(xs));
   Plan p = global::elementwise_rule(m.mesh, operands(xs), out, detail::op_def(id).linear);
-  return apply(op, xs, p, p.out, {out}, global::LocalFn([f](const std::vector<Tensor>& b) {
-                 return std::vector<Tensor>{f(b)};
-               }))
-      .front();
+  const global::LocalFn fn = [f](const std::vector<Tensor>& b) {
+    return std::vector<Tensor>{f(b)};
+  };
+  if (std::optional<Array> r = elementwise_in_rows(op, id, xs, out, m, p, fn)) return *r;
+  return apply(op, xs, p, p.out, {out}, fn).front();
 }
 
 Array unary(OpId id, const Array& x, Tensor (*f)(const Tensor&)) {
@@ -227,6 +304,20 @@ Array reduce_impl(std::string_view op, const Array& x, global::Reduction kind,
     }
     return argmax(t, ax, keepdims);
   };
+  // A sum over a value kept as rows, computed there and summed into jax.jit's layout: the
+  // tensor-parallel MLP's bias gradients (a small psum_scatter instead of moving the rows).
+  const bool linear = kind == global::Reduction::sum || kind == global::Reduction::mean;
+  if (const Array* rows = rows_of(x); rows != nullptr && linear && x.pending_sum_axes().empty() &&
+                                      p.out.front().partial.empty() && keeps_rows(m) &&
+                                      shape_size(out) * m.mesh.size() <= x.size()) {
+    Plan q =
+        global::reduce_rule(m.mesh, {&x.shape(), global::layout_of(*rows)}, kind, ax, keepdims);
+    const Array r = apply(op, {*rows}, q, q.out, {out}, [local](const std::vector<Tensor>& b) {
+                      return std::vector<Tensor>{local(b[0])};
+                    }).front();
+    return global::reshard(r, m.mesh, p.out.front(), op, /*implicit=*/false,
+                           "reduced where its operand is kept as rows");
+  }
   if (over.empty()) {
     return apply(op, {x}, p, p.out, {out},
                  [local](const std::vector<Tensor>& b) { return std::vector<Tensor>{local(b[0])}; })
@@ -339,11 +430,22 @@ Array matmul_like(std::string_view op, const Array& a, const Array& b, const OpO
   if (ta) la.dims = swap_last_two(la.dims);
   if (tb) lb.dims = swap_last_two(lb.dims);
   Plan p = global::matmul_rule(m.mesh, {&sa, la}, {&sb, lb});
+  // Where the operands are: an operand kept as rows is priced, and read, there.
+  const bool rows_kept = keeps_rows(m);
+  Layout la_at = la, lb_at = lb;
+  if (const Array* r = rows_of(a); r != nullptr && rows_kept) {
+    la_at = global::layout_of(*r);
+    if (ta) la_at.dims = swap_last_two(la_at.dims);
+  }
+  if (const Array* r = rows_of(b); r != nullptr && rows_kept) {
+    lb_at = global::layout_of(*r);
+    if (tb) lb_at.dims = swap_last_two(lb_at.dims);
+  }
   // A placement that moves fewer bytes, then the reshard to the rule's layout (auto mode only:
   // in explicit mode every reshard is the user's).
   std::optional<global::MatmulChoice> alt;
   if (!m.single && sharding_mode() == ShardingMode::auto_ && placed_by_bytes(m.mesh)) {
-    alt = global::cheaper_matmul(m.mesh, {&sa, la}, {&sb, lb}, p);
+    alt = global::cheaper_matmul(m.mesh, {&sa, la_at}, {&sb, lb_at}, p, la_at != la || lb_at != lb);
   }
   if (ta) p.need[0].dims = swap_last_two(p.need[0].dims);
   if (tb) p.need[1].dims = swap_last_two(p.need[1].dims);
@@ -364,6 +466,8 @@ Array matmul_like(std::string_view op, const Array& a, const Array& b, const OpO
     r = apply(op, {pa, pb}, q, q.out, {out}, fn).front();
     if (alt->deferred) {
       r = deferred_rows(m.mesh, r, p.out.front(), q.out.front(), op);
+    } else if (rows_kept && q.out.front().partial.empty() && p.out.front().partial.empty()) {
+      r = keep_as_rows(m.mesh, r, p.out.front(), op);
     } else {
       r = global::reshard(r, m.mesh, p.out.front(), op, /*implicit=*/false,
                           cat("to the sharding jax.jit gives a ", op, " of these operands"));
@@ -487,7 +591,7 @@ Array astype(const Array& x, DType dtype) {
 }
 
 Array with_sharding_constraint(const Array& x, const Sharding& s) {
-  if (detail::ArrayAccess::blocks(x).empty()) {
+  if (!x.valid()) {  // not blocks(): a value kept as rows is moved from its rows, once
     throw Error("[with_sharding_constraint] an empty (default-constructed or moved-from) Array");
   }
   detail::Traced<Array> tr(OpId::with_sharding_constraint, {&x});

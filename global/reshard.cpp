@@ -116,7 +116,7 @@ Array resolve(const Array& x, const Mesh& mesh, const Layout& to, std::string_vi
 OpMesh op_mesh(std::string_view op, const std::vector<const Array*>& xs) {
   const Array* first = nullptr;
   for (const Array* x : xs) {
-    if (detail::ArrayAccess::blocks(*x).empty()) {
+    if (!x->valid()) {  // not blocks(): that would make a deferred value's blocks
       throw Error(
           cat("[", op, "] an operand is an empty (default-constructed or moved-from) Array"));
     }
@@ -156,6 +156,11 @@ Array reshard(const Array& x, const Mesh& mesh, const Layout& to, std::string_vi
               bool implicit, const std::string& note, std::string_view operand) {
   Array cur = x;
   Layout have = layout_of(cur);
+  const Array* kept = meshrt::detail::deferred_sum(x);
+  if (kept != nullptr && have.partial.empty() && have.dims != to.dims) {
+    // A value kept in another layout (a matmul computed as rows): moved from there, once.
+    return reshard(*kept, mesh, to, op, implicit, note, operand);
+  }
   if (!have.partial.empty()) {
     cur = resolve(cur, mesh, to, op, note);
     have = layout_of(cur);

@@ -313,7 +313,7 @@ int64_t matmul_cost(const Mesh& mesh, const Shape& sa, const Layout& la, const S
 }  // namespace
 
 std::optional<MatmulChoice> cheaper_matmul(const Mesh& mesh, const Operand& a, const Operand& b,
-                                           const Plan& jax) {
+                                           const Plan& jax, bool kept) {
   const Shape &sa = *a.shape, &sb = *b.shape;
   if (sa.size() != 2 || sb.size() != 2 || !a.layout.partial.empty() || !b.layout.partial.empty()) {
     return std::nullopt;
@@ -348,8 +348,8 @@ std::optional<MatmulChoice> cheaper_matmul(const Mesh& mesh, const Operand& a, c
     // A deferred pending sum: the rule's result is a pending sum over exactly the rows' new axis
     // and is otherwise laid out as the rows (one axis: each device's addend is its rows).
     const Layout& j = jax.out.front();
-    const bool deferred = !j.partial.empty() && la.dims[0].empty() && k.size() == 1 &&
-                          j.partial == k && j.dims[0].empty() && j.dims[1] == p.out.front().dims[1];
+    const bool deferred = !j.partial.empty() && m == k && k.size() == 1 && j.partial == k &&
+                          j.dims[0].empty() && j.dims[1] == p.out.front().dims[1];
     if (j.partial.empty() || deferred) consider(std::move(p), "rows", deferred);
   }
   // split_k: axes on both the lhs rows and the rhs columns onto the contraction.
@@ -363,6 +363,20 @@ std::optional<MatmulChoice> cheaper_matmul(const Mesh& mesh, const Operand& a, c
     p.out = {Layout{{minus(la.dims[0], both), minus(lb.dims[1], both)}, kk}};
     consider(std::move(p), "split_k", false);
   }
+  // split_k onto one operand's contraction axes: the other operand's contraction moved there
+  // (the first layer's weight gradient x.T @ dz with dz kept as rows: x moves, dz stays).
+  if (kept && jax.out.front().partial.empty()) {
+    for (const AxisList& kk : {la.dims[1], lb.dims[0]}) {
+      if (kk.empty() || (la.dims[1] == kk && lb.dims[0] == kk)) continue;
+      Plan p;
+      p.need = {Layout{{minus(la.dims[0], kk), kk}, {}}, Layout{{kk, minus(lb.dims[1], kk)}, {}}};
+      p.out = {Layout{{minus(la.dims[0], kk), minus(lb.dims[1], kk)}, kk}};
+      consider(std::move(p), "split_k", false);
+    }
+  }
+  // in place: the rule applied to where the operands are (one kept as rows by an earlier
+  // product; where that is what their shardings show, it is `jax` and costs the same).
+  if (jax.out.front().partial.empty()) consider(matmul_rule(mesh, a, b), "in place", false);
   return best;
 }
 

@@ -51,21 +51,32 @@ Plan matmul_rule(const Mesh& mesh, const Operand& a, const Operand& b);
 //            once more (an all_to_all into a sharded layout) when it is taken.
 //   split_k: axes splitting both the lhs rows and the rhs columns (one of them gathered by the
 //            rule) moved onto the contraction of both (all_to_all): a partial product of the
-//            small result, summed into jax.out (psum_scatter).
+//            small result, summed into jax.out (psum_scatter). Also, where an operand is kept
+//            in another layout (`kept`) and jax.out is no pending sum, onto one operand's
+//            contraction axes, the other's contraction moved there.
+//   in place: the rule applied to where the operands are, when jax.out is no pending sum; it
+//            differs from `jax` only when an operand is kept in another layout than its sharding
+//            shows (the caller passes that layout: a product kept as rows, global/array_ops.cpp).
+//            The tensor-parallel MLP's weight gradient a.T @ dz with both kept as rows is then a
+//            partial product summed into jax.out, and dz @ W.T gathers only W.
+// `a` and `b` carry where the operands are; `jax` is the rule's plan for the layouts their
+// shardings show, priced from where they are.
 // Costs are the elements each device writes into new blocks (moved operands, the product, a
 // partial product's sum) plus 16 Ki elements per collective (its fixed cost); an alternative
 // is taken below 3/4 of the rule's cost.
 struct MatmulChoice {
   Plan plan;         // need: per operand; out: the layout the product is computed in
-  const char* form;  // "rows" or "split_k"
+  const char* form;  // "rows", "split_k" or "in place"
   int64_t cost = 0;  // per device, elements
   int64_t jax_cost = 0;
   // jax.out is a pending sum and plan.out its summed value in rows: the result is a deferred
   // pending sum (its sum moved from the rows when taken, its addends made only if read).
   bool deferred = false;
 };
+// `kept`: an operand is kept in another layout than its sharding shows (then split_k onto one
+// operand's contraction axes is considered too).
 std::optional<MatmulChoice> cheaper_matmul(const Mesh& mesh, const Operand& a, const Operand& b,
-                                           const Plan& jax);
+                                           const Plan& jax, bool kept = false);
 Plan transpose_rule(const Operand& x, const std::vector<int>& perm);
 Plan reshape_rule(const Mesh& mesh, const Operand& x, const Shape& out_shape);
 // concatenate / stack along `axis` (stack: a new unsharded dimension at `axis`).

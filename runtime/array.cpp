@@ -124,7 +124,7 @@ std::string pending_sum_origin(const Array& x) {
 Array make_deferred_pending_sum(Shape shape, DType dtype, Sharding sharding,
                                 std::vector<std::string> pending_sum_axes, Array sum,
                                 std::function<std::vector<Tensor>()> make_addends) {
-  MESHRT_DCHECK(!pending_sum_axes.empty() && sum.valid() && sum.pending_sum_axes().empty());
+  MESHRT_DCHECK(sum.valid() && sum.pending_sum_axes().empty());
   Array a;
   a.shape_ = std::move(shape);
   a.dtype_ = dtype;
@@ -185,9 +185,11 @@ const Array& Array::block_until_ready() const {
     return *this;
   }
   // One platform per Array: where kernels complete before an op returns (cpu), nothing to wait
-  // for and no per-block work (a timing loop of small ops calls this every iteration).
+  // for and no per-block work (a timing loop of small ops calls this every iteration). blocks():
+  // a value kept in another layout (make_deferred_pending_sum) is made here.
+  const std::vector<Tensor>& held = blocks();
   const Tensor* first = nullptr;
-  for (const Tensor& b : blocks_) {
+  for (const Tensor& b : held) {
     if (b.valid()) {
       first = &b;
       break;
@@ -195,7 +197,7 @@ const Array& Array::block_until_ready() const {
   }
   if (first == nullptr || detail::backend_of(first->device()).host_addressable()) return *this;
   std::set<int> waited;  // device ids: replicated blocks on one device wait once
-  for (const Tensor& b : blocks_) {
+  for (const Tensor& b : held) {
     if (b.valid() && waited.insert(b.device().id()).second) b.block_until_ready();
   }
   return *this;
@@ -209,9 +211,10 @@ std::vector<Shard> Array::addressable_shards() const {
   if (!pending_sum_axes_.empty()) return detail::resolve_pending_sums(*this).addressable_shards();
   std::vector<Index> idx = detail::indices(sharding_, shape_, "array");
   std::vector<Shard> out;
-  for (size_t i = 0; i < blocks_.size(); ++i) {
-    if (!blocks_[i].valid()) continue;  // another process's device
-    out.push_back(Shard{sharding_.device_list()[i], std::move(idx[i]), blocks_[i]});
+  const std::vector<Tensor>& held = blocks();  // made here for a value kept in another layout
+  for (size_t i = 0; i < held.size(); ++i) {
+    if (!held[i].valid()) continue;  // another process's device
+    out.push_back(Shard{sharding_.device_list()[i], std::move(idx[i]), held[i]});
   }
   return out;
 }
@@ -263,13 +266,14 @@ void Array::copy_to_host(void* dst, DType expected) const {
                     "> (or astype first)"));
   }
   std::vector<Index> idx = detail::indices(sharding_, shape_, "array");
+  const std::vector<Tensor>& blocks = this->blocks();  // made here for a value kept elsewhere
   if (detail::process_layout().size > 1) {  // every box must have a holder in this process
     std::set<Index> held, remote;
     std::vector<std::string> where;
-    for (size_t i = 0; i < blocks_.size(); ++i) {
-      if (blocks_[i].valid()) held.insert(idx[i]);
+    for (size_t i = 0; i < blocks.size(); ++i) {
+      if (blocks[i].valid()) held.insert(idx[i]);
     }
-    for (size_t i = 0; i < blocks_.size(); ++i) {
+    for (size_t i = 0; i < blocks.size(); ++i) {
       if (!held.count(idx[i]) && remote.insert(idx[i]).second)
         where.push_back(sharding_.device_list()[i].str());
     }
@@ -283,9 +287,9 @@ void Array::copy_to_host(void* dst, DType expected) const {
     }
   }
   std::set<Index> done;  // replicated boxes come from the first local holder in mesh order
-  for (size_t i = 0; i < blocks_.size(); ++i) {
-    if (!blocks_[i].valid() || !done.insert(idx[i]).second) continue;
-    const Tensor& t = blocks_[i];
+  for (size_t i = 0; i < blocks.size(); ++i) {
+    if (!blocks[i].valid() || !done.insert(idx[i]).second) continue;
+    const Tensor& t = blocks[i];
     detail::copy_box({dst, shape_, starts(idx[i]), t.device(), true},
                      {t.data(), t.shape(), Shape(t.shape().size(), 0), t.device(), false},
                      t.shape(), dtype_size(dtype_));

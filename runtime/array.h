@@ -41,11 +41,14 @@ struct ArrayAccess;
 Array resolve_pending_sums(const Array& x);
 // A pending sum over `pending_sum_axes` whose value is already summed, in another layout
 // (`sum`): the global view's matmul computed as rows. Resolving it moves `sum`; its addends are
-// made by `make_addends` only when something reads blocks() (a linear op keeping the sum).
+// made by `make_addends` only when something reads blocks() (a linear op keeping the sum). With
+// no pending axes, a value kept in another layout than `sharding` shows: blocks() makes its
+// blocks in `sharding` (a move of `sum`) when first read.
 Array make_deferred_pending_sum(Shape shape, DType dtype, Sharding sharding,
                                 std::vector<std::string> pending_sum_axes, Array sum,
                                 std::function<std::vector<Tensor>()> make_addends);
-// The summed value of a deferred pending sum, or null for any other Array.
+// The summed value of a deferred pending sum (or the value kept in another layout), or null for
+// any other Array.
 const Array* deferred_sum(const Array& x);
 void set_pending_sum_origin(const Array& x, std::string origin);
 std::string pending_sum_origin(const Array& x);

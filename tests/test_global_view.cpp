@@ -604,15 +604,25 @@ TEST(GlobalViewMatmulPlacement, RowsInsteadOfGatheringTheLhs) {
   Array w = small_ints({64, 64}, NamedSharding(mesh, P("x")), 2);
   auto f = [&] { return matmul_transposed(dz, w, false, true); };
   const Placed jax = placed_with("jax", f), got = placed_with("cheapest", f);
-  expect_same_result(got, jax);
   EXPECT_EQ(jax.r.sharding().spec_or_empty(), P(None, "x"));
   EXPECT_EQ(jax.collectives, std::vector<std::string>{"all_gather"});
-  EXPECT_EQ(got.collectives, (std::vector<std::string>{"all_to_all", "all_gather", "all_to_all"}));
+  // The rows move to jax.jit's sharding when first read (kept as rows until then,
+  // MESHRT_KEEP_ROWS), logged under the matmul.
+  EXPECT_EQ(got.collectives, (std::vector<std::string>{"all_to_all", "all_gather"}));
   EXPECT_NE(got.notes.find("computed as rows (P('x',)): about 151552 elements written per device "
                            "against 311296 for jax.jit's placement"),
             std::string::npos)
       << got.notes;
   EXPECT_EQ(jax.notes.find("computed as"), std::string::npos);
+  const Placed read = placed_with("cheapest", [&] {
+    (void)got.r.to_vector<float>();
+    return got.r;
+  });
+  EXPECT_EQ(read.collectives, std::vector<std::string>{"all_to_all"});
+  EXPECT_NE(read.notes.find("kept as rows (P('x',)) by matmul_transposed, moved when read"),
+            std::string::npos)
+      << read.notes;
+  expect_same_result(got, jax);
   // jit takes the same placement: eager's bits, and the same collectives when traced.
   auto step =
       jit([&](const Array& a, const Array& b) { return matmul_transposed(a, b, false, true); });
@@ -675,6 +685,117 @@ TEST(GlobalViewMatmulPlacement, ForwardProductIsADeferredPendingSum) {
   const Array p1 = pending_out(a, w), p2 = pending_out(a, w);
   EXPECT_EQ(p2.pending_sum_axes(), std::vector<std::string>{"x"});
   EXPECT_EQ(p2.to_vector<float>(), jax.r.to_vector<float>());
+}
+
+// Products kept as rows (MESHRT_KEEP_ROWS, on by default): a tensor-parallel layer's product
+// computed as rows stays there through `+ b`, relu, the next product and the gradients' ops, and
+// moves to jax.jit's sharding only when read; values, shardings and pending sums stay jax.jit's.
+namespace {
+struct KeptRun {
+  Array h, loss;
+  std::vector<Array> grads;
+  std::vector<std::string> collectives;
+  bool h_kept = false;
+};
+// Two tensor-parallel layers (features over 'x'), the forward pass and value_and_grad of a
+// squared loss, under MESHRT_KEEP_ROWS=keep (placement by bytes forced on any platform).
+KeptRun two_layers(const char* keep, const Array& x, const Array& w1, const Array& b1,
+                   const Array& w2, const Array& b2) {
+  setenv("MESHRT_MATMUL_PLACEMENT", "cheapest", 1);
+  setenv("MESHRT_KEEP_ROWS", keep, 1);
+  auto forward = [](const Array& x, const Array& w1, const Array& b1, const Array& w2,
+                    const Array& b2) { return matmul(relu(matmul(x, w1) + b1), w2) + b2; };
+  auto loss = [&](const Array& w1, const Array& b1, const Array& w2, const Array& b2) {
+    const Array h = forward(x, w1, b1, w2, b2);
+    return sum(h * h) / 1024.0;
+  };
+  KeptRun r;
+  CollectiveLog log;
+  {
+    auto on = log.record();
+    r.h = forward(x, w1, b1, w2, b2);
+  }
+  r.collectives = collectives_of(log);  // the forward pass's, before anything reads h
+  r.h_kept = meshrt::detail::deferred_sum(r.h) != nullptr;
+  auto [l, g] = value_and_grad<0, 1, 2, 3>(loss)(w1, b1, w2, b2);
+  r.loss = l;
+  r.grads = {std::get<0>(g), std::get<1>(g), std::get<2>(g), std::get<3>(g)};
+  unsetenv("MESHRT_KEEP_ROWS");
+  unsetenv("MESHRT_MATMUL_PLACEMENT");
+  return r;
+}
+int count(const std::vector<std::string>& v, const std::string& what) {
+  return static_cast<int>(std::count(v.begin(), v.end(), what));
+}
+}  // namespace
+
+TEST(GlobalViewMatmulPlacement, ProductsStayInRowsAcrossTensorParallelLayers) {
+  Mesh mesh = make_mesh({8}, {"x"});
+  const NamedSharding cols(mesh, P(None, "x")), rows(mesh, P("x"));
+  Array x = small_ints({4096, 64}, cols, 1);
+  Array w1 = small_ints({64, 64}, rows, 2), w2 = small_ints({64, 64}, rows, 3);
+  Array b1 = small_ints({64}, rows, 4), b2 = small_ints({64}, rows, 5);
+  const KeptRun moved = two_layers("0", x, w1, b1, w2, b2);
+  const KeptRun kept = two_layers("1", x, w1, b1, w2, b2);
+  // Kept: the second layer's input stays in rows (no all_to_all into it, none out of the first
+  // product at `+ b`), and nothing moves back to P(None, 'x') until read.
+  EXPECT_TRUE(kept.h_kept);
+  EXPECT_FALSE(moved.h_kept);
+  EXPECT_EQ(kept.h.sharding(), moved.h.sharding());
+  EXPECT_EQ(kept.h.sharding().spec_or_empty(), P(None, "x"));
+  EXPECT_TRUE(kept.h.pending_sum_axes().empty());
+  // Kept: x moves to rows once; then only W1, b1, W2 and b2 are gathered (b to add it to rows).
+  // Moved: each layer's input to rows and its product back to P(None, 'x').
+  EXPECT_EQ(kept.collectives, (std::vector<std::string>{"all_to_all", "all_gather", "all_gather",
+                                                        "all_gather", "all_gather"}));
+  EXPECT_EQ(count(moved.collectives, "all_to_all"), 4)
+      << ::testing::PrintToString(moved.collectives);
+  // The same shardings, pending sums and values: the forward pass's are integers below 2^24, exact
+  // whichever order sums them; the gradients' sums (the bias gradients are summed over rows, then
+  // across the devices) agree to rounding.
+  EXPECT_EQ(kept.h.to_vector<float>(), moved.h.to_vector<float>());
+  EXPECT_EQ(kept.loss.to_vector<float>(), moved.loss.to_vector<float>());
+  for (size_t i = 0; i < kept.grads.size(); ++i) {
+    EXPECT_EQ(kept.grads[i].sharding(), moved.grads[i].sharding()) << i;
+    EXPECT_EQ(kept.grads[i].pending_sum_axes(), moved.grads[i].pending_sum_axes()) << i;
+    const auto g = kept.grads[i].to_vector<float>(), want = moved.grads[i].to_vector<float>();
+    ASSERT_EQ(g.size(), want.size());
+    double scale = 1;
+    for (float v : want) scale = std::max(scale, double(std::fabs(v)));
+    for (size_t j = 0; j < g.size(); ++j) ASSERT_NEAR(g[j], want[j], 1e-4 * scale) << i << "," << j;
+  }
+  // Against the host: h = relu(x @ w1 + b1) @ w2 + b2.
+  const auto hx = x.to_vector<float>(), h1 = w1.to_vector<float>(), h2 = w2.to_vector<float>();
+  const auto c1 = b1.to_vector<float>(), c2 = b2.to_vector<float>();
+  const auto got = kept.h.to_vector<float>();
+  for (int i = 0; i < 4096; i += 511) {
+    std::vector<double> a(64);
+    for (int j = 0; j < 64; ++j) {
+      double z = c1[j];
+      for (int k = 0; k < 64; ++k) z += double(hx[i * 64 + k]) * h1[k * 64 + j];
+      a[j] = std::max(z, 0.0);
+    }
+    for (int j = 0; j < 64; ++j) {
+      double z = c2[j];
+      for (int k = 0; k < 64; ++k) z += a[k] * h2[k * 64 + j];
+      EXPECT_EQ(got[static_cast<size_t>(i * 64 + j)], static_cast<float>(z)) << i << "," << j;
+    }
+  }
+  // jit takes the same placement: eager's bits.
+  setenv("MESHRT_MATMUL_PLACEMENT", "cheapest", 1);
+  auto step = jit([](const Array& x, const Array& w1, const Array& b1, const Array& w2,
+                     const Array& b2) { return matmul(relu(matmul(x, w1) + b1), w2) + b2; });
+  const Array traced = step(x, w1, b1, w2, b2), replayed = step(x, w1, b1, w2, b2);
+  unsetenv("MESHRT_MATMUL_PLACEMENT");
+  EXPECT_EQ(replayed.sharding(), kept.h.sharding());
+  EXPECT_EQ(traced.to_vector<float>(), got);
+  EXPECT_EQ(replayed.to_vector<float>(), got);
+  // A bad value of the variable is an error naming it.
+  setenv("MESHRT_MATMUL_PLACEMENT", "cheapest", 1);
+  setenv("MESHRT_KEEP_ROWS", "yes", 1);
+  EXPECT_MESHRT_ERROR(matmul(x, w1) + b1, "MESHRT_KEEP_ROWS", "yes");
+  unsetenv("MESHRT_KEEP_ROWS");
+  unsetenv("MESHRT_MATMUL_PLACEMENT");
 }
 
 TEST(GlobalViewMatmulPlacement, KeepsJaxPlacementWhereItIsCheapest) {
