@@ -59,6 +59,26 @@ void Backend::compare_select(int device, BinaryOp cmp, DType in, DType dtype,
   select(device, dtype, shape, Strided{t->data(), core::dense_strides(shape)}, a, b, y);
 }
 
+void Backend::matmul_bias(int device, DType dtype, int64_t m, int64_t n, int64_t k, const void* a,
+                          bool trans_a, const void* b, bool trans_b, Precision precision,
+                          const void* bias, bool relu, void* y) {
+  // The entry point the unfused call took (KernelProgram::run's), so the product's bits match.
+  if (precision != Precision::highest) {
+    matmul_prec(device, dtype, 1, m, n, k, a, trans_a, b, trans_b, y, precision);
+  } else if (!trans_a && !trans_b) {
+    matmul(device, dtype, 1, m, n, k, a, b, y);
+  } else {
+    matmul_t(device, dtype, 1, m, n, k, a, trans_a, b, trans_b, y);
+  }
+  const std::vector<int64_t> shape{m, n};
+  const Strided out{y, {n, 1}}, row{bias, {0, 1}};
+  if (relu) {
+    binary_unary(device, BinaryOp::add, UnaryOp::relu, dtype, shape, out, row, y);
+  } else {
+    binary(device, BinaryOp::add, dtype, dtype, shape, out, row, y);
+  }
+}
+
 void Backend::matmul_t(int device, DType dtype, int64_t batch, int64_t m, int64_t n, int64_t k,
                        const void* a, bool trans_a, const void* b, bool trans_b, void* c) {
   // A stored (rows, cols) matrix per batch entry, copied transposed into a new dense buffer.

@@ -128,6 +128,16 @@ class Backend {
   virtual void compare_select(int device, BinaryOp cmp, DType in, DType dtype,
                               const std::vector<int64_t>& shape, const Strided& x0,
                               const Strided& x1, const Strided& a, const Strided& b, void* y);
+  // A layer's product and its epilogue in one call (jit's compiled steps): y = a @ b + bias, then
+  // relu when `relu`, for one row-major (m, n) float product (matmul_prec's operands, transposes
+  // and precision) whose every row gets the n elements of `bias` added. The default runs the
+  // product into y, then the bias add (with relu: binary_unary) over y in place: the unfused
+  // calls' bits. A platform with a fused epilogue overrides it and says so with
+  // fuses_matmul_bias() (jit fuses only then).
+  virtual void matmul_bias(int device, DType dtype, int64_t m, int64_t n, int64_t k, const void* a,
+                           bool trans_a, const void* b, bool trans_b, Precision precision,
+                           const void* bias, bool relu, void* y);
+  virtual bool fuses_matmul_bias() const { return false; }
   // y = cond ? a : b (cond is bool).
   virtual void select(int device, DType dtype, const std::vector<int64_t>& shape,
                       const Strided& cond, const Strided& a, const Strided& b, void* y) = 0;

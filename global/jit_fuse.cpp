@@ -1,7 +1,8 @@
 // jit's fusion pass: two consecutive compiled device-local steps whose link is a value only the
-// second reads become one step, when the merged kernel program has an elementwise pair to fuse
-// (runtime/detail/kernel_tape.h, fuse_elementwise_pairs): a layer's bias add and relu, relu's
-// gradient's comparison and select. Only on platforms with fused kernels (cuda).
+// second reads become one step, when the merged kernel program has an elementwise pair or a
+// product's epilogue to fuse (runtime/detail/kernel_tape.h, fuse_elementwise_pairs,
+// fuse_matmul_epilogues): a layer's bias add and relu, relu's gradient's comparison and select,
+// a layer's product with its bias add (and relu). Only on platforms with fused kernels (cuda).
 #include <algorithm>
 #include <utility>
 #include <vector>
@@ -98,15 +99,19 @@ int jit_fuse_steps(JitProgram& p) {
     JitStep& a = p.steps[i];
     JitStep& b = p.steps[i + 1];
     // By platform, not by device: every process of a job plans the same steps.
-    const bool platform =
-        fusable_steps(a, b) && backend_of(a.mesh->devices().front().kind()).fuses_pairs();
-    const int link = platform ? sole_link(p, i) : -1;
+    const bool steps = fusable_steps(a, b);
+    const backend::Backend* be = steps ? &backend_of(a.mesh->devices().front().kind()) : nullptr;
+    const bool pairs = be != nullptr && be->fuses_pairs();
+    const bool epilogues = be != nullptr && be->fuses_matmul_bias();
+    const int link = pairs || epilogues ? sole_link(p, i) : -1;
     if (link < 0) {
       ++i;
       continue;
     }
     KernelProgram prog = merged_program(*a.kernels(), *b.kernels(), link);
-    if (fuse_elementwise_pairs(prog) == 0) {
+    const int fusions =
+        (pairs ? fuse_elementwise_pairs(prog) : 0) + (epilogues ? fuse_matmul_epilogues(prog) : 0);
+    if (fusions == 0) {
       ++i;
       continue;
     }

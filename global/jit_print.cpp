@@ -60,7 +60,7 @@ std::string jit_text(const JitProgram& p, const std::vector<bool>& donated) {
         break;
     }
   }
-  size_t compiled = 0, kernels = 0, fused = 0, buffers = 0, buffer_bytes = 0;
+  size_t compiled = 0, kernels = 0, fused = 0, epilogues = 0, buffers = 0, buffer_bytes = 0;
   std::map<std::string, size_t> why_not;  // of device-local steps not compiled
   for (const JitStep& st : p.steps) {
     collectives += st.blocks() != nullptr ? 1 : 0;
@@ -68,10 +68,9 @@ std::string jit_text(const JitProgram& p, const std::vector<bool>& donated) {
       ++compiled;
       kernels += k->size();
       for (const detail::KernelCall& c : k->calls) {
-        fused += c.kind == detail::KernelCall::Kind::binary_unary ||
-                         c.kind == detail::KernelCall::Kind::compare_select
-                     ? 1
-                     : 0;
+        using K = detail::KernelCall::Kind;
+        fused += c.kind == K::binary_unary || c.kind == K::compare_select ? 1 : 0;
+        epilogues += c.kind == K::matmul_bias ? 1 : 0;
       }
     } else if (const LocalStep* l = st.local()) {
       ++why_not[l->why_not.empty() ? "not recorded" : l->why_not];
@@ -104,6 +103,10 @@ std::string jit_text(const JitProgram& p, const std::vector<bool>& donated) {
     s += cat("  fused: ", fused,
              " kernel calls are fused elementwise pairs (bias add + relu, comparison + select), "
              "with the pairs' bits\n");
+  }
+  if (epilogues != 0) {
+    s += cat("  fused: ", epilogues,
+             " products carry their layer's bias add (and relu) as one call (matmul_bias)\n");
   }
   // Only what a call with these donations can do: a step counts when one of the operands whose
   // buffer it may take is a donated input.

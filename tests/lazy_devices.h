@@ -78,6 +78,10 @@ class LazyDevices final : public backend::Backend {
   // its two kernels, queued as any other).
   void set_fuses_pairs(bool on) { fuses_ = on; }
   bool fuses_pairs() const override { return fuses_; }
+  // Whether jit fuses products with their bias add and relu here (the backend's default then
+  // runs the product and the add, queued as any other).
+  void set_fuses_matmul_bias(bool on) { fuses_matmul_bias_ = on; }
+  bool fuses_matmul_bias() const override { return fuses_matmul_bias_; }
   // Counts the batches (a resharding's copies between devices), then copies one by one.
   void copy_2d_batch(const std::vector<backend::DeviceCopy>& copies) override {
     ++batches_;
@@ -186,6 +190,7 @@ class LazyDevices final : public backend::Backend {
   std::atomic<int> ran_{0}, syncs_{0}, folds_{0}, batches_{0}, batched_copies_{0};
   std::atomic<bool> fail_next_{false};
   std::atomic<bool> fuses_{false};
+  std::atomic<bool> fuses_matmul_bias_{false};
 };
 
 }  // namespace meshrt::test

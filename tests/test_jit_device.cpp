@@ -148,12 +148,12 @@ struct Mlp {
 };
 MESHRT_TREE(Mlp, w1, b1, w2, b2, w3);
 
-// Where the platform fuses (cuda does; the stand-in here when asked), a jitted data-parallel MLP
-// step's bias adds with their relus and relu's gradients (a comparison only a select reads) run
-// as fused pairs, and the step still gives eager's bits.
-TEST(JitOnADevicePlatform, FusesBiasReluAndReluGradientPairsWithEagerBits) {
+// A jitted data-parallel MLP step on the stand-in, fusing what it is asked to: checks that the step
+// gives eager's bits every round and returns its program's text.
+std::string fused_mlp_step_text(bool pairs, bool epilogues) {
   test::LazyDevices& fake = lazy();
-  fake.set_fuses_pairs(true);
+  fake.set_fuses_pairs(pairs);
+  fake.set_fuses_matmul_bias(epilogues);
   Mesh mesh = make_mesh({kDevices}, {"x"}, "cuda");
   const NamedSharding dp(mesh, P("x")), rep(mesh, P());
   auto loss = [](const Mlp& p, const Array& x) {
@@ -177,15 +177,38 @@ TEST(JitOnADevicePlatform, FusesBiasReluAndReluGradientPairsWithEagerBits) {
     expect_same_bits(std::get<1>(got).w1, std::get<1>(want).w1);
     expect_same_bits(std::get<1>(got).b1, std::get<1>(want).b1);
     expect_same_bits(std::get<1>(got).w2, std::get<1>(want).w2);
+    expect_same_bits(std::get<1>(got).b2, std::get<1>(want).b2);
     expect_same_bits(std::get<1>(got).w3, std::get<1>(want).w3);
     p.w1 = p.w1 - 0.1 * std::get<1>(got).w1;
   }
   const Array x = device_put(iota(32 * 8, 0.f, 0.01f), {32, 8}, dp);
-  const std::string text = step.lower(p, x).as_text();
+  std::string text = step.lower(p, x).as_text();
   fake.set_fuses_pairs(false);
+  fake.set_fuses_matmul_bias(false);
+  return text;
+}
+
+// Where the platform fuses (cuda does; the stand-in here when asked), a jitted data-parallel MLP
+// step's bias adds with their relus and relu's gradients (a comparison only a select reads) run
+// as fused pairs, and the step still gives eager's bits.
+TEST(JitOnADevicePlatform, FusesBiasReluAndReluGradientPairsWithEagerBits) {
+  const std::string text = fused_mlp_step_text(true, false);
   // Two bias adds with their relus; relu's gradient of the second layer (the first layer's is
   // not needed: x has no gradient, but h1's relu gradient feeds w1's).
   EXPECT_NE(text.find("fused: 4 kernel calls are fused"), std::string::npos) << text;
+  EXPECT_EQ(text.find("products carry"), std::string::npos) << text;
+}
+
+// Where the platform also fuses products with their epilogue (Backend::fuses_matmul_bias; the
+// stand-in here when asked), jit merges each layer's product, bias add and relu steps into one
+// matmul_bias call, and the step still gives eager's bits (the default runs the same kernels).
+TEST(JitOnADevicePlatform, FusesALayersProductBiasAndReluWithEagerBits) {
+  const std::string text = fused_mlp_step_text(true, true);
+  EXPECT_NE(text.find("fused: 2 products carry their layer's bias add (and relu)"),
+            std::string::npos)
+      << text;
+  // What is left of the pairs: relu's gradients.
+  EXPECT_NE(text.find("fused: 2 kernel calls are fused"), std::string::npos) << text;
 }
 
 }  // namespace

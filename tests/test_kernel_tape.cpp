@@ -164,6 +164,126 @@ TEST(KernelTape, KeepsPairsWhoseIntermediateIsNeeded) {
   }
 }
 
+// A dense layer's product with its bias add, and with relu after it, become one matmul_bias
+// call, whether the add and relu are already a fused pair or not, the bias on either side of the
+// add, either operand read transposed; the backend's default runs it as the kernels it replaces,
+// so replayed on other operands it equals fn bit for bit.
+TEST(KernelTape, FusesProductsWithTheirBiasAddAndRelu) {
+  using K = detail::KernelCall::Kind;
+  struct Case {
+    const char* what;
+    Fn fn;
+    bool pairs_first;  // fuse_elementwise_pairs runs first (as record_kernels does on cuda)
+    int fusions;       // calls fuse_matmul_epilogues fuses away
+    int relu;          // the fused call's op2
+  };
+  const std::vector<Case> cases = {
+      {"relu(x @ w + b)",
+       [](const std::vector<Tensor>& t) {
+         return std::vector<Tensor>{relu(matmul(t[0], t[1]) + t[2])};
+       },
+       true, 1, 1},
+      {"relu(x @ w + b), unpaired",
+       [](const std::vector<Tensor>& t) {
+         return std::vector<Tensor>{relu(matmul(t[0], t[1]) + t[2])};
+       },
+       false, 2, 1},
+      {"x @ w + b",
+       [](const std::vector<Tensor>& t) { return std::vector<Tensor>{matmul(t[0], t[1]) + t[2]}; },
+       true, 1, 0},
+      {"b + x @ w",
+       [](const std::vector<Tensor>& t) { return std::vector<Tensor>{t[2] + matmul(t[0], t[1])}; },
+       true, 1, 0},
+      {"relu(x @ w^T + b), w stored transposed",
+       [](const std::vector<Tensor>& t) {
+         return std::vector<Tensor>{
+             relu(matmul_transposed(t[0], transpose(t[1]), false, true) + t[2])};
+       },
+       true, 1, 1},
+  };
+  const std::vector<Tensor> a = {vec(ramp(6 * 5, 0.3f, -2.0f), {6, 5}),
+                                 vec(ramp(5 * 7, -0.2f, 1.0f), {5, 7}),
+                                 vec(ramp(7, 0.5f, -1.0f), {7})};
+  const std::vector<Tensor> b = {vec(ramp(6 * 5, -0.4f, 1.5f), {6, 5}),
+                                 vec(ramp(5 * 7, 0.7f, -3.0f), {5, 7}),
+                                 vec(ramp(7, -0.25f, 0.5f), {7})};
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.what);
+    KernelRecord r = record_kernels(c.fn, a);
+    ASSERT_NE(r.program, nullptr) << r.why_not;
+    // cpu fuses nothing itself, so the recording keeps the product apart; the passes run on a
+    // copy here.
+    EXPECT_EQ(count_kind(*r.program, K::matmul_bias), 0);
+    KernelProgram fused = *r.program;
+    if (c.pairs_first) (void)detail::fuse_elementwise_pairs(fused);
+    const size_t before = fused.calls.size();
+    EXPECT_EQ(detail::fuse_matmul_epilogues(fused), c.fusions);
+    EXPECT_EQ(fused.calls.size() + static_cast<size_t>(c.fusions), before);
+    ASSERT_EQ(count_kind(fused, K::matmul_bias), 1);
+    EXPECT_EQ(count_kind(fused, K::matmul), 0);
+    for (const detail::KernelCall& call : fused.calls) {
+      if (call.kind == K::matmul_bias) EXPECT_EQ(call.op2, c.relu);
+    }
+    for (const auto& ops : {a, b}) {
+      const std::vector<Tensor> want = c.fn(ops);
+      const std::vector<std::vector<char>> got = run(fused, ops);
+      ASSERT_EQ(got.size(), 1u);
+      ASSERT_EQ(got[0].size(), want[0].nbytes());
+      EXPECT_EQ(0, std::memcmp(got[0].data(), want[0].data(), got[0].size()));
+    }
+  }
+}
+
+// Products whose result something else needs, or whose add is not a layer's bias, stay apart.
+TEST(KernelTape, KeepsProductsThatAreNotALayersBiasAdd) {
+  using K = detail::KernelCall::Kind;
+  const std::vector<std::pair<const char*, Fn>> cases = {
+      {"the product is a result",
+       [](const std::vector<Tensor>& t) {
+         Tensor z = matmul(t[0], t[1]);
+         return std::vector<Tensor>{z, z + t[2]};
+       }},
+      {"the product is read twice",
+       [](const std::vector<Tensor>& t) {
+         Tensor z = matmul(t[0], t[1]);
+         return std::vector<Tensor>{(z + t[2]) * z};
+       }},
+      {"a column added, not a row",
+       [](const std::vector<Tensor>& t) {
+         return std::vector<Tensor>{matmul(t[0], t[1]) + reshape(slice(t[2], {0}, {6}), {6, 1})};
+       }},
+      {"a whole matrix added",
+       [](const std::vector<Tensor>& t) {
+         return std::vector<Tensor>{matmul(t[0], t[1]) + matmul(t[0], t[1])};
+       }},
+      {"the bias subtracted",
+       [](const std::vector<Tensor>& t) { return std::vector<Tensor>{matmul(t[0], t[1]) - t[2]}; }},
+      {"a float64 product",
+       [](const std::vector<Tensor>& t) {
+         return std::vector<Tensor>{matmul(astype(t[0], DType::f64), astype(t[1], DType::f64)) +
+                                    astype(t[2], DType::f64)};
+       }},
+      {"a batch of products",
+       [](const std::vector<Tensor>& t) {
+         Tensor x = reshape(concatenate({t[0], t[0]}), {2, 6, 5});
+         Tensor w = reshape(concatenate({t[1], t[1]}), {2, 5, 7});
+         return std::vector<Tensor>{matmul(x, w) + t[2]};
+       }},
+  };
+  const std::vector<Tensor> ops = {vec(ramp(6 * 5, 0.3f, -2.0f), {6, 5}),
+                                   vec(ramp(5 * 7, -0.2f, 1.0f), {5, 7}),
+                                   vec(ramp(7, 0.5f, -1.0f), {7})};
+  for (const auto& [what, fn] : cases) {
+    SCOPED_TRACE(what);
+    KernelRecord r = record_kernels(fn, ops);
+    ASSERT_NE(r.program, nullptr) << r.why_not;
+    KernelProgram p = *r.program;
+    (void)detail::fuse_elementwise_pairs(p);
+    EXPECT_EQ(detail::fuse_matmul_epilogues(p), 0);
+    EXPECT_EQ(count_kind(p, K::matmul_bias), 0);
+  }
+}
+
 // Whether fn's only result may be written into operand `o`'s buffer (jit's in-place donation).
 bool result_may_take(const Fn& fn, const std::vector<Tensor>& operands, int o) {
   KernelRecord r = record_kernels(fn, operands);

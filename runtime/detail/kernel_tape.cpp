@@ -394,6 +394,12 @@ void KernelProgram::run(backend::Backend& be, int device, char* const* base,
       case KernelCall::Kind::fill:
         be.fill(device, c.in, c.arg[0], c.value, c.iota, at(c.dst));
         break;
+      case KernelCall::Kind::matmul_bias:
+        be.matmul_bias(device, c.in, c.arg[1], c.arg[2], c.arg[3], at(c.src[0]), (c.op & 1) != 0,
+                       at(c.src[1]), (c.op & 2) != 0,
+                       (c.op & 4) != 0 ? Precision::tf32 : Precision::highest, at(c.src[2]),
+                       c.op2 != 0, at(c.dst));
+        break;
       case KernelCall::Kind::binary_unary: {
         Strided& a = scratch[static_cast<size_t>(c.strided)];
         Strided& b = scratch[static_cast<size_t>(c.strided) + 1];
@@ -508,6 +514,101 @@ std::optional<KernelCall> fuse_pair(KernelProgram& p, const KernelCall& a, const
   return std::nullopt;
 }
 
+// The one call after call `i` that reads what call i writes, when that is a temporary, not a
+// result, read by nothing else, and nothing between the two writes it or what call i reads (a
+// fused call moves call i's reads to the reader's place); else calls.size().
+size_t sole_reader(const KernelProgram& p, size_t i) {
+  const std::vector<KernelCall>& calls = p.calls;
+  const KernelCall& a = calls[i];
+  const int32_t t = a.dst.slot;
+  if (t < p.operands) return calls.size();  // the intermediate must be a temporary
+  for (const KernelAddr& r : p.results) {
+    if (r.slot == t) return calls.size();
+  }
+  size_t reader = calls.size();
+  int readers = 0;
+  for (size_t j = i + 1; j < calls.size(); ++j) {
+    for (int k = 0; k < calls[j].nsrc; ++k) {
+      if (calls[j].src[k].slot == t) {
+        ++readers;
+        if (reader == calls.size()) reader = j;
+      }
+    }
+  }
+  if (readers != 1) return calls.size();
+  for (size_t j = i + 1; j < reader; ++j) {
+    const int32_t w = calls[j].dst.slot;
+    if (w == t) return calls.size();
+    for (int k = 0; k < a.nsrc; ++k) {
+      if (w == a.src[k].slot) return calls.size();
+    }
+  }
+  return reader;
+}
+
+// Drops the calls marked gone.
+void drop_gone(std::vector<KernelCall>& calls, const std::vector<bool>& gone) {
+  std::vector<KernelCall> kept;
+  for (size_t i = 0; i < calls.size(); ++i) {
+    if (!gone[i]) kept.push_back(std::move(calls[i]));
+  }
+  calls = std::move(kept);
+}
+
+// Whether `st` reads one row of shape's last dimension again for every row (a (n,) bias
+// broadcast over (m, n); dimensions of size 1 take any stride).
+bool row_over(const std::vector<int64_t>& shape, const std::vector<int64_t>& st) {
+  return shape.size() == 2 && (shape[0] == 1 || st[0] == 0) && (shape[1] == 1 || st[1] == 1);
+}
+
+// The epilogue call `b` (the sole reader of product `a`'s temporary) fused into `a`, if it is one
+// (see fuse_matmul_epilogues).
+std::optional<KernelCall> fuse_epilogue(const KernelProgram& p, const KernelCall& a,
+                                        const KernelCall& b) {
+  using K = KernelCall::Kind;
+  const bool product = (a.kind == K::matmul || (a.kind == K::matmul_bias && a.op2 == 0)) &&
+                       a.in == DType::f32 && a.out == DType::f32 && a.arg[0] == 1;
+  if (!product) return std::nullopt;
+  const std::vector<int64_t> shape{a.arg[1], a.arg[2]};
+  if (b.shape != shape || b.in != DType::f32 || b.out != DType::f32) return std::nullopt;
+  auto strides = [&](int j) -> const std::vector<int64_t>& {
+    return p.strides[static_cast<size_t>(b.strided + j)];
+  };
+  auto reads_product = [&](int j) {
+    return b.src[j].slot == a.dst.slot && b.src[j].offset == a.dst.offset &&
+           dense_over(shape, strides(j));
+  };
+  // The fused call writes b's result (dense: results are) while reading a's operands and the
+  // bias.
+  for (int j = 0; j < a.nsrc; ++j) {
+    if (b.dst.slot == a.src[j].slot) return std::nullopt;
+  }
+  KernelCall f = a;
+  f.kind = K::matmul_bias;
+  f.shape = shape;
+  f.dst = b.dst;
+  f.strided = -1;
+  if (a.kind == K::matmul_bias) {  // a fused product, then relu
+    if (b.kind != K::unary || b.op != static_cast<int>(UnaryOp::relu) || !reads_product(0)) {
+      return std::nullopt;
+    }
+    f.op2 = 1;
+    return f;
+  }
+  const bool add = (b.kind == K::binary ||
+                    (b.kind == K::binary_unary && b.op2 == static_cast<int>(UnaryOp::relu))) &&
+                   b.op == static_cast<int>(BinaryOp::add);
+  if (!add) return std::nullopt;
+  int bias = -1;
+  if (reads_product(0) && row_over(shape, strides(1))) bias = 1;
+  if (bias < 0 && reads_product(1) && row_over(shape, strides(0))) bias = 0;
+  if (bias < 0 || b.dst.slot == b.src[bias].slot) return std::nullopt;
+  f.nsrc = 3;
+  f.src[2] = b.src[bias];
+  f.op2 = b.kind == K::binary_unary ? 1 : 0;
+  return f;
+}
+
 }  // namespace
 
 int fuse_elementwise_pairs(KernelProgram& p) {
@@ -517,31 +618,10 @@ int fuse_elementwise_pairs(KernelProgram& p) {
   for (size_t i = 0; i < calls.size(); ++i) {
     const KernelCall& a = calls[i];
     if (gone[i] || a.kind != KernelCall::Kind::binary) continue;
-    const int32_t t = a.dst.slot;
-    if (t < p.operands) continue;  // the intermediate must be a temporary
-    bool result = false;
-    for (const KernelAddr& r : p.results) result = result || r.slot == t;
-    if (result) continue;
-    // The one reader of the temporary, with nothing in between that writes the temporary or
-    // what `a` reads (fusing moves a's reads to the reader's place).
-    size_t reader = calls.size();
-    int readers = 0;
-    for (size_t j = i + 1; j < calls.size(); ++j) {
-      for (int k = 0; k < calls[j].nsrc; ++k) {
-        if (calls[j].src[k].slot == t) {
-          ++readers;
-          if (reader == calls.size()) reader = j;
-        }
-      }
-    }
-    if (readers != 1) continue;
-    bool clobbered = false;
-    for (size_t j = i + 1; j < reader && !clobbered; ++j) {
-      const int32_t w = calls[j].dst.slot;
-      clobbered = w == t || w == a.src[0].slot || w == a.src[1].slot;
-    }
+    const size_t reader = sole_reader(p, i);
+    if (reader == calls.size()) continue;
     const KernelCall& b = calls[reader];
-    if (clobbered || b.src[0].slot != t || b.src[0].offset != a.dst.offset) continue;
+    if (b.src[0].slot != a.dst.slot || b.src[0].offset != a.dst.offset) continue;
     // The fused call writes b's result while reading a's sources: not into one of them.
     if (b.dst.slot == a.src[0].slot || b.dst.slot == a.src[1].slot) continue;
     if (b.kind == KernelCall::Kind::select &&
@@ -554,11 +634,28 @@ int fuse_elementwise_pairs(KernelProgram& p) {
     gone[i] = true;
     ++fused;
   }
-  std::vector<KernelCall> kept;
+  drop_gone(calls, gone);
+  return fused;
+}
+
+int fuse_matmul_epilogues(KernelProgram& p) {
+  std::vector<KernelCall>& calls = p.calls;
+  std::vector<bool> gone(calls.size(), false);
+  int fused = 0;
   for (size_t i = 0; i < calls.size(); ++i) {
-    if (!gone[i]) kept.push_back(std::move(calls[i]));
+    const KernelCall::Kind k = calls[i].kind;
+    if (gone[i] || (k != KernelCall::Kind::matmul && k != KernelCall::Kind::matmul_bias)) continue;
+    const size_t reader = sole_reader(p, i);
+    if (reader == calls.size()) continue;
+    std::optional<KernelCall> f = fuse_epilogue(p, calls[i], calls[reader]);
+    if (!f) continue;
+    calls[reader] = *f;  // at the reader's place: the bias is ready there
+    gone[i] = true;
+    ++fused;
+    // A product fused with its bias may take a relu next: the fused call is looked at again
+    // when the loop reaches the reader.
   }
-  calls = std::move(kept);
+  drop_gone(calls, gone);
   return fused;
 }
 
@@ -593,12 +690,16 @@ KernelRecord record_kernels(
     return reproduces(q, real, dev.local_index(), operands, outs, 0x00) &&
            reproduces(q, real, dev.local_index(), operands, outs, 0xff);
   };
-  // Fused pairs where the platform has fused kernels and the program has pairs, kept only when
-  // they give fn's bits too.
-  KernelProgram fused;
-  if (real.fuses_pairs()) fused = p;
-  if (real.fuses_pairs() && fuse_elementwise_pairs(fused) > 0 && checked(fused)) {
-    return KernelRecord{std::make_shared<const KernelProgram>(std::move(fused)), ""};
+  // Fused pairs and epilogues where the platform has fused kernels and the program has them,
+  // kept only when they give fn's bits too.
+  const bool pairs = real.fuses_pairs(), epilogues = real.fuses_matmul_bias();
+  if (pairs || epilogues) {
+    KernelProgram fused = p;
+    const int fusions = (pairs ? fuse_elementwise_pairs(fused) : 0) +
+                        (epilogues ? fuse_matmul_epilogues(fused) : 0);
+    if (fusions > 0 && checked(fused)) {
+      return KernelRecord{std::make_shared<const KernelProgram>(std::move(fused)), ""};
+    }
   }
   if (!checked(p)) {
     return refused(

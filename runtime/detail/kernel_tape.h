@@ -37,7 +37,9 @@ struct KernelAddr {
 
 struct KernelCall {
   // binary_unary: op2(op(src0, src1)); compare_select: op(src0, src1) ? src2 : src3 (src0/1 of
-  // `in`, the rest and dst of `out`): fused pairs (fuse_elementwise_pairs).
+  // `in`, the rest and dst of `out`): fused pairs (fuse_elementwise_pairs). matmul_bias: src0 @
+  // src1 + the row src2, relu'd when op2 is 1 (op and arg as matmul's, batch 1):
+  // fuse_matmul_epilogues.
   enum class Kind : uint8_t {
     unary,
     binary,
@@ -47,7 +49,8 @@ struct KernelCall {
     fill,
     copy,
     binary_unary,
-    compare_select
+    compare_select,
+    matmul_bias
   };
   Kind kind = Kind::unary;
   int op = 0;   // UnaryOp, BinaryOp or ReduceOp; matmul: 1 transposes a, 2 transposes b, 4 tf32
@@ -97,6 +100,15 @@ class KernelProgram {
 // temporary is no longer written. Returns the number of pairs fused. record_kernels applies it
 // where the platform has fused kernels (Backend::fuses_pairs: cuda).
 int fuse_elementwise_pairs(KernelProgram& p);
+
+// Fuses a float32 product with the epilogue a dense layer puts after it, where the product's
+// temporary has no other reader and is not a result: `x @ W + b` (b a row added to every row of
+// the product) and `relu(x @ W + b)` (the add and relu already one binary_unary, or a fused
+// product followed by relu) become one matmul_bias call (Backend::matmul_bias: cuBLASLt's BIAS
+// and RELU_BIAS epilogues on cuda). The backend's default runs the same kernels as before, so the
+// bits are the unfused program's there. Returns the number of calls fused away. record_kernels
+// and jit's step fusion apply it where the platform fuses epilogues (Backend::fuses_matmul_bias).
+int fuse_matmul_epilogues(KernelProgram& p);
 
 struct KernelRecord {
   std::shared_ptr<const KernelProgram> program;  // null when refused
