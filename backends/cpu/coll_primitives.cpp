@@ -139,6 +139,25 @@ MESHRT_FOLD_INLINE U32x4 select(I32x4 mask, U32x4 a, U32x4 b) {
   return (a & k) | (b & ~k);
 }
 
+// d[e] = the conversion of s[e] for m elements: four lanes at a time through `lanes` (a 4-lane
+// vector of In to one of Out), the tail one element at a time through `scalar`.
+template <class R, class A>
+A lanes_arg(R (*)(A));  // the vector type a lane function takes (unevaluated)
+template <auto lanes, auto scalar, class Out, class In>
+MESHRT_FOLD_INLINE void convert_tile(Out* __restrict d, const In* __restrict s, int64_t m) {
+  using InV = decltype(lanes_arg(lanes));
+  static_assert(sizeof(InV) == 4 * sizeof(In));
+  int64_t e = 0;
+  for (; e + 4 <= m; e += 4) {
+    InV v;
+    std::memcpy(&v, s + e, sizeof v);
+    const auto r = lanes(v);
+    static_assert(sizeof r == 4 * sizeof(Out));
+    std::memcpy(d + e, &r, sizeof r);
+  }
+  for (; e < m; ++e) d[e] = scalar(s[e]);
+}
+
 // bfloat16: the top half of a float32; rounding adds 0x7fff plus the kept lowest bit (to even),
 // a NaN becomes the quiet NaN with its sign.
 struct Bf16Bits {
@@ -194,25 +213,11 @@ struct F16Bits {
   }
   MESHRT_FOLD_INLINE static void widen_tile(float* __restrict d, const uint16_t* __restrict s,
                                             int64_t m) {
-    int64_t e = 0;
-    for (; e + 4 <= m; e += 4) {
-      U16x4 h;
-      std::memcpy(&h, s + e, sizeof h);
-      const F32x4 f = widen_lanes(h);
-      std::memcpy(d + e, &f, sizeof f);
-    }
-    for (; e < m; ++e) d[e] = detail::f16_bits_to_f32(s[e]);
+    convert_tile<widen_lanes, detail::f16_bits_to_f32>(d, s, m);
   }
   MESHRT_FOLD_INLINE static void narrow_tile(uint16_t* __restrict d, const float* __restrict s,
                                              int64_t m) {
-    int64_t e = 0;
-    for (; e + 4 <= m; e += 4) {
-      F32x4 f;
-      std::memcpy(&f, s + e, sizeof f);
-      const U16x4 h = narrow_lanes(f);
-      std::memcpy(d + e, &h, sizeof h);
-    }
-    for (; e < m; ++e) d[e] = detail::f32_to_f16_bits(s[e]);
+    convert_tile<narrow_lanes, detail::f32_to_f16_bits>(d, s, m);
   }
 };
 
