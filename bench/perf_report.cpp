@@ -366,9 +366,9 @@ int main(int argc, char** argv) {
       "MESHRT_CPU_EXECUTOR=%s (fibers when devices outnumber cores)\n",
       static_cast<long long>(n), std::thread::hardware_concurrency(), executor_name());
   std::printf(
-      "# memcpy bandwidth, fastest of %d copies of 64 MiB per thread: %.2f GB/s (all cores), "
-      "%.2f GB/s (one thread)\n",
-      reps, all.best() / 1e9, one.best() / 1e9);
+      "# copy bandwidth, fastest of %d memcpys and %d in-place passes of 64 MiB per thread: %.2f "
+      "GB/s (all cores), %.2f GB/s (one thread)\n",
+      reps, reps, all.best() / 1e9, one.best() / 1e9);
   std::printf(
       "# each bound below uses the fastest copy of its row's buffer size timed in this run, "
       "copies timed again just before and after the row, one thread and all cores (a floor "
