@@ -62,20 +62,25 @@ void Backend::compare_select(int device, BinaryOp cmp, DType in, DType dtype,
 void Backend::matmul_bias(int device, DType dtype, int64_t m, int64_t n, int64_t k, const void* a,
                           bool trans_a, const void* b, bool trans_b, Precision precision,
                           const void* bias, bool relu, void* y) {
-  // The entry point the unfused call took (KernelProgram::run's), so the product's bits match.
-  if (precision != Precision::highest) {
-    matmul_prec(device, dtype, 1, m, n, k, a, trans_a, b, trans_b, y, precision);
-  } else if (!trans_a && !trans_b) {
-    matmul(device, dtype, 1, m, n, k, a, b, y);
-  } else {
-    matmul_t(device, dtype, 1, m, n, k, a, trans_a, b, trans_b, y);
-  }
+  product(device, dtype, 1, m, n, k, a, trans_a, b, trans_b, y, precision);  // the unfused bits
   const std::vector<int64_t> shape{m, n};
   const Strided out{y, {n, 1}}, row{bias, {0, 1}};
   if (relu) {
     binary_unary(device, BinaryOp::add, UnaryOp::relu, dtype, shape, out, row, y);
   } else {
     binary(device, BinaryOp::add, dtype, dtype, shape, out, row, y);
+  }
+}
+
+void Backend::product(int device, DType dtype, int64_t batch, int64_t m, int64_t n, int64_t k,
+                      const void* a, bool trans_a, const void* b, bool trans_b, void* c,
+                      Precision precision) {
+  if (precision != Precision::highest && dtype == DType::f32) {
+    matmul_prec(device, dtype, batch, m, n, k, a, trans_a, b, trans_b, c, precision);
+  } else if (!trans_a && !trans_b) {
+    matmul(device, dtype, batch, m, n, k, a, b, c);
+  } else {
+    matmul_t(device, dtype, batch, m, n, k, a, trans_a, b, trans_b, c);
   }
 }
 

@@ -159,6 +159,13 @@ class Backend {
   virtual void matmul_prec(int device, DType dtype, int64_t batch, int64_t m, int64_t n, int64_t k,
                            const void* a, bool trans_a, const void* b, bool trans_b, void* c,
                            Precision precision);
+  // A product through the entry point that serves it: matmul_prec for float32 at a precision
+  // other than highest, matmul for operands read as stored, else matmul_t. The ops, jit's
+  // recorded programs and matmul_bias's default all call it, so a product takes one path (and
+  // gives one set of bits) wherever it runs.
+  void product(int device, DType dtype, int64_t batch, int64_t m, int64_t n, int64_t k,
+               const void* a, bool trans_a, const void* b, bool trans_b, void* c,
+               Precision precision);
   // y[i] = value (converted to dtype), or y[i] = i when iota.
   virtual void fill(int device, DType dtype, int64_t n, double value, bool iota, void* y) = 0;
 

@@ -418,14 +418,8 @@ Tensor matmul_impl(const Tensor& a0, const Tensor& b0, bool ta, bool tb, const c
   if (a.shape() != a_full) a = gather_view(a, a_full, 0, broadcast_strides(a, a_full));
   if (b.shape() != b_full) b = gather_view(b, b_full, 0, broadcast_strides(b, b_full));
   Tensor y = empty(ms.out, t, a.device());
-  if (precision != Precision::highest && t == DType::f32) {
-    be(a).matmul_prec(dev(a), t, shape_size(batch), m, n, k, a.data(), ta, b.data(), tb, y.data(),
-                      precision);
-  } else if (!ta && !tb) {
-    be(a).matmul(dev(a), t, shape_size(batch), m, n, k, a.data(), b.data(), y.data());
-  } else {
-    be(a).matmul_t(dev(a), t, shape_size(batch), m, n, k, a.data(), ta, b.data(), tb, y.data());
-  }
+  be(a).product(dev(a), t, shape_size(batch), m, n, k, a.data(), ta, b.data(), tb, y.data(),
+                precision);
   return y;
 }
 

@@ -379,17 +379,9 @@ void KernelProgram::run(backend::Backend& be, int device, char* const* base,
                   at(c.src[0]), at(c.dst));
         break;
       case KernelCall::Kind::matmul:
-        if ((c.op & 4) != 0) {
-          be.matmul_prec(device, c.in, c.arg[0], c.arg[1], c.arg[2], c.arg[3], at(c.src[0]),
-                         (c.op & 1) != 0, at(c.src[1]), (c.op & 2) != 0, at(c.dst),
-                         Precision::tf32);
-        } else if (c.op == 0) {
-          be.matmul(device, c.in, c.arg[0], c.arg[1], c.arg[2], c.arg[3], at(c.src[0]),
-                    at(c.src[1]), at(c.dst));
-        } else {
-          be.matmul_t(device, c.in, c.arg[0], c.arg[1], c.arg[2], c.arg[3], at(c.src[0]),
-                      (c.op & 1) != 0, at(c.src[1]), (c.op & 2) != 0, at(c.dst));
-        }
+        be.product(device, c.in, c.arg[0], c.arg[1], c.arg[2], c.arg[3], at(c.src[0]),
+                   (c.op & 1) != 0, at(c.src[1]), (c.op & 2) != 0, at(c.dst),
+                   (c.op & 4) != 0 ? Precision::tf32 : Precision::highest);
         break;
       case KernelCall::Kind::fill:
         be.fill(device, c.in, c.arg[0], c.value, c.iota, at(c.dst));
@@ -546,15 +538,6 @@ size_t sole_reader(const KernelProgram& p, size_t i) {
   return reader;
 }
 
-// Drops the calls marked gone.
-void drop_gone(std::vector<KernelCall>& calls, const std::vector<bool>& gone) {
-  std::vector<KernelCall> kept;
-  for (size_t i = 0; i < calls.size(); ++i) {
-    if (!gone[i]) kept.push_back(std::move(calls[i]));
-  }
-  calls = std::move(kept);
-}
-
 // Whether `st` reads one row of shape's last dimension again for every row (a (n,) bias
 // broadcast over (m, n); dimensions of size 1 take any stride).
 bool row_over(const std::vector<int64_t>& shape, const std::vector<int64_t>& st) {
@@ -611,52 +594,62 @@ std::optional<KernelCall> fuse_epilogue(const KernelProgram& p, const KernelCall
 
 }  // namespace
 
-int fuse_elementwise_pairs(KernelProgram& p) {
+namespace {
+
+// Fuses each call of a kind `first` accepts into the sole reader of what it writes (sole_reader),
+// where fuse(p, call, reader) gives the fused call: it takes the reader's place (its other
+// sources are ready there), and the call is dropped. A fused call is offered again as the loop
+// reaches it. Returns the number of calls fused away.
+template <class Fuse>
+int fuse_into_readers(KernelProgram& p, bool (*first)(KernelCall::Kind), Fuse fuse) {
   std::vector<KernelCall>& calls = p.calls;
   std::vector<bool> gone(calls.size(), false);
   int fused = 0;
   for (size_t i = 0; i < calls.size(); ++i) {
-    const KernelCall& a = calls[i];
-    if (gone[i] || a.kind != KernelCall::Kind::binary) continue;
+    if (gone[i] || !first(calls[i].kind)) continue;
     const size_t reader = sole_reader(p, i);
     if (reader == calls.size()) continue;
-    const KernelCall& b = calls[reader];
-    if (b.src[0].slot != a.dst.slot || b.src[0].offset != a.dst.offset) continue;
-    // The fused call writes b's result while reading a's sources: not into one of them.
-    if (b.dst.slot == a.src[0].slot || b.dst.slot == a.src[1].slot) continue;
-    if (b.kind == KernelCall::Kind::select &&
-        (b.dst.slot == b.src[1].slot || b.dst.slot == b.src[2].slot)) {
-      continue;
-    }
-    std::optional<KernelCall> f = fuse_pair(p, a, b);
+    std::optional<KernelCall> f = fuse(p, calls[i], calls[reader]);
     if (!f) continue;
-    calls[reader] = *f;  // at the reader's place: its other sources are ready there
+    calls[reader] = *f;
     gone[i] = true;
     ++fused;
   }
-  drop_gone(calls, gone);
+  std::vector<KernelCall> kept;
+  for (size_t i = 0; i < calls.size(); ++i) {
+    if (!gone[i]) kept.push_back(std::move(calls[i]));
+  }
+  calls = std::move(kept);
   return fused;
 }
 
+}  // namespace
+
+int fuse_elementwise_pairs(KernelProgram& p) {
+  auto binary = [](KernelCall::Kind k) { return k == KernelCall::Kind::binary; };
+  return fuse_into_readers(
+      p, binary,
+      [](KernelProgram& q, const KernelCall& a, const KernelCall& b) -> std::optional<KernelCall> {
+        if (b.src[0].slot != a.dst.slot || b.src[0].offset != a.dst.offset) return std::nullopt;
+        // The fused call writes b's result while reading a's sources: not into one of them.
+        if (b.dst.slot == a.src[0].slot || b.dst.slot == a.src[1].slot) return std::nullopt;
+        if (b.kind == KernelCall::Kind::select &&
+            (b.dst.slot == b.src[1].slot || b.dst.slot == b.src[2].slot)) {
+          return std::nullopt;
+        }
+        return fuse_pair(q, a, b);
+      });
+}
+
 int fuse_matmul_epilogues(KernelProgram& p) {
-  std::vector<KernelCall>& calls = p.calls;
-  std::vector<bool> gone(calls.size(), false);
-  int fused = 0;
-  for (size_t i = 0; i < calls.size(); ++i) {
-    const KernelCall::Kind k = calls[i].kind;
-    if (gone[i] || (k != KernelCall::Kind::matmul && k != KernelCall::Kind::matmul_bias)) continue;
-    const size_t reader = sole_reader(p, i);
-    if (reader == calls.size()) continue;
-    std::optional<KernelCall> f = fuse_epilogue(p, calls[i], calls[reader]);
-    if (!f) continue;
-    calls[reader] = *f;  // at the reader's place: the bias is ready there
-    gone[i] = true;
-    ++fused;
-    // A product fused with its bias may take a relu next: the fused call is looked at again
-    // when the loop reaches the reader.
-  }
-  drop_gone(calls, gone);
-  return fused;
+  // A product fused with its bias may take a relu next: fuse_into_readers offers it again.
+  auto product = [](KernelCall::Kind k) {
+    return k == KernelCall::Kind::matmul || k == KernelCall::Kind::matmul_bias;
+  };
+  return fuse_into_readers(p, product,
+                           [](KernelProgram& q, const KernelCall& a, const KernelCall& b) {
+                             return fuse_epilogue(q, a, b);
+                           });
 }
 
 KernelRecord record_kernels(
