@@ -214,8 +214,10 @@ class Backend {
                               int64_t rows);
   // One fold written to several outputs: dsts[k][e] = fold(op, srcs[*][e]) for every k, the
   // same bits in each (a direct psum's result into every member's output; an output may alias a
-  // source). The default folds into dsts[0] with coll_fold and copies it to the others; a GPU
-  // reads every source once and writes every output in one launch.
+  // source). The default folds into dsts[0] with coll_fold and copies it to the others; the cpu
+  // platform does so a cache-sized tile at a time, or streams a large call's lines to every
+  // output (backends/cpu/coll_primitives.h, fold_to); a GPU reads every source once and writes
+  // every output in one launch.
   virtual void coll_fold_to(int device, FoldOp op, DType in, DType out,
                             const std::vector<void*>& dsts, const std::vector<const void*>& srcs,
                             int64_t len);

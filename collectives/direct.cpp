@@ -28,13 +28,13 @@ void arrive_and_wait_all(Instance& inst, const Plane& pl) {
   }
 }
 
-// Large reductions: the first `folders` members own a slice each, reduce it tile by tile and push
-// each tile to every output while it is in cache; then every member waits until every slice has
-// been pushed. On a GPU every member folds (one kernel each). On the host a slice is at least
-// kMinSliceBytes of input: a slice per member of a large group would read a few bytes from each
-// of N inputs and write a few to each of N outputs (64 KiB over 256 devices: 256 bytes, 512 pages
-// touched per slice), so the cost grew faster than N·P; fewer, larger slices do the same
-// additions in the same order per element, with a page per input and output per 4 KiB.
+// Large reductions: the first `folders` members own a slice each, reduce it and write the result
+// to every output (fold_to); then every member waits until every slice has been written. On a GPU
+// every member folds (one kernel each). On the host a slice is at least kMinSliceBytes of input: a
+// slice per member of a large group would read a few bytes from each of N inputs and write a few to
+// each of N outputs (64 KiB over 256 devices: 256 bytes, 512 pages touched per slice), so the cost
+// grew faster than N·P; fewer, larger slices do the same additions in the same order per element,
+// with a page per input and output per 4 KiB.
 int64_t folders_of(const Instance& inst, const Plane& pl) {
   const int64_t N = inst.size();
   if (!pl.host()) return N;
@@ -47,24 +47,24 @@ void reduce_large(Instance& inst, int64_t me) {
   const Plane pl = plane_of(inst, me);
   const int64_t n = count(c.shape), N = inst.size();
   const DType od = out_dtype(c);
-  const size_t ie = dtype_size(c.dtype), oe = dtype_size(od);
+  const auto ie = static_cast<int64_t>(dtype_size(c.dtype)),
+             oe = static_cast<int64_t>(dtype_size(od));
   const int64_t folders = folders_of(inst, pl);
   const int64_t slice = (n + folders - 1) / folders;
   const int64_t lo = me < folders ? std::min(n, me * slice) : n, hi = std::min(n, lo + slice);
-  // Host: tiles of elements that fit in L2 with their N inputs. Device: one kernel for the slice.
-  const int64_t kTile = pl.host() ? 16 * 1024 : std::max<int64_t>(1, hi - lo);
-  std::vector<const void*> srcs(static_cast<size_t>(N));
-  std::vector<void*> dsts(static_cast<size_t>(N));  // this member's output first
-  for (int64_t base = lo; base < hi; base += kTile) {
-    const int64_t m = std::min(kTile, hi - base);
+  if (lo < hi) {
+    std::vector<const void*> srcs(static_cast<size_t>(N));
+    std::vector<void*> dsts(static_cast<size_t>(N));  // this member's output first
     for (int64_t j = 0; j < N; ++j) {
-      srcs[static_cast<size_t>(j)] = in_ptr(inst, j) + base * static_cast<int64_t>(ie);
+      srcs[static_cast<size_t>(j)] = in_ptr(inst, j) + lo * ie;
       const int64_t k = j == 0 ? me : (j <= me ? j - 1 : j);
-      dsts[static_cast<size_t>(j)] = out_ptr(inst, k) + base * static_cast<int64_t>(oe);
+      dsts[static_cast<size_t>(j)] = out_ptr(inst, k) + lo * oe;
     }
-    // Host: a fold into this member's output, then copies from it while it is in cache. GPU:
+    // The whole slice in one call. Host: the cpu backend folds it a cache-sized tile at a time
+    // and copies each tile to the other outputs while it is in cache, or, for a slice that
+    // writes more than the caches hold, streams each line of the result to every output. GPU:
     // one kernel reads the N inputs once and writes the N outputs.
-    pl.fold_to(c.kind, c.dtype, od, dsts, srcs, m);
+    pl.fold_to(c.kind, c.dtype, od, dsts, srcs, hi - lo);
   }
   arrive_and_wait_all(inst, pl);
 }

@@ -222,7 +222,7 @@ struct F16Bits {
 };
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-#define MESHRT_HALF_FOLD_AVX2 1
+#define MESHRT_FOLD_AVX2 1
 // float16 through F16C, eight lanes at a time. Not inlined into the generic fold (whose baseline
 // target lacks F16C): one call per tile.
 struct F16cBits {
@@ -370,7 +370,7 @@ void mean_half_portable(bool bf16, uint16_t* dst, const uint16_t* sum, int64_t l
   mean_half_kernel<F16Bits>(dst, sum, len, div);
 }
 
-#ifdef MESHRT_HALF_FOLD_AVX2
+#ifdef MESHRT_FOLD_AVX2
 // The same code for 256-bit vectors, float16 through F16C (no FMA: every addition rounds as in
 // the portable path).
 __attribute__((target("avx2,f16c"))) void fold_half_avx2(FoldOp op, bool bf16, uint16_t* dst,
@@ -388,7 +388,7 @@ __attribute__((target("avx2,f16c"))) void mean_half_avx2(bool bf16, uint16_t* ds
 #endif
 
 bool cpu_has_avx2() {
-#ifdef MESHRT_HALF_FOLD_AVX2
+#ifdef MESHRT_FOLD_AVX2
   // AVX2 as the compiler's runtime sees it (with the OS saving the 256-bit registers); F16C from
   // cpuid leaf 1 (clang 14's __builtin_cpu_supports does not know "f16c").
   static const bool has = [] {
@@ -403,14 +403,14 @@ bool cpu_has_avx2() {
 }
 
 HalfFold half_fold_of(HalfFoldPath path) {
-#ifdef MESHRT_HALF_FOLD_AVX2
+#ifdef MESHRT_FOLD_AVX2
   if (path == HalfFoldPath::avx2) return fold_half_avx2;
 #endif
   (void)path;
   return fold_half_portable;
 }
 HalfMean half_mean_of(HalfFoldPath path) {
-#ifdef MESHRT_HALF_FOLD_AVX2
+#ifdef MESHRT_FOLD_AVX2
   if (path == HalfFoldPath::avx2) return mean_half_avx2;
 #endif
   (void)path;
@@ -431,6 +431,95 @@ void fold_half(HalfFoldPath path, FoldOp op, DType dtype, void* dst,
   half_fold_of(path)(op, dtype == DType::bf16, static_cast<uint16_t*>(dst), ptrs,
                      static_cast<int64_t>(srcs.size()), len);
 }
+
+// ---- One fold written to many outputs (fold_to).
+
+// Elements per tile of fold_then_copy: the tile of dsts[0] (64 KiB of float32) and a few inputs'
+// tiles stay in L2 while it is copied to the other outputs.
+constexpr int64_t kFoldTile = 16 * 1024;
+
+// dsts[k][e] = fold(srcs)[e] for e in [at, at + len): tile by tile, folded into dsts[0] and
+// copied from there while it is in cache.
+void fold_then_copy(FoldOp op, DType in, DType out, const std::vector<void*>& dsts,
+                    const std::vector<const void*>& srcs, int64_t at, int64_t len) {
+  const auto ie = static_cast<int64_t>(dtype_size(in)), oe = static_cast<int64_t>(dtype_size(out));
+  std::vector<const void*> part(srcs.size());
+  for (int64_t base = at; base < at + len; base += kFoldTile) {
+    const int64_t m = std::min(kFoldTile, at + len - base);
+    for (size_t j = 0; j < srcs.size(); ++j)
+      part[j] = static_cast<const char*>(srcs[j]) + base * ie;
+    char* first = static_cast<char*>(dsts[0]) + base * oe;
+    fold(op, in, out, first, part, m);
+    for (size_t k = 1; k < dsts.size(); ++k) {
+      char* d = static_cast<char*>(dsts[k]) + base * oe;
+      if (d != first) std::memcpy(d, first, static_cast<size_t>(m * oe));
+    }
+  }
+}
+
+#ifdef MESHRT_FOLD_AVX2
+// 64-byte lines [0, lines): each line of the result folded from the inputs' lines in srcs order
+// (the additions, comparisons and the mean's division of fold_into, element by element), then
+// written to every output with two 32-byte non-temporal stores, which go to memory as one whole
+// line without the line being read first (a store through the cache reads it: a third of a
+// large psum's traffic). The outputs' lines are 64-byte aligned. Ends with a store fence, so the
+// lines are visible to the members that wait for this one.
+template <class T, class F>
+__attribute__((target("avx2"))) void stream_lines(T* const* dsts, size_t nd, const T* const* srcs,
+                                                  size_t n, int64_t lines, bool mean, F f) {
+  constexpr int64_t kLine = 64 / static_cast<int64_t>(sizeof(T));
+  alignas(64) T t[kLine];
+  for (int64_t l = 0; l < lines; ++l) {
+    const int64_t at = l * kLine;
+    const T* __restrict s0 = srcs[0] + at;
+    if (n == 1) {
+      for (int64_t e = 0; e < kLine; ++e) t[e] = s0[e];
+    } else {
+      const T* __restrict s1 = srcs[1] + at;
+      for (int64_t e = 0; e < kLine; ++e) t[e] = f(s0[e], s1[e]);
+      for (size_t j = 2; j < n; ++j) {
+        const T* __restrict s = srcs[j] + at;
+        for (int64_t e = 0; e < kLine; ++e) t[e] = f(t[e], s[e]);
+      }
+    }
+    if constexpr (std::is_floating_point_v<T>) {
+      if (mean) {
+        const T tn = static_cast<T>(static_cast<double>(n));
+        for (int64_t e = 0; e < kLine; ++e) t[e] = t[e] / tn;
+      }
+    }
+    const __m256i lo = _mm256_load_si256(reinterpret_cast<const __m256i*>(t));
+    const __m256i hi = _mm256_load_si256(reinterpret_cast<const __m256i*>(t) + 1);
+    for (size_t k = 0; k < nd; ++k) {
+      auto* d = reinterpret_cast<__m256i*>(dsts[k] + at);
+      _mm256_stream_si256(d, lo);
+      _mm256_stream_si256(d + 1, hi);
+    }
+  }
+  _mm_sfence();
+}
+
+template <class T>
+void stream_typed(FoldOp op, const std::vector<void*>& dsts, const std::vector<const void*>& srcs,
+                  int64_t at, int64_t lines) {
+  std::vector<T*> d(dsts.size());
+  std::vector<const T*> s(srcs.size());
+  for (size_t k = 0; k < dsts.size(); ++k) d[k] = static_cast<T*>(dsts[k]) + at;
+  for (size_t j = 0; j < srcs.size(); ++j) s[j] = static_cast<const T*>(srcs[j]) + at;
+  const bool mean = op == FoldOp::mean;
+  switch (op) {
+    case FoldOp::max:
+      return stream_lines<T>(d.data(), d.size(), s.data(), s.size(), lines, mean,
+                             [](T a, T b) { return fold_max(a, b); });
+    case FoldOp::min:
+      return stream_lines<T>(d.data(), d.size(), s.data(), s.size(), lines, mean,
+                             [](T a, T b) { return fold_min(a, b); });
+    default:
+      return stream_lines<T>(d.data(), d.size(), s.data(), s.size(), lines, mean,
+                             [](T a, T b) { return wrap_add(a, b); });
+  }
+}
+#endif
 
 }  // namespace
 
@@ -453,6 +542,61 @@ void fold(FoldOp op, DType in, DType out, void* dst, const std::vector<const voi
       break;  // rejected by the runtime before a rendezvous
   }
   throw Error("[collectives] reduction of an unknown dtype");
+}
+
+bool fold_to_streaming(FoldOp op, DType in, DType out, const std::vector<void*>& dsts,
+                       const std::vector<const void*>& srcs, int64_t len) {
+#ifdef MESHRT_FOLD_AVX2
+  if (!cpu_has_avx2() || in != out || len <= 0 || dsts.empty() || srcs.empty()) return false;
+  const bool floating = in == DType::f32 || in == DType::f64;
+  if (!floating && in != DType::i32 && in != DType::i64) return false;
+  if (op == FoldOp::mean && !floating) return false;
+  const auto e = static_cast<uintptr_t>(dtype_size(in));
+  // Every output must reach a line boundary after the same number of elements.
+  const uintptr_t phase = reinterpret_cast<uintptr_t>(dsts[0]) % 64;
+  if (phase % e != 0) return false;
+  for (void* d : dsts) {
+    if (reinterpret_cast<uintptr_t>(d) % 64 != phase) return false;
+  }
+  const int64_t line = static_cast<int64_t>(64 / e);
+  const int64_t head = std::min<int64_t>(len, static_cast<int64_t>((64 - phase) % 64 / e));
+  const int64_t lines = (len - head) / line;
+  if (head > 0) fold_then_copy(op, in, out, dsts, srcs, 0, head);
+  if (lines > 0) {
+    switch (in) {
+      case DType::f32:
+        stream_typed<float>(op, dsts, srcs, head, lines);
+        break;
+      case DType::f64:
+        stream_typed<double>(op, dsts, srcs, head, lines);
+        break;
+      case DType::i32:
+        stream_typed<int32_t>(op, dsts, srcs, head, lines);
+        break;
+      default:
+        stream_typed<int64_t>(op, dsts, srcs, head, lines);
+        break;
+    }
+  }
+  const int64_t done = head + lines * line;
+  if (done < len) fold_then_copy(op, in, out, dsts, srcs, done, len - done);
+  return true;
+#else
+  (void)op, (void)in, (void)out, (void)dsts, (void)srcs, (void)len;
+  return false;
+#endif
+}
+
+void fold_to(FoldOp op, DType in, DType out, const std::vector<void*>& dsts,
+             const std::vector<const void*>& srcs, int64_t len, bool stream_stores) {
+  if (len <= 0 || dsts.empty()) return;
+  const auto written =
+      static_cast<int64_t>(dsts.size()) * len * static_cast<int64_t>(dtype_size(out));
+  if (stream_stores && written >= kStreamStoreBytes &&
+      fold_to_streaming(op, in, out, dsts, srcs, len)) {
+    return;
+  }
+  fold_then_copy(op, in, out, dsts, srcs, 0, len);
 }
 
 void fold_rows(FoldOp op, DType dtype, void* dst, int64_t dpitch,

@@ -34,6 +34,24 @@ inline void copy_rows(void* dst, size_t dpitch, const void* src, size_t spitch, 
 // (int32 -> float32, int64 -> float64, as pmean); otherwise out == in. dst may alias a source.
 void fold(backend::FoldOp op, DType in, DType out, void* dst, const std::vector<const void*>& srcs,
           int64_t len);
+// Bytes a fold_to call must write, over all its outputs, before it streams them: 4 MiB, twice a
+// core's L2 here, and a large psum's slice (64 MiB per device over 8 devices: 64 MiB per call)
+// is far beyond it. Below it the outputs are written through the cache, where the next op reads
+// them.
+inline constexpr int64_t kStreamStoreBytes = int64_t{4} << 20;
+// One fold written to every one of `dsts` (a direct psum's slice into every member's output; an
+// output may alias a source), the same bits as fold() in each. A call that writes at least
+// kStreamStoreBytes with `stream_stores` (MESHRT_CPU_STREAM_STORES) takes fold_to_streaming
+// where it can; otherwise tiles of the fold go into dsts[0] and are copied from the cache to
+// the others.
+void fold_to(backend::FoldOp op, DType in, DType out, const std::vector<void*>& dsts,
+             const std::vector<const void*>& srcs, int64_t len, bool stream_stores);
+// fold_to line by line with non-temporal stores: every input read once, every output written
+// once, without its lines read first. Returns false, having done nothing, where it cannot: no
+// AVX2 on this CPU or build, a dtype other than float32/float64/int32/int64, in != out (an
+// integer pmean), or outputs whose addresses differ modulo 64 bytes.
+bool fold_to_streaming(backend::FoldOp op, DType in, DType out, const std::vector<void*>& dsts,
+                       const std::vector<const void*>& srcs, int64_t len);
 // `rows` rows of fold(op) (sum, max, min; in = out = dtype): row r of dst at r*dpitch elements,
 // of every source at r*spitch.
 void fold_rows(backend::FoldOp op, DType dtype, void* dst, int64_t dpitch,

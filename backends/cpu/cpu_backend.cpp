@@ -41,7 +41,8 @@ bool use_fibers(int devices) {
 
 class CpuBackend final : public backend::Backend {
  public:
-  explicit CpuBackend(int n) : Backend(/*host_memory=*/true) {
+  explicit CpuBackend(int n)
+      : Backend(/*host_memory=*/true), stream_stores_(config::cpu_stream_stores()) {
     for (int d = 0; d < n; ++d)
       caches_.push_back(
           std::make_unique<backend::BlockCache>(kCacheLimit, [](void* p) { std::free(p); }));
@@ -140,6 +141,10 @@ class CpuBackend final : public backend::Backend {
                  const std::vector<const void*>& srcs, int64_t len) override {
     cpu::fold(op, in, out, dst, srcs, len);
   }
+  void coll_fold_to(int, backend::FoldOp op, DType in, DType out, const std::vector<void*>& dsts,
+                    const std::vector<const void*>& srcs, int64_t len) override {
+    cpu::fold_to(op, in, out, dsts, srcs, len, stream_stores_);
+  }
   void coll_fold_rows(int, backend::FoldOp op, DType dtype, void* dst, int64_t dpitch,
                       const std::vector<const void*>& srcs, int64_t spitch, int64_t len,
                       int64_t rows) override {
@@ -155,6 +160,7 @@ class CpuBackend final : public backend::Backend {
 
  private:
   static constexpr size_t kCacheLimit = size_t{512} << 20;  // per device
+  const bool stream_stores_;  // MESHRT_CPU_STREAM_STORES, read when the platform starts
   std::vector<std::unique_ptr<backend::BlockCache>> caches_;
   std::vector<std::unique_ptr<core::Executor>> executors_;  // one thread per device, or
   std::unique_ptr<core::FiberPool> fibers_;                 // devices as fibers on few threads
