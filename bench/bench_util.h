@@ -61,34 +61,45 @@ inline double time_threads(int n, int reps, int warmup, const std::function<void
   return median(time_threads_each(n, reps, warmup, fn));
 }
 
-// Seconds of each of 2 * `reps` rounds of moving `bytes` per thread on `threads` threads (after
-// one warm-up round each): `reps` in which each thread memcpys its own `bytes`, then `reps` in
-// which each rewrites its own `bytes` in place (every byte read once and written once, as a copy,
-// but with no read for ownership of the written lines). A round moves bytes * threads in all.
-// Both count: a bound takes the fastest round, and glibc's memcpy is not always the fastest way a
-// machine moves bytes (on the project's 2-core VM the in-place pass ran 1.7x faster, and a psum
-// beat a bound taken from memcpy alone).
-inline std::vector<double> time_copies(size_t bytes, int threads, int reps) {
-  std::vector<std::vector<char>> src(static_cast<size_t>(threads)),
-      dst(static_cast<size_t>(threads));
-  for (int t = 0; t < threads; ++t) {
-    src[static_cast<size_t>(t)].assign(bytes, 1);
-    dst[static_cast<size_t>(t)].assign(bytes, 0);
+// One timed round of moving bytes through memory: `bytes` copied over all threads (each read once
+// and written once) in `seconds`.
+struct CopyRound {
+  double bytes = 0, seconds = 0;
+};
+
+// 2 * `reps` rounds (after one warm-up round each) on `threads` threads whose buffers together
+// span `footprint` bytes, an equal share each: `reps` in which each thread memcpys the first half
+// of its share into the second, then `reps` in which each rewrites its whole share in place (every
+// byte read once and written once, as a copy, but with no read for ownership of the written
+// lines). Both count: a bound takes the fastest round, and glibc's memcpy is not always the
+// fastest way a machine moves bytes (on the project's 2-core VM the in-place pass ran 1.7x
+// faster, and a psum beat a bound taken from memcpy alone). The footprint is the caller's to
+// match: copies within a cache run at the cache's speed (an in-place pass over 2 x 16 MiB ran at
+// 60+ GB/s in this VM's 32 MiB L3, over 2 x 64 MiB at 25-30 GB/s), so a bound for a collective
+// whose buffers span 144 MiB must come from copies that span as much.
+inline std::vector<CopyRound> time_copies(size_t footprint, int threads, int reps) {
+  const size_t share = footprint / static_cast<size_t>(threads) / 128 * 128, half = share / 2;
+  std::vector<std::vector<char>> buf(static_cast<size_t>(threads));
+  for (auto& b : buf) b.assign(share, 1);
+  std::vector<CopyRound> rounds;
+  for (double s : time_threads_each(threads, reps, /*warmup=*/1, [&](int t) {
+         char* p = buf[static_cast<size_t>(t)].data();
+         std::memcpy(p + half, p, half);
+       })) {
+    rounds.push_back({static_cast<double>(half) * threads, s});
   }
-  std::vector<double> s = time_threads_each(threads, reps, /*warmup=*/1, [&](int t) {
-    std::memcpy(dst[static_cast<size_t>(t)].data(), src[static_cast<size_t>(t)].data(), bytes);
-  });
-  const std::vector<double> in_place = time_threads_each(threads, reps, /*warmup=*/1, [&](int t) {
-    // In 8-byte words: a char store may alias anything, `bytes` (captured by reference)
-    // included, so a char loop reloads its bound every byte and is not vectorised; it ran at a
-    // fifth of the memory's speed and made this floor 2x too low (a psum then "beat" it).
-    auto* p = reinterpret_cast<uint64_t*>(dst[static_cast<size_t>(t)].data());
-    const size_t words = bytes / sizeof(uint64_t);
-    for (size_t i = 0; i < words; ++i) p[i] ^= 0x5a5a5a5a5a5a5a5aULL;
-    asm volatile("" : : "r"(p) : "memory");  // the writes are the work: keep them
-  });
-  s.insert(s.end(), in_place.begin(), in_place.end());
-  return s;
+  for (double s : time_threads_each(threads, reps, /*warmup=*/1, [&](int t) {
+         // In 8-byte words: a char store may alias anything, `share` (captured by reference)
+         // included, so a char loop reloads its bound every byte and is not vectorised; it ran at
+         // a fifth of the memory's speed and made this floor 2x too low (a psum then "beat" it).
+         auto* p = reinterpret_cast<uint64_t*>(buf[static_cast<size_t>(t)].data());
+         const size_t words = share / sizeof(uint64_t);
+         for (size_t i = 0; i < words; ++i) p[i] ^= 0x5a5a5a5a5a5a5a5aULL;
+         asm volatile("" : : "r"(p) : "memory");  // the writes are the work: keep them
+       })) {
+    rounds.push_back({static_cast<double>(share) * threads, s});
+  }
+  return rounds;
 }
 
 }  // namespace meshrt::bench

@@ -1,9 +1,9 @@
 // bench/bounds.h: the memory bound of each collective the perf report measures, derived once.
 //
 // A collective over N devices of one host moves at least the bytes below through memory; the
-// report divides by the fastest memcpy rate timed in the same run (CopyRate), which counts bytes
-// *copied* (each read once and written once), so a bound is (bytes read + bytes written) / 2 /
-// rate.
+// report divides by the fastest copy rate timed in the same run (CopyRate: memcpy or an in-place
+// pass, over buffers spanning as many bytes as the collective's), which counts bytes *copied*
+// (each read once and written once), so a bound is (bytes read + bytes written) / 2 / rate.
 // Every output byte is written once, and every input byte that some output depends on is read at
 // least once (a byte read once may feed several outputs from cache). tests/test_bounds.cpp
 // recounts both from each collective's definition (which input bytes each output byte depends
@@ -20,9 +20,14 @@ struct Traffic {
   double read = 0, written = 0;  // bytes, over all devices
   // The time floor in seconds at `copy_bw` bytes copied per second.
   double seconds(double copy_bw) const { return (read + written) / 2.0 / copy_bw; }
+  // The bytes the collective's inputs and outputs span (they are distinct buffers). The copies a
+  // bound's rate comes from span as many (time_copies' footprint), so that neither they nor the
+  // collective fit a cache the other does not.
+  double footprint() const { return read + written; }
 };
 
-// The copy rate a bound divides by: the fastest of the copies timed, in bytes copied per second.
+// The copy rate a bound divides by: the fastest of the copies timed (of the collective's
+// footprint), in bytes copied per second.
 // A floor must hold for every run of the collective, so it takes the best rate the machine showed,
 // not a typical one: on a shared VM one 16 MiB copy on 2 threads took anything from 1x to 6x the
 // fastest within seconds (a neighbour holding a core for part of it), and the median of 3 copies,
@@ -54,10 +59,10 @@ inline Traffic all_to_all_traffic(double n, double s) { return {n * s, n * s}; }
 inline Traffic ppermute_traffic(double n, double s) { return {n * s, n * s}; }
 
 // The formula as the report prints it, in units of S (or P) bytes and N devices.
-inline const char* psum_formula() { return "bound N*P / memcpy bw"; }
-inline const char* all_gather_formula() { return "bound (N+1)*S_out/2 / memcpy bw"; }
-inline const char* psum_scatter_formula() { return "bound (N+1)*S/2 / memcpy bw"; }
-inline const char* all_to_all_formula() { return "bound N*S / memcpy bw"; }
-inline const char* ppermute_formula() { return "bound N*S / memcpy bw"; }
+inline const char* psum_formula() { return "bound N*P / copy bw"; }
+inline const char* all_gather_formula() { return "bound (N+1)*S_out/2 / copy bw"; }
+inline const char* psum_scatter_formula() { return "bound (N+1)*S/2 / copy bw"; }
+inline const char* all_to_all_formula() { return "bound N*S / copy bw"; }
+inline const char* ppermute_formula() { return "bound N*S / copy bw"; }
 
 }  // namespace meshrt::bench

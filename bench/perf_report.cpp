@@ -43,23 +43,28 @@ using meshrt::bench::time_threads;
 
 namespace {
 
-// Times `reps` copies of `bytes` per thread with one thread and `reps` with all cores into `rate`:
-// a collective may run at either's pace (a neighbour holding a core), and its floor is the faster.
-void probe_copies(CopyRate& rate, size_t bytes, int cores, int reps) {
+// Times `reps` rounds of each kind of copy spanning `footprint` bytes (time_copies) on one thread
+// and on all cores into `rate`: a collective may run at either's pace (a neighbour holding a
+// core), and its floor is the faster.
+void probe_copies(CopyRate& rate, size_t footprint, int cores, int reps) {
   for (int threads : {1, cores}) {
-    for (double s : time_copies(bytes, threads, reps)) {
-      rate.add(static_cast<double>(bytes) * threads, s);
+    for (const meshrt::bench::CopyRound& r : time_copies(footprint, threads, reps)) {
+      rate.add(r.bytes, r.seconds);
     }
   }
 }
 
-// The fastest copy rate of each buffer size timed in this run; probe() times more copies first.
+// The fastest copy rate of each footprint timed in this run; probe() times more copies first.
 struct CopyRates {
   int cores, reps;
-  std::map<size_t, CopyRate> by_size;
-  double probe(size_t bytes) {
-    probe_copies(by_size[bytes], bytes, cores, reps);
-    return by_size[bytes].best();
+  std::map<size_t, CopyRate> by_footprint;
+  double probe(const meshrt::bench::Traffic& t) {
+    const auto footprint = static_cast<size_t>(t.footprint());
+    probe_copies(by_footprint[footprint], footprint, cores, reps);
+    return by_footprint[footprint].best();
+  }
+  double best(const meshrt::bench::Traffic& t) {
+    return by_footprint[static_cast<size_t>(t.footprint())].best();
   }
 };
 
@@ -266,20 +271,22 @@ void psum_dtypes(int rounds, int reps) {
   std::printf(
       "# psum on %lld devices, float32 vs bfloat16, %d rounds (each: copies, f32 64 MiB, bf16 "
       "64 MiB, bf16 16 Mi elements, copies; medians of %d samples each, and the fastest f32 "
-      "sample; the bound's rate is the fastest copy (memcpy or in-place pass) so far)\n",
+      "sample; the bound's rate is the fastest copy so far: memcpy or in-place pass, over buffers "
+      "spanning the psum's 1 GiB)\n",
       static_cast<long long>(n), rounds, reps);
   std::printf(
       "| round | copy rate | f32 64 MiB | / bound | fastest / bound | bf16 64 MiB | / bound | bf16 "
       "16 Mi el. | / f32 64 MiB |\n|---|---|---|---|---|---|---|---|---|\n");
   std::vector<double> r32, b32, r16, rhalf;
   CopyRate rate;
+  const auto footprint = static_cast<size_t>(meshrt::bench::psum_traffic(n, big).footprint());
   for (int r = 0; r < rounds; ++r) {
-    probe_copies(rate, big, cores, reps);
+    probe_copies(rate, footprint, cores, reps);
     const std::vector<double> s32 = op_samples(n, elems, 4, reps, psum);
     const double t32 = median(s32);
     const double t16 = time_op(n, elems * 2, 4, reps, psum, DType::bf16);
     const double th = time_op(n, elems, 4, reps, psum, DType::bf16);
-    probe_copies(rate, big, cores, reps);
+    probe_copies(rate, footprint, cores, reps);
     const double bw = rate.best();
     const double bound = meshrt::bench::psum_traffic(n, big).seconds(bw);
     r32.push_back(t32 / bound);
@@ -383,30 +390,36 @@ int main(int argc, char** argv) {
   const size_t big = size_t{64} << 20, mid = size_t{16} << 20;
 
   const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  // Every bound divides by the fastest copy of the row's buffer size timed in this run, with
-  // copies timed again just before and just after the row (bench/bounds.h's CopyRate): 16 MiB
-  // buffers can partly stay in a large L3 and copy faster than 64 MiB ones, so a rate taken from
-  // larger copies than the collective makes could be beaten without the collective beating memory.
+  // Every bound divides by the fastest copy timed in this run over buffers spanning as many bytes
+  // as the row's collective (bench/bounds.h's Traffic::footprint), with copies timed again just
+  // before and just after the row (CopyRate): copies within a cache run at the cache's speed (an
+  // in-place pass over 2 x 16 MiB fits this VM's 32 MiB L3), and a collective whose buffers span
+  // 144 MiB or more cannot, so a rate from smaller copies is no floor for it.
+  using meshrt::bench::Traffic;
+  const Traffic psum_big = meshrt::bench::psum_traffic(n, big);
   CopyRates rates{cores, reps, {}};
   CopyRate one, all;  // the header's two rates, from the psum rows' first copies
-  for (double s : time_copies(big, 1, reps)) {
-    one.add(static_cast<double>(big), s);
-    rates.by_size[big].add(static_cast<double>(big), s);
+  for (const meshrt::bench::CopyRound& r :
+       time_copies(static_cast<size_t>(psum_big.footprint()), 1, reps)) {
+    one.add(r.bytes, r.seconds);
+    rates.by_footprint[static_cast<size_t>(psum_big.footprint())].add(r.bytes, r.seconds);
   }
-  for (double s : time_copies(big, cores, reps)) {
-    all.add(static_cast<double>(big) * cores, s);
-    rates.by_size[big].add(static_cast<double>(big) * cores, s);
+  for (const meshrt::bench::CopyRound& r :
+       time_copies(static_cast<size_t>(psum_big.footprint()), cores, reps)) {
+    all.add(r.bytes, r.seconds);
+    rates.by_footprint[static_cast<size_t>(psum_big.footprint())].add(r.bytes, r.seconds);
   }
   std::printf(
       "# meshrt performance report: %lld simulated cpu devices on %u hardware threads, "
       "MESHRT_CPU_EXECUTOR=%s (fibers when devices outnumber cores)\n",
       static_cast<long long>(n), std::thread::hardware_concurrency(), executor_name());
   std::printf(
-      "# copy bandwidth, fastest of %d memcpys and %d in-place passes of 64 MiB per thread: %.2f "
-      "GB/s (all cores), %.2f GB/s (one thread)\n",
-      reps, reps, all.best() / 1e9, one.best() / 1e9);
+      "# copy bandwidth, fastest of %d memcpys and %d in-place passes over buffers spanning %.0f "
+      "MiB (the 64 MiB psum's): %.2f GB/s (all cores), %.2f GB/s (one thread)\n",
+      reps, reps, psum_big.footprint() / (1 << 20), all.best() / 1e9, one.best() / 1e9);
   std::printf(
-      "# each bound below uses the fastest copy of its row's buffer size timed in this run, "
+      "# each bound below uses the fastest copy timed in this run over buffers spanning as many "
+      "bytes as the row's collective, "
       "copies timed again just before and after the row, one thread and all cores (a floor "
       "takes the best rate: this machine's drifts)\n\n");
   std::printf("| %-44s | %13s | %-30s | %13s | %7s | %-10s |\n", "measurement", "meshrt",
@@ -421,21 +434,21 @@ int main(int argc, char** argv) {
   // neighbours take half its memory bandwidth for seconds at a time, the two differ).
   const std::vector<double> big_samples = op_samples(n, big_elems, quick ? 2 : 4, reps, psum);
   const double t_big = median(big_samples);
-  const double big_bound = meshrt::bench::psum_traffic(n, big).seconds(rates.probe(big));
+  const double big_bound = psum_big.seconds(rates.probe(psum_big));
   row("psum 64 MiB/device, float32", t_big, meshrt::bench::psum_formula(), big_bound, "<= 1.1x");
   row("psum 64 MiB/device, float32: fastest call",
       *std::min_element(big_samples.begin(), big_samples.end()), meshrt::bench::psum_formula(),
-      meshrt::bench::psum_traffic(n, big).seconds(rates.by_size[big].best()), "<= 1.1x");
+      psum_big.seconds(rates.best(psum_big)), "<= 1.1x");
   if (mpi) {
     double m = mpi_allreduce(static_cast<int>(n), big, quick ? 2 : 4, quick ? 3 : 5);
     row("psum 64 MiB/device, float32", t_big, "Open MPI MPI_Allreduce 8 ranks", m, "<= 0.33x");
   }
   // bfloat16 (issue 28): the same bound for its bytes, and the same element count as the
   // float32 row in half the bytes (about half the time if the fold keeps up with memory).
-  rates.probe(big);
+  rates.probe(psum_big);
   const double t_bf16 = time_op(n, big_elems * 2, quick ? 2 : 4, reps, psum, DType::bf16);
   row("psum 64 MiB/device, bfloat16", t_bf16, meshrt::bench::psum_formula(),
-      meshrt::bench::psum_traffic(n, big).seconds(rates.probe(big)), "<= 1.1x");
+      psum_big.seconds(rates.probe(psum_big)), "<= 1.1x");
   const double t_bf16_half = time_op(n, big_elems, quick ? 2 : 4, reps, psum, DType::bf16);
   row("psum 16 Mi elements/device, bfloat16", t_bf16_half, "the float32 row (64 MiB)", t_big,
       "~0.5x");
@@ -455,31 +468,35 @@ int main(int argc, char** argv) {
 
   const int64_t mid_elems = static_cast<int64_t>(mid / 4);
   const int it = quick ? 3 : 8;
-  rates.probe(mid);
+  const Traffic ag = meshrt::bench::all_gather_traffic(n, mid),
+                rs = meshrt::bench::psum_scatter_traffic(n, mid),
+                a2a = meshrt::bench::all_to_all_traffic(n, mid),
+                pp = meshrt::bench::ppermute_traffic(n, mid);
+  rates.probe(ag);
   double t_ag = time_op(n, mid_elems / n, it, reps,
                         [](Context& c, const Tensor& t) { return c.all_gather(t, "x", 0, true); });
   row("all_gather 16 MiB output/device", t_ag, meshrt::bench::all_gather_formula(),
-      meshrt::bench::all_gather_traffic(n, mid).seconds(rates.probe(mid)), "<= 1.2x");
+      ag.seconds(rates.probe(ag)), "<= 1.2x");
   double t_rs = time_op(n, mid_elems, it, reps, [](Context& c, const Tensor& t) {
     return c.psum_scatter(t, "x", 0, true);
   });
   row("psum_scatter 16 MiB input/device", t_rs, meshrt::bench::psum_scatter_formula(),
-      meshrt::bench::psum_scatter_traffic(n, mid).seconds(rates.probe(mid)), "<= 1.2x");
+      rs.seconds(rates.probe(rs)), "<= 1.2x");
   row("psum_scatter 16 MiB input/device", t_rs, "hand-written fold, all cores",
       hand_fold_seconds(n, mid, cores, reps), "<= 1.2x");
-  rates.probe(mid);
+  rates.probe(a2a);
   double t_a2a = time_op(n, mid_elems, it, reps, [](Context& c, const Tensor& t) {
     return c.all_to_all(t, "x", 0, 0, true);
   });
   row("all_to_all 16 MiB/device", t_a2a, meshrt::bench::all_to_all_formula(),
-      meshrt::bench::all_to_all_traffic(n, mid).seconds(rates.probe(mid)), "<= 1.2x");
-  rates.probe(mid);
+      a2a.seconds(rates.probe(a2a)), "<= 1.2x");
+  rates.probe(pp);
   std::vector<std::pair<int64_t, int64_t>> shift;
   for (int64_t i = 0; i < n; ++i) shift.emplace_back(i, (i + 1) % n);
   double t_pp = time_op(n, mid_elems, it, reps,
                         [&](Context& c, const Tensor& t) { return c.ppermute(t, "x", shift); });
   row("ppermute 16 MiB/device (ring shift)", t_pp, meshrt::bench::ppermute_formula(),
-      meshrt::bench::ppermute_traffic(n, mid).seconds(rates.probe(mid)), "<= 1.2x");
+      pp.seconds(rates.probe(pp)), "<= 1.2x");
 
   devices_table(max_devices, quick, reps);
   return 0;

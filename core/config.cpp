@@ -87,10 +87,10 @@ const std::vector<Variable>& variables() {
        "ops, sums and matmuls over it compute there) until something reads it in the sharding "
        "jax.jit gives; 0: moves each product to that sharding at once (for comparisons)"},
       {"MESHRT_CPU_STREAM_STORES", "0, 1", "1",
-       "1: a cpu psum/pmean/pmax/pmin fold that writes at least 4 MiB of outputs at once writes "
-       "them with non-temporal (streaming) stores on CPUs with AVX2, reading each input once and "
-       "writing each output once without reading it first; 0: through the cache (for "
-       "comparisons)"},
+       "1: on CPUs with AVX2, a cpu psum/pmean/pmax/pmin fold that writes at least 4 MiB of "
+       "outputs at once, and a collective copy of at least 2 MiB, write with non-temporal "
+       "(streaming) stores: each output written once without being read first; 0: through the "
+       "cache (for comparisons)"},
       {"MESHRT_LOG_COLLECTIVES", "0, 1", "0", "1: print every collective the global view inserts"},
       {"MESHRT_REQUIRE_CUDA", "0, 1", "0",
        "tests: 1 makes a cuda run on a machine where cuda is not usable a failure, not a skip"},

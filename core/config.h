@@ -63,9 +63,9 @@ MatmulPlacement matmul_placement();
 // until read in jax.jit's sharding (global/array_ops.cpp, keep_as_rows); 0: moved at once.
 bool keep_rows();
 // MESHRT_CPU_STREAM_STORES: 1 (default) or 0. 1: a cpu collective fold that writes at least
-// kStreamStoreBytes in one call (a large psum's slice into every member's output) writes its
-// results with non-temporal stores on CPUs with AVX2 (backends/cpu/coll_primitives.cpp); 0:
-// through the cache (for comparisons).
+// kStreamStoreBytes in one call (a large psum's slice into every member's output), and a
+// collective copy of at least kStreamCopyBytes, write with non-temporal stores on CPUs with AVX2
+// (backends/cpu/coll_primitives.h); 0: through the cache (for comparisons).
 bool cpu_stream_stores();
 // MESHRT_LOG_COLLECTIVES: 0 (default) or 1.
 bool log_collectives();

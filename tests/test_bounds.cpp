@@ -119,18 +119,34 @@ TEST(Bounds, NoCopyTheRateCameFromBeatsTheBound) {
   expect_floor(rate, copies);
   EXPECT_EQ(CopyRate().best(), 0.0);
   // Real copies, on one thread and on two, timed as the report times them: 5 memcpy rounds and 5
-  // in-place rounds each.
+  // in-place rounds each, over buffers spanning 4 MiB.
   copies.clear();
   CopyRate real;
-  const size_t bytes = size_t{1} << 20;
+  const size_t footprint = size_t{4} << 20;
   for (int threads : {1, 2}) {
-    for (double s : meshrt::bench::time_copies(bytes, threads, 5)) {
-      copies.emplace_back(static_cast<double>(bytes) * threads, s);
-      real.add(static_cast<double>(bytes) * threads, s);
+    const std::vector<meshrt::bench::CopyRound> rounds =
+        meshrt::bench::time_copies(footprint, threads, 5);
+    ASSERT_EQ(rounds.size(), 10u);
+    for (size_t i = 0; i < rounds.size(); ++i) {
+      // memcpy rounds copy half the footprint (the other half is their destination); in-place
+      // rounds rewrite all of it.
+      EXPECT_EQ(rounds[i].bytes, static_cast<double>(i < 5 ? footprint / 2 : footprint))
+          << threads << " threads, round " << i;
+      copies.emplace_back(rounds[i].bytes, rounds[i].seconds);
+      real.add(rounds[i].bytes, rounds[i].seconds);
     }
   }
-  ASSERT_EQ(copies.size(), 20u);
   expect_floor(real, copies);
+}
+
+// The copies a bound's rate comes from span the collective's buffers: a psum's inputs and
+// outputs, an all_gather's inputs (S_out over all devices) and outputs.
+TEST(Bounds, TheRatesCopiesSpanTheCollectivesBuffers) {
+  const double n = 8, p = 64.0 * (1 << 20), s = 16.0 * (1 << 20);
+  EXPECT_EQ(meshrt::bench::psum_traffic(n, p).footprint(), 2 * n * p);
+  EXPECT_EQ(meshrt::bench::all_gather_traffic(n, s).footprint(), s + n * s);
+  EXPECT_EQ(meshrt::bench::psum_scatter_traffic(n, s).footprint(), n * s + s);
+  EXPECT_EQ(meshrt::bench::all_to_all_traffic(n, s).footprint(), 2 * n * s);
 }
 
 }  // namespace

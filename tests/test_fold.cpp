@@ -257,6 +257,35 @@ TEST(Fold, FoldToGivesTheSameBitsStreamedOrNot) {
   }
 }
 
+// copy_rows_streaming (a large collective copy) against copy_rows: the same bytes in every row,
+// for widths around a line, rows pitched or packed, destinations at every offset within a line,
+// and nothing written between the rows or past the last one. On a CPU with AVX2 the streamed path
+// must run.
+TEST(CollCopy, StreamedRowsMatchCopyRows) {
+  const bool avx2 = cpu::half_fold_path() == cpu::HalfFoldPath::avx2;
+  std::mt19937_64 rng(3400);
+  for (size_t width : {size_t{1}, size_t{63}, size_t{64}, size_t{65}, size_t{200}, size_t{4099}}) {
+    for (size_t height : {size_t{1}, size_t{3}}) {
+      for (size_t extra : {size_t{0}, size_t{13}}) {  // dpitch - width
+        for (size_t shift : {size_t{0}, size_t{1}, size_t{31}, size_t{63}}) {
+          const size_t spitch = width + 7, dpitch = width + extra;
+          std::vector<char> src(spitch * height);
+          for (auto& c : src) c = static_cast<char>(rng());
+          std::vector<char> want(dpitch * height + 128, 'z'), got(want.size() + 64, 'z');
+          char* g = got.data() + (64 - reinterpret_cast<uintptr_t>(got.data()) % 64) % 64 + shift;
+          cpu::copy_rows(want.data(), dpitch, src.data(), spitch, width, height);
+          const bool ran = cpu::copy_rows_streaming(g, dpitch, src.data(), spitch, width, height);
+          ASSERT_EQ(ran, avx2);
+          if (!ran) return;
+          ASSERT_EQ(std::memcmp(g, want.data(), dpitch * height + 64), 0)
+              << "width " << width << " height " << height << " dpitch " << dpitch << " shift "
+              << shift;
+        }
+      }
+    }
+  }
+}
+
 TEST(Fold, EverySourceCountMatchesTheScalarModel) {
   check_dtype<float>();
   check_dtype<double>();

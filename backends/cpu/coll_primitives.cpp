@@ -599,6 +599,44 @@ void fold_to(FoldOp op, DType in, DType out, const std::vector<void*>& dsts,
   fold_then_copy(op, in, out, dsts, srcs, 0, len);
 }
 
+#ifdef MESHRT_FOLD_AVX2
+namespace {
+// `bytes` from src to dst: up to dst's first 64-byte boundary and after its last through memcpy,
+// the lines between with unaligned loads and non-temporal stores (no read for ownership of dst).
+__attribute__((target("avx2"))) void stream_copy(char* dst, const char* src, size_t bytes) {
+  const size_t head = std::min(bytes, (64 - reinterpret_cast<uintptr_t>(dst) % 64) % 64);
+  std::memcpy(dst, src, head);
+  size_t at = head;
+  for (; at + 64 <= bytes; at += 64) {
+    const __m256i lo = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + at));
+    const __m256i hi = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + at) + 1);
+    _mm256_stream_si256(reinterpret_cast<__m256i*>(dst + at), lo);
+    _mm256_stream_si256(reinterpret_cast<__m256i*>(dst + at) + 1, hi);
+  }
+  std::memcpy(dst + at, src + at, bytes - at);
+}
+}  // namespace
+#endif
+
+bool copy_rows_streaming(void* dst, size_t dpitch, const void* src, size_t spitch, size_t width,
+                         size_t height) {
+#ifdef MESHRT_FOLD_AVX2
+  if (!cpu_has_avx2()) return false;
+  auto* d = static_cast<char*>(dst);
+  const auto* s = static_cast<const char*>(src);
+  if (dpitch == width && spitch == width) {
+    width *= height;
+    height = 1;
+  }
+  for (size_t r = 0; r < height; ++r) stream_copy(d + r * dpitch, s + r * spitch, width);
+  _mm_sfence();
+  return true;
+#else
+  (void)dst, (void)dpitch, (void)src, (void)spitch, (void)width, (void)height;
+  return false;
+#endif
+}
+
 void fold_rows(FoldOp op, DType dtype, void* dst, int64_t dpitch,
                const std::vector<const void*>& srcs, int64_t spitch, int64_t len, int64_t rows) {
   if (len <= 0 || rows <= 0) return;

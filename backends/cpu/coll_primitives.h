@@ -34,6 +34,15 @@ inline void copy_rows(void* dst, size_t dpitch, const void* src, size_t spitch, 
 // (int32 -> float32, int64 -> float64, as pmean); otherwise out == in. dst may alias a source.
 void fold(backend::FoldOp op, DType in, DType out, void* dst, const std::vector<const void*>& srcs,
           int64_t len);
+// Bytes a collective copy (coll_copy_2d) must move before it streams them: 2 MiB, a core's L2
+// here; an all_gather or all_to_all of 16 MiB per device on 8 devices copies 2 MiB pieces into
+// outputs that span 128 MiB, which no cache keeps for the next op.
+inline constexpr size_t kStreamCopyBytes = size_t{2} << 20;
+// copy_rows with non-temporal stores for the whole 64-byte lines of every destination row (no
+// read for ownership of them); the same bytes. Returns false, having done nothing, where this
+// build or CPU has no AVX2.
+bool copy_rows_streaming(void* dst, size_t dpitch, const void* src, size_t spitch, size_t width,
+                         size_t height);
 // Bytes a fold_to call must write, over all its outputs, before it streams them: 4 MiB, twice a
 // core's L2 here, and a large psum's slice (64 MiB per device over 8 devices: 64 MiB per call)
 // is far beyond it. Below it the outputs are written through the cache, where the next op reads

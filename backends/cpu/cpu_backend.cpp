@@ -132,6 +132,10 @@ class CpuBackend final : public backend::Backend {
   void coll_begin(int) override {}
   void coll_copy_2d(int, void* dst, size_t dpitch, const void* src, size_t spitch, size_t width,
                     size_t height) override {
+    if (stream_stores_ && width * height >= cpu::kStreamCopyBytes &&
+        cpu::copy_rows_streaming(dst, dpitch, src, spitch, width, height)) {
+      return;
+    }
     cpu::copy_rows(dst, dpitch, src, spitch, width, height);
   }
   void coll_zero(int, void* dst, size_t bytes) override {
