@@ -180,12 +180,18 @@ void part3(bool quick) {
   const int64_t batch = quick ? 512 : 8192, hidden = quick ? 256 : 1024;
   std::printf(
       "\n-- Timing: one loss-and-grad step, MLP [784, %lld x 5, 8], batch %lld (%%timeit-style: "
-      "best of 3)\n",
+      "best of 3; each step places the parameters and the batch and reads the gradients back)\n",
       static_cast<long long>(hidden), static_cast<long long>(batch));
   const std::vector<int64_t> big{784, hidden, hidden, hidden, hidden, hidden, 8};
   mlp::Problem p = mlp::init(random::key(0), big, batch);
+  // The compute bound: the step's FLOPs at the rate this machine's matmul reaches with every
+  // device multiplying its block at once (the 8 devices share its cores), timed again right
+  // after each strategy's steps; each row divides by the fastest rate seen so far.
+  const double flops = mlp::step_flops(big, batch);
+  const Mesh& all = runs[1].mesh;
+  double rate = mlp::matmul_gflops(all, batch, hidden, hidden, 3);
   double t_single = 0;
-  std::printf("   %-22s %-10s %10s %9s\n", "strategy", "mesh", "time", "speedup");
+  std::printf("   %-22s %-10s %10s %9s %9s\n", "strategy", "mesh", "time", "speedup", "/ bound");
   for (const Run& r : runs) {
     double best = 1e300;
     for (int rep = 0; rep < 3; ++rep) {
@@ -194,13 +200,17 @@ void part3(bool quick) {
       best = std::min(best,
                       std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
     }
+    rate = std::max(rate, mlp::matmul_gflops(all, batch, hidden, hidden, 3));
     if (r.s == Strategy::single) t_single = best;
-    std::printf("   %-22s %-10s %8.1f ms %8.2fx\n", mlp::name(r.s),
-                shape_str(r.mesh.shape()).c_str(), best * 1e3, t_single / best);
+    std::printf("   %-22s %-10s %8.1f ms %8.2fx %8.2fx\n", mlp::name(r.s),
+                shape_str(r.mesh.shape()).c_str(), best * 1e3, t_single / best,
+                best / (flops / (rate * 1e9)));
   }
   std::printf(
-      "   (8 simulated devices share this machine's %u cores; a device alone uses all of them)\n\n",
-      std::thread::hardware_concurrency());
+      "   (8 simulated devices share this machine's %u cores; a device alone uses all of them;\n"
+      "    bound: %.1f GFLOP at %.1f GFLOP/s, the fastest sgemm rate of all devices at once "
+      "measured here = %.1f ms)\n\n",
+      std::thread::hardware_concurrency(), flops / 1e9, rate, flops / (rate * 1e9) * 1e3);
 }
 
 // Part 2: shard_map bodies and the collectives, on a (4, 2) mesh and an (8, 4) arange.

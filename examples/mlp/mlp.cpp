@@ -1,5 +1,7 @@
 #include "examples/mlp/mlp.h"
 
+#include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <functional>
 #include <stdexcept>
@@ -442,6 +444,29 @@ double max_rel_diff(const Grads& a, const Grads& b) {
     }
   }
   return worst;
+}
+
+double step_flops(const std::vector<int64_t>& sizes, int64_t batch) {
+  double per_pass = 0;
+  for (size_t l = 0; l + 1 < sizes.size(); ++l)
+    per_pass += 2.0 * static_cast<double>(batch * sizes[l] * sizes[l + 1]);
+  return 3 * per_pass - 2.0 * static_cast<double>(batch * sizes[0] * sizes[1]);
+}
+
+double matmul_gflops(const Mesh& mesh, int64_t m, int64_t k, int64_t n, int repeats, DType dtype) {
+  Array a = ones({m, k}, dtype, NamedSharding(mesh, P("batch")));
+  Array b = ones({k, n}, dtype, NamedSharding(mesh, P()));
+  auto mm = shard_map([](Context&, const Tensor& x, const Tensor& y) { return matmul(x, y); }, mesh,
+                      {P("batch"), P()}, P("batch"));
+  mm(a, b).block_until_ready();
+  std::vector<double> t;
+  for (int i = 0; i < repeats; ++i) {
+    auto t0 = std::chrono::steady_clock::now();
+    mm(a, b).block_until_ready();  // on cuda the product is queued: time it to completion
+    t.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  }
+  std::sort(t.begin(), t.end());
+  return 2.0 * static_cast<double>(m * k * n) / t[t.size() / 2] / 1e9;
 }
 
 }  // namespace mlp

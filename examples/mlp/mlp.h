@@ -101,4 +101,15 @@ void sgd_step(Problem& p, const Grads& g, float lr);
 // Largest |a - b| / (1 + |b|) over the loss and every gradient entry.
 double max_rel_diff(const Grads& a, const Grads& b);
 
+// FLOPs of one loss-and-gradient step of the MLP with layer widths `sizes` on `batch` rows:
+// forward 2*B*sum(n_in*n_out); backward the weight gradients the same, the input gradients the
+// same but the first layer's (nothing needs the gradient of x).
+double step_flops(const std::vector<int64_t>& sizes, int64_t batch);
+
+// GFLOP/s of the machine's matmul as meshrt drives it: every device of `mesh` (one axis, "batch")
+// multiplies its own (m / devices, k) x (k, n) block of `dtype` at once (one shard_map), timed to
+// completion; median of `repeats`.
+double matmul_gflops(const meshrt::Mesh& mesh, int64_t m, int64_t k, int64_t n, int repeats,
+                     meshrt::DType dtype = meshrt::DType::f32);
+
 }  // namespace mlp

@@ -38,24 +38,6 @@ double median(std::vector<double> v) {
   return v[v.size() / 2];
 }
 
-// GFLOP/s of the machine's matmul as meshrt drives it: every device multiplies its own
-// (m / devices, k) x (k, n) block of `dtype` at once (one shard_map), median of `repeats`.
-double matmul_gflops(const Mesh& mesh, int64_t m, int64_t k, int64_t n, int repeats,
-                     DType dtype = DType::f32) {
-  Array a = ones({m, k}, dtype, NamedSharding(mesh, P("batch")));
-  Array b = ones({k, n}, dtype, NamedSharding(mesh, P()));
-  auto mm = shard_map([](Context&, const Tensor& x, const Tensor& y) { return matmul(x, y); }, mesh,
-                      {P("batch"), P()}, P("batch"));
-  mm(a, b).block_until_ready();
-  std::vector<double> t;
-  for (int i = 0; i < repeats; ++i) {
-    auto t0 = std::chrono::steady_clock::now();
-    mm(a, b).block_until_ready();  // on cuda the product is queued: time it to completion
-    t.push_back(seconds_since(t0));
-  }
-  return 2.0 * static_cast<double>(m * k * n) / median(t) / 1e9;
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -118,18 +100,14 @@ int main(int argc, char** argv) {
   Mesh mesh = make_mesh({n}, {"batch"});
   mlp::Problem p = mlp::init(random::key(0), sizes, batch);
 
-  // FLOPs: forward 2*B*sum(n_in*n_out); backward dW the same, dx the same but the first layer's.
-  double per_pass = 0;
-  for (size_t l = 0; l + 1 < sizes.size(); ++l)
-    per_pass += 2.0 * static_cast<double>(batch * sizes[l] * sizes[l + 1]);
-  const double flops = 3 * per_pass - 2.0 * static_cast<double>(batch * sizes[0] * sizes[1]);
+  const double flops = mlp::step_flops(sizes, batch);
   // The rate the bound uses: on cpu the devices share the machine's cores, so all of them
   // multiplying their own blocks at once; on a device platform whose logical devices share one
   // GPU, that GPU's rate on the whole (batch, hidden) x (hidden, hidden) product from one device
   // (8 logical devices' smaller products run below it, which made a bound the step beat).
   const bool shared_cores = std::string(devices().front().platform()) == "cpu";
   const Mesh rate_mesh = shared_cores ? mesh : Mesh({mesh.devices().front()}, {1}, {"batch"});
-  const double rate = matmul_gflops(rate_mesh, batch, hidden, hidden, repeats, compute);
+  const double rate = mlp::matmul_gflops(rate_mesh, batch, hidden, hidden, repeats, compute);
   std::printf(
       "MLP [784, %lld x 5, 8], batch %lld, %s, %lld %s devices, matmul precision %s; %d "
       "repeats, medians, every step timed to completion (block_until_ready)\n",
@@ -234,7 +212,7 @@ int main(int argc, char** argv) {
       block_until_ready(eager(params, x, y));
       te.push_back(seconds_since(t0));
       const double bound_now =
-          flops / (matmul_gflops(rate_mesh, batch, hidden, hidden, 1, compute) * 1e9);
+          flops / (mlp::matmul_gflops(rate_mesh, batch, hidden, hidden, 1, compute) * 1e9);
       t0 = std::chrono::steady_clock::now();
       block_until_ready(jitted(params, x, y));
       tj.push_back(seconds_since(t0));
