@@ -57,8 +57,9 @@ void fold_to(backend::FoldOp op, DType in, DType out, const std::vector<void*>& 
              const std::vector<const void*>& srcs, int64_t len, bool stream_stores);
 // fold_to line by line with non-temporal stores: every input read once, every output written
 // once, without its lines read first. Returns false, having done nothing, where it cannot: no
-// AVX2 on this CPU or build, a dtype other than float32/float64/int32/int64, in != out (an
-// integer pmean), or outputs whose addresses differ modulo 64 bytes.
+// AVX2 on this CPU or build, a bool, in != out (an integer pmean), or outputs whose addresses
+// differ modulo 64 bytes. bfloat16 and float16 give fold()'s bits: widened, folded in float32,
+// rounded once.
 bool fold_to_streaming(backend::FoldOp op, DType in, DType out, const std::vector<void*>& dsts,
                        const std::vector<const void*>& srcs, int64_t len);
 // `rows` rows of fold(op) (sum, max, min; in = out = dtype): row r of dst at r*dpitch elements,
