@@ -458,52 +458,38 @@ void fold_then_copy(FoldOp op, DType in, DType out, const std::vector<void*>& ds
 }
 
 #ifdef MESHRT_FOLD_AVX2
-// How stream_lines holds elements: stored as T, folded as T.
-template <class T>
-struct Same {
-  using Store = T;
-  using Acc = T;
-  MESHRT_FOLD_INLINE static T widen(T v) { return v; }
-  MESHRT_FOLD_INLINE static T narrow(T v) { return v; }
-};
-
 // 64-byte lines [0, lines): each line of the result folded from the inputs' lines in srcs order
 // (fold_into's combinations and mean division, element by element), then written to every output
 // with two 32-byte non-temporal stores, which go to memory as one whole line without the line being
 // read first (a store through the cache reads it: a third of a large psum's traffic). The
 // outputs' lines are 64-byte aligned. Ends with a store fence, so the lines are visible to the
 // members that wait for this one.
-template <class E, class F>
-__attribute__((target("avx2"))) void stream_lines(typename E::Store* const* dsts, size_t nd,
-                                                  const typename E::Store* const* srcs, size_t n,
-                                                  int64_t lines, bool mean, F f) {
-  using Store = typename E::Store;
-  using Acc = typename E::Acc;
-  constexpr int64_t kLine = 64 / static_cast<int64_t>(sizeof(Store));
-  alignas(64) Acc t[kLine];
-  alignas(64) Store o[kLine];
+template <class T, class F>
+__attribute__((target("avx2"))) void stream_lines(T* const* dsts, size_t nd, const T* const* srcs,
+                                                  size_t n, int64_t lines, bool mean, F f) {
+  constexpr int64_t kLine = 64 / static_cast<int64_t>(sizeof(T));
+  alignas(64) T t[kLine];
   for (int64_t l = 0; l < lines; ++l) {
     const int64_t at = l * kLine;
-    const Store* __restrict s0 = srcs[0] + at;
+    const T* __restrict s0 = srcs[0] + at;
     if (n == 1) {
-      for (int64_t e = 0; e < kLine; ++e) t[e] = E::widen(s0[e]);
+      for (int64_t e = 0; e < kLine; ++e) t[e] = s0[e];
     } else {
-      const Store* __restrict s1 = srcs[1] + at;
-      for (int64_t e = 0; e < kLine; ++e) t[e] = f(E::widen(s0[e]), E::widen(s1[e]));
+      const T* __restrict s1 = srcs[1] + at;
+      for (int64_t e = 0; e < kLine; ++e) t[e] = f(s0[e], s1[e]);
       for (size_t j = 2; j < n; ++j) {
-        const Store* __restrict s = srcs[j] + at;
-        for (int64_t e = 0; e < kLine; ++e) t[e] = f(t[e], E::widen(s[e]));
+        const T* __restrict s = srcs[j] + at;
+        for (int64_t e = 0; e < kLine; ++e) t[e] = f(t[e], s[e]);
       }
     }
-    if constexpr (std::is_floating_point_v<Acc>) {
+    if constexpr (std::is_floating_point_v<T>) {
       if (mean) {
-        const Acc tn = static_cast<Acc>(static_cast<double>(n));
+        const T tn = static_cast<T>(static_cast<double>(n));
         for (int64_t e = 0; e < kLine; ++e) t[e] = t[e] / tn;
       }
     }
-    for (int64_t e = 0; e < kLine; ++e) o[e] = E::narrow(t[e]);
-    const __m256i lo = _mm256_load_si256(reinterpret_cast<const __m256i*>(o));
-    const __m256i hi = _mm256_load_si256(reinterpret_cast<const __m256i*>(o) + 1);
+    const __m256i lo = _mm256_load_si256(reinterpret_cast<const __m256i*>(t));
+    const __m256i hi = _mm256_load_si256(reinterpret_cast<const __m256i*>(t) + 1);
     for (size_t k = 0; k < nd; ++k) {
       auto* d = reinterpret_cast<__m256i*>(dsts[k] + at);
       _mm256_stream_si256(d, lo);
@@ -513,26 +499,24 @@ __attribute__((target("avx2"))) void stream_lines(typename E::Store* const* dsts
   _mm_sfence();
 }
 
-template <class E>
+template <class T>
 void stream_typed(FoldOp op, const std::vector<void*>& dsts, const std::vector<const void*>& srcs,
                   int64_t at, int64_t lines) {
-  using Store = typename E::Store;
-  using Acc = typename E::Acc;
-  std::vector<Store*> d(dsts.size());
-  std::vector<const Store*> s(srcs.size());
-  for (size_t k = 0; k < dsts.size(); ++k) d[k] = static_cast<Store*>(dsts[k]) + at;
-  for (size_t j = 0; j < srcs.size(); ++j) s[j] = static_cast<const Store*>(srcs[j]) + at;
+  std::vector<T*> d(dsts.size());
+  std::vector<const T*> s(srcs.size());
+  for (size_t k = 0; k < dsts.size(); ++k) d[k] = static_cast<T*>(dsts[k]) + at;
+  for (size_t j = 0; j < srcs.size(); ++j) s[j] = static_cast<const T*>(srcs[j]) + at;
   const bool mean = op == FoldOp::mean;
   switch (op) {
     case FoldOp::max:
-      return stream_lines<E>(d.data(), d.size(), s.data(), s.size(), lines, mean,
-                             [](Acc a, Acc b) { return fold_max(a, b); });
+      return stream_lines<T>(d.data(), d.size(), s.data(), s.size(), lines, mean,
+                             [](T a, T b) { return fold_max(a, b); });
     case FoldOp::min:
-      return stream_lines<E>(d.data(), d.size(), s.data(), s.size(), lines, mean,
-                             [](Acc a, Acc b) { return fold_min(a, b); });
+      return stream_lines<T>(d.data(), d.size(), s.data(), s.size(), lines, mean,
+                             [](T a, T b) { return fold_min(a, b); });
     default:
-      return stream_lines<E>(d.data(), d.size(), s.data(), s.size(), lines, mean,
-                             [](Acc a, Acc b) { return wrap_add(a, b); });
+      return stream_lines<T>(d.data(), d.size(), s.data(), s.size(), lines, mean,
+                             [](T a, T b) { return wrap_add(a, b); });
   }
 }
 
@@ -613,16 +597,16 @@ bool fold_to_streaming(FoldOp op, DType in, DType out, const std::vector<void*>&
   if (lines > 0) {
     switch (in) {
       case DType::f32:
-        stream_typed<Same<float>>(op, dsts, srcs, head, lines);
+        stream_typed<float>(op, dsts, srcs, head, lines);
         break;
       case DType::f64:
-        stream_typed<Same<double>>(op, dsts, srcs, head, lines);
+        stream_typed<double>(op, dsts, srcs, head, lines);
         break;
       case DType::i32:
-        stream_typed<Same<int32_t>>(op, dsts, srcs, head, lines);
+        stream_typed<int32_t>(op, dsts, srcs, head, lines);
         break;
       case DType::i64:
-        stream_typed<Same<int64_t>>(op, dsts, srcs, head, lines);
+        stream_typed<int64_t>(op, dsts, srcs, head, lines);
         break;
       default:
         stream_half(op, in, dsts, srcs, head, lines);
