@@ -62,21 +62,24 @@ inline double time_threads(int n, int reps, int warmup, const std::function<void
 }
 
 // One timed round of moving bytes through memory: `bytes` copied over all threads (each read once
-// and written once) in `seconds`.
+// and written once) in `seconds`, or, for a `write_only` round, `bytes` written.
 struct CopyRound {
   double bytes = 0, seconds = 0;
+  bool write_only = false;
 };
 
-// 2 * `reps` rounds (after one warm-up round each) on `threads` threads whose buffers together
+// 3 * `reps` rounds (after one warm-up round each) on `threads` threads whose buffers together
 // span `footprint` bytes, an equal share each: `reps` in which each thread memcpys the first half
-// of its share into the second, then `reps` in which each rewrites its whole share in place (every
+// of its share into the second, `reps` in which each rewrites its whole share in place (every
 // byte read once and written once, as a copy, but with no read for ownership of the written
-// lines). Both count: a bound takes the fastest round, and glibc's memcpy is not always the
-// fastest way a machine moves bytes (on the project's 2-core VM the in-place pass ran 1.7x
-// faster, and a psum beat a bound taken from memcpy alone). The footprint is the caller's to
-// match: copies within a cache run at the cache's speed (an in-place pass over 2 x 16 MiB ran at
-// 60+ GB/s in this VM's 32 MiB L3, over 2 x 64 MiB at 25-30 GB/s), so a bound for a collective
-// whose buffers span 144 MiB must come from copies that span as much.
+// lines), and `reps` in which each memsets its whole share (write_only: glibc's memset streams
+// large sizes past the cache; a write-heavy collective's floor is the machine's write rate). Both
+// count: a bound takes the fastest round, and glibc's memcpy is not always the fastest way a
+// machine moves bytes (on the project's 2-core VM the in-place pass ran 1.7x faster, and a psum
+// beat a bound taken from memcpy alone). The footprint is the caller's to match: copies within a
+// cache run at the cache's speed (an in-place pass over 2 x 16 MiB ran at 60+ GB/s in this VM's 32
+// MiB L3, over 2 x 64 MiB at 25-30 GB/s), so a bound for a collective whose buffers span 144 MiB
+// must come from copies that span as much.
 inline std::vector<CopyRound> time_copies(size_t footprint, int threads, int reps) {
   const size_t share = footprint / static_cast<size_t>(threads) / 128 * 128, half = share / 2;
   std::vector<std::vector<char>> buf(static_cast<size_t>(threads));
@@ -98,6 +101,12 @@ inline std::vector<CopyRound> time_copies(size_t footprint, int threads, int rep
          asm volatile("" : : "r"(p) : "memory");  // the writes are the work: keep them
        })) {
     rounds.push_back({static_cast<double>(share) * threads, s});
+  }
+  for (double s : time_threads_each(threads, reps, /*warmup=*/1, [&](int t) {
+         std::memset(buf[static_cast<size_t>(t)].data(), 0x20 + t, share);
+         asm volatile("" : : "r"(buf[static_cast<size_t>(t)].data()) : "memory");
+       })) {
+    rounds.push_back({static_cast<double>(share) * threads, s, /*write_only=*/true});
   }
   return rounds;
 }

@@ -53,7 +53,11 @@ namespace {
 void probe_copies(CopyRate& rate, size_t footprint, int cores, int reps) {
   for (int threads : {1, cores}) {
     for (const meshrt::bench::CopyRound& r : time_copies(footprint, threads, reps)) {
-      rate.add(r.bytes, r.seconds);
+      if (r.write_only) {
+        rate.add_write(r.bytes, r.seconds);
+      } else {
+        rate.add(r.bytes, r.seconds);
+      }
     }
   }
 }
@@ -62,13 +66,15 @@ void probe_copies(CopyRate& rate, size_t footprint, int cores, int reps) {
 struct CopyRates {
   int cores, reps;
   std::map<size_t, CopyRate> by_footprint;
-  double probe(const meshrt::bench::Traffic& t) {
+  // Times more copies of t's footprint, then gives t's floor (CopyRate::seconds).
+  double bound(const meshrt::bench::Traffic& t) {
     const auto footprint = static_cast<size_t>(t.footprint());
     probe_copies(by_footprint[footprint], footprint, cores, reps);
-    return by_footprint[footprint].best();
+    return by_footprint[footprint].seconds(t);
   }
-  double best(const meshrt::bench::Traffic& t) {
-    return by_footprint[static_cast<size_t>(t.footprint())].best();
+  // t's floor from the copies timed so far.
+  double floor(const meshrt::bench::Traffic& t) {
+    return by_footprint[static_cast<size_t>(t.footprint())].seconds(t);
   }
 };
 
@@ -348,7 +354,7 @@ void psum_dtypes(int rounds, int reps) {
     const double th = time_op(n, elems, 4, reps, psum, DType::bf16);
     probe_copies(rate, footprint, cores, reps);
     const double bw = rate.best();
-    const double bound = meshrt::bench::psum_traffic(n, big).seconds(bw);
+    const double bound = rate.seconds(meshrt::bench::psum_traffic(n, big));
     r32.push_back(t32 / bound);
     b32.push_back(*std::min_element(s32.begin(), s32.end()) / bound);
     r16.push_back(t16 / bound);
@@ -458,25 +464,18 @@ int main(int argc, char** argv) {
   using meshrt::bench::Traffic;
   const Traffic psum_big = meshrt::bench::psum_traffic(n, big);
   CopyRates rates{cores, reps, {}};
-  CopyRate one, all;  // the header's two rates, from the psum rows' first copies
-  for (const meshrt::bench::CopyRound& r :
-       time_copies(static_cast<size_t>(psum_big.footprint()), 1, reps)) {
-    one.add(r.bytes, r.seconds);
-    rates.by_footprint[static_cast<size_t>(psum_big.footprint())].add(r.bytes, r.seconds);
-  }
-  for (const meshrt::bench::CopyRound& r :
-       time_copies(static_cast<size_t>(psum_big.footprint()), cores, reps)) {
-    all.add(r.bytes, r.seconds);
-    rates.by_footprint[static_cast<size_t>(psum_big.footprint())].add(r.bytes, r.seconds);
-  }
+  probe_copies(rates.by_footprint[static_cast<size_t>(psum_big.footprint())],
+               static_cast<size_t>(psum_big.footprint()), cores, reps);
+  const CopyRate& first = rates.by_footprint[static_cast<size_t>(psum_big.footprint())];
   std::printf(
       "# meshrt performance report: %lld simulated cpu devices on %u hardware threads, "
       "MESHRT_CPU_EXECUTOR=%s (fibers when devices outnumber cores)\n",
       static_cast<long long>(n), std::thread::hardware_concurrency(), executor_name());
   std::printf(
-      "# copy bandwidth, fastest of %d memcpys and %d in-place passes over buffers spanning %.0f "
-      "MiB (the 64 MiB psum's): %.2f GB/s (all cores), %.2f GB/s (one thread)\n",
-      reps, reps, psum_big.footprint() / (1 << 20), all.best() / 1e9, one.best() / 1e9);
+      "# over buffers spanning %.0f MiB (the 64 MiB psum's), one thread and all cores, %d rounds "
+      "each: copy rate %.2f GB/s (fastest memcpy or in-place pass, bytes copied), write rate "
+      "%.2f GB/s (fastest memset or copy, bytes written)\n",
+      psum_big.footprint() / (1 << 20), reps, first.best() / 1e9, first.best_write() / 1e9);
   std::printf(
       "# each bound below uses the fastest copy timed in this run over buffers spanning as many "
       "bytes as the row's collective, "
@@ -494,11 +493,11 @@ int main(int argc, char** argv) {
   // neighbours take half its memory bandwidth for seconds at a time, the two differ).
   const std::vector<double> big_samples = op_samples(n, big_elems, quick ? 2 : 4, reps, psum);
   const double t_big = median(big_samples);
-  const double big_bound = psum_big.seconds(rates.probe(psum_big));
+  const double big_bound = rates.bound(psum_big);
   row("psum 64 MiB/device, float32", t_big, meshrt::bench::psum_formula(), big_bound, "<= 1.1x");
   row("psum 64 MiB/device, float32: fastest call",
       *std::min_element(big_samples.begin(), big_samples.end()), meshrt::bench::psum_formula(),
-      psum_big.seconds(rates.best(psum_big)), "<= 1.1x");
+      rates.floor(psum_big), "<= 1.1x");
   row("psum 64 MiB/device, float32", t_big, "hand-written psum, all cores",
       hand_psum_seconds(n, big, cores, reps), "<= 1.1x");
   if (mpi) {
@@ -507,10 +506,10 @@ int main(int argc, char** argv) {
   }
   // bfloat16 (issue 28): the same bound for its bytes, and the same element count as the
   // float32 row in half the bytes (about half the time if the fold keeps up with memory).
-  rates.probe(psum_big);
+  rates.bound(psum_big);  // copies timed just before
   const double t_bf16 = time_op(n, big_elems * 2, quick ? 2 : 4, reps, psum, DType::bf16);
-  row("psum 64 MiB/device, bfloat16", t_bf16, meshrt::bench::psum_formula(),
-      psum_big.seconds(rates.probe(psum_big)), "<= 1.1x");
+  row("psum 64 MiB/device, bfloat16", t_bf16, meshrt::bench::psum_formula(), rates.bound(psum_big),
+      "<= 1.1x");
   const double t_bf16_half = time_op(n, big_elems, quick ? 2 : 4, reps, psum, DType::bf16);
   row("psum 16 Mi elements/device, bfloat16", t_bf16_half, "the float32 row (64 MiB)", t_big,
       "~0.5x");
@@ -534,31 +533,31 @@ int main(int argc, char** argv) {
                 rs = meshrt::bench::psum_scatter_traffic(n, mid),
                 a2a = meshrt::bench::all_to_all_traffic(n, mid),
                 pp = meshrt::bench::ppermute_traffic(n, mid);
-  rates.probe(ag);
+  rates.bound(ag);  // copies timed just before
   double t_ag = time_op(n, mid_elems / n, it, reps,
                         [](Context& c, const Tensor& t) { return c.all_gather(t, "x", 0, true); });
-  row("all_gather 16 MiB output/device", t_ag, meshrt::bench::all_gather_formula(),
-      ag.seconds(rates.probe(ag)), "<= 1.2x");
+  row("all_gather 16 MiB output/device", t_ag, meshrt::bench::all_gather_formula(), rates.bound(ag),
+      "<= 1.2x");
   double t_rs = time_op(n, mid_elems, it, reps, [](Context& c, const Tensor& t) {
     return c.psum_scatter(t, "x", 0, true);
   });
   row("psum_scatter 16 MiB input/device", t_rs, meshrt::bench::psum_scatter_formula(),
-      rs.seconds(rates.probe(rs)), "<= 1.2x");
+      rates.bound(rs), "<= 1.2x");
   row("psum_scatter 16 MiB input/device", t_rs, "hand-written fold, all cores",
       hand_fold_seconds(n, mid, cores, reps), "<= 1.2x");
-  rates.probe(a2a);
+  rates.bound(a2a);  // copies timed just before
   double t_a2a = time_op(n, mid_elems, it, reps, [](Context& c, const Tensor& t) {
     return c.all_to_all(t, "x", 0, 0, true);
   });
-  row("all_to_all 16 MiB/device", t_a2a, meshrt::bench::all_to_all_formula(),
-      a2a.seconds(rates.probe(a2a)), "<= 1.2x");
-  rates.probe(pp);
+  row("all_to_all 16 MiB/device", t_a2a, meshrt::bench::all_to_all_formula(), rates.bound(a2a),
+      "<= 1.2x");
+  rates.bound(pp);  // copies timed just before
   std::vector<std::pair<int64_t, int64_t>> shift;
   for (int64_t i = 0; i < n; ++i) shift.emplace_back(i, (i + 1) % n);
   double t_pp = time_op(n, mid_elems, it, reps,
                         [&](Context& c, const Tensor& t) { return c.ppermute(t, "x", shift); });
   row("ppermute 16 MiB/device (ring shift)", t_pp, meshrt::bench::ppermute_formula(),
-      pp.seconds(rates.probe(pp)), "<= 1.2x");
+      rates.bound(pp), "<= 1.2x");
 
   devices_table(max_devices, quick, reps);
   return 0;

@@ -104,7 +104,7 @@ TEST(Bounds, NoCopyTheRateCameFromBeatsTheBound) {
                          const std::vector<std::pair<double, double>>& copies) {
     for (auto [bytes, seconds] : copies) {
       // A copy of `bytes` reads and writes them once each.
-      EXPECT_LE((Traffic{bytes, bytes}.seconds(rate.best())), seconds * (1 + 1e-12))
+      EXPECT_LE(rate.seconds(Traffic{bytes, bytes}), seconds * (1 + 1e-12))
           << bytes << " bytes copied in " << seconds << " s";
     }
   };
@@ -118,25 +118,60 @@ TEST(Bounds, NoCopyTheRateCameFromBeatsTheBound) {
   }
   expect_floor(rate, copies);
   EXPECT_EQ(CopyRate().best(), 0.0);
-  // Real copies, on one thread and on two, timed as the report times them: 5 memcpy rounds and 5
-  // in-place rounds each, over buffers spanning 4 MiB.
+  // Real copies, on one thread and on two, timed as the report times them: 5 memcpy rounds, 5
+  // in-place rounds and 5 memset rounds each, over buffers spanning 4 MiB. No round may beat the
+  // floor of what it did: a copy of its bytes, or a write of them.
   copies.clear();
+  std::vector<std::pair<double, double>> writes;
   CopyRate real;
   const size_t footprint = size_t{4} << 20;
   for (int threads : {1, 2}) {
     const std::vector<meshrt::bench::CopyRound> rounds =
         meshrt::bench::time_copies(footprint, threads, 5);
-    ASSERT_EQ(rounds.size(), 10u);
+    ASSERT_EQ(rounds.size(), 15u);
     for (size_t i = 0; i < rounds.size(); ++i) {
       // memcpy rounds copy half the footprint (the other half is their destination); in-place
-      // rounds rewrite all of it.
+      // and memset rounds rewrite all of it.
       EXPECT_EQ(rounds[i].bytes, static_cast<double>(i < 5 ? footprint / 2 : footprint))
           << threads << " threads, round " << i;
-      copies.emplace_back(rounds[i].bytes, rounds[i].seconds);
-      real.add(rounds[i].bytes, rounds[i].seconds);
+      EXPECT_EQ(rounds[i].write_only, i >= 10);
+      if (rounds[i].write_only) {
+        writes.emplace_back(rounds[i].bytes, rounds[i].seconds);
+        real.add_write(rounds[i].bytes, rounds[i].seconds);
+      } else {
+        copies.emplace_back(rounds[i].bytes, rounds[i].seconds);
+        real.add(rounds[i].bytes, rounds[i].seconds);
+      }
     }
   }
   expect_floor(real, copies);
+  // A write round's floor is its bytes at the write rate (the copy term, half its bytes at the
+  // copy rate, assumes reads and writes share the memory's traffic, which holds beyond the caches
+  // the report's footprints span, not for 4 MiB in L3).
+  for (auto [bytes, seconds] : writes) {
+    EXPECT_LE(bytes / real.best_write(), seconds * (1 + 1e-12))
+        << bytes << " bytes written in " << seconds << " s";
+  }
+}
+
+// A collective that writes far more than it reads is bound by the write rate: an all_gather's
+// floor is its written bytes at the fastest write, not its half-weighted reads and writes at the
+// copy rate, once writes are no faster than copies.
+TEST(Bounds, AWriteHeavyCollectiveIsBoundByTheWriteRate) {
+  using meshrt::bench::CopyRate;
+  CopyRate rate;
+  rate.add(10.0, 1.0);                                                         // copies: 10 B/s
+  rate.add_write(12.0, 1.0);                                                   // writes: 12 B/s
+  const meshrt::bench::Traffic ag = meshrt::bench::all_gather_traffic(8, 16);  // read 16, write 128
+  EXPECT_DOUBLE_EQ(ag.seconds(rate.best()), (16 + 128) / 2.0 / 10.0);
+  EXPECT_DOUBLE_EQ(rate.seconds(ag), 128 / 12.0);
+  // A psum reads as much as it writes: the copy term decides whenever writes are at least as
+  // fast as copies, which every copy makes sure of (it counts as a write).
+  const meshrt::bench::Traffic ps = meshrt::bench::psum_traffic(8, 64);
+  EXPECT_DOUBLE_EQ(rate.seconds(ps), ps.seconds(rate.best()));
+  CopyRate copies_only;
+  copies_only.add(10.0, 1.0);
+  EXPECT_DOUBLE_EQ(copies_only.best_write(), 10.0);
 }
 
 // The copies a bound's rate comes from span the collective's buffers: a psum's inputs and
