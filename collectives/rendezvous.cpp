@@ -270,10 +270,14 @@ void Session::timeout_locked(Instance& inst) {
 
 void Session::wait_ready(int64_t pos, Instance& inst) {
   // Fast path, no lock: peers usually arrive within the spin budget. Until this device sleeps it
-  // counts as running, which can only delay deadlock reports, never cause a false one.
+  // counts as running, which can only delay deadlock reports, never cause a false one. On a fiber
+  // the budget grows with the devices sharing its thread: with 2048 per worker a group gathers in
+  // milliseconds, and a waiter resumed early only to register here would cost a second switch into
+  // its cold stack per device and collective.
+  const auto budget = core::cooperative_wait_budget(core::kSpinBudget);
   if (inst.state_.load(std::memory_order_acquire) == Instance::kGathering &&
-      !core::spin_while(inst.state_, Instance::kGathering, core::kSpinBudget, oversubscribed_)) {
-    const auto start = std::chrono::steady_clock::now() - core::kSpinBudget;
+      !core::spin_while(inst.state_, Instance::kGathering, budget, oversubscribed_)) {
+    const auto start = std::chrono::steady_clock::now() - budget;
     {
       std::lock_guard<core::YieldLock> lock(mu_);
       if (inst.state_.load(std::memory_order_acquire) == Instance::kGathering &&

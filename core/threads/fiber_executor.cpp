@@ -5,6 +5,7 @@
 #include <sys/mman.h>
 #include <time.h>
 
+#include <algorithm>
 #include <cstring>
 #include <string>
 #include <tuple>
@@ -598,6 +599,13 @@ bool fiber_executors_in_use() { return g_fibers_in_use.load(std::memory_order_re
 void*& task_local_slot() { return t_task_slot; }
 
 bool on_fiber() { return t_worker != nullptr && t_worker->current != nullptr; }
+
+std::chrono::nanoseconds cooperative_wait_budget(std::chrono::nanoseconds budget) {
+  if (!on_fiber()) return budget;
+  // `active` is the owning thread's, and the caller runs on it.
+  const auto busy = static_cast<int64_t>(t_worker->active.size());
+  return std::max<std::chrono::nanoseconds>(budget, busy * kCooperativeWaitPerFiber);
+}
 
 bool cooperative_wait(const std::atomic<uint32_t>& word, uint32_t value,
                       std::chrono::steady_clock::time_point deadline) {

@@ -59,6 +59,13 @@ class FiberPool {
 // condition. Elsewhere returns false at once and the caller must wait by itself (spin/futex).
 bool cooperative_wait(const std::atomic<uint32_t>& word, uint32_t value,
                       std::chrono::steady_clock::time_point deadline);
+// How long a fiber should wait cooperatively (handing its thread to the other devices) before
+// it falls back to a waiter's slower path (registering for deadlock checks, timed slices):
+// `budget`, raised to kCooperativeWaitPerFiber for each device with work on the caller's worker,
+// since a peer on this worker can only arrive once the worker has run every device ahead of it
+// (10 us each: 20 ms for 2048). `budget` itself off a fiber.
+std::chrono::nanoseconds cooperative_wait_budget(std::chrono::nanoseconds budget);
+inline constexpr std::chrono::microseconds kCooperativeWaitPerFiber{10};
 // True once any fiber executor exists in the process (for error messages).
 bool fiber_executors_in_use();
 // True when the caller runs on a fiber (so cooperative_wait applies).
