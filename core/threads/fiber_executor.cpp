@@ -179,7 +179,7 @@ inline void jump(Context& from, Context& to) {
 struct FiberPool::Fiber {
   Worker* worker = nullptr;
   Context ctx;
-  void* map = nullptr;  // guard page + stack
+  void* map = nullptr;  // guard page + stack, in FiberPool::stacks_
   void* stack_lo = nullptr;
   std::deque<std::function<void()>> queue;  // guarded by worker->mu
   std::atomic<int> queued{0};               // queue.size(), readable without the lock
@@ -533,16 +533,28 @@ FiberPool::FiberPool(int devices, int workers) {
   g_fibers_in_use.store(true, std::memory_order_relaxed);
   if (workers < 1) workers = 1;
   for (int i = 0; i < workers; ++i) workers_.push_back(std::make_unique<Worker>());
+  // Every stack in one mapping, each worker's side by side: a worker switches among its own
+  // devices' stacks, and neighbouring stacks share page-table lines (a page-directory line maps
+  // two 8 MiB stacks), so a worker's walk to the top of its next stack misses half as often as
+  // with stacks of alternate workers interleaved.
+  const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+  const size_t per_worker = static_cast<size_t>((devices + workers - 1) / workers);
+  stacks_bytes_ = (kStackSize + page) * per_worker * static_cast<size_t>(workers);
+  if (devices > 0) {
+    stacks_ = mmap(nullptr, stacks_bytes_, PROT_READ | PROT_WRITE,
+                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (stacks_ == MAP_FAILED) {
+      stacks_ = nullptr;
+      throw Error("[cpu] cannot map the fiber stacks of " + std::to_string(devices) + " devices: " +
+                  std::strerror(errno) + "; use fewer devices or MESHRT_CPU_EXECUTOR=threads");
+    }
+  }
   for (int d = 0; d < devices; ++d) {
     auto f = std::make_unique<Fiber>();
     f->worker = workers_[static_cast<size_t>(d % workers)].get();
-    const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
-    f->map = mmap(nullptr, kStackSize + page, PROT_READ | PROT_WRITE,
-                  MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-    if (f->map == MAP_FAILED) {
-      throw Error("[cpu] cannot map a fiber stack for cpu:" + std::to_string(d) + ": " +
-                  std::strerror(errno) + "; use fewer devices or MESHRT_CPU_EXECUTOR=threads");
-    }
+    const size_t at =
+        static_cast<size_t>(d % workers) * per_worker + static_cast<size_t>(d / workers);
+    f->map = static_cast<char*>(stacks_) + at * (kStackSize + page);
     mprotect(f->map, page, PROT_NONE);  // guard page: an overflow faults instead of corrupting
     f->stack_lo = static_cast<char*>(f->map) + page;
     make_fiber_context(f.get());
@@ -567,13 +579,10 @@ FiberPool::~FiberPool() {
     w->cv.notify_all();
     if (w->thread.joinable()) w->thread.join();
   }
-  const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
-  for (auto& f : fibers_) {
 #ifdef MESHRT_FIBER_TSAN
-    __tsan_destroy_fiber(f->tsan);
+  for (auto& f : fibers_) __tsan_destroy_fiber(f->tsan);
 #endif
-    munmap(f->map, kStackSize + page);
-  }
+  if (stacks_ != nullptr) munmap(stacks_, stacks_bytes_);
 }
 
 void FiberPool::submit(int device, std::function<void()> task) {

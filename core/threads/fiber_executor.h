@@ -52,6 +52,8 @@ class FiberPool {
  private:
   std::vector<std::unique_ptr<Fiber>> fibers_;
   std::vector<std::unique_ptr<Worker>> workers_;
+  void* stacks_ = nullptr;  // every fiber's guard page and stack, one mapping
+  size_t stacks_bytes_ = 0;
 };
 
 // On a device executor that multiplexes devices on its thread (a fiber), lets the other devices
