@@ -120,7 +120,9 @@ class Instance {
   friend class Session;
   void set_state(uint32_t s);  // publishes and wakes sleepers, if any
 
-  struct Part {
+  // A line of its own: members of one group run on different threads, and neighbours' parts on
+  // one line would move between their cores at every arrival.
+  struct alignas(64) Part {
     Slot slot;
     bool arrived = false;
   };
@@ -136,6 +138,7 @@ class Instance {
   std::shared_ptr<void> cross_stage_;  // written by the completer before publishing
   std::vector<Part> parts_;            // guarded by Session::mu_ until state_ leaves kGathering
   int64_t arrived_count_ = 0;          // guarded by Session::mu_
+  bool registered_ = false;            // guarded by Session::mu_: a member waits in it as a sleeper
   std::string error_;                  // written before state_ = kFailed
   std::atomic<uint32_t> state_{kGathering};
   std::atomic<uint32_t> sleepers_{0};  // waiters in a futex sleep on state_
@@ -182,12 +185,14 @@ class Session {
 
  private:
   enum class DevState { running, waiting, finished, threw };
-  struct Dev {
+  // A line of its own: neighbouring devices usually run on different threads.
+  struct alignas(64) Dev {
     DevState state = DevState::running;
     Instance* waiting_on = nullptr;  // set only while asleep in wait_ready/wait_progress
     int64_t progress_index = -1;     // wait_progress: the member (group index) and
     uint32_t progress_unit = 0;      // the unit waited for; -1: wait_ready
-    std::map<const GroupLayout*, int64_t> calls_per_group;  // sequence numbers
+    // Sequence numbers: the device's own (read and written by it only, outside mu_).
+    std::map<const GroupLayout*, int64_t> calls_per_group;
   };
   using Key = std::tuple<const GroupLayout*, int64_t, int64_t>;  // axes' layout, group, sequence
 
