@@ -134,15 +134,21 @@ bool direct_reduce_small(Instance& inst, const Plane& pl, int64_t me) {
   const int64_t n = count(c.shape);
   std::vector<const void*> srcs(static_cast<size_t>(inst.size()));
   for (int64_t j = 0; j < inst.size(); ++j) srcs[static_cast<size_t>(j)] = inst.slot(j).in;
+  if (pl.host()) {
+    // The fold into this member's output only: every other member copies the result into its
+    // own as it leaves (direct_collective), so the copies run on every core, not all on this one.
+    pl.fold(c.kind, c.dtype, out_dtype(c), out_ptr(inst, me), srcs, n);
+    inst.small_sum_at = me;
+    return false;
+  }
   std::vector<void*> dsts(static_cast<size_t>(inst.size()));
   for (int64_t j = 0; j < inst.size(); ++j) dsts[static_cast<size_t>(j)] = out_ptr(inst, j);
   // Every member's input and output are ready once its begin token is (collective.cpp start()).
   for (int64_t j = 0; j < inst.size(); ++j) {
     if (void* t = inst.slot(j).begin_token.get()) pl.backend()->coll_wait_token(pl.device(), t);
   }
-  // Host: a fold into member 0's output, copied to the others. GPU: one kernel for all of it.
+  // One kernel reads every input once and writes every output.
   pl.fold_to(c.kind, c.dtype, out_dtype(c), dsts, srcs, n);
-  if (pl.host()) return false;
   if (c.kind == Kind::pmean && out_dtype(c) != c.dtype) {
     pl.fence();  // the sum's temporary is released at a fence
     return false;
@@ -159,7 +165,13 @@ void direct_collective(Instance& inst, int64_t me, const Shape& out_shape) {
     case Kind::pmean:
     case Kind::pmax:
     case Kind::pmin:
-      if (!direct_done_at_arrival(c)) reduce_large(inst, me);
+      if (!direct_done_at_arrival(c)) {
+        reduce_large(inst, me);
+      } else if (inst.small_sum_at >= 0 && inst.small_sum_at != me) {
+        const auto bytes = static_cast<size_t>(count(c.shape)) * dtype_size(out_dtype(c));
+        plane_of(inst, me).copy(out_ptr(inst, me), out_ptr(inst, inst.small_sum_at), bytes);
+        inst.release_buffers(me);  // its input was read before publishing; its output is done
+      }
       break;
     case Kind::all_gather:
       place_gathered(inst, me, out_shape, Inputs(inst));

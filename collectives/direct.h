@@ -1,6 +1,8 @@
 // collectives/direct.h: the direct one-shot algorithm, over memory every member can address
 // (XLA's CPU collectives). Each member reads its peers' inputs, which the rendezvous keeps alive:
-//   psum/pmean/pmax/pmin  small: the last member to arrive reduces once and writes every output;
+//   psum/pmean/pmax/pmin  small: the last member to arrive reduces once, into its own output on
+//                         the host (each other member copies the sum into its own as it leaves,
+//                         so the copies run on every core) or into every output on a device;
 //                         large: member i reduces slice i from every input, tile by tile, and
 //                         pushes each tile to every output while it is hot (on the host, as
 //                         many slices as kMinSliceBytes allows); a second barrier ends it;
@@ -24,7 +26,9 @@ inline constexpr int64_t kMinSliceBytes = 16 * 1024;
 // Whether the member completing the rendezvous of `call` does all of its work
 // (direct_reduce_small) before publishing it.
 bool direct_done_at_arrival(const Call& call);
-// The small reduction, by the last member to arrive (`me`), through its plane `pl`. On a device
+// The small reduction, by the last member to arrive (`me`), through its plane `pl`. On the host
+// it folds into `me`'s output and records it in Instance::small_sum_at (direct_collective copies
+// it into the other members' outputs); false then. On a device
 // platform the work is queued and its token put in `inst` (direct_small_token) rather than
 // waited for, where nothing of it outlives the queue (not a pmean that changes dtype, whose sum
 // needs a temporary until a fence); true then, and every member orders its later work after the

@@ -91,6 +91,15 @@ class Instance {
     parts_[static_cast<size_t>(index)].slot.work = work;
     parts_[static_cast<size_t>(index)].slot.keep_work = std::move(keep);
   }
+  // Drops member `index`'s references to its buffers, by that member once no peer reads or
+  // writes them any more: the member's own (hot) counts, and the last member to let the instance
+  // go has fewer (cold) ones to drop. Only after the instance is published.
+  void release_buffers(int64_t index) {
+    Slot& s = parts_[static_cast<size_t>(index)].slot;
+    s.keep_in.reset();
+    s.keep_out.reset();
+    s.keep_work.reset();
+  }
   std::atomic<uint32_t>& phase_counter() { return phase_; }  // free for two-phase algorithms
   // Per-member progress counters and sleeper counts for Transport's signal/wait.
   std::atomic<uint32_t>& progress(int64_t index) { return progress_[static_cast<size_t>(index)]; }
@@ -109,6 +118,9 @@ class Instance {
   // without a wait (collectives/direct.h), or -1. Written before the instance is published.
   static constexpr uint32_t kSmallDoneUnit = 0xffffffffu;
   int64_t small_done_by = -1;
+  // On the host, the member whose output holds a small reduction's result (collectives/direct.h),
+  // which every other member copies into its own output, or -1. Written before publishing.
+  int64_t small_sum_at = -1;
 
   Instance() = default;
   Instance(const Instance&) = delete;
