@@ -65,7 +65,8 @@ Launch::Launch(Mesh m, std::chrono::milliseconds timeout, bool oversubscribed)
           }(),
           timeout, oversubscribed, cross_process(mesh)),
       host_addressable(backend_of(mesh.devices().front().kind()).host_addressable()) {
-  env_algo = config::collective_algo();
+  // Parsed here, not per collective: config::collective_algo() accepts only valid names.
+  env_algo = coll::parse_algo(config::collective_algo()).value_or(coll::Algo::automatic);
   env_deterministic = config::deterministic();
 }
 
@@ -217,7 +218,7 @@ namespace {
 
 // Joins the collective and returns the pending handle and the output tensor.
 std::pair<coll::Pending, Tensor> begin(detail::Launch& launch, int64_t pos,
-                                       const coll::GroupLayout& layout, coll::Call call,
+                                       const coll::GroupLayout& layout, const coll::Call& call,
                                        const Tensor& x, Shape out_shape, DType out_dtype) {
   Tensor out = empty(out_shape, out_dtype, x.device());
   coll::Slot slot;
@@ -262,7 +263,7 @@ coll::Call base_call(coll::Kind kind, const Tensor& x, const coll::GroupLayout& 
   c.shape = x.shape();
   c.axes = &layout.axis_names;
   // MESHRT_COLLECTIVE_ALGO was validated when the launch began.
-  const coll::AlgoRequest env{*coll::parse_algo(launch.env_algo), launch.env_deterministic};
+  const coll::AlgoRequest env{launch.env_algo, launch.env_deterministic};
   const auto why = [&] { return why_not_native(launch, layout, pos); };
   const coll::AlgoChoice how =
       coll::choose_algo(coll::kind_name(kind), {to_coll(options.algo), options.deterministic}, env,

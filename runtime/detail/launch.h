@@ -41,8 +41,8 @@ struct Launch {
   Mesh mesh;
   coll::Session session;
   bool host_addressable;
-  std::string env_algo;            // MESHRT_COLLECTIVE_ALGO, read once per launch
-  bool env_deterministic = false;  // MESHRT_DETERMINISTIC=1
+  coll::Algo env_algo = coll::Algo::automatic;  // MESHRT_COLLECTIVE_ALGO, read once per launch
+  bool env_deterministic = false;               // MESHRT_DETERMINISTIC=1
 
  private:
   std::mutex mu_;
