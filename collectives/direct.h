@@ -3,9 +3,10 @@
 //   psum/pmean/pmax/pmin  small: the last member to arrive reduces once, into its own output on
 //                         the host (each other member copies the sum into its own as it leaves,
 //                         so the copies run on every core) or into every output on a device;
-//                         large: member i reduces slice i from every input, tile by tile, and
-//                         pushes each tile to every output while it is hot (on the host, as
-//                         many slices as kMinSliceBytes allows); a second barrier ends it;
+//                         large: member i reduces slice i from every input and writes it to
+//                         every output (coll_fold_to: on the host tile by tile while a tile is
+//                         hot, or for large slices line by line with streaming stores; as many
+//                         slices as kMinSliceBytes allows); a second barrier ends it;
 //   all_gather, psum_scatter, all_to_all, ppermute: each member pulls what it needs, so the
 //                         rendezvous is the only barrier.
 #pragma once
