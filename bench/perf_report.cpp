@@ -116,7 +116,9 @@ double hand_psum_seconds(int64_t n, size_t bytes, int threads, int reps) {
     in.push_back(alloc(1.0f + static_cast<float>(j)));
     out.push_back(alloc(0.0f));
   }
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
   const bool avx2 = __builtin_cpu_supports("avx2");
+#endif
   const double t = time_threads(threads, reps, 1, [&](int t) {
     const int64_t lines = elems / 16;
     const int64_t lo = lines * t / threads * 16, hi = lines * (t + 1) / threads * 16;
