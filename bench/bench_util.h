@@ -62,19 +62,21 @@ inline double time_threads(int n, int reps, int warmup, const std::function<void
 }
 
 // One timed round of moving bytes through memory: `bytes` copied over all threads (each read once
-// and written once) in `seconds`, or, for a `write_only` round, `bytes` written.
+// and written once) in `seconds`; for a write round, `bytes` written; for a read round, read.
 struct CopyRound {
+  enum class Kind { copy, write, read };
   double bytes = 0, seconds = 0;
-  bool write_only = false;
+  Kind kind = Kind::copy;
 };
 
-// 3 * `reps` rounds (after one warm-up round each) on `threads` threads whose buffers together
+// 4 * `reps` rounds (after one warm-up round each) on `threads` threads whose buffers together
 // span `footprint` bytes, an equal share each: `reps` in which each thread memcpys the first half
 // of its share into the second, `reps` in which each rewrites its whole share in place (every
 // byte read once and written once, as a copy, but with no read for ownership of the written
-// lines), and `reps` in which each memsets its whole share (write_only: glibc's memset streams
-// large sizes past the cache; a write-heavy collective's floor is the machine's write rate). Both
-// count: a bound takes the fastest round, and glibc's memcpy is not always the fastest way a
+// lines), `reps` in which each memsets its whole share (writes: glibc's memset streams large
+// sizes past the cache; a write-heavy collective's floor is the machine's write rate), and
+// `reps` in which each reads its whole share (reads: a read-heavy collective's, a psum_scatter's).
+// Both count: a bound takes the fastest round, and glibc's memcpy is not always the fastest way a
 // machine moves bytes (on the project's 2-core VM the in-place pass ran 1.7x faster, and a psum
 // beat a bound taken from memcpy alone). The footprint is the caller's to match: copies within a
 // cache run at the cache's speed (an in-place pass over 2 x 16 MiB ran at 60+ GB/s in this VM's 32
@@ -106,8 +108,25 @@ inline std::vector<CopyRound> time_copies(size_t footprint, int threads, int rep
          std::memset(buf[static_cast<size_t>(t)].data(), 0x20 + t, share);
          asm volatile("" : : "r"(buf[static_cast<size_t>(t)].data()) : "memory");
        })) {
-    rounds.push_back({static_cast<double>(share) * threads, s, /*write_only=*/true});
+    rounds.push_back({static_cast<double>(share) * threads, s, CopyRound::Kind::write});
   }
+  std::vector<uint64_t> sink(static_cast<size_t>(threads));
+  for (double s : time_threads_each(threads, reps, /*warmup=*/1, [&](int t) {
+         // Four independent sums of 8-byte words, so the loads, not one add chain, set the pace.
+         const auto* p = reinterpret_cast<const uint64_t*>(buf[static_cast<size_t>(t)].data());
+         const size_t words = share / sizeof(uint64_t);
+         uint64_t a = 0, b = 0, c = 0, d = 0;
+         for (size_t i = 0; i + 4 <= words; i += 4) {
+           a += p[i];
+           b += p[i + 1];
+           c += p[i + 2];
+           d += p[i + 3];
+         }
+         sink[static_cast<size_t>(t)] = a + b + c + d;  // the reads are the work: keep them
+       })) {
+    rounds.push_back({static_cast<double>(share) * threads, s, CopyRound::Kind::read});
+  }
+  asm volatile("" : : "r"(sink.data()) : "memory");
   return rounds;
 }
 

@@ -37,31 +37,43 @@ struct Traffic {
 class CopyRate {
  public:
   // One timed copy: `bytes` copied (over all threads; each read once and written once) in
-  // `seconds`. It writes as many bytes as it copies, so it counts as a write too.
+  // `seconds`. It reads and writes as many bytes as it copies, so it counts as both too.
   void add(double bytes, double seconds) {
     best_ = std::max(best_, bytes / seconds);
     add_write(bytes, seconds);
+    add_read(bytes, seconds);
   }
   // One timed round that only writes `bytes` (a memset) in `seconds`.
   void add_write(double bytes, double seconds) {
     best_write_ = std::max(best_write_, bytes / seconds);
   }
+  // One timed round that only reads `bytes` in `seconds`.
+  void add_read(double bytes, double seconds) {
+    best_read_ = std::max(best_read_, bytes / seconds);
+  }
   // Bytes copied per second by the fastest copy added; 0 before any.
   double best() const { return best_; }
   // Bytes written per second by the fastest round added, copies included; 0 before any.
   double best_write() const { return best_write_; }
-  // The floor for `t`: its bytes read and written at the fastest copy rate, and its bytes
-  // written alone at the fastest write rate, whichever takes longer. A collective that writes
-  // far more than it reads (an all_gather: 8x) is bound by how fast the machine writes, which
-  // half-weighting its reads against a copy rate overstates. Both terms assume that reads and
-  // writes share the memory's traffic, as they do beyond the caches (the footprints the report
-  // times span); within a cache a memset can write more than twice the bytes a copy copies.
+  // Bytes read per second by the fastest round added, copies included; 0 before any.
+  double best_read() const { return best_read_; }
+  // The floor for `t`: its bytes read and written at the fastest copy rate, its bytes written
+  // alone at the fastest write rate, and its bytes read alone at the fastest read rate, whichever
+  // takes longest. A collective that writes far more than it reads (an all_gather: 8x) is bound
+  // by how fast the machine writes, one that reads far more than it writes (a psum_scatter: 8x)
+  // by how fast it reads, which half-weighting against a copy rate overstates. The terms assume
+  // that reads and writes share the memory's traffic, as they do beyond the caches (the
+  // footprints the report times span); within a cache a memset can write more than twice the
+  // bytes a copy copies.
   double seconds(const Traffic& t) const {
-    return std::max(t.seconds(best_), best_write_ > 0 ? t.written / best_write_ : 0.0);
+    double s = t.seconds(best_);
+    if (best_write_ > 0) s = std::max(s, t.written / best_write_);
+    if (best_read_ > 0) s = std::max(s, t.read / best_read_);
+    return s;
   }
 
  private:
-  double best_ = 0, best_write_ = 0;
+  double best_ = 0, best_write_ = 0, best_read_ = 0;
 };
 
 // psum of P bytes per device: every device reads all N inputs' bytes (N·P once) and writes its own
@@ -80,8 +92,8 @@ inline Traffic ppermute_traffic(double n, double s) { return {n * s, n * s}; }
 // The formula as the report prints it, in units of S (or P) bytes and N devices.
 inline const char* psum_formula() { return "bound N*P / copy bw"; }
 inline const char* all_gather_formula() { return "(N+1)S_out/2 copy, N*S_out write"; }
-inline const char* psum_scatter_formula() { return "bound (N+1)*S/2 / copy bw"; }
-// (Every other row reads at least as much as it writes, so its write term never decides.)
+inline const char* psum_scatter_formula() { return "(N+1)S/2 copy, N*S read"; }
+// (A psum, all_to_all and ppermute read as much as they write: their copy term always decides.)
 inline const char* all_to_all_formula() { return "bound N*S / copy bw"; }
 inline const char* ppermute_formula() { return "bound N*S / copy bw"; }
 

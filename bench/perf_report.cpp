@@ -53,10 +53,16 @@ namespace {
 void probe_copies(CopyRate& rate, size_t footprint, int cores, int reps) {
   for (int threads : {1, cores}) {
     for (const meshrt::bench::CopyRound& r : time_copies(footprint, threads, reps)) {
-      if (r.write_only) {
-        rate.add_write(r.bytes, r.seconds);
-      } else {
-        rate.add(r.bytes, r.seconds);
+      switch (r.kind) {
+        case meshrt::bench::CopyRound::Kind::copy:
+          rate.add(r.bytes, r.seconds);
+          break;
+        case meshrt::bench::CopyRound::Kind::write:
+          rate.add_write(r.bytes, r.seconds);
+          break;
+        case meshrt::bench::CopyRound::Kind::read:
+          rate.add_read(r.bytes, r.seconds);
+          break;
       }
     }
   }
@@ -476,8 +482,10 @@ int main(int argc, char** argv) {
   std::printf(
       "# over buffers spanning %.0f MiB (the 64 MiB psum's), one thread and all cores, %d rounds "
       "each: copy rate %.2f GB/s (fastest memcpy or in-place pass, bytes copied), write rate "
-      "%.2f GB/s (fastest memset or copy, bytes written)\n",
-      psum_big.footprint() / (1 << 20), reps, first.best() / 1e9, first.best_write() / 1e9);
+      "%.2f GB/s (fastest memset or copy, bytes written), read rate %.2f GB/s (fastest read or "
+      "copy, bytes read)\n",
+      psum_big.footprint() / (1 << 20), reps, first.best() / 1e9, first.best_write() / 1e9,
+      first.best_read() / 1e9);
   std::printf(
       "# each bound below uses the fastest copy timed in this run over buffers spanning as many "
       "bytes as the row's collective, "

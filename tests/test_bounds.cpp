@@ -118,39 +118,51 @@ TEST(Bounds, NoCopyTheRateCameFromBeatsTheBound) {
   }
   expect_floor(rate, copies);
   EXPECT_EQ(CopyRate().best(), 0.0);
-  // Real copies, on one thread and on two, timed as the report times them: 5 memcpy rounds, 5
-  // in-place rounds and 5 memset rounds each, over buffers spanning 4 MiB. No round may beat the
-  // floor of what it did: a copy of its bytes, or a write of them.
+  // Real rounds, on one thread and on two, timed as the report times them: 5 memcpy rounds, 5
+  // in-place rounds, 5 memset rounds and 5 read rounds each, over buffers spanning 4 MiB. No
+  // round may beat the floor of what it did: a copy of its bytes, a write or a read of them.
+  using Kind = meshrt::bench::CopyRound::Kind;
   copies.clear();
-  std::vector<std::pair<double, double>> writes;
+  std::vector<std::pair<double, double>> writes, reads;
   CopyRate real;
   const size_t footprint = size_t{4} << 20;
   for (int threads : {1, 2}) {
     const std::vector<meshrt::bench::CopyRound> rounds =
         meshrt::bench::time_copies(footprint, threads, 5);
-    ASSERT_EQ(rounds.size(), 15u);
+    ASSERT_EQ(rounds.size(), 20u);
     for (size_t i = 0; i < rounds.size(); ++i) {
-      // memcpy rounds copy half the footprint (the other half is their destination); in-place
-      // and memset rounds rewrite all of it.
+      // memcpy rounds copy half the footprint (the other half is their destination); the
+      // others go over all of it.
       EXPECT_EQ(rounds[i].bytes, static_cast<double>(i < 5 ? footprint / 2 : footprint))
           << threads << " threads, round " << i;
-      EXPECT_EQ(rounds[i].write_only, i >= 10);
-      if (rounds[i].write_only) {
-        writes.emplace_back(rounds[i].bytes, rounds[i].seconds);
-        real.add_write(rounds[i].bytes, rounds[i].seconds);
-      } else {
-        copies.emplace_back(rounds[i].bytes, rounds[i].seconds);
-        real.add(rounds[i].bytes, rounds[i].seconds);
+      EXPECT_EQ(rounds[i].kind, i < 10 ? Kind::copy : i < 15 ? Kind::write : Kind::read);
+      switch (rounds[i].kind) {
+        case Kind::copy:
+          copies.emplace_back(rounds[i].bytes, rounds[i].seconds);
+          real.add(rounds[i].bytes, rounds[i].seconds);
+          break;
+        case Kind::write:
+          writes.emplace_back(rounds[i].bytes, rounds[i].seconds);
+          real.add_write(rounds[i].bytes, rounds[i].seconds);
+          break;
+        case Kind::read:
+          reads.emplace_back(rounds[i].bytes, rounds[i].seconds);
+          real.add_read(rounds[i].bytes, rounds[i].seconds);
+          break;
       }
     }
   }
   expect_floor(real, copies);
-  // A write round's floor is its bytes at the write rate (the copy term, half its bytes at the
-  // copy rate, assumes reads and writes share the memory's traffic, which holds beyond the caches
-  // the report's footprints span, not for 4 MiB in L3).
+  // A write round's floor is its bytes at the write rate, a read round's at the read rate (the
+  // copy term, half its bytes at the copy rate, assumes reads and writes share the memory's
+  // traffic, which holds beyond the caches the report's footprints span, not for 4 MiB in L3).
   for (auto [bytes, seconds] : writes) {
     EXPECT_LE(bytes / real.best_write(), seconds * (1 + 1e-12))
         << bytes << " bytes written in " << seconds << " s";
+  }
+  for (auto [bytes, seconds] : reads) {
+    EXPECT_LE(bytes / real.best_read(), seconds * (1 + 1e-12))
+        << bytes << " bytes read in " << seconds << " s";
   }
 }
 
@@ -172,6 +184,23 @@ TEST(Bounds, AWriteHeavyCollectiveIsBoundByTheWriteRate) {
   CopyRate copies_only;
   copies_only.add(10.0, 1.0);
   EXPECT_DOUBLE_EQ(copies_only.best_write(), 10.0);
+  EXPECT_DOUBLE_EQ(copies_only.best_read(), 10.0);
+}
+
+// And one that reads far more than it writes by the read rate: a psum_scatter reads N·S and writes
+// S, so at a read rate below 1.8x the copy rate its reads alone take longer than the copy term.
+TEST(Bounds, AReadHeavyCollectiveIsBoundByTheReadRate) {
+  using meshrt::bench::CopyRate;
+  CopyRate rate;
+  rate.add(10.0, 1.0);       // copies: 10 B/s
+  rate.add_read(15.0, 1.0);  // reads: 15 B/s
+  const meshrt::bench::Traffic rs =
+      meshrt::bench::psum_scatter_traffic(8, 16);  // read 128, write 16
+  EXPECT_DOUBLE_EQ(rs.seconds(rate.best()), (128 + 16) / 2.0 / 10.0);
+  EXPECT_DOUBLE_EQ(rate.seconds(rs), 128 / 15.0);
+  // Reading faster than 1.8x the copy rate, the copy term decides again.
+  rate.add_read(20.0, 1.0);
+  EXPECT_DOUBLE_EQ(rate.seconds(rs), (128 + 16) / 2.0 / 10.0);
 }
 
 // The copies a bound's rate comes from span the collective's buffers: a psum's inputs and
