@@ -9,6 +9,9 @@
 // GPU split into logical devices, a device-to-device copy inside its memory), counted the same
 // way. The matmul rows are the 16 products of one seed MLP step ([784, 1024 x 5, 8], batch 8192,
 // float32): forward x @ W, backward x^T @ g and g @ W^T, operands stored as the step stores them.
+// The layer rows time one hidden layer's relu(x @ W + b) eager (the product, then the fused bias
+// add and relu) and jitted (one product with its epilogue where the platform fuses them:
+// MESHRT_CUDA_MATMUL=lt), at each matmul precision; --layers-only prints only those.
 #include <meshrt/meshrt.h>
 
 #include <algorithm>
@@ -47,14 +50,16 @@ double time_op(const std::function<Tensor()>& op, int iters, int repeats) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  bool quick = false;
+  bool quick = false, layers_only = false;
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--quick") == 0) {
       quick = true;
+    } else if (std::strcmp(argv[i], "--layers-only") == 0) {
+      layers_only = true;
     } else {
       std::fprintf(stderr,
-                   "usage: meshrt-kernel-report [--quick]   (platform: MESHRT_PLATFORM; needs 2 "
-                   "devices for the copy baseline)\n");
+                   "usage: meshrt-kernel-report [--quick] [--layers-only]   (platform: "
+                   "MESHRT_PLATFORM; needs 2 devices for the copy baseline)\n");
       return 2;
     }
   }
@@ -93,6 +98,36 @@ int main(int argc, char** argv) {
         "copy baseline: %.0f MiB %s -> %s in %.1f us = %.1f GB/s (bytes read + written)\n\n",
         static_cast<double>(copy_elems) * 4 / (1 << 20), d.str().c_str(), devs[1].str().c_str(),
         copy_t * 1e6, copy_bw / 1e9);
+
+    // One hidden layer of the seed step, relu(x @ W + b): eager (the product, then the fused
+    // bias add and relu) and jitted (where the platform fuses epilogues: one product call).
+    std::printf("| one layer | eager | jit | jit / eager | epilogue fused |\n");
+    std::printf("| --- | --- | --- | --- | --- |\n");
+    for (Precision prec : {Precision::highest, Precision::tf32}) {
+      const Mesh one = make_mesh({1}, {"d"}, std::vector<Device>{d});
+      const NamedSharding rep(one, P());
+      const Array xa = device_put(random::normal(random::key(30), {rows, cols}, d), rep);
+      const Array wa = device_put(random::normal(random::key(31), {cols, cols}, d), rep);
+      const Array ba = device_put(random::normal(random::key(32), {cols}, d), rep);
+      auto layer = [prec](const Array& x, const Array& w, const Array& b) {
+        return relu(matmul(x, w, OpOptions{.precision = prec}) + b);
+      };
+      auto jit_layer = jit(layer);
+      auto block = [](const Array& a) { return a.addressable_shards().front().data; };
+      const std::string text = jit_layer.lower(xa, wa, ba).as_text();
+      const bool fused = text.find("carry their layer's bias add") != std::string::npos;
+      const double f = 2.0 * static_cast<double>(rows * cols * cols);
+      const double te = time_op([&] { return block(layer(xa, wa, ba)); }, iters, repeats);
+      const double tj = time_op([&] { return block(jit_layer(xa, wa, ba)); }, iters, repeats);
+      std::printf(
+          "| relu(x @ W + b), (%lld x %lld) @ (%lld x %lld), %s | %.1f us (%.2f TFLOP/s) | "
+          "%.1f us (%.2f TFLOP/s) | %.3f | %s |\n",
+          static_cast<long long>(rows), static_cast<long long>(cols), static_cast<long long>(cols),
+          static_cast<long long>(cols), std::string(precision_name(prec)).c_str(), te * 1e6,
+          f / te / 1e12, tj * 1e6, f / tj / 1e12, tj / te, fused ? "yes" : "no");
+    }
+    std::printf("\n");
+    if (layers_only) return 0;
 
     const Tensor x = random::normal(random::key(1), {rows, cols}, d);
     const Tensor y = random::normal(random::key(2), {rows, cols}, d);

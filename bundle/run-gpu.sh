@@ -3,11 +3,12 @@
 # Linux machine with a GPU, a CUDA 13 driver and runtime, cuBLAS and NCCL.
 #
 #   ./run-gpu.sh [--out DIR] [--k "1 2 4 8"] [--jobs N] [--no-bench] [--no-tests] [--quick]
-#                [--benches "kernels mlp tf32 bf16 collectives jax profile"]
+#                [--benches "kernels mlp tf32 bf16 collectives lt jax profile"]
 #       runs every cuda suite at each k (logical devices per GPU) with MESHRT_REQUIRE_CUDA=1, one
 #       process per suite and k, then the GPU benchmarks (kernels against the copy bound, the seed
 #       MLP step to completion, collectives, the collective matmul, JAX's step on the same GPU
-#       when python3 can import jax); writes DIR/report.md and DIR/logs/, prints a summary last.
+#       when python3 can import jax; `lt`: the suites that multiply, and the step, again with
+#       MESHRT_CUDA_MATMUL=lt); writes DIR/report.md and DIR/logs/, prints a summary last.
 #       Exits 1 when any case fails, a benchmark fails, or cuda is not usable.
 #   ./run-gpu.sh --check
 #       only checks the unpacked layout and that every program's libraries resolve (cpu CI).
@@ -18,7 +19,7 @@ set -uo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 check=0 quick=0 run_tests=1 run_bench=1 jobs=4
 ks="1 2 4 8"
-benches="kernels mlp tf32 bf16 collectives jax"
+benches="kernels mlp tf32 bf16 collectives lt jax"
 out="$PWD/meshrt-gpu-report"
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -150,10 +151,11 @@ fi
 
 # ---- the suites: one process per suite and k
 declare -A cell=()
-run_suite() {  # name exe devs filter min k -> writes logs/name.kK.log and .rc
-  local name="$1" exe="$2" devs="$3" filter="$4" min="$5" k="$6"
-  local log="$out/logs/$name.k$k.log"
-  ( cd "$here" && MESHRT_REQUIRE_CUDA=1 MESHRT_CPU_DEVICES="$devs" MESHRT_TEST_DATA_DIR="$here/data" \
+run_suite() {  # name exe devs filter min k [tag VAR=value...] -> logs/name.kK[tag].log and .rc
+  local name="$1" exe="$2" devs="$3" filter="$4" min="$5" k="$6" tag="${7:-}"
+  shift $(( $# < 7 ? $# : 7 ))
+  local log="$out/logs/$name.k$k$tag.log"
+  ( cd "$here" && env "$@" MESHRT_REQUIRE_CUDA=1 MESHRT_CPU_DEVICES="$devs" MESHRT_TEST_DATA_DIR="$here/data" \
       timeout 600 "./$exe" "--gtest_filter=$filter" --meshrt-env=MESHRT_PLATFORM=cuda \
       "--meshrt-env=MESHRT_CUDA_DEVICES_PER_GPU=$k" "--meshrt-env=MESHRT_TEST_MIN_DEVICES=$min" ) \
       > "$log" 2>&1
@@ -257,6 +259,50 @@ if [ "$run_bench" = 1 ] && [ "$cuda_unusable" = 0 ]; then
   # bf16 mixed precision (float32 master parameters, bfloat16 layers): JAX's step_bf16 below.
   want bf16 && bench "Seed MLP step, 1 logical device, bf16 mixed precision (--dtype bf16)" 2 120 \
     ./bin/meshrt-mlp-bench --resident-only --strategy single --dtype bf16 --repeats 3 "${q[@]}"
+  # cuBLASLt (MESHRT_CUDA_MATMUL=lt): every float32 product through cuBLASLt, and jit's layers
+  # with their bias add and relu in the product's epilogue. The suites that multiply run again
+  # under it (CudaKernels.LtEpiloguesGiveTheUnfusedBits runs only then; test_jit and test_mlp
+  # check jitted steps against eager bit for bit), then the step at both precisions.
+  if want lt; then
+    {
+      echo
+      echo "### Suites with MESHRT_CUDA_MATMUL=lt (cases passed / failed / skipped)"
+      echo
+      echo "| suite | k | result |"
+      echo "| --- | --- | --- |"
+    } >> "$report"
+    lt_runs=()
+    for entry in "${suites[@]}"; do
+      IFS=$'\t' read -r name exe devs filter min kvals <<< "$entry"
+      case "$name" in
+        test_cuda_kernels|test_ops) k=1 ;;
+        test_jit|test_mlp|test_global_view|test_autodiff_jax) k=8 ;;
+        *) continue ;;
+      esac
+      while [ "$(jobs -rp | wc -l)" -ge "$jobs" ]; do wait -n; done
+      run_suite "$name" "$exe" "$devs" "$filter" "$min" "$k" .lt MESHRT_CUDA_MATMUL=lt &
+      lt_runs+=("$name $k")
+    done
+    wait
+    for r in "${lt_runs[@]}"; do
+      read -r name k <<< "$r"
+      log="$out/logs/$name.k$k.lt.log"
+      rc=$(cat "$log.rc")
+      pass=$(grep -oE '^\[  PASSED  \] [0-9]+' "$log" | grep -oE '[0-9]+$' | tail -1)
+      fail=$(grep -oE '^\[  FAILED  \] [0-9]+ tests?,' "$log" | grep -oE '[0-9]+' | tail -1)
+      skip=$(grep -oE '^\[  SKIPPED \] [0-9]+ tests?,' "$log" | grep -oE '[0-9]+' | tail -1)
+      echo "| $name | $k | ${pass:-0} / ${fail:-0} / ${skip:-0} (exit $rc) |" >> "$report"
+      if [ "$rc" != 0 ]; then
+        failures+=("$name at k=$k with MESHRT_CUDA_MATMUL=lt (exit $rc): $( (grep -E '^\[  FAILED  \] [A-Za-z]' "$log" | head -4; tail -2 "$log") | tr '\n' ' ' | cut -c1-400)")
+      fi
+    done
+    bench "Seed MLP step, 1 logical device, MESHRT_CUDA_MATMUL=lt (cuBLASLt; jit fuses bias and relu)" 2 120 \
+      env MESHRT_CUDA_MATMUL=lt ./bin/meshrt-mlp-bench --resident-only --strategy single --repeats "$reps" "${q[@]}"
+    bench "Seed MLP step, 1 logical device, MESHRT_CUDA_MATMUL=lt at tf32" 2 120 \
+      env MESHRT_CUDA_MATMUL=lt MESHRT_MATMUL_PRECISION=tf32 ./bin/meshrt-mlp-bench --resident-only --strategy single --repeats "$reps" "${q[@]}"
+    bench "A layer's product, bias and relu, eager and jit, MESHRT_CUDA_MATMUL=lt" 2 120 \
+      env MESHRT_CUDA_MATMUL=lt ./bin/meshrt-kernel-report --layers-only "${q[@]}"
+  fi
   if want collectives; then
     bench "psum of one float over 8 logical devices (latency)" 8 120 \
       ./bin/meshrt-bench all_reduce -b 4 -e 4 -g 8 --platform cuda --algo direct,ring,bidi_ring -n $((n * 15)) -w $((w * 6))

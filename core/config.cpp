@@ -76,6 +76,10 @@ const std::vector<Variable>& variables() {
       {"MESHRT_CUDA_SYNC_COPIES", "0, 1", "0",
        "1: copies between cuda devices wait on the host before and after (as before they were "
        "stream-ordered), to rule an ordering problem in or out"},
+      {"MESHRT_CUDA_MATMUL", "cublas, lt", "cublas",
+       "lt: float32 products of one matrix go through cuBLASLt with its algorithm chosen once per "
+       "shape (the bias epilogue's), and jit folds a layer's bias add and relu into the product "
+       "(cuBLASLt's BIAS / RELU_BIAS epilogues); cublas: cuBLAS's classic GEMM, epilogues unfused"},
       {"MESHRT_SHARDING", "auto, explicit", "auto",
        "explicit: an implicit reshard in a global-view op is an error"},
       {"MESHRT_MATMUL_PLACEMENT", "cheapest, jax", "cheapest",
@@ -167,6 +171,8 @@ std::optional<size_t> cuda_cache_bytes() {
 }
 
 bool cuda_sync_copies() { return flag("MESHRT_CUDA_SYNC_COPIES", "cuda"); }
+
+bool cuda_matmul_lt() { return choice("MESHRT_CUDA_MATMUL", "cuda", {"cublas", "lt"}) == "lt"; }
 
 bool explicit_sharding() {
   return choice("MESHRT_SHARDING", "sharding", {"auto", "explicit"}) == "explicit";

@@ -52,6 +52,9 @@ int cuda_devices_per_gpu();
 std::optional<size_t> cuda_cache_bytes();
 // MESHRT_CUDA_SYNC_COPIES: 0 (default) or 1: device-to-device copies wait on the host.
 bool cuda_sync_copies();
+// MESHRT_CUDA_MATMUL: "cublas" (default: cuBLAS's classic GEMM) or "lt" (float32 products of one
+// matrix through cuBLASLt, and jit's layer epilogues fused into them: backends/cuda/matmul_lt.cpp).
+bool cuda_matmul_lt();
 // MESHRT_SHARDING: false for "auto" (default), true for "explicit".
 bool explicit_sharding();
 // MESHRT_MATMUL_PLACEMENT: "auto" (default: by bytes on host-memory platforms, jax.jit's on device

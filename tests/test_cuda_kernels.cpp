@@ -877,6 +877,93 @@ TEST_F(CudaKernels, MatmulTransposesMatchCpu) {
   }
 }
 
+// MESHRT_CUDA_MATMUL=lt (run-gpu.sh's lt pass; skips otherwise): a layer's product with its bias
+// add and relu in cuBLASLt's epilogue (Backend::matmul_bias) gives the unfused calls' bits (the
+// product through the same shape's plan, then the add, then relu; a NaN matches any NaN), runs
+// fused where the bias is 16-byte aligned (fused_matmul_bias_calls counts it) and unfused where
+// it is not, and is within the product's tolerance of the cpu (highest 1e-5, tf32 2 * 2^-10 of
+// sum_k |a||b|). The bias holds NaN, +Inf and -Inf once each: relu keeps NaN and +Inf, zeroes
+// -Inf, as JAX.
+TEST_F(CudaKernels, LtEpiloguesGiveTheUnfusedBits) {
+  if (!cuda_->fuses_matmul_bias()) {
+    GTEST_SKIP() << "the cuda platform fuses epilogues only under MESHRT_CUDA_MATMUL=lt";
+  }
+  struct Case {
+    int64_t m, n, k;
+  };
+  const Case cases[] = {{1, 1, 1}, {5, 7, 3}, {64, 33, 17}, {128, 96, 200}, {256, 1024, 784}};
+  const DType t = DType::f32;
+  for (const Case& c : cases) {
+    const Host a = random(t, c.m * c.k, rng_, Fill::kUnit);
+    const Host b = random(t, c.k * c.n, rng_, Fill::kUnit);
+    Host bias = random(t, c.n, rng_, Fill::kUnit);
+    if (c.n >= 3) {
+      bias.as<float>()[0] = std::numeric_limits<float>::quiet_NaN();
+      bias.as<float>()[1] = std::numeric_limits<float>::infinity();
+      bias.as<float>()[2] = -std::numeric_limits<float>::infinity();
+    }
+    for (int64_t pad : {int64_t{0}, int64_t{1}}) {  // pad 1: every operand off 16-byte alignment
+      void* da = upload(a, pad);
+      void* db = upload(b, pad);
+      void* dbias = upload(bias, pad);
+      for (int tr = 0; tr < 4; ++tr) {
+        const bool ta = (tr & 1) != 0, tb = (tr & 2) != 0;
+        for (Precision prec : {Precision::highest, Precision::tf32}) {
+          for (bool relu : {false, true}) {
+            const std::string name = "(" + std::to_string(c.m) + ", " + std::to_string(c.n) + ", " +
+                                     std::to_string(c.k) + ")" + (ta ? " trans_a" : "") +
+                                     (tb ? " trans_b" : "") + " " +
+                                     std::string(precision_name(prec)) + (relu ? " relu" : "") +
+                                     (pad != 0 ? " misaligned" : "");
+            const int64_t cn = c.m * c.n;
+            void* unfused = device_out(t, cn, pad);
+            cuda_->Backend::matmul_bias(0, t, c.m, c.n, c.k, da, ta, db, tb, prec, dbias, relu,
+                                        unfused);
+            void* fused = device_out(t, cn, pad);
+            const int64_t before = cuda_->fused_matmul_bias_calls();
+            cuda_->matmul_bias(0, t, c.m, c.n, c.k, da, ta, db, tb, prec, dbias, relu, fused);
+            const int64_t ran = cuda_->fused_matmul_bias_calls() - before;
+            if (pad == 0) {
+              EXPECT_EQ(ran, 1) << name << ": an aligned layer did not run fused";
+            } else {
+              EXPECT_EQ(ran, 0) << name << ": a bias off 16-byte alignment ran fused";
+            }
+            const Host u = download(unfused, t, cn), f = download(fused, t, cn);
+            std::string what;
+            EXPECT_EQ(first_mismatch(u, f, 0, what), -1) << name << ": " << what;
+            // Against the cpu (which stores a and b as ta/tb say: reinterpret the same data).
+            Host want = make(t, cn);
+            cpu_->matmul_bias(0, t, c.m, c.n, c.k, a.bytes.data(), ta, b.bytes.data(), tb, prec,
+                              bias.bytes.data(), relu, want.bytes.data());
+            const double rel = prec == Precision::tf32 ? 2.0 / 1024 : 1e-5;
+            int failures = 0;
+            for (int64_t e = 0; e < cn && failures < 3; ++e) {
+              const int64_t i = e / c.n, j = e % c.n;
+              double bound = std::abs(static_cast<double>(bias.as<float>()[j]));
+              for (int64_t q = 0; q < c.k; ++q) {
+                const float av = ta ? a.as<float>()[q * c.m + i] : a.as<float>()[i * c.k + q];
+                const float bv = tb ? b.as<float>()[j * c.k + q] : b.as<float>()[q * c.n + j];
+                bound += std::abs(static_cast<double>(av) * bv);
+              }
+              const double w = want.as<float>()[e], g = f.as<float>()[e];
+              if (std::isnan(w) || std::isnan(g) || std::isinf(w) || std::isinf(g)) {
+                if (!(std::isnan(w) && std::isnan(g)) && w != g) {
+                  ++failures;
+                  ADD_FAILURE() << name << ", element " << e << ": cpu " << w << ", cuda " << g;
+                }
+              } else if (!(std::abs(w - g) <= rel * bound)) {
+                ++failures;
+                ADD_FAILURE() << name << ", element " << e << ": cpu " << w << ", cuda " << g;
+              }
+            }
+          }
+        }
+      }
+      release();
+    }
+  }
+}
+
 }  // namespace
 }  // namespace meshrt
 

@@ -63,6 +63,7 @@ CudaBackend::CudaBackend() : Backend(/*host_memory=*/false) {
   per_gpu_ = config::cuda_devices_per_gpu();
   fence_timeout_ = config::collective_timeout();
   sync_copies_ = config::cuda_sync_copies();
+  lt_ = config::cuda_matmul_lt();
   gpus_ = gpus;
   max_pitch_ = SIZE_MAX;
   for (int g = 0; g < gpus; ++g) {

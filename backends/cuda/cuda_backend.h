@@ -4,6 +4,7 @@
 //                        pinned staging
 //   ops.cpp              op kernels and cuBLAS matmul, queued on the compute stream
 //   fused_ops.cpp        fused elementwise pairs for jit (fused_kernels.cu)
+//   matmul_lt.cpp        cuBLASLt products and their bias/relu epilogues (MESHRT_CUDA_MATMUL=lt)
 //   coll_primitives.cpp  collective copy/fold/signal/wait/fence on the communication stream
 //   nccl.cpp             the NativeComm for NCCL
 //
@@ -25,6 +26,7 @@
 //     with the transfer.
 #pragma once
 
+#include <cublasLt.h>
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
@@ -46,6 +48,9 @@ namespace meshrt::cuda {
 
 std::string dev_name(int d);
 
+// A logical device's cuBLASLt plans, one per product shape (matmul_lt.cpp).
+struct LtPlans;
+
 // One logical device.
 struct Logical {
   int gpu = 0;
@@ -53,6 +58,11 @@ struct Logical {
   cudaStream_t comm = nullptr;
   std::mutex blas_mu;  // a cuBLAS handle is not for two threads at once
   cublasHandle_t blas = nullptr;
+  // cuBLASLt (MESHRT_CUDA_MATMUL=lt), guarded by blas_mu: the handle, its workspace and the
+  // plan of every product shape this device has run (made on first use).
+  cublasLtHandle_t lt = nullptr;
+  std::shared_ptr<backend::Buffer> lt_workspace;
+  std::shared_ptr<LtPlans> lt_plans;
   std::unique_ptr<backend::BlockCache> cache;
   std::atomic<int64_t> in_use{0};  // bytes handed out and not yet freed
   std::mutex stage_mu;
@@ -125,6 +135,17 @@ class CudaBackend final : public backend::Backend {
   void matmul_t(int device, DType dtype, int64_t batch, int64_t m, int64_t n, int64_t k,
                 const void* a, bool trans_a, const void* b, bool trans_b, void* c) override;
   void fill(int device, DType dtype, int64_t n, double value, bool iota, void* y) override;
+  // ---- cuBLASLt epilogues (matmul_lt.cpp), under MESHRT_CUDA_MATMUL=lt: one cublasLtMatmul with
+  // the BIAS or RELU_BIAS epilogue, through the algorithm the plain product of that shape uses
+  // (so the bits are the product's, then the bias add, then relu, as unfused); elsewhere (other
+  // dtypes, no algorithm, a bias off 16-byte alignment) the unfused calls.
+  bool fuses_matmul_bias() const override { return lt_; }
+  int64_t fused_matmul_bias_calls() const override {
+    return fused_matmul_bias_.load(std::memory_order_relaxed);
+  }
+  void matmul_bias(int device, DType dtype, int64_t m, int64_t n, int64_t k, const void* a,
+                   bool trans_a, const void* b, bool trans_b, Precision precision, const void* bias,
+                   bool relu, void* y) override;
 
   // ---- collective primitives (coll_primitives.cpp)
   void coll_begin(int device) override;
@@ -173,6 +194,14 @@ class CudaBackend final : public backend::Backend {
   // transposed through cuBLAS's op flags).
   void gemm(int device, DType dtype, int64_t batch, int64_t m, int64_t n, int64_t k, const void* a,
             bool trans_a, const void* b, bool trans_b, void* c, Precision precision);
+  // A float32 product of one row-major (m, n) matrix through cuBLASLt on `device`'s compute
+  // stream, with epilogue 0 (none), 1 (+ bias row) or 2 (+ bias row, then relu). Returns false,
+  // having queued nothing, when cuBLASLt has no algorithm for the shape, its operands' alignment
+  // and all three epilogues (the caller then takes cuBLAS's classic GEMM); the choice is made
+  // once per shape and alignment, so a shape takes one path with or without its epilogue.
+  bool lt_gemm(int device, int64_t m, int64_t n, int64_t k, const void* a, bool trans_a,
+               const void* b, bool trans_b, void* c, Precision precision, const void* bias,
+               int epilogue);
   // A recycled (or new) event recorded on `s`, `device`'s stream.
   cudaEvent_t record_token(int device, cudaStream_t s);
   void init_peer_access();
@@ -190,6 +219,8 @@ class CudaBackend final : public backend::Backend {
   std::string reason_;
   std::chrono::duration<double> fence_timeout_{300.0};
   bool sync_copies_ = false;  // MESHRT_CUDA_SYNC_COPIES
+  bool lt_ = false;           // MESHRT_CUDA_MATMUL=lt
+  std::atomic<int64_t> fused_matmul_bias_{0};
   int gpus_ = 0;
   int per_gpu_ = 1;
   size_t max_pitch_ = 0;  // the smallest cudaDevAttrMaxPitch of the GPUs

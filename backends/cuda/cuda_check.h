@@ -1,7 +1,8 @@
-// backends/cuda/cuda_check.h: every CUDA runtime call is checked; failures are meshrt::Errors
-// naming the call, the device and the CUDA error.
+// backends/cuda/cuda_check.h: every CUDA runtime and cuBLAS/cuBLASLt call is checked; failures
+// are meshrt::Errors naming the call, the device and the CUDA error or cuBLAS status.
 #pragma once
 
+#include <cublas_v2.h>
 #include <cuda_runtime.h>
 
 #include <string>
@@ -15,6 +16,12 @@ namespace meshrt::cuda {
               cudaGetErrorName(err) + " (" + cudaGetErrorString(err) + ")");
 }
 
+[[noreturn]] inline void throw_cublas(cublasStatus_t st, const char* call, int device) {
+  throw Error(std::string("[cuda] ") + call + " failed on cuda:" + std::to_string(device) +
+              ": cuBLAS status " + std::to_string(static_cast<int>(st)) + " (" +
+              cublasGetStatusString(st) + ")");
+}
+
 }  // namespace meshrt::cuda
 
 #define MESHRT_CUDA_CHECK(call, device)                               \
@@ -22,4 +29,11 @@ namespace meshrt::cuda {
     cudaError_t meshrt_err_ = (call);                                 \
     if (meshrt_err_ != cudaSuccess)                                   \
       ::meshrt::cuda::throw_cuda_error(meshrt_err_, #call, (device)); \
+  } while (0)
+
+#define MESHRT_CUBLAS_CHECK(call, device)                        \
+  do {                                                           \
+    cublasStatus_t meshrt_st_ = (call);                          \
+    if (meshrt_st_ != CUBLAS_STATUS_SUCCESS)                     \
+      ::meshrt::cuda::throw_cublas(meshrt_st_, #call, (device)); \
   } while (0)

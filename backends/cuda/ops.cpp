@@ -16,16 +16,6 @@
 namespace meshrt::cuda {
 namespace {
 
-[[noreturn]] void throw_cublas(cublasStatus_t st, const char* call, int device) {
-  throw Error(std::string("[cuda] ") + call + " failed on " + dev_name(device) +
-              ": cuBLAS status " + std::to_string(static_cast<int>(st)));
-}
-#define MESHRT_CUBLAS_CHECK(call, device)                                               \
-  do {                                                                                  \
-    cublasStatus_t meshrt_st_ = (call);                                                 \
-    if (meshrt_st_ != CUBLAS_STATUS_SUCCESS) throw_cublas(meshrt_st_, #call, (device)); \
-  } while (0)
-
 // The kernels' operands: dimensions merged (backends/merge_dims.h) to at most kMaxRank.
 struct Flat {
   Dims dims;
@@ -118,6 +108,10 @@ void CudaBackend::gemm(int device, DType dtype, int64_t batch, int64_t m, int64_
                        const void* a, bool trans_a, const void* b, bool trans_b, void* c,
                        Precision precision) {
   if (batch == 0 || m == 0 || n == 0) return;
+  if (lt_ && dtype == DType::f32 && batch == 1 && k > 0 &&
+      lt_gemm(device, m, n, k, a, trans_a, b, trans_b, c, precision, nullptr, 0)) {
+    return;  // MESHRT_CUDA_MATMUL=lt: the algorithm matmul_bias's epilogues use for this shape
+  }
   Logical& l = dev(device);
   set(device);
   if (k == 0) {
