@@ -65,7 +65,7 @@ strip --strip-unneeded "$stage"/bin/* "$stage"/lib/*
 # The manifest with the binaries' names inside the bundle.
 awk -F'\t' -v OFS='\t' 'NF == 6 { $2 = "bin/" $1; print }' "$manifest" > "$stage/cuda_suites.txt"
 cp -r "$src/tests/data" "$stage/data"
-cp "$src/bench/jax_gpu_step.py" "$stage/bench/"
+cp "$src/bench/jax_gpu_step.py" "$src/bench/ncu_summary.py" "$stage/bench/"
 cp "$here/run-gpu.sh" "$stage/run-gpu.sh"
 chmod +x "$stage/run-gpu.sh"
 {

@@ -3,12 +3,14 @@
 # Linux machine with a GPU, a CUDA 13 driver and runtime, cuBLAS and NCCL.
 #
 #   ./run-gpu.sh [--out DIR] [--k "1 2 4 8"] [--jobs N] [--no-bench] [--no-tests] [--quick]
-#                [--benches "kernels mlp tf32 bf16 collectives lt jax profile"]
+#                [--benches "kernels mlp tf32 bf16 collectives lt jax ncu profile"]
 #       runs every cuda suite at each k (logical devices per GPU) with MESHRT_REQUIRE_CUDA=1, one
 #       process per suite and k, then the GPU benchmarks (kernels against the copy bound, the seed
 #       MLP step to completion, collectives, the collective matmul, JAX's step on the same GPU
 #       when python3 can import jax; `lt`: the suites that multiply, and the step, again with
-#       MESHRT_CUDA_MATMUL=lt); writes DIR/report.md and DIR/logs/, prints a summary last.
+#       MESHRT_CUDA_MATMUL=lt; `ncu` and `profile`, not run unless named: GPU time per kernel with
+#       Nsight Compute, Nsight Systems summaries); writes DIR/report.md and DIR/logs/, prints a
+#       summary last.
 #       Exits 1 when any case fails, a benchmark fails, or cuda is not usable.
 #   ./run-gpu.sh --check
 #       only checks the unpacked layout and that every program's libraries resolve (cpu CI).
@@ -31,7 +33,7 @@ while [ $# -gt 0 ]; do
     --benches) benches="$2"; shift ;;
     --jobs) jobs="$2"; shift ;;
     --out) out="$2"; shift ;;
-    -h|--help) sed -n '2,18p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,19p' "$0"; exit 0 ;;
     *) echo "run-gpu.sh: unknown argument '$1' (--help lists them)" >&2; exit 2 ;;
   esac
   shift
@@ -326,6 +328,24 @@ if [ "$run_bench" = 1 ] && [ "$cuda_unusable" = 0 ]; then
       done
     else
       echo -e "\n### Profile\n\nnsys is not on this machine: no step profile." >> "$report"
+    fi
+  fi
+  # Where the GPU time goes, per kernel (Nsight Compute's gpu__time_duration.sum, summed by
+  # kernel by bench/ncu_summary.py): the jitted step on one logical device at both precisions and
+  # the DP step on 8, and the kernel report's single ops. ncu replays each kernel to time it, so
+  # these runs are slow and their wall times mean nothing; only the per-kernel times do.
+  if want ncu; then
+    if command -v ncu >/dev/null 2>&1 && command -v python3 >/dev/null 2>&1; then
+      for spec in "single highest" "single tf32" "dp highest"; do
+        read -r st prec <<< "$spec"
+        csv="$out/logs/ncu.$st.$prec.csv"
+        bench "ncu: GPU time per kernel, $st step, precision $prec (8 logical devices)" 8 240 \
+          sh -c "MESHRT_MATMUL_PRECISION=$prec ncu --csv --print-units base --metrics gpu__time_duration.sum \
+                   --launch-count 5000 ./bin/meshrt-mlp-bench --resident-only --strategy $st --repeats 1 \
+                   > '$csv' 2> '$csv.err'; python3 bench/ncu_summary.py '$csv' || tail -5 '$csv.err'"
+      done
+    else
+      echo -e "\n### ncu\n\nncu or python3 is not on this machine: no per-kernel profile." >> "$report"
     fi
   fi
   if ! want jax; then
