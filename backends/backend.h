@@ -138,8 +138,9 @@ class Backend {
                            bool trans_a, const void* b, bool trans_b, Precision precision,
                            const void* bias, bool relu, void* y);
   virtual bool fuses_matmul_bias() const { return false; }
-  // How many matmul_bias calls so far ran as one fused call (the rest ran the unfused calls):
-  // tests and reports see whether the fusion happened, not only that the bits agree.
+  // How many matmul_bias calls so far added their bias in the product's epilogue (relu may
+  // still be a kernel of its own; the rest ran the unfused calls): tests and reports see whether
+  // the fusion happened, not only that the bits agree.
   virtual int64_t fused_matmul_bias_calls() const { return 0; }
   // y = cond ? a : b (cond is bool).
   virtual void select(int device, DType dtype, const std::vector<int64_t>& shape,

@@ -150,7 +150,7 @@ bool keeps_rows(const OpMesh& m) {
 }
 
 // Where `x`'s value is when it is kept as rows (or a deferred pending sum's sum), else null.
-const Array* rows_of(const Array& x) { return meshrt::detail::deferred_sum(x); }
+const Array* rows_of(const Array& x) { return meshrt::detail::value_elsewhere(x); }
 
 // `rows` (computed by `op` in another layout) as the value jax.jit's placement gives, laid out
 // as `shown` (no pending sums): moved there when first read.
@@ -163,8 +163,8 @@ Array keep_as_rows(const Mesh& mesh, const Array& rows, const Layout& shown, std
                         cat("kept as rows (", global::layout_str(global::layout_of(rows)), ") by ",
                             by, ", moved when read; MESHRT_KEEP_ROWS=0 moves it at ", by)));
   };
-  return meshrt::detail::make_deferred_pending_sum(
-      rows.shape(), rows.dtype(), NamedSharding(mesh, global::spec_of(shown)), {}, rows, move);
+  return meshrt::detail::make_kept_in_another_layout(
+      rows.shape(), rows.dtype(), NamedSharding(mesh, global::spec_of(shown)), rows, move);
 }
 
 // An elementwise op over values kept as rows, computed in their rows (the other operands brought

@@ -41,7 +41,7 @@ Array reshard_summed(const Array& sum, const Mesh& mesh, const Layout& to, std::
 
 Array resolve(const Array& x, const Mesh& mesh, const Layout& to, std::string_view op,
               const std::string& note) {
-  if (const Array* sum = meshrt::detail::deferred_sum(x)) {
+  if (const Array* sum = meshrt::detail::value_elsewhere(x)) {
     // Already summed in another layout (a matmul computed as rows): moved, not summed.
     const std::string origin = meshrt::detail::pending_sum_origin(x);
     return reshard_summed(*sum, mesh, to, origin.empty() ? op : std::string_view(origin),
@@ -156,7 +156,7 @@ Array reshard(const Array& x, const Mesh& mesh, const Layout& to, std::string_vi
               bool implicit, const std::string& note, std::string_view operand) {
   Array cur = x;
   Layout have = layout_of(cur);
-  const Array* kept = meshrt::detail::deferred_sum(x);
+  const Array* kept = meshrt::detail::value_elsewhere(x);
   if (kept != nullptr && have.partial.empty() && have.dims != to.dims) {
     // A value kept in another layout (a matmul computed as rows): moved from there, once.
     return reshard(*kept, mesh, to, op, implicit, note, operand);

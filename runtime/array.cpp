@@ -99,12 +99,12 @@ void set_pending_sum_resolver(PendingSumResolver resolver) { g_resolver.store(re
 struct SumCache {
   std::mutex mu;
   std::shared_ptr<const Array> sum;  // guarded by mu
-  // A deferred pending sum (make_deferred_pending_sum): the sum in another layout, and how to
-  // make the addends when something reads them; the addends once made (guarded by addends_mu).
-  std::shared_ptr<const Array> deferred_sum;
-  std::function<std::vector<Tensor>()> make_addends;
-  std::mutex addends_mu;
-  std::vector<Tensor> addends;
+  // Held in another layout (make_held_elsewhere): the value, and how to make the blocks when
+  // something reads them; the blocks once made (guarded by blocks_mu).
+  std::shared_ptr<const Array> elsewhere;
+  std::function<std::vector<Tensor>()> make_blocks;
+  std::mutex blocks_mu;
+  std::vector<Tensor> blocks;
   // Its own lock: the resolver, run under mu, reads it.
   std::mutex origin_mu;
   std::string origin;  // guarded by origin_mu
@@ -121,24 +121,38 @@ std::string pending_sum_origin(const Array& x) {
   return x.sum_cache_->origin;
 }
 
-Array make_deferred_pending_sum(Shape shape, DType dtype, Sharding sharding,
-                                std::vector<std::string> pending_sum_axes, Array sum,
-                                std::function<std::vector<Tensor>()> make_addends) {
-  MESHRT_DCHECK(sum.valid() && sum.pending_sum_axes().empty());
+Array make_held_elsewhere(Shape shape, DType dtype, Sharding sharding,
+                          std::vector<std::string> pending_sum_axes, Array value,
+                          std::function<std::vector<Tensor>()> make_blocks) {
+  MESHRT_DCHECK(value.valid() && value.pending_sum_axes().empty());
   Array a;
   a.shape_ = std::move(shape);
   a.dtype_ = dtype;
   a.sharding_ = std::move(sharding);
   a.pending_sum_axes_ = std::move(pending_sum_axes);
   a.sum_cache_ = std::make_shared<SumCache>();
-  a.sum_cache_->deferred_sum = std::make_shared<const Array>(std::move(sum));
-  a.sum_cache_->make_addends = std::move(make_addends);
+  a.sum_cache_->elsewhere = std::make_shared<const Array>(std::move(value));
+  a.sum_cache_->make_blocks = std::move(make_blocks);
   a.deferred_ = true;
   return a;
 }
 
-const Array* deferred_sum(const Array& x) {
-  return x.deferred_ ? x.sum_cache_->deferred_sum.get() : nullptr;
+Array make_deferred_pending_sum(Shape shape, DType dtype, Sharding sharding,
+                                std::vector<std::string> pending_sum_axes, Array value,
+                                std::function<std::vector<Tensor>()> make_blocks) {
+  MESHRT_DCHECK(!pending_sum_axes.empty());
+  return make_held_elsewhere(std::move(shape), dtype, std::move(sharding),
+                             std::move(pending_sum_axes), std::move(value), std::move(make_blocks));
+}
+
+Array make_kept_in_another_layout(Shape shape, DType dtype, Sharding sharding, Array value,
+                                  std::function<std::vector<Tensor>()> make_blocks) {
+  return make_held_elsewhere(std::move(shape), dtype, std::move(sharding), {}, std::move(value),
+                             std::move(make_blocks));
+}
+
+const Array* value_elsewhere(const Array& x) {
+  return x.deferred_ ? x.sum_cache_->elsewhere.get() : nullptr;
 }
 
 Array resolve_pending_sums(const Array& x) {
@@ -153,9 +167,9 @@ Array resolve_pending_sums(const Array& x) {
 
 const std::vector<Tensor>& Array::deferred_blocks() const {
   detail::SumCache& c = *sum_cache_;
-  std::lock_guard<std::mutex> lock(c.addends_mu);
-  if (c.addends.empty()) c.addends = c.make_addends();
-  return c.addends;
+  std::lock_guard<std::mutex> lock(c.blocks_mu);
+  if (c.blocks.empty()) c.blocks = c.make_blocks();
+  return c.blocks;
 }
 
 Device Array::device() const {
@@ -186,7 +200,7 @@ const Array& Array::block_until_ready() const {
   }
   // One platform per Array: where kernels complete before an op returns (cpu), nothing to wait
   // for and no per-block work (a timing loop of small ops calls this every iteration). blocks():
-  // a value kept in another layout (make_deferred_pending_sum) is made here.
+  // a value kept in another layout (make_kept_in_another_layout) is made here.
   const std::vector<Tensor>& held = blocks();
   const Tensor* first = nullptr;
   for (const Tensor& b : held) {

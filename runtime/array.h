@@ -39,17 +39,24 @@ struct SumCache;
 struct ArrayAccess;
 // `x` itself when it has no pending sums, else the summed Array (summed once per Array).
 Array resolve_pending_sums(const Array& x);
-// A pending sum over `pending_sum_axes` whose value is already summed, in another layout
-// (`sum`): the global view's matmul computed as rows. Resolving it moves `sum`; its addends are
-// made by `make_addends` only when something reads blocks() (a linear op keeping the sum). With
-// no pending axes, a value kept in another layout than `sharding` shows: blocks() makes its
-// blocks in `sharding` (a move of `sum`) when first read.
+// An Array whose value is held in another layout (`value`) than its sharding shows; its blocks
+// are made by `make_blocks` only when something reads blocks(). Two kinds, one mechanism:
+//   * a deferred pending sum: a pending sum over `pending_sum_axes` (non-empty) whose value is
+//     already summed (the global view's matmul computed as rows); resolving it moves `value`,
+//     and make_blocks makes its addends (a linear op keeping the sum reads them);
+//   * a value kept in another layout (make_kept_in_another_layout, no pending axes): the global
+//     view's product kept as rows; make_blocks moves `value` into `sharding` when first read.
 Array make_deferred_pending_sum(Shape shape, DType dtype, Sharding sharding,
-                                std::vector<std::string> pending_sum_axes, Array sum,
-                                std::function<std::vector<Tensor>()> make_addends);
-// The summed value of a deferred pending sum (or the value kept in another layout), or null for
-// any other Array.
-const Array* deferred_sum(const Array& x);
+                                std::vector<std::string> pending_sum_axes, Array value,
+                                std::function<std::vector<Tensor>()> make_blocks);
+Array make_kept_in_another_layout(Shape shape, DType dtype, Sharding sharding, Array value,
+                                  std::function<std::vector<Tensor>()> make_blocks);
+// The one constructor behind both.
+Array make_held_elsewhere(Shape shape, DType dtype, Sharding sharding,
+                          std::vector<std::string> pending_sum_axes, Array value,
+                          std::function<std::vector<Tensor>()> make_blocks);
+// The value of an Array held in another layout (either kind above), or null for any other Array.
+const Array* value_elsewhere(const Array& x);
 void set_pending_sum_origin(const Array& x, std::string origin);
 std::string pending_sum_origin(const Array& x);
 }  // namespace detail
@@ -133,11 +140,13 @@ class Array {
   std::vector<std::string> pending_sum_axes_;
   std::shared_ptr<detail::SumCache> sum_cache_;  // with pending sums: the sum, once taken
   uint64_t trace_id_ = 0;  // which traced value this is (autodiff, jit); 0 when none follows it
-  bool deferred_ = false;  // a deferred pending sum: blocks() makes the addends when first read
+  // Held in another layout (make_deferred_pending_sum, make_kept_in_another_layout): blocks()
+  // makes the blocks when first read.
+  bool deferred_ = false;
   friend Array detail::resolve_pending_sums(const Array& x);
-  friend Array detail::make_deferred_pending_sum(Shape, DType, Sharding, std::vector<std::string>,
-                                                 Array, std::function<std::vector<Tensor>()>);
-  friend const Array* detail::deferred_sum(const Array& x);
+  friend Array detail::make_held_elsewhere(Shape, DType, Sharding, std::vector<std::string>, Array,
+                                           std::function<std::vector<Tensor>()>);
+  friend const Array* detail::value_elsewhere(const Array& x);
   friend void detail::set_pending_sum_origin(const Array& x, std::string origin);
   friend std::string detail::pending_sum_origin(const Array& x);
 };

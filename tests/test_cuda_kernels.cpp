@@ -880,10 +880,10 @@ TEST_F(CudaKernels, MatmulTransposesMatchCpu) {
 // MESHRT_CUDA_MATMUL=lt (run-gpu.sh's lt pass; skips otherwise): a layer's product with its bias
 // add and relu in cuBLASLt's epilogue (Backend::matmul_bias) gives the unfused calls' bits (the
 // product through the same shape's plan, then the add, then relu; a NaN matches any NaN), runs
-// fused where the bias is 16-byte aligned (fused_matmul_bias_calls counts it) and unfused where
-// it is not, and is within the product's tolerance of the cpu (highest 1e-5, tf32 2 * 2^-10 of
-// sum_k |a||b|). The bias holds NaN, +Inf and -Inf once each: relu keeps NaN and +Inf, zeroes
-// -Inf, as JAX.
+// fused where the bias is 16-byte aligned (fused_matmul_bias_calls counts it; relu may follow
+// as its own kernel where cuBLASLt's relu drops NaN) and unfused where it is not, split-K or not,
+// and is within the product's tolerance of the cpu (highest 1e-5, tf32 2 * 2^-10 of sum_k |a||b|).
+// The bias holds NaN, +Inf and -Inf once each: relu keeps NaN and +Inf, zeroes -Inf, as JAX.
 TEST_F(CudaKernels, LtEpiloguesGiveTheUnfusedBits) {
   if (!cuda_->fuses_matmul_bias()) {
     GTEST_SKIP() << "the cuda platform fuses epilogues only under MESHRT_CUDA_MATMUL=lt";
@@ -891,7 +891,9 @@ TEST_F(CudaKernels, LtEpiloguesGiveTheUnfusedBits) {
   struct Case {
     int64_t m, n, k;
   };
-  const Case cases[] = {{1, 1, 1}, {5, 7, 3}, {64, 33, 17}, {128, 96, 200}, {256, 1024, 784}};
+  // (8, 16, 65536): few outputs, a long sum, so cuBLASLt splits k (split-K) if it ever does.
+  const Case cases[] = {{1, 1, 1},      {5, 7, 3},        {64, 33, 17},
+                        {128, 96, 200}, {256, 1024, 784}, {8, 16, 65536}};
   const DType t = DType::f32;
   for (const Case& c : cases) {
     const Host a = random(t, c.m * c.k, rng_, Fill::kUnit);

@@ -655,7 +655,7 @@ TEST(GlobalViewMatmulPlacement, ForwardProductIsADeferredPendingSum) {
   const Placed got = placed_with("cheapest", [&] { return matmul(a, w); });
   EXPECT_EQ(got.r.pending_sum_axes(), std::vector<std::string>{"x"});
   EXPECT_EQ(got.r.sharding(), jax.r.sharding());
-  ASSERT_NE(meshrt::detail::deferred_sum(got.r), nullptr);
+  ASSERT_NE(meshrt::detail::value_elsewhere(got.r), nullptr);
   EXPECT_EQ(got.collectives, (std::vector<std::string>{"all_to_all", "all_gather"}));
   EXPECT_TRUE(jax.collectives.empty());
   // Taking the sum into a sharded layout: a move, not a sum.
@@ -716,7 +716,7 @@ KeptRun two_layers(const char* keep, const Array& x, const Array& w1, const Arra
     r.h = forward(x, w1, b1, w2, b2);
   }
   r.collectives = collectives_of(log);  // the forward pass's, before anything reads h
-  r.h_kept = meshrt::detail::deferred_sum(r.h) != nullptr;
+  r.h_kept = meshrt::detail::value_elsewhere(r.h) != nullptr;
   auto [l, g] = value_and_grad<0, 1, 2, 3>(loss)(w1, b1, w2, b2);
   r.loss = l;
   r.grads = {std::get<0>(g), std::get<1>(g), std::get<2>(g), std::get<3>(g)};
@@ -805,7 +805,7 @@ TEST(GlobalViewMatmulPlacement, KeepsJaxPlacementWhereItIsCheapest) {
   Array w = small_ints({32, 32}, NamedSharding(mesh, P("x")), 6);
   const Placed tp = placed_with("cheapest", [&] { return matmul(a, w); });
   EXPECT_EQ(tp.r.pending_sum_axes(), std::vector<std::string>{"x"});
-  EXPECT_EQ(meshrt::detail::deferred_sum(tp.r), nullptr);
+  EXPECT_EQ(meshrt::detail::value_elsewhere(tp.r), nullptr);
   EXPECT_TRUE(tp.collectives.empty());
   // Data parallel: nothing moves at all.
   Array x = small_ints({256, 32}, NamedSharding(mesh, P("x")), 7);

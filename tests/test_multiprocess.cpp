@@ -370,7 +370,7 @@ TEST(Multiprocess, MatmulPlacedAsRowsAndSplitK) {
         xtx[static_cast<size_t>(a * k + b)] +=
             hx[static_cast<size_t>(r * k + a)] * hx[static_cast<size_t>(r * k + b)];
   Array fwd = matmul(x, w);
-  ASSERT_NE(detail::deferred_sum(fwd), nullptr);
+  ASSERT_NE(detail::value_elsewhere(fwd), nullptr);
   EXPECT_EQ(gathered<float>(with_sharding_constraint(fwd, NamedSharding(mesh, P(None, "x")))), xw);
   EXPECT_EQ(gathered<float>(fwd * 1.0), xw);  // through the addends
   EXPECT_EQ(gathered<float>(matmul_transposed(x, w, false, true)), xwt);

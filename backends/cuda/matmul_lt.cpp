@@ -9,8 +9,13 @@
 // runs through that algorithm, so it accumulates in one order; with alpha 1 and beta 0 the
 // epilogue adds the bias to that float32 sum and rounds once, as the add kernel does after it.
 // Where no algorithm serves all three, the shape takes cuBLAS's classic GEMM and the unfused
-// calls, eager and jitted alike. CudaKernels.LtEpiloguesGiveTheUnfusedBits checks all of this on
-// a GPU (run-gpu.sh runs it with MESHRT_CUDA_MATMUL=lt).
+// calls, eager and jitted alike. Split-K algorithms are held to reductions in a separate float32
+// buffer (where a bias meets parts summed in place in the output is not documented). cuBLASLt
+// documents its relu as max(x, 0) and says nothing of NaN, while relu keeps NaN (JAX): the first
+// fused relu of each shape runs once on zero operands with a NaN bias, and where the NaN does not
+// survive, that shape's relu runs as its own kernel after the BIAS epilogue (the same bits, one
+// pass more). CudaKernels.LtEpiloguesGiveTheUnfusedBits checks all of this on a GPU (run-gpu.sh
+// runs it with MESHRT_CUDA_MATMUL=lt).
 #include <cublasLt.h>
 #include <cuda_runtime.h>
 
@@ -50,6 +55,11 @@ struct LtPlan {
   cublasLtMatrixLayout_t la = nullptr, lb = nullptr, lc = nullptr;
   cublasLtMatmulAlgo_t algo{};
   size_t workspace = 0;
+  // The epilogues ran (false once cublasLtMatmul refused one: that shape's layers run unfused).
+  bool epilogues = true;
+  // Whether RELU_BIAS keeps a NaN as relu does (JAX: relu(NaN) = NaN): probed on first use
+  // (relu_probe); where it does not, relu runs after the BIAS epilogue as its own kernel.
+  enum class Relu { unknown, fused, separate } relu = Relu::unknown;
 };
 
 // Frees what a plan that found no algorithm made (a plan that did is kept for the process).
@@ -71,8 +81,7 @@ void set_desc(cublasLtMatmulDesc_t d, cublasLtMatmulDescAttributes_t attr, T val
 
 // A plan for `key` on handle `lt`: descriptors for the three epilogues, the operand layouts and
 // the algorithm all three accept (ok false when there is none).
-LtPlan make_plan(cublasLtHandle_t lt, const LtKey& key, int device) {
-  LtPlan p;
+LtPlan make_plan_or_throw(cublasLtHandle_t lt, const LtKey& key, int device, LtPlan& p) {
   const cublasComputeType_t compute = key.tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
   // As gemm (ops.cpp): the row-major C = op(A) op(B) is the column-major C^T = op(B)^T op(A)^T,
   // so cuBLASLt's A is our b, its B our a, and D is column-major (n, m) with leading dimension n:
@@ -87,7 +96,13 @@ LtPlan make_plan(cublasLtHandle_t lt, const LtKey& key, int device) {
     set_desc(p.desc[e], CUBLASLT_MATMUL_DESC_TRANSA, op_b, device);
     set_desc(p.desc[e], CUBLASLT_MATMUL_DESC_TRANSB, op_a, device);
     set_desc(p.desc[e], CUBLASLT_MATMUL_DESC_EPILOGUE, epilogues[e], device);
-    if (e > 0) set_desc(p.desc[e], CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, CUDA_R_32F, device);
+    if (e > 0) {
+      set_desc(p.desc[e], CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, CUDA_R_32F, device);
+      // The heuristic reads the bias pointer's alignment (never the memory): a stand-in aligned
+      // to 16 bytes and no more, the least lt_gemm passes to an epilogue.
+      set_desc(p.desc[e], CUBLASLT_MATMUL_DESC_BIAS_POINTER,
+               static_cast<const void*>(reinterpret_cast<const char*>(16)), device);
+    }
   }
   const uint64_t m = static_cast<uint64_t>(key.m), n = static_cast<uint64_t>(key.n),
                  k = static_cast<uint64_t>(key.k);
@@ -102,6 +117,12 @@ LtPlan make_plan(cublasLtHandle_t lt, const LtKey& key, int device) {
 
   cublasLtMatmulPreference_t pref = nullptr;
   MESHRT_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref), device);
+  struct PrefGuard {
+    cublasLtMatmulPreference_t& p;
+    ~PrefGuard() {
+      if (p != nullptr) cublasLtMatmulPreferenceDestroy(p);
+    }
+  } pref_guard{pref};
   auto set_pref = [&](cublasLtMatmulPreferenceAttributes_t attr, auto value) {
     MESHRT_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, attr, &value, sizeof(value)),
                         device);
@@ -111,15 +132,18 @@ LtPlan make_plan(cublasLtHandle_t lt, const LtKey& key, int device) {
   set_pref(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, static_cast<uint32_t>(key.align_a));
   set_pref(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, static_cast<uint32_t>(key.align_c));
   set_pref(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, static_cast<uint32_t>(key.align_c));
+  // A split-K algorithm reduces its parts in a float32 buffer, not in place in the output: where
+  // the epilogue's bias meets a part summed in place is not documented, so the bits could differ.
+  set_pref(CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK,
+           static_cast<uint32_t>(CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE |
+                                 CUBLASLT_REDUCTION_SCHEME_OUTPUT_TYPE));
   cublasLtMatmulHeuristicResult_t found[kLtCandidates] = {};
   int count = 0;
   // No algorithm (CUBLAS_STATUS_NOT_SUPPORTED, or none returned) is not an error: the shape takes
   // the classic GEMM.
   const cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(lt, p.desc[2], p.la, p.lb, p.lc, p.lc,
                                                            pref, kLtCandidates, found, &count);
-  cublasLtMatmulPreferenceDestroy(pref);
   if (st != CUBLAS_STATUS_SUCCESS && st != CUBLAS_STATUS_NOT_SUPPORTED) {
-    destroy(p);
     throw_cublas(st, "cublasLtMatmulAlgoGetHeuristic", device);
   }
   for (int i = 0; st == CUBLAS_STATUS_SUCCESS && i < count && !p.ok; ++i) {
@@ -143,6 +167,48 @@ LtPlan make_plan(cublasLtHandle_t lt, const LtKey& key, int device) {
   return p;
 }
 
+LtPlan make_plan(cublasLtHandle_t lt, const LtKey& key, int device) {
+  LtPlan p;
+  try {
+    return make_plan_or_throw(lt, key, device, p);
+  } catch (...) {
+    destroy(p);
+    throw;
+  }
+}
+
+// Operands a relu probe may allocate (the shape's own a, b, output and bias).
+constexpr size_t kProbeBytes = size_t{256} << 20;
+
+// Whether `p`'s RELU_BIAS keeps a NaN as relu does: one run of the shape on zero operands with a
+// NaN bias, its first output read back (the host waits, once per shape). A shape whose operands
+// exceed kProbeBytes is not probed (relu then runs as its own kernel).
+bool relu_keeps_nan(CudaBackend& be, Logical& l, int device, const LtKey& key, LtPlan& p,
+                    void* workspace) {
+  const size_t na = static_cast<size_t>(key.m * key.k) * 4,
+               nb = static_cast<size_t>(key.k * key.n) * 4,
+               nc = static_cast<size_t>(key.m * key.n) * 4, nbias = static_cast<size_t>(key.n) * 4;
+  if (na + nb + nc + nbias > kProbeBytes) return false;
+  const auto a = be.allocate(device, na), b = be.allocate(device, nb), c = be.allocate(device, nc),
+             bias = be.allocate(device, nbias);
+  MESHRT_CUDA_CHECK(cudaMemsetAsync(a->data(), 0, na, l.compute), device);
+  MESHRT_CUDA_CHECK(cudaMemsetAsync(b->data(), 0, nb, l.compute), device);
+  MESHRT_CUDA_CHECK(cudaMemsetAsync(bias->data(), 0xff, nbias, l.compute), device);  // NaNs
+  set_desc(p.desc[2], CUBLASLT_MATMUL_DESC_BIAS_POINTER, static_cast<const void*>(bias->data()),
+           device);
+  const float one = 1.0f, zero = 0.0f;
+  if (cublasLtMatmul(l.lt, p.desc[2], &one, b->data(), p.la, a->data(), p.lb, &zero, c->data(),
+                     p.lc, c->data(), p.lc, &p.algo, workspace, p.workspace,
+                     l.compute) != CUBLAS_STATUS_SUCCESS) {
+    return false;
+  }
+  float first = 0.0f;
+  MESHRT_CUDA_CHECK(
+      cudaMemcpyAsync(&first, c->data(), sizeof(float), cudaMemcpyDeviceToHost, l.compute), device);
+  MESHRT_CUDA_CHECK(cudaStreamSynchronize(l.compute), device);
+  return first != first;
+}
+
 }  // namespace
 
 struct LtPlans {
@@ -160,23 +226,39 @@ bool CudaBackend::lt_gemm(int device, int64_t m, int64_t n, int64_t k, const voi
     MESHRT_CUBLAS_CHECK(cublasLtCreate(&l.lt), device);
     l.lt_plans = std::make_shared<LtPlans>();
   }
-  const LtKey key{
-      m,           n, k, trans_a, trans_b, precision == Precision::tf32, alignment(a), alignment(b),
-      alignment(c)};
+  const bool tf32 = precision == Precision::tf32;
+  const LtKey key{m, n, k, trans_a, trans_b, tf32, alignment(a), alignment(b), alignment(c)};
   auto it = l.lt_plans->plans.find(key);
   if (it == l.lt_plans->plans.end())
     it = l.lt_plans->plans.emplace(key, make_plan(l.lt, key, device)).first;
   LtPlan& p = it->second;
-  if (!p.ok) return false;
+  if (!p.ok || (epilogue > 0 && !p.epilogues)) return false;
   if (p.workspace > 0 && l.lt_workspace == nullptr)
     l.lt_workspace = allocate(device, kLtWorkspaceBytes);
-  if (epilogue > 0) set_desc(p.desc[epilogue], CUBLASLT_MATMUL_DESC_BIAS_POINTER, bias, device);
+  void* workspace = p.workspace > 0 ? l.lt_workspace->data() : nullptr;
+  int e = epilogue;
+  if (e == 2) {
+    if (p.relu == LtPlan::Relu::unknown) {
+      p.relu = relu_keeps_nan(*this, l, device, key, p, workspace) ? LtPlan::Relu::fused
+                                                                   : LtPlan::Relu::separate;
+    }
+    if (p.relu == LtPlan::Relu::separate) e = 1;  // BIAS, then relu's own kernel below
+  }
+  if (e > 0) set_desc(p.desc[e], CUBLASLT_MATMUL_DESC_BIAS_POINTER, bias, device);
   const float one = 1.0f, zero = 0.0f;
-  MESHRT_CUBLAS_CHECK(
-      cublasLtMatmul(l.lt, p.desc[epilogue], &one, b, p.la, a, p.lb, &zero, c, p.lc, c, p.lc,
-                     &p.algo, p.workspace > 0 ? l.lt_workspace->data() : nullptr, p.workspace,
-                     l.compute),
-      device);
+  const cublasStatus_t st = cublasLtMatmul(l.lt, p.desc[e], &one, b, p.la, a, p.lb, &zero, c, p.lc,
+                                           c, p.lc, &p.algo, workspace, p.workspace, l.compute);
+  if (st == CUBLAS_STATUS_NOT_SUPPORTED) {
+    // An algorithm the check accepted may still refuse to run (cublasLt.h says so): from now on
+    // the shape's layers, or the whole shape, take the unfused calls / the classic GEMM.
+    (e == 0 ? p.ok : p.epilogues) = false;
+    return false;
+  }
+  if (st != CUBLAS_STATUS_SUCCESS) throw_cublas(st, "cublasLtMatmul", device);
+  if (epilogue == 2 && e == 1) {
+    unary(device, backend::UnaryOp::relu, DType::f32, DType::f32, {m, n},
+          backend::Strided{c, {n, 1}}, c);
+  }
   if (epilogue > 0) fused_matmul_bias_.fetch_add(1, std::memory_order_relaxed);
   return true;
 }

@@ -73,8 +73,9 @@ struct ArrayAccess {
   // Sets trace_id() on this handle.
   static void set_trace_id(Array& x, uint64_t id) { x.trace_id_ = id; }
   // Names block `pos` of `x` on this handle (copies made afterwards share the name): sets that
-  // block's trace id to `id`. jit's recorder names the blocks each launch makes. A no-op on a
-  // deferred pending sum, whose addends every copy shares (the launch making them names them).
+  // block's trace id to `id`. jit's recorder names the blocks each launch makes. A no-op on an
+  // Array held in another layout, whose blocks every copy shares (the launch making them names
+  // them).
   static void set_block_trace_id(Array& x, size_t pos, uint64_t id) {
     if (x.deferred_) return;
     TensorAccess::set_trace_id(x.blocks_.at(pos), id);
