@@ -142,6 +142,19 @@ class Backend {
   // still be a kernel of its own; the rest ran the unfused calls): tests and reports see whether
   // the fusion happened, not only that the bits agree.
   virtual int64_t fused_matmul_bias_calls() const { return 0; }
+  // Runs `body`, which queues work for `device` only and which, given the same `key` and the
+  // same `count` addresses (every address its work touches), queues the same work with the same
+  // arguments on every call (jit's compiled steps: KernelProgram::run_as_graph). A platform with
+  // work graphs (cuda: CUDA graphs, MESHRT_CUDA_GRAPHS=1) may capture body's work once per key
+  // and address set and launch it again as one graph instead of calling body; body must then
+  // neither allocate nor wait on the host (a capture that does is dropped and body runs as
+  // usual). Returns whether a graph was launched. The default runs body.
+  virtual bool run_graph(int device, uint64_t key, const void* const* addresses, size_t count,
+                         const std::function<void()>& body) {
+    (void)device, (void)key, (void)addresses, (void)count;
+    body();
+    return false;
+  }
   // y = cond ? a : b (cond is bool).
   virtual void select(int device, DType dtype, const std::vector<int64_t>& shape,
                       const Strided& cond, const Strided& a, const Strided& b, void* y) = 0;

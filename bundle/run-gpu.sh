@@ -3,14 +3,14 @@
 # Linux machine with a GPU, a CUDA 13 driver and runtime, cuBLAS and NCCL.
 #
 #   ./run-gpu.sh [--out DIR] [--k "1 2 4 8"] [--jobs N] [--no-bench] [--no-tests] [--quick]
-#                [--benches "kernels mlp tf32 bf16 collectives lt jax ncu profile"]
+#                [--benches "kernels mlp tf32 bf16 collectives lt graphs jax ncu profile"]
 #       runs every cuda suite at each k (logical devices per GPU) with MESHRT_REQUIRE_CUDA=1, one
 #       process per suite and k, then the GPU benchmarks (kernels against the copy bound, the seed
 #       MLP step to completion, collectives, the collective matmul, JAX's step on the same GPU
-#       when python3 can import jax; `lt`: the suites that multiply, and the step, again with
-#       MESHRT_CUDA_MATMUL=lt; `ncu` and `profile`, not run unless named: GPU time per kernel with
-#       Nsight Compute, Nsight Systems summaries); writes DIR/report.md and DIR/logs/, prints a
-#       summary last.
+#       when python3 can import jax; `lt`, `graphs`: suites and the step again with
+#       MESHRT_CUDA_MATMUL=lt, MESHRT_CUDA_GRAPHS=1; `ncu` and `profile`, run only when named:
+#       GPU time per kernel with Nsight Compute, Nsight Systems summaries); writes DIR/report.md
+#       and DIR/logs/, prints a summary last.
 #       Exits 1 when any case fails, a benchmark fails, or cuda is not usable.
 #   ./run-gpu.sh --check
 #       only checks the unpacked layout and that every program's libraries resolve (cpu CI).
@@ -21,7 +21,7 @@ set -uo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 check=0 quick=0 run_tests=1 run_bench=1 jobs=4
 ks="1 2 4 8"
-benches="kernels mlp tf32 bf16 collectives lt jax"
+benches="kernels mlp tf32 bf16 collectives lt graphs jax"
 out="$PWD/meshrt-gpu-report"
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -261,49 +261,66 @@ if [ "$run_bench" = 1 ] && [ "$cuda_unusable" = 0 ]; then
   # bf16 mixed precision (float32 master parameters, bfloat16 layers): JAX's step_bf16 below.
   want bf16 && bench "Seed MLP step, 1 logical device, bf16 mixed precision (--dtype bf16)" 2 120 \
     ./bin/meshrt-mlp-bench --resident-only --strategy single --dtype bf16 --repeats 3 "${q[@]}"
-  # cuBLASLt (MESHRT_CUDA_MATMUL=lt): every float32 product through cuBLASLt, and jit's layers
-  # with their bias add and relu in the product's epilogue. The suites that multiply run again
-  # under it (CudaKernels.LtEpiloguesGiveTheUnfusedBits runs only then; test_jit and test_mlp
-  # check jitted steps against eager bit for bit), then the step at both precisions.
-  if want lt; then
+  # Suites run again under an opt-in setting: env_suites TAG "VAR=value ..." suite:k ...
+  env_suites() {
+    local tag="$1" vars="$2"
+    shift 2
+    local runs=() spec name exe devs filter min kvals k
     {
       echo
-      echo "### Suites with MESHRT_CUDA_MATMUL=lt (cases passed / failed / skipped)"
+      echo "### Suites with $vars (cases passed / failed / skipped)"
       echo
       echo "| suite | k | result |"
       echo "| --- | --- | --- |"
     } >> "$report"
-    lt_runs=()
-    for entry in "${suites[@]}"; do
-      IFS=$'\t' read -r name exe devs filter min kvals <<< "$entry"
-      case "$name" in
-        test_cuda_kernels|test_ops) k=1 ;;
-        test_jit|test_mlp|test_global_view|test_autodiff_jax) k=8 ;;
-        *) continue ;;
-      esac
-      while [ "$(jobs -rp | wc -l)" -ge "$jobs" ]; do wait -n; done
-      run_suite "$name" "$exe" "$devs" "$filter" "$min" "$k" .lt MESHRT_CUDA_MATMUL=lt &
-      lt_runs+=("$name $k")
+    for spec in "$@"; do
+      for entry in "${suites[@]}"; do
+        IFS=$'\t' read -r name exe devs filter min kvals <<< "$entry"
+        [ "$name" = "${spec%:*}" ] || continue
+        k="${spec#*:}"
+        while [ "$(jobs -rp | wc -l)" -ge "$jobs" ]; do wait -n; done
+        # shellcheck disable=SC2086
+        run_suite "$name" "$exe" "$devs" "$filter" "$min" "$k" ".$tag" $vars &
+        runs+=("$name $k")
+      done
     done
     wait
-    for r in "${lt_runs[@]}"; do
+    for r in "${runs[@]}"; do
       read -r name k <<< "$r"
-      log="$out/logs/$name.k$k.lt.log"
+      local log="$out/logs/$name.k$k.$tag.log" rc pass fail skip
       rc=$(cat "$log.rc")
       pass=$(grep -oE '^\[  PASSED  \] [0-9]+' "$log" | grep -oE '[0-9]+$' | tail -1)
       fail=$(grep -oE '^\[  FAILED  \] [0-9]+ tests?,' "$log" | grep -oE '[0-9]+' | tail -1)
       skip=$(grep -oE '^\[  SKIPPED \] [0-9]+ tests?,' "$log" | grep -oE '[0-9]+' | tail -1)
       echo "| $name | $k | ${pass:-0} / ${fail:-0} / ${skip:-0} (exit $rc) |" >> "$report"
-      if [ "$rc" != 0 ]; then
-        failures+=("$name at k=$k with MESHRT_CUDA_MATMUL=lt (exit $rc): $( (grep -E '^\[  FAILED  \] [A-Za-z]' "$log" | head -4; tail -2 "$log") | tr '\n' ' ' | cut -c1-400)")
+      if [ "$rc" != 0 ] && [ "$rc" != 77 ]; then  # 77: the suite skipped (too few devices)
+        failures+=("$name at k=$k with $vars (exit $rc): $( (grep -E '^\[  FAILED  \] [A-Za-z]' "$log" | head -4; tail -2 "$log") | tr '\n' ' ' | cut -c1-400)")
       fi
     done
+  }
+  # cuBLASLt (MESHRT_CUDA_MATMUL=lt): every float32 product through cuBLASLt, and jit's layers
+  # with their bias add and relu in the product's epilogue. The suites that multiply run again
+  # under it (CudaKernels.LtEpiloguesGiveTheUnfusedBits runs only then; test_jit and test_mlp
+  # check jitted steps against eager bit for bit), then the step at both precisions.
+  if want lt; then
+    env_suites lt "MESHRT_CUDA_MATMUL=lt" test_cuda_kernels:1 test_ops:1 test_jit:8 test_mlp:8 \
+      test_global_view:8 test_autodiff_jax:8
     bench "Seed MLP step, 1 logical device, MESHRT_CUDA_MATMUL=lt (cuBLASLt; jit fuses bias and relu)" 2 120 \
       env MESHRT_CUDA_MATMUL=lt ./bin/meshrt-mlp-bench --resident-only --strategy single --repeats "$reps" "${q[@]}"
     bench "Seed MLP step, 1 logical device, MESHRT_CUDA_MATMUL=lt at tf32" 2 120 \
       env MESHRT_CUDA_MATMUL=lt MESHRT_MATMUL_PRECISION=tf32 ./bin/meshrt-mlp-bench --resident-only --strategy single --repeats "$reps" "${q[@]}"
     bench "A layer's product, bias and relu, eager and jit, MESHRT_CUDA_MATMUL=lt" 2 120 \
       env MESHRT_CUDA_MATMUL=lt ./bin/meshrt-kernel-report --layers-only "${q[@]}"
+  fi
+  # CUDA graphs (MESHRT_CUDA_GRAPHS=1): jit's compiled steps captured where their addresses
+  # repeat and launched as one graph per step and device. The jit suites run again under it,
+  # then the step on one logical device (both precisions) and on 8 (DP, FSDP), and with lt too.
+  if want graphs; then
+    env_suites graphs "MESHRT_CUDA_GRAPHS=1" test_jit:8 test_mlp:8 test_optim:8 test_autodiff_jax:8
+    bench "Seed MLP step with MESHRT_CUDA_GRAPHS=1: 1 logical device and 8 (DP, FSDP, TP, 2-D)" 8 240 \
+      env MESHRT_CUDA_GRAPHS=1 ./bin/meshrt-mlp-bench --resident-only --repeats "$reps" "${q[@]}"
+    bench "Seed MLP step, 1 logical device, MESHRT_CUDA_GRAPHS=1 MESHRT_CUDA_MATMUL=lt at tf32" 2 120 \
+      env MESHRT_CUDA_GRAPHS=1 MESHRT_CUDA_MATMUL=lt MESHRT_MATMUL_PRECISION=tf32 ./bin/meshrt-mlp-bench --resident-only --strategy single --repeats "$reps" "${q[@]}"
   fi
   if want collectives; then
     bench "psum of one float over 8 logical devices (latency)" 8 120 \

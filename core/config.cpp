@@ -80,6 +80,9 @@ const std::vector<Variable>& variables() {
        "lt: float32 products of one matrix go through cuBLASLt with its algorithm chosen once per "
        "shape (the bias epilogue's), and jit folds a layer's bias add and relu into the product "
        "(cuBLASLt's BIAS / RELU_BIAS epilogues); cublas: cuBLAS's classic GEMM, epilogues unfused"},
+      {"MESHRT_CUDA_GRAPHS", "0, 1", "0",
+       "1: jit's compiled steps on cuda are captured as CUDA graphs where their addresses repeat "
+       "(the second call that meets them) and launched as one graph per step and device"},
       {"MESHRT_SHARDING", "auto, explicit", "auto",
        "explicit: an implicit reshard in a global-view op is an error"},
       {"MESHRT_MATMUL_PLACEMENT", "cheapest, jax", "cheapest",
@@ -171,6 +174,8 @@ std::optional<size_t> cuda_cache_bytes() {
 }
 
 bool cuda_sync_copies() { return flag("MESHRT_CUDA_SYNC_COPIES", "cuda"); }
+
+bool cuda_graphs() { return flag("MESHRT_CUDA_GRAPHS", "cuda"); }
 
 bool cuda_matmul_lt() { return choice("MESHRT_CUDA_MATMUL", "cuda", {"cublas", "lt"}) == "lt"; }
 

@@ -55,6 +55,9 @@ bool cuda_sync_copies();
 // MESHRT_CUDA_MATMUL: "cublas" (default: cuBLAS's classic GEMM) or "lt" (float32 products of one
 // matrix through cuBLASLt, and jit's layer epilogues fused into them: backends/cuda/matmul_lt.cpp).
 bool cuda_matmul_lt();
+// MESHRT_CUDA_GRAPHS: 0 (default) or 1: jit's compiled steps on cuda as CUDA graphs
+// (backends/cuda/graphs.cpp).
+bool cuda_graphs();
 // MESHRT_SHARDING: false for "auto" (default), true for "explicit".
 bool explicit_sharding();
 // MESHRT_MATMUL_PLACEMENT: "auto" (default: by bytes on host-memory platforms, jax.jit's on device

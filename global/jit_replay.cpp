@@ -172,7 +172,7 @@ void run_kernels(const JitProgram& p, size_t step, const LocalStep& l, JitArena&
       base[static_cast<size_t>(k.operands) + t] = static_cast<char*>(b->data());
     }
   }
-  k.run(be, dev, base, a.scratch[step][pos]);
+  k.run_as_graph(be, dev, base, a.scratch[step][pos]);
   if (l.fresh == 0) return;  // every result planned: its address is already known
   for (size_t r = 0; r < k.results.size(); ++r) {
     const KernelAddr& at = k.results[r];

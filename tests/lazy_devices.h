@@ -7,9 +7,12 @@
 #include <atomic>
 #include <deque>
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -48,6 +51,7 @@ class LazyDevices final : public backend::Backend {
   void fail_next_kernel() { fail_next_ = true; }
 
   std::shared_ptr<backend::Buffer> allocate(int device, size_t bytes) override {
+    if (capture_ != nullptr) capture_ok_ = false;  // as cuda's: a capture may not allocate
     std::shared_ptr<backend::Buffer> inner = inner_->allocate(device, bytes);
     void* data = inner->data();
     // The outer Buffer frees through deallocate below; the inner one lives as long as it.
@@ -69,6 +73,15 @@ class LazyDevices final : public backend::Backend {
   }
   void copy_2d(void* dst, int dst_device, size_t dpitch, const void* src, int src_device,
                size_t spitch, size_t width, size_t height) override {
+    if (capture_ != nullptr) {
+      if (dst_device == src_device && dst_device != backend::kHost) {  // captured as a graph node
+        capture_->push_back([=, this] {
+          inner_->copy_2d(dst, dst_device, dpitch, src, src_device, spitch, width, height);
+        });
+        return;
+      }
+      capture_ok_ = false;  // a host copy waits: not capturable
+    }
     // A copy orders itself after the devices' queued kernels, as the cuda platform's does.
     if (dst_device != backend::kHost) run_queue(dst_device);
     if (src_device != backend::kHost) run_queue(src_device);
@@ -82,6 +95,57 @@ class LazyDevices final : public backend::Backend {
   // runs the product and the add, queued as any other).
   void set_fuses_matmul_bias(bool on) { fuses_matmul_bias_ = on; }
   bool fuses_matmul_bias() const override { return fuses_matmul_bias_; }
+  // Work graphs, as CUDA graphs (MESHRT_CUDA_GRAPHS=1): with set_graphs(true), run_graph
+  // captures body's kernels (closures holding their arguments, pointers included, as queued)
+  // the second time a key comes with the same addresses, queuing nothing; that call and every
+  // later one with the key and addresses queue the captured kernels without calling body. A
+  // capture during which body allocates or copies with the host is dropped (body then runs as
+  // usual). A program that passed an incomplete address set would replay stale pointers.
+  void set_graphs(bool on) { graphs_ = on; }
+  int graph_launches() const { return graph_launches_.load(); }
+  int graph_captures() const { return graph_captures_.load(); }
+  bool run_graph(int device, uint64_t key, const void* const* addresses, size_t count,
+                 const std::function<void()>& body) override {
+    if (!graphs_) {
+      body();
+      return false;
+    }
+    GraphKey gk{device, key, std::vector<const void*>(addresses, addresses + count)};
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      auto it = graphs_map_.find(gk);
+      if (it != graphs_map_.end()) {
+        for (const auto& k : it->second) queues_[static_cast<size_t>(device)].push_back({k, false});
+        ++graph_launches_;
+        return true;
+      }
+      if (seen_.insert(gk).second) {  // first sighting: run as usual
+        lock.unlock();
+        body();
+        return false;
+      }
+    }
+    std::vector<std::function<void()>> captured;
+    capture_ = &captured;
+    capture_ok_ = true;
+    try {
+      body();
+    } catch (...) {
+      capture_ = nullptr;
+      throw;
+    }
+    capture_ = nullptr;
+    if (!capture_ok_) {
+      body();
+      return false;
+    }
+    std::lock_guard<std::mutex> lock(mu_);
+    for (const auto& k : captured) queues_[static_cast<size_t>(device)].push_back({k, false});
+    graphs_map_.emplace(std::move(gk), std::move(captured));
+    ++graph_captures_;
+    ++graph_launches_;
+    return true;
+  }
   // Counts the batches (a resharding's copies between devices), then copies one by one.
   void copy_2d_batch(const std::vector<backend::DeviceCopy>& copies) override {
     ++batches_;
@@ -154,6 +218,10 @@ class LazyDevices final : public backend::Backend {
     bool fails = false;
   };
   void queue(int device, std::function<void()> k) {
+    if (capture_ != nullptr) {  // captured into a graph: not run now
+      capture_->push_back(std::move(k));
+      return;
+    }
     std::lock_guard<std::mutex> lock(mu_);
     queues_[static_cast<size_t>(device)].push_back({std::move(k), fail_next_.exchange(false)});
   }
@@ -191,6 +259,21 @@ class LazyDevices final : public backend::Backend {
   std::atomic<bool> fail_next_{false};
   std::atomic<bool> fuses_{false};
   std::atomic<bool> fuses_matmul_bias_{false};
+  struct GraphKey {
+    int device;
+    uint64_t key;
+    std::vector<const void*> addresses;
+    bool operator<(const GraphKey& o) const {
+      return std::tie(device, key, addresses) < std::tie(o.device, o.key, o.addresses);
+    }
+  };
+  std::atomic<bool> graphs_{false};
+  std::map<GraphKey, std::vector<std::function<void()>>> graphs_map_;  // guarded by mu_
+  std::set<GraphKey> seen_;                                            // guarded by mu_
+  std::atomic<int> graph_launches_{0}, graph_captures_{0};
+  // The capture the calling thread is in (run_graph), or null.
+  static inline thread_local std::vector<std::function<void()>>* capture_ = nullptr;
+  static inline thread_local bool capture_ok_ = true;
 };
 
 }  // namespace meshrt::test

@@ -99,6 +99,46 @@ TEST(JitOnADevicePlatform, DonationWritesInPlaceAndLeavesKeptCopiesAlone) {
   EXPECT_NE(block_addresses(w3), block_addresses(kept));
 }
 
+// Compiled steps replayed as work graphs (cuda: CUDA graphs under MESHRT_CUDA_GRAPHS=1; here the
+// stand-in's captured closures, which hold their pointers as a CUDA graph's nodes do): the
+// second call that meets a step's addresses captures it, later ones with those addresses launch
+// the graph, and a step whose addresses are new never launches an old graph (one that left an
+// address out of its set would replay a stale pointer here). Every result is eager's bit for
+// bit.
+TEST(JitOnADevicePlatform, ReplaysStepsAsGraphsWhereAddressesRepeat) {
+  lazy().set_graphs(true);
+  struct Off {
+    ~Off() { lazy().set_graphs(false); }
+  } off;
+  Mesh mesh = make_mesh({kDevices}, {"x"}, "cuda");
+  const NamedSharding sx(mesh, P("x"));
+  auto f = [](const Array& w, const Array& g) {
+    return relu(w - 0.5 * sin(g)) + sum(g, 1, true) * 0.125;
+  };
+  auto step = jit(f, {.donate_argnums = {0}});  // in place: w keeps its buffers call after call
+  const Array g1 = device_put(iota(32 * 16, 0.25f, 0.01f), {32, 16}, sx);
+  const Array g2 = device_put(iota(32 * 16, -0.5f, 0.02f), {32, 16}, sx);
+  Array w = device_put(iota(32 * 16, 0.f, 0.5f), {32, 16}, sx);
+  const int captures = lazy().graph_captures();
+  std::vector<int> launched;
+  for (int call = 0; call < 7; ++call) {
+    const Array& g = call == 5 ? g2 : g1;  // call 5: other addresses
+    const Array want = f(w, g);
+    const int before = lazy().graph_launches();
+    Array next = step(w, g);
+    launched.push_back(lazy().graph_launches() - before);
+    SCOPED_TRACE(call);
+    expect_same_bits(next, want);
+    w = next;
+  }
+  EXPECT_GT(lazy().graph_captures(), captures);
+  EXPECT_GT(launched[3], 0) << "a step whose addresses repeat did not launch its graph";
+  EXPECT_GT(launched[4], 0);
+  // Steps that read g run as usual; those that read only planned buffers and w may launch.
+  EXPECT_LT(launched[5], launched[4]) << "new addresses launched a graph captured for others";
+  EXPECT_GT(launched[6], 0) << "back to the first addresses: their graph is launched again";
+}
+
 // Pending sums resolved one after another (as a data-parallel step's gradients are, at their
 // sharding constraints) run as one psum over their blocks laid end to end on a device platform:
 // one collective instead of one per sum, with the direct algorithm's bits (each element's sum

@@ -64,6 +64,7 @@ CudaBackend::CudaBackend() : Backend(/*host_memory=*/false) {
   fence_timeout_ = config::collective_timeout();
   sync_copies_ = config::cuda_sync_copies();
   lt_ = config::cuda_matmul_lt();
+  graphs_ = config::cuda_graphs();
   gpus_ = gpus;
   max_pitch_ = SIZE_MAX;
   for (int g = 0; g < gpus; ++g) {
@@ -188,6 +189,9 @@ cudaError_t CudaBackend::copy_async(void* dst, size_t dpitch, const void* src, s
 // ---- memory
 
 std::shared_ptr<backend::Buffer> CudaBackend::allocate(int device, size_t bytes) {
+  // Inside a graph capture the block would be baked into the graph and reused by others after
+  // this call: the capture is dropped (run_graph then runs its work as usual).
+  if (t_capture != nullptr) t_capture->ok = false;
   Logical& l = dev(device);
   const size_t cls = backend::BlockCache::size_class(bytes == 0 ? 1 : bytes);
   void* p = l.cache->take(cls);

@@ -5,6 +5,7 @@
 //   ops.cpp              op kernels and cuBLAS matmul, queued on the compute stream
 //   fused_ops.cpp        fused elementwise pairs for jit (fused_kernels.cu)
 //   matmul_lt.cpp        cuBLASLt products and their bias/relu epilogues (MESHRT_CUDA_MATMUL=lt)
+//   graphs.cpp           jit's compiled steps as CUDA graphs (MESHRT_CUDA_GRAPHS=1)
 //   coll_primitives.cpp  collective copy/fold/signal/wait/fence on the communication stream
 //   nccl.cpp             the NativeComm for NCCL
 //
@@ -50,6 +51,14 @@ std::string dev_name(int d);
 
 // A logical device's cuBLASLt plans, one per product shape (matmul_lt.cpp).
 struct LtPlans;
+// A logical device's captured CUDA graphs (graphs.cpp).
+struct GraphCache;
+// The CUDA graph capture the calling thread is in (CudaBackend::run_graph), or null: work that
+// cannot be captured (an allocation, a host wait) marks it unusable, and the capture is dropped.
+struct Capture {
+  bool ok = true;
+};
+extern thread_local Capture* t_capture;
 
 // One logical device.
 struct Logical {
@@ -63,6 +72,9 @@ struct Logical {
   cublasLtHandle_t lt = nullptr;
   std::shared_ptr<backend::Buffer> lt_workspace;
   std::shared_ptr<LtPlans> lt_plans;
+  // CUDA graphs of jit's compiled steps (MESHRT_CUDA_GRAPHS=1), guarded by graphs_mu.
+  std::mutex graphs_mu;
+  std::shared_ptr<GraphCache> graphs;
   std::unique_ptr<backend::BlockCache> cache;
   std::atomic<int64_t> in_use{0};  // bytes handed out and not yet freed
   std::mutex stage_mu;
@@ -147,6 +159,12 @@ class CudaBackend final : public backend::Backend {
                    bool trans_a, const void* b, bool trans_b, Precision precision, const void* bias,
                    bool relu, void* y) override;
 
+  // ---- CUDA graphs (graphs.cpp), under MESHRT_CUDA_GRAPHS=1: body's work is captured from the
+  // compute stream the second time a key meets the same addresses, and launched as one graph
+  // from then on (graphs.cpp says what may not be captured and what happens then).
+  bool run_graph(int device, uint64_t key, const void* const* addresses, size_t count,
+                 const std::function<void()>& body) override;
+
   // ---- collective primitives (coll_primitives.cpp)
   void coll_begin(int device) override;
   // An event recorded on the compute stream (a spare progress token).
@@ -220,6 +238,7 @@ class CudaBackend final : public backend::Backend {
   std::chrono::duration<double> fence_timeout_{300.0};
   bool sync_copies_ = false;  // MESHRT_CUDA_SYNC_COPIES
   bool lt_ = false;           // MESHRT_CUDA_MATMUL=lt
+  bool graphs_ = false;       // MESHRT_CUDA_GRAPHS=1
   std::atomic<int64_t> fused_matmul_bias_{0};
   int gpus_ = 0;
   int per_gpu_ = 1;

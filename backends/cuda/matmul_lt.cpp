@@ -238,11 +238,13 @@ bool CudaBackend::lt_gemm(int device, int64_t m, int64_t n, int64_t k, const voi
   void* workspace = p.workspace > 0 ? l.lt_workspace->data() : nullptr;
   int e = epilogue;
   if (e == 2) {
-    if (p.relu == LtPlan::Relu::unknown) {
+    // The probe waits on the host: never inside a CUDA graph capture (graphs.cpp), where relu
+    // runs as its own kernel until a call outside one has probed.
+    if (p.relu == LtPlan::Relu::unknown && t_capture == nullptr) {
       p.relu = relu_keeps_nan(*this, l, device, key, p, workspace) ? LtPlan::Relu::fused
                                                                    : LtPlan::Relu::separate;
     }
-    if (p.relu == LtPlan::Relu::separate) e = 1;  // BIAS, then relu's own kernel below
+    if (p.relu != LtPlan::Relu::fused) e = 1;  // BIAS, then relu's own kernel below
   }
   if (e > 0) set_desc(p.desc[e], CUBLASLT_MATMUL_DESC_BIAS_POINTER, bias, device);
   const float one = 1.0f, zero = 0.0f;

@@ -1,6 +1,7 @@
 // Recording a device-local function's kernel calls, checking the recording, and replaying it.
 #include "runtime/detail/kernel_tape.h"
 
+#include <atomic>
 #include <cstring>
 #include <optional>
 
@@ -415,6 +416,18 @@ void KernelProgram::run(backend::Backend& be, int device, char* const* base,
         break;
     }
   }
+}
+
+uint64_t ProgramId::next() noexcept {
+  static std::atomic<uint64_t> counter{0};
+  return counter.fetch_add(1, std::memory_order_relaxed) + 1;
+}
+
+bool KernelProgram::run_as_graph(backend::Backend& be, int device, char* const* base,
+                                 std::vector<Strided>& scratch) const {
+  const size_t slots = static_cast<size_t>(operands) + temp_bytes.size();
+  return be.run_graph(device, id.value(), reinterpret_cast<const void* const*>(base), slots,
+                      [&] { run(be, device, base, scratch); });
 }
 
 bool KernelProgram::may_write_over(int operand, size_t temp) const {

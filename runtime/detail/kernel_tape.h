@@ -68,8 +68,34 @@ struct KernelCall {
   double value = 0;
 };
 
+// An id no other KernelProgram object in this process has had: a copy takes a new one, a move
+// takes the source's (and gives the source a new one). A platform caching work per program
+// (Backend::run_graph: CUDA graphs) keys on it, so a program built later at a freed program's
+// address is never mistaken for it.
+class ProgramId {
+ public:
+  ProgramId() : v_(next()) {}
+  ProgramId(const ProgramId&) : v_(next()) {}
+  ProgramId(ProgramId&& o) noexcept : v_(o.v_) { o.v_ = next(); }
+  ProgramId& operator=(const ProgramId&) {
+    v_ = next();
+    return *this;
+  }
+  ProgramId& operator=(ProgramId&& o) noexcept {
+    v_ = o.v_;
+    o.v_ = next();
+    return *this;
+  }
+  uint64_t value() const { return v_; }
+
+ private:
+  static uint64_t next() noexcept;
+  uint64_t v_;
+};
+
 class KernelProgram {
  public:
+  ProgramId id;
   int operands = 0;
   std::vector<size_t> temp_bytes;             // per temporary
   std::vector<KernelCall> calls;              // in order
@@ -84,6 +110,11 @@ class KernelProgram {
   // temporaries), `scratch` from make_scratch().
   void run(backend::Backend& be, int device, char* const* base,
            std::vector<backend::Strided>& scratch) const;
+  // run() through Backend::run_graph: where the platform has work graphs (CUDA graphs), the
+  // calls are captured once per id and slot addresses (base[0 .. operands + temporaries), every
+  // address the calls touch) and relaunched as one graph. Returns whether a graph was launched.
+  bool run_as_graph(backend::Backend& be, int device, char* const* base,
+                    std::vector<backend::Strided>& scratch) const;
   // Kernel calls, for jit's text ("3 kernels").
   size_t size() const { return calls.size(); }
   // Whether temporary `temp` may live in operand `operand`'s memory (a donated input's buffer)
