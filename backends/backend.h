@@ -155,6 +155,8 @@ class Backend {
     body();
     return false;
   }
+  // How many graphs run_graph launched so far (tests and reports: whether graphs ran at all).
+  virtual int64_t graph_launches() const { return 0; }
   // y = cond ? a : b (cond is bool).
   virtual void select(int device, DType dtype, const std::vector<int64_t>& shape,
                       const Strided& cond, const Strided& a, const Strided& b, void* y) = 0;

@@ -316,7 +316,8 @@ if [ "$run_bench" = 1 ] && [ "$cuda_unusable" = 0 ]; then
   # repeat and launched as one graph per step and device. The jit suites run again under it,
   # then the step on one logical device (both precisions) and on 8 (DP, FSDP), and with lt too.
   if want graphs; then
-    env_suites graphs "MESHRT_CUDA_GRAPHS=1" test_jit:8 test_mlp:8 test_optim:8 test_autodiff_jax:8
+    env_suites graphs "MESHRT_CUDA_GRAPHS=1" test_cuda_kernels:1 test_jit:8 test_mlp:8 test_optim:8 \
+      test_autodiff_jax:8
     bench "Seed MLP step with MESHRT_CUDA_GRAPHS=1: 1 logical device and 8 (DP, FSDP, TP, 2-D)" 8 240 \
       env MESHRT_CUDA_GRAPHS=1 ./bin/meshrt-mlp-bench --resident-only --repeats "$reps" "${q[@]}"
     bench "Seed MLP step, 1 logical device, MESHRT_CUDA_GRAPHS=1 MESHRT_CUDA_MATMUL=lt at tf32" 2 120 \

@@ -34,9 +34,11 @@
 #include <random>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "backends/backend.h"
+#include "core/config.h"
 #include "runtime/detail/platform.h"
 
 namespace meshrt {
@@ -964,6 +966,66 @@ TEST_F(CudaKernels, LtEpiloguesGiveTheUnfusedBits) {
       release();
     }
   }
+}
+
+// MESHRT_CUDA_GRAPHS=1 (run-gpu.sh's graphs pass; skips otherwise): a jitted step with cuBLAS
+// products, a two-pass reduction (stream-ordered scratch inside the graph), fused pairs and
+// elementwise ops, its input donated so its addresses repeat, launches CUDA graphs from its
+// third call on, and every call gives eager's bits; then from two threads at once (one may be
+// capturing while the other launches kernels on the same device).
+TEST_F(CudaKernels, JitStepsRunAsCudaGraphsWithEagerBits) {
+  if (!config::cuda_graphs()) {
+    GTEST_SKIP() << "the cuda platform captures jit's steps only under MESHRT_CUDA_GRAPHS=1";
+  }
+  const Device d = devices("cuda").front();
+  Mesh mesh = make_mesh({1}, {"d"}, std::vector<Device>{d});
+  const NamedSharding rep(mesh, P());
+  auto f = [](const Array& w, const Array& x) {
+    const Array h = relu(matmul(x, w) + sum(x, 0, true) * 0.001);  // (512, 256), column sums
+    return w - 0.01 * matmul_transposed(x, h, true, false) + sin(w) * 1e-3;
+  };
+  auto step = jit(f, {.donate_argnums = {0}});
+  auto values = [](int64_t n, float start, float step_by) {
+    std::vector<float> v(static_cast<size_t>(n));
+    for (size_t i = 0; i < v.size(); ++i) v[i] = start + step_by * static_cast<float>(i % 97);
+    return v;
+  };
+  const Array x = device_put(values(4096 * 256, -0.5f, 0.01f), {4096, 256}, rep);
+  auto bits_equal = [](const Array& a, const Array& b) {
+    const std::vector<float> u = a.to_vector<float>(), v = b.to_vector<float>();
+    return u.size() == v.size() && std::memcmp(u.data(), v.data(), u.size() * sizeof(float)) == 0;
+  };
+  Array w = device_put(values(256 * 256, 0.1f, -0.002f), {256, 256}, rep);
+  const int64_t launches = cuda_->graph_launches();
+  for (int call = 0; call < 6; ++call) {
+    const Array want = f(w, x);
+    Array next = step(w, x);
+    EXPECT_TRUE(bits_equal(next, want)) << "call " << call;
+    w = next;
+  }
+  EXPECT_GT(cuda_->graph_launches(), launches) << "no jitted step ran as a CUDA graph";
+  // Two threads, each with its own weights, calling the same step at once.
+  std::vector<std::string> errors(2);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 2; ++t) {
+    threads.emplace_back([&, t] {
+      try {
+        Array wt = device_put(values(256 * 256, 0.2f * static_cast<float>(t + 1), 0.001f),
+                              {256, 256}, rep);
+        for (int call = 0; call < 8; ++call) {
+          const Array want = f(wt, x);
+          Array next = step(wt, x);
+          if (!bits_equal(next, want)) errors[t] = "call " + std::to_string(call) + ": bits";
+          wt = next;
+        }
+      } catch (const std::exception& e) {
+        errors[t] = e.what();
+      }
+    });
+  }
+  for (std::thread& th : threads) th.join();
+  EXPECT_EQ(errors[0], "");
+  EXPECT_EQ(errors[1], "");
 }
 
 }  // namespace

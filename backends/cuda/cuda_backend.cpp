@@ -229,7 +229,13 @@ void CudaBackend::deallocate(int device, void* data, size_t bytes) noexcept {
   l.in_use.fetch_sub(static_cast<int64_t>(cls), std::memory_order_relaxed);
   // Kernels still queued on the compute stream may use the block; it is handed out again only to
   // this logical device, whose later work is ordered after them.
-  if (!l.cache->give(data, cls)) release_block(device, data);
+  if (l.cache->give(data, cls)) return;
+  if (t_capture != nullptr) {  // no host wait or cudaFree while capturing a graph (graphs.cpp)
+    t_capture->ok = false;
+    t_capture->to_release.emplace_back(device, data);
+    return;
+  }
+  release_block(device, data);
 }
 
 // Returns a block to the driver, never under a cache lock (BlockCache calls it outside): the
@@ -295,7 +301,10 @@ void CudaBackend::device_copy(void* dst, int dst_device, size_t dpitch, const vo
   }
   if (!same) order_after(dst_device, src_device);
   set(dst_device);
-  MESHRT_CUDA_CHECK(copy_async(dst, dpitch, src, spitch, width, height, d.compute), dst_device);
+  // Within one device: its op stream (a graph capture's, while one runs on this thread).
+  MESHRT_CUDA_CHECK(copy_async(dst, dpitch, src, spitch, width, height,
+                               same ? ops_stream(dst_device) : d.compute),
+                    dst_device);
   if (!same) order_after(src_device, dst_device);
 }
 

@@ -38,6 +38,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "backends/backend.h"
@@ -55,8 +56,15 @@ struct LtPlans;
 struct GraphCache;
 // The CUDA graph capture the calling thread is in (CudaBackend::run_graph), or null: work that
 // cannot be captured (an allocation, a host wait) marks it unusable, and the capture is dropped.
+// The capture runs on the device's own capture stream (Logical::capture), never on its compute
+// stream, which other threads go on using; ops_stream() routes the capturing thread's work there.
 struct Capture {
   bool ok = true;
+  int device = -1;
+  cudaStream_t stream = nullptr;
+  // Blocks freed back to the driver during the capture (a cudaFree there would fail): released
+  // when it ends.
+  std::vector<std::pair<int, void*>> to_release;
 };
 extern thread_local Capture* t_capture;
 
@@ -72,9 +80,15 @@ struct Logical {
   cublasLtHandle_t lt = nullptr;
   std::shared_ptr<backend::Buffer> lt_workspace;
   std::shared_ptr<LtPlans> lt_plans;
-  // CUDA graphs of jit's compiled steps (MESHRT_CUDA_GRAPHS=1), guarded by graphs_mu.
+  // CUDA graphs of jit's compiled steps (MESHRT_CUDA_GRAPHS=1), guarded by graphs_mu; captures
+  // run one at a time per device (capture_mu, try-locked) on `capture`, made with the first.
   std::mutex graphs_mu;
   std::shared_ptr<GraphCache> graphs;
+  std::mutex capture_mu;
+  cudaStream_t capture = nullptr;
+  // cuBLAS's workspace under MESHRT_CUDA_GRAPHS=1 (cublasSetWorkspace after every
+  // cublasSetStream), so eager and captured products see one workspace and one algorithm.
+  std::shared_ptr<backend::Buffer> blas_workspace;
   std::unique_ptr<backend::BlockCache> cache;
   std::atomic<int64_t> in_use{0};  // bytes handed out and not yet freed
   std::mutex stage_mu;
@@ -164,6 +178,9 @@ class CudaBackend final : public backend::Backend {
   // from then on (graphs.cpp says what may not be captured and what happens then).
   bool run_graph(int device, uint64_t key, const void* const* addresses, size_t count,
                  const std::function<void()>& body) override;
+  int64_t graph_launches() const override {
+    return graph_launches_.load(std::memory_order_relaxed);
+  }
 
   // ---- collective primitives (coll_primitives.cpp)
   void coll_begin(int device) override;
@@ -202,6 +219,12 @@ class CudaBackend final : public backend::Backend {
   // Makes `device`'s GPU current on the calling thread.
   void set(int device);
   void sync(int device, cudaStream_t s);
+  // The stream `device`'s op kernels go to: its compute stream, or the capture stream while this
+  // thread captures a graph for it (graphs.cpp).
+  cudaStream_t ops_stream(int device) {
+    return t_capture != nullptr && t_capture->device == device ? t_capture->stream
+                                                               : dev(device).compute;
+  }
   // A pitched copy (cudaMemcpy2D semantics, cudaMemcpyDefault) queued on `s`: one 1-D copy where
   // rows are contiguous, row by row where a pitch exceeds what cudaMemcpy2D accepts.
   cudaError_t copy_async(void* dst, size_t dpitch, const void* src, size_t spitch, size_t width,
@@ -239,6 +262,7 @@ class CudaBackend final : public backend::Backend {
   bool sync_copies_ = false;  // MESHRT_CUDA_SYNC_COPIES
   bool lt_ = false;           // MESHRT_CUDA_MATMUL=lt
   bool graphs_ = false;       // MESHRT_CUDA_GRAPHS=1
+  std::atomic<int64_t> graph_launches_{0};
   std::atomic<int64_t> fused_matmul_bias_{0};
   int gpus_ = 0;
   int per_gpu_ = 1;

@@ -52,7 +52,7 @@ void CudaBackend::binary_unary(int device, backend::BinaryOp bop, backend::Unary
     return;
   }
   set(device);
-  MESHRT_CUDA_CHECK(launch_binary_unary(dev(device).compute, backend::code(bop), backend::code(uop),
+  MESHRT_CUDA_CHECK(launch_binary_unary(ops_stream(device), backend::code(bop), backend::code(uop),
                                         dtype, w->rows, w->cols, w->ops[0], w->ops[1], y),
                     device);
 }
@@ -69,7 +69,7 @@ void CudaBackend::compare_select(int device, backend::BinaryOp cmp, DType in, DT
   }
   set(device);
   MESHRT_CUDA_CHECK(
-      launch_compare_select(dev(device).compute, backend::code(cmp), in, dtype, w->rows, w->cols,
+      launch_compare_select(ops_stream(device), backend::code(cmp), in, dtype, w->rows, w->cols,
                             w->ops[0], w->ops[1], w->ops[2], w->ops[3], y),
       device);
 }

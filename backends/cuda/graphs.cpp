@@ -8,18 +8,23 @@
 //   * the first time a (step, addresses) pair is met, the step runs as usual and the pair is
 //     remembered (addresses that never repeat, results in fresh buffers each call, are never
 //     captured);
-//   * the second time, the compute stream is captured (cudaStreamCaptureModeThreadLocal: the
-//     other logical devices' threads go on launching) while the step runs, nothing executes, and
-//     the graph is instantiated and launched on the compute stream;
+//   * the second time, the step runs into a capture (cudaStreamCaptureModeThreadLocal: the other
+//     logical devices' threads go on launching), nothing executes, and the graph is instantiated
+//     and launched on the compute stream;
 //   * from then on, the same pair launches the graph (cudaGraphLaunch), with the stream order of
 //     the calls it replaces.
-// What may not be captured drops the capture and runs the step as usual: an allocation from the
+// Captures run on the device's own capture stream, one at a time per device (try-locked: a
+// thread meeting a step while another captures runs it as usual), with the capturing thread's
+// op calls routed there (ops_stream): the compute stream, which other threads (jit calls from
+// several threads, small steps on the caller's thread) go on using, is never in capture mode. What
+// may not be captured drops the capture and runs the step as usual: an allocation from the
 // caching allocator (allocate() marks it: a block baked into a graph would be handed to others
-// after the call), a host wait or any call CUDA refuses during a capture (an error, caught), or
-// a capture CUDA invalidates. Such a step is not captured again. Stream-ordered allocations
-// (cudaMallocAsync, the reductions' scratch) become the graph's own memory nodes. Up to
-// kMaxGraphs graphs per logical device, the least recently launched replaced (after a wait for
-// the device's compute stream, since a launch of it may still run).
+// after the call), a block released to the driver (released after the capture instead), a host
+// wait or any call CUDA refuses during a capture (an error, caught), a capture CUDA invalidates,
+// or a first launch that fails. Such a step is not captured again. Stream-ordered allocations
+// (cudaMallocAsync, the reductions' scratch) become the graph's own memory nodes; cuBLAS gets a
+// fixed workspace (ops.cpp) so eager and captured products pick the same algorithm. Up to
+// kMaxGraphs graphs per logical device, the least recently launched replaced.
 //
 // Written on a machine without a GPU and not yet run on one; tests/lazy_devices.h models the
 // capture (closures holding their pointers, as a graph's nodes do) and
@@ -88,6 +93,7 @@ bool CudaBackend::run_graph(int device, uint64_t key, const void* const* address
       e.last = ++c.clock;
       set(device);
       MESHRT_CUDA_CHECK(cudaGraphLaunch(e.exec, l.compute), device);
+      graph_launches_.fetch_add(1, std::memory_order_relaxed);
       return true;
     }
     bool met = false, never = false;
@@ -107,10 +113,23 @@ bool CudaBackend::run_graph(int device, uint64_t key, const void* const* address
       return false;
     }
   }
-  // The second meeting: capture (outside graphs_mu: the step takes other locks).
+  // The second meeting: capture, one thread at a time per device (another thread meeting a
+  // step while this one captures runs it as usual), on the device's capture stream, so work other
+  // threads queue on the compute stream meanwhile is neither absorbed into the graph nor
+  // disturbed; the graph launches on the compute stream, in its order.
+  std::unique_lock<std::mutex> capturing(l.capture_mu, std::try_to_lock);
+  if (!capturing.owns_lock()) {
+    body();
+    return false;
+  }
   set(device);
+  if (l.capture == nullptr) {
+    MESHRT_CUDA_CHECK(cudaStreamCreateWithFlags(&l.capture, cudaStreamNonBlocking), device);
+  }
   Capture cap;
-  MESHRT_CUDA_CHECK(cudaStreamBeginCapture(l.compute, cudaStreamCaptureModeThreadLocal), device);
+  cap.device = device;
+  cap.stream = l.capture;
+  MESHRT_CUDA_CHECK(cudaStreamBeginCapture(l.capture, cudaStreamCaptureModeThreadLocal), device);
   t_capture = &cap;
   try {
     body();
@@ -119,13 +138,19 @@ bool CudaBackend::run_graph(int device, uint64_t key, const void* const* address
   }
   t_capture = nullptr;
   cudaGraph_t graph = nullptr;
-  const cudaError_t ended = cudaStreamEndCapture(l.compute, &graph);
+  const cudaError_t ended = cudaStreamEndCapture(l.capture, &graph);
+  for (const auto& [d, block] : cap.to_release) release_block(d, block);
   cudaGraphExec_t exec = nullptr;
   if (ended == cudaSuccess && cap.ok && graph != nullptr &&
       cudaGraphInstantiate(&exec, graph, 0) != cudaSuccess) {
     exec = nullptr;
   }
   if (graph != nullptr) cudaGraphDestroy(graph);
+  // The first launch before the graph is kept: one that fails is dropped with it.
+  if (exec != nullptr && cudaGraphLaunch(exec, l.compute) != cudaSuccess) {
+    cudaGraphExecDestroy(exec);
+    exec = nullptr;
+  }
   if (exec == nullptr) {
     (void)cudaGetLastError();  // the capture's refusal is not the step's error
     {
@@ -135,6 +160,7 @@ bool CudaBackend::run_graph(int device, uint64_t key, const void* const* address
     body();  // nothing ran while capturing
     return false;
   }
+  graph_launches_.fetch_add(1, std::memory_order_relaxed);
   std::lock_guard<std::mutex> lock(l.graphs_mu);
   GraphCache& c = *l.graphs;
   if (c.graphs.size() >= kMaxGraphs) {
@@ -142,13 +168,12 @@ bool CudaBackend::run_graph(int device, uint64_t key, const void* const* address
     for (size_t i = 1; i < c.graphs.size(); ++i) {
       if (c.graphs[i].last < c.graphs[oldest].last) oldest = i;
     }
-    sync(device, l.compute);  // a launch of it may still run
+    // A launch still running keeps its resources until it completes (cudaGraphExecDestroy).
     cudaGraphExecDestroy(c.graphs[oldest].exec);
     c.graphs.erase(c.graphs.begin() + static_cast<std::ptrdiff_t>(oldest));
   }
   c.graphs.push_back(GraphCache::Entry{key, std::vector<const void*>(addresses, addresses + count),
                                        exec, ++c.clock});
-  MESHRT_CUDA_CHECK(cudaGraphLaunch(exec, l.compute), device);
   return true;
 }
 

@@ -248,8 +248,9 @@ bool CudaBackend::lt_gemm(int device, int64_t m, int64_t n, int64_t k, const voi
   }
   if (e > 0) set_desc(p.desc[e], CUBLASLT_MATMUL_DESC_BIAS_POINTER, bias, device);
   const float one = 1.0f, zero = 0.0f;
-  const cublasStatus_t st = cublasLtMatmul(l.lt, p.desc[e], &one, b, p.la, a, p.lb, &zero, c, p.lc,
-                                           c, p.lc, &p.algo, workspace, p.workspace, l.compute);
+  const cublasStatus_t st =
+      cublasLtMatmul(l.lt, p.desc[e], &one, b, p.la, a, p.lb, &zero, c, p.lc, c, p.lc, &p.algo,
+                     workspace, p.workspace, ops_stream(device));
   if (st == CUBLAS_STATUS_NOT_SUPPORTED) {
     // An algorithm the check accepted may still refuse to run (cublasLt.h says so): from now on
     // the shape's layers, or the whole shape, take the unfused calls / the classic GEMM.

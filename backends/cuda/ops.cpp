@@ -16,6 +16,9 @@
 namespace meshrt::cuda {
 namespace {
 
+// cuBLAS's workspace per logical device under MESHRT_CUDA_GRAPHS=1 (its default on Hopper).
+constexpr size_t kBlasWorkspaceBytes = size_t{32} << 20;
+
 // The kernels' operands: dimensions merged (backends/merge_dims.h) to at most kMaxRank.
 struct Flat {
   Dims dims;
@@ -55,7 +58,7 @@ void CudaBackend::unary(int device, backend::UnaryOp op, DType in, DType out,
                         const std::vector<int64_t>& shape, const backend::Strided& x, void* y) {
   const Flat f = flatten(shape, {&x});
   set(device);
-  MESHRT_CUDA_CHECK(launch_unary(dev(device).compute, static_cast<int>(op), in, out, f.dims,
+  MESHRT_CUDA_CHECK(launch_unary(ops_stream(device), static_cast<int>(op), in, out, f.dims,
                                  f.ops[0], y, numel(shape)),
                     device);
 }
@@ -65,7 +68,7 @@ void CudaBackend::binary(int device, backend::BinaryOp op, DType in, DType out,
                          const backend::Strided& b, void* y) {
   const Flat f = flatten(shape, {&a, &b});
   set(device);
-  MESHRT_CUDA_CHECK(launch_binary(dev(device).compute, static_cast<int>(op), in, out, f.dims,
+  MESHRT_CUDA_CHECK(launch_binary(ops_stream(device), static_cast<int>(op), in, out, f.dims,
                                   f.ops[0], f.ops[1], y, numel(shape)),
                     device);
 }
@@ -75,7 +78,7 @@ void CudaBackend::select(int device, DType dtype, const std::vector<int64_t>& sh
                          const backend::Strided& b, void* y) {
   const Flat f = flatten(shape, {&cond, &a, &b});
   set(device);
-  MESHRT_CUDA_CHECK(launch_select(dev(device).compute, dtype, f.dims, f.ops[0], f.ops[1], f.ops[2],
+  MESHRT_CUDA_CHECK(launch_select(ops_stream(device), dtype, f.dims, f.ops[0], f.ops[1], f.ops[2],
                                   y, numel(shape)),
                     device);
 }
@@ -84,7 +87,7 @@ void CudaBackend::reduce(int device, backend::ReduceOp op, DType dtype, int64_t 
                          int64_t inner, const void* x, void* y) {
   set(device);
   MESHRT_CUDA_CHECK(
-      launch_reduce(dev(device).compute, static_cast<int>(op), dtype, outer, len, inner, x, y),
+      launch_reduce(ops_stream(device), static_cast<int>(op), dtype, outer, len, inner, x, y),
       device);
 }
 
@@ -115,7 +118,7 @@ void CudaBackend::gemm(int device, DType dtype, int64_t batch, int64_t m, int64_
   Logical& l = dev(device);
   set(device);
   if (k == 0) {
-    MESHRT_CUDA_CHECK(launch_fill(l.compute, dtype, batch * m * n, 0.0, false, c), device);
+    MESHRT_CUDA_CHECK(launch_fill(ops_stream(device), dtype, batch * m * n, 0.0, false, c), device);
     return;
   }
   if (dtype != DType::f32 && dtype != DType::f64 && !is_half(dtype)) {
@@ -123,7 +126,8 @@ void CudaBackend::gemm(int device, DType dtype, int64_t batch, int64_t m, int64_
       Backend::matmul_t(device, dtype, batch, m, n, k, a, trans_a, b, trans_b, c);
       return;
     }
-    MESHRT_CUDA_CHECK(launch_int_matmul(l.compute, dtype, batch, m, n, k, a, b, c), device);
+    MESHRT_CUDA_CHECK(launch_int_matmul(ops_stream(device), dtype, batch, m, n, k, a, b, c),
+                      device);
     return;
   }
   constexpr int64_t kIntMax = 2147483647;
@@ -142,7 +146,14 @@ void CudaBackend::gemm(int device, DType dtype, int64_t batch, int64_t m, int64_
                                               CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION)),
         device);
   }
-  MESHRT_CUBLAS_CHECK(cublasSetStream(l.blas, l.compute), device);
+  MESHRT_CUBLAS_CHECK(cublasSetStream(l.blas, ops_stream(device)), device);
+  if (graphs_) {
+    // One workspace for eager and captured products (cublasSetStream resets it to cuBLAS's own
+    // pool, which a capture would allocate from): the same algorithm, so the same bits.
+    if (l.blas_workspace == nullptr) l.blas_workspace = allocate(device, kBlasWorkspaceBytes);
+    MESHRT_CUBLAS_CHECK(
+        cublasSetWorkspace(l.blas, l.blas_workspace->data(), l.blas_workspace->bytes()), device);
+  }
   // Row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T: pass B first. A row-major
   // (r, c) matrix is column-major (c, r) with leading dimension c, so an operand stored as op(X)^T
   // (not transposed) is read with CUBLAS_OP_N and one stored as op(X) with CUBLAS_OP_T.
@@ -190,7 +201,7 @@ void CudaBackend::gemm(int device, DType dtype, int64_t batch, int64_t m, int64_
 
 void CudaBackend::fill(int device, DType dtype, int64_t n, double value, bool iota, void* y) {
   set(device);
-  MESHRT_CUDA_CHECK(launch_fill(dev(device).compute, dtype, n, value, iota, y), device);
+  MESHRT_CUDA_CHECK(launch_fill(ops_stream(device), dtype, n, value, iota, y), device);
 }
 
 }  // namespace meshrt::cuda
