@@ -3,12 +3,13 @@
 # Linux machine with a GPU, a CUDA 13 driver and runtime, cuBLAS and NCCL.
 #
 #   ./run-gpu.sh [--out DIR] [--k "1 2 4 8"] [--jobs N] [--no-bench] [--no-tests] [--quick]
-#                [--benches "kernels mlp tf32 bf16 collectives lt graphs jax ncu profile"]
+#                [--benches "kernels mlp tf32 bf16 collectives lt graphs fibers jax ncu profile"]
 #       runs every cuda suite at each k (logical devices per GPU) with MESHRT_REQUIRE_CUDA=1, one
 #       process per suite and k, then the GPU benchmarks (kernels against the copy bound, the seed
 #       MLP step to completion, collectives, the collective matmul, JAX's step on the same GPU
-#       when python3 can import jax; `lt`, `graphs`: suites and the step again with
-#       MESHRT_CUDA_MATMUL=lt, MESHRT_CUDA_GRAPHS=1; `ncu` and `profile`, run only when named:
+#       when python3 can import jax; `lt`, `graphs`, `fibers`: suites and the step again with
+#       MESHRT_CUDA_MATMUL=lt, MESHRT_CUDA_GRAPHS=1, MESHRT_CUDA_EXECUTOR=fibers; `ncu` and
+#       `profile`, run only when named:
 #       GPU time per kernel with Nsight Compute, Nsight Systems summaries); writes DIR/report.md
 #       and DIR/logs/, prints a summary last.
 #       Exits 1 when any case fails, a benchmark fails, or cuda is not usable.
@@ -21,7 +22,7 @@ set -uo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 check=0 quick=0 run_tests=1 run_bench=1 jobs=4
 ks="1 2 4 8"
-benches="kernels mlp tf32 bf16 collectives lt graphs jax"
+benches="kernels mlp tf32 bf16 collectives lt graphs fibers jax"
 out="$PWD/meshrt-gpu-report"
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -33,7 +34,7 @@ while [ $# -gt 0 ]; do
     --benches) benches="$2"; shift ;;
     --jobs) jobs="$2"; shift ;;
     --out) out="$2"; shift ;;
-    -h|--help) sed -n '2,19p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,/^set -uo/p' "$0" | sed '$d'; exit 0 ;;
     *) echo "run-gpu.sh: unknown argument '$1' (--help lists them)" >&2; exit 2 ;;
   esac
   shift
@@ -322,6 +323,18 @@ if [ "$run_bench" = 1 ] && [ "$cuda_unusable" = 0 ]; then
       env MESHRT_CUDA_GRAPHS=1 ./bin/meshrt-mlp-bench --resident-only --repeats "$reps" "${q[@]}"
     bench "Seed MLP step, 1 logical device, MESHRT_CUDA_GRAPHS=1 MESHRT_CUDA_MATMUL=lt at tf32" 2 120 \
       env MESHRT_CUDA_GRAPHS=1 MESHRT_CUDA_MATMUL=lt MESHRT_MATMUL_PRECISION=tf32 ./bin/meshrt-mlp-bench --resident-only --strategy single --repeats "$reps" "${q[@]}"
+  fi
+  # One GPU's logical devices as fibers on one thread (MESHRT_CUDA_EXECUTOR=fibers): the suites
+  # whose bodies meet in collectives run again under it, then the psum latency and the steps.
+  if want fibers; then
+    env_suites fibers "MESHRT_CUDA_EXECUTOR=fibers" test_collectives:8 test_shard_map:8 test_jit:8 \
+      test_mlp:8 test_collective_matmul:8
+    bench "psum of one float over 8 logical devices, MESHRT_CUDA_EXECUTOR=fibers" 8 120 \
+      env MESHRT_CUDA_EXECUTOR=fibers ./bin/meshrt-bench all_reduce -b 4 -e 4 -g 8 --platform cuda --algo direct,ring,bidi_ring -n $((n * 15)) -w $((w * 6))
+    bench "Seed MLP step with MESHRT_CUDA_EXECUTOR=fibers (and with MESHRT_CUDA_GRAPHS=1 below)" 8 240 \
+      env MESHRT_CUDA_EXECUTOR=fibers ./bin/meshrt-mlp-bench --resident-only --repeats "$reps" "${q[@]}"
+    bench "Seed MLP step with MESHRT_CUDA_EXECUTOR=fibers MESHRT_CUDA_GRAPHS=1" 8 240 \
+      env MESHRT_CUDA_EXECUTOR=fibers MESHRT_CUDA_GRAPHS=1 ./bin/meshrt-mlp-bench --resident-only --repeats "$reps" "${q[@]}"
   fi
   if want collectives; then
     bench "psum of one float over 8 logical devices (latency)" 8 120 \

@@ -80,6 +80,9 @@ const std::vector<Variable>& variables() {
        "lt: float32 products of one matrix go through cuBLASLt with its algorithm chosen once per "
        "shape (the bias epilogue's), and jit folds a layer's bias add and relu into the product "
        "(cuBLASLt's BIAS / RELU_BIAS epilogues); cublas: cuBLAS's classic GEMM, epilogues unfused"},
+      {"MESHRT_CUDA_EXECUTOR", "threads, fibers", "threads",
+       "how logical cuda devices run their tasks: a host thread each, or (one GPU only) fibers on "
+       "one thread that the launching thread drives itself, as the cpu platform's fibers"},
       {"MESHRT_CUDA_GRAPHS", "0, 1", "0",
        "1: jit's compiled steps on cuda are captured as CUDA graphs where their addresses repeat "
        "(the second call that meets them) and launched as one graph per step and device"},
@@ -174,6 +177,10 @@ std::optional<size_t> cuda_cache_bytes() {
 }
 
 bool cuda_sync_copies() { return flag("MESHRT_CUDA_SYNC_COPIES", "cuda"); }
+
+bool cuda_fibers() {
+  return choice("MESHRT_CUDA_EXECUTOR", "cuda", {"threads", "fibers"}) == "fibers";
+}
 
 bool cuda_graphs() { return flag("MESHRT_CUDA_GRAPHS", "cuda"); }
 

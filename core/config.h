@@ -58,6 +58,9 @@ bool cuda_matmul_lt();
 // MESHRT_CUDA_GRAPHS: 0 (default) or 1: jit's compiled steps on cuda as CUDA graphs
 // (backends/cuda/graphs.cpp).
 bool cuda_graphs();
+// MESHRT_CUDA_EXECUTOR: "threads" (default: a host thread per logical device) or "fibers" (one
+// GPU's logical devices as fibers on one thread, core/threads/fiber_executor.h): true for fibers.
+bool cuda_fibers();
 // MESHRT_SHARDING: false for "auto" (default), true for "explicit".
 bool explicit_sharding();
 // MESHRT_MATMUL_PLACEMENT: "auto" (default: by bytes on host-memory platforms, jax.jit's on device

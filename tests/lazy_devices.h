@@ -102,7 +102,7 @@ class LazyDevices final : public backend::Backend {
   // capture during which body allocates or copies with the host is dropped (body then runs as
   // usual). A program that passed an incomplete address set would replay stale pointers.
   void set_graphs(bool on) { graphs_ = on; }
-  int graph_launches() const { return graph_launches_.load(); }
+  int64_t graph_launches() const override { return graph_launches_.load(); }
   int graph_captures() const { return graph_captures_.load(); }
   bool run_graph(int device, uint64_t key, const void* const* addresses, size_t count,
                  const std::function<void()>& body) override {
@@ -270,7 +270,8 @@ class LazyDevices final : public backend::Backend {
   std::atomic<bool> graphs_{false};
   std::map<GraphKey, std::vector<std::function<void()>>> graphs_map_;  // guarded by mu_
   std::set<GraphKey> seen_;                                            // guarded by mu_
-  std::atomic<int> graph_launches_{0}, graph_captures_{0};
+  std::atomic<int64_t> graph_launches_{0};
+  std::atomic<int> graph_captures_{0};
   // The capture the calling thread is in (run_graph), or null.
   static inline thread_local std::vector<std::function<void()>>* capture_ = nullptr;
   static inline thread_local bool capture_ok_ = true;

@@ -120,11 +120,11 @@ TEST(JitOnADevicePlatform, ReplaysStepsAsGraphsWhereAddressesRepeat) {
   const Array g2 = device_put(iota(32 * 16, -0.5f, 0.02f), {32, 16}, sx);
   Array w = device_put(iota(32 * 16, 0.f, 0.5f), {32, 16}, sx);
   const int captures = lazy().graph_captures();
-  std::vector<int> launched;
+  std::vector<int64_t> launched;
   for (int call = 0; call < 7; ++call) {
     const Array& g = call == 5 ? g2 : g1;  // call 5: other addresses
     const Array want = f(w, g);
-    const int before = lazy().graph_launches();
+    const int64_t before = lazy().graph_launches();
     Array next = step(w, g);
     launched.push_back(lazy().graph_launches() - before);
     SCOPED_TRACE(call);

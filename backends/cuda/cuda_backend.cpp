@@ -65,6 +65,16 @@ CudaBackend::CudaBackend() : Backend(/*host_memory=*/false) {
   sync_copies_ = config::cuda_sync_copies();
   lt_ = config::cuda_matmul_lt();
   graphs_ = config::cuda_graphs();
+  const bool fibers = config::cuda_fibers();
+  if (fibers && gpus > 1) {
+    reason_ =
+        "MESHRT_CUDA_EXECUTOR=fibers runs the logical devices of one GPU as fibers on one "
+        "thread, and this machine shows " +
+        std::to_string(gpus) +
+        " GPUs (NCCL's ranks on several GPUs need a thread each): unset it to use a thread "
+        "per logical device, or show one GPU (CUDA_VISIBLE_DEVICES=0)";
+    return;
+  }
   gpus_ = gpus;
   max_pitch_ = SIZE_MAX;
   for (int g = 0; g < gpus; ++g) {
@@ -91,10 +101,12 @@ CudaBackend::CudaBackend() : Backend(/*host_memory=*/false) {
       MESHRT_CUDA_CHECK(cudaEventCreateWithFlags(&l->staged[1], cudaEventDisableTiming), id);
       l->cache = std::make_unique<backend::BlockCache>(
           limit, [this, id](void* p) { release_block(id, p); });
-      l->exec = std::make_unique<core::Executor>([g] { cudaSetDevice(g); });
+      if (!fibers) l->exec = std::make_unique<core::Executor>([g] { cudaSetDevice(g); });
       devs_.push_back(std::move(l));
     }
   }
+  // Every CUDA call sets its device first (set()), so a fiber may run on any thread.
+  if (fibers) fibers_ = std::make_unique<core::FiberPool>(static_cast<int>(devs_.size()), 1);
   nccl_ = make_nccl_comm(*this);
 }
 
@@ -419,8 +431,18 @@ void CudaBackend::drain(Logical& l, int device, int half, char* to, size_t n) {
 }
 
 void CudaBackend::submit(int device, std::function<void()> task) {
-  dev(device).exec->submit(std::move(task));
+  if (fibers_) {
+    fibers_->submit(device, std::move(task));
+  } else {
+    dev(device).exec->submit(std::move(task));
+  }
 }
+
+bool CudaBackend::drive(int device, const std::atomic<uint32_t>& done) {
+  return fibers_ && fibers_->drive(device, done);
+}
+
+bool CudaBackend::claim(int device) { return fibers_ && fibers_->claim(device); }
 
 }  // namespace meshrt::cuda
 

@@ -10,7 +10,8 @@
 //   nccl.cpp             the NativeComm for NCCL
 //
 // Each visible GPU is split into MESHRT_CUDA_DEVICES_PER_GPU = k logical devices (default 1). A
-// logical device has its own host executor thread bound to its GPU, a compute stream (op
+// logical device has its own host executor thread bound to its GPU (or, under
+// MESHRT_CUDA_EXECUTOR=fibers, a fiber), a compute stream (op
 // kernels, cuBLAS), a communication stream (collective copies and reductions, NCCL), a caching
 // allocator with its own accounting, and pinned staging for host copies.
 //
@@ -45,6 +46,7 @@
 #include "backends/block_cache.h"
 #include "backends/native_comm.h"
 #include "core/threads/executor.h"
+#include "core/threads/fiber_executor.h"
 
 namespace meshrt::cuda {
 
@@ -102,7 +104,7 @@ struct Logical {
   // coll_fence calls that found the communication stream drained (written by the device's own
   // executor thread): NCCL work launched before a fence that completed is done.
   std::atomic<uint64_t> fences{0};
-  std::unique_ptr<core::Executor> exec;
+  std::unique_ptr<core::Executor> exec;  // null under fibers (CudaBackend::fibers_)
   // Marks the compute stream's progress for another device's stream to wait on (order_after).
   std::mutex order_mu;
   cudaEvent_t order = nullptr;
@@ -128,7 +130,12 @@ class CudaBackend final : public backend::Backend {
   // one launch (launch_copy_batch) on the first destination's compute stream, and every device
   // involved waits for it; others as copy_2d. MESHRT_CUDA_SYNC_COPIES=1: copy_2d each.
   void copy_2d_batch(const std::vector<backend::DeviceCopy>& copies) override;
+  // A logical device's tasks run on its own host thread, or (MESHRT_CUDA_EXECUTOR=fibers, one
+  // GPU) as fibers on one worker thread that a launching thread drives itself (drive/claim), so
+  // a shard_map call and a collective's meeting cost no thread wake-ups.
   void submit(int device, std::function<void()> task) override;
+  bool drive(int device, const std::atomic<uint32_t>& done) override;
+  bool claim(int device) override;
   // Both streams of the logical device drained; a failure of queued work is raised here.
   void synchronize(int device) override;
 
@@ -259,9 +266,10 @@ class CudaBackend final : public backend::Backend {
 
   std::string reason_;
   std::chrono::duration<double> fence_timeout_{300.0};
-  bool sync_copies_ = false;  // MESHRT_CUDA_SYNC_COPIES
-  bool lt_ = false;           // MESHRT_CUDA_MATMUL=lt
-  bool graphs_ = false;       // MESHRT_CUDA_GRAPHS=1
+  bool sync_copies_ = false;                 // MESHRT_CUDA_SYNC_COPIES
+  bool lt_ = false;                          // MESHRT_CUDA_MATMUL=lt
+  bool graphs_ = false;                      // MESHRT_CUDA_GRAPHS=1
+  std::unique_ptr<core::FiberPool> fibers_;  // MESHRT_CUDA_EXECUTOR=fibers
   std::atomic<int64_t> graph_launches_{0};
   std::atomic<int64_t> fused_matmul_bias_{0};
   int gpus_ = 0;
