@@ -12,6 +12,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <type_traits>
 #include <vector>
 
 #include "backends/op_codes.h"
@@ -74,6 +75,19 @@ class Buffer {
   int device_;
   void* data_;
   size_t bytes_;
+};
+
+// A non-owning reference to a callable taking nothing (Backend::run_graph's body): no
+// allocation per call on jit's replay path. The callable must outlive the call it is passed to.
+class BodyRef {
+ public:
+  template <class F, class = std::enable_if_t<!std::is_same_v<std::remove_cv_t<F>, BodyRef>>>
+  BodyRef(F& f) : obj_(&f), call_([](void* o) { (*static_cast<F*>(o))(); }) {}  // NOLINT
+  void operator()() const { call_(obj_); }
+
+ private:
+  void* obj_;
+  void (*call_)(void*);
 };
 
 class Backend {
@@ -150,7 +164,7 @@ class Backend {
   // neither allocate nor wait on the host (a capture that does is dropped and body runs as
   // usual). Returns whether a graph was launched. The default runs body.
   virtual bool run_graph(int device, uint64_t key, const void* const* addresses, size_t count,
-                         const std::function<void()>& body) {
+                         BodyRef body) {
     (void)device, (void)key, (void)addresses, (void)count;
     body();
     return false;

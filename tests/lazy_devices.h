@@ -105,7 +105,7 @@ class LazyDevices final : public backend::Backend {
   int64_t graph_launches() const override { return graph_launches_.load(); }
   int graph_captures() const { return graph_captures_.load(); }
   bool run_graph(int device, uint64_t key, const void* const* addresses, size_t count,
-                 const std::function<void()>& body) override {
+                 backend::BodyRef body) override {
     if (!graphs_) {
       body();
       return false;

@@ -184,7 +184,7 @@ class CudaBackend final : public backend::Backend {
   // compute stream the second time a key meets the same addresses, and launched as one graph
   // from then on (graphs.cpp says what may not be captured and what happens then).
   bool run_graph(int device, uint64_t key, const void* const* addresses, size_t count,
-                 const std::function<void()>& body) override;
+                 backend::BodyRef body) override;
   int64_t graph_launches() const override {
     return graph_launches_.load(std::memory_order_relaxed);
   }

@@ -74,7 +74,7 @@ struct GraphCache {
 };
 
 bool CudaBackend::run_graph(int device, uint64_t key, const void* const* addresses, size_t count,
-                            const std::function<void()>& body) {
+                            backend::BodyRef body) {
   if (!graphs_ || sync_copies_ || t_capture != nullptr) {
     body();
     return false;

@@ -426,8 +426,9 @@ uint64_t ProgramId::next() noexcept {
 bool KernelProgram::run_as_graph(backend::Backend& be, int device, char* const* base,
                                  std::vector<Strided>& scratch) const {
   const size_t slots = static_cast<size_t>(operands) + temp_bytes.size();
+  auto body = [&] { run(be, device, base, scratch); };
   return be.run_graph(device, id.value(), reinterpret_cast<const void* const*>(base), slots,
-                      [&] { run(be, device, base, scratch); });
+                      backend::BodyRef(body));
 }
 
 bool KernelProgram::may_write_over(int operand, size_t temp) const {
