@@ -164,6 +164,16 @@ run_suite() {  # name exe devs filter min k [tag VAR=value...] -> logs/name.kK[t
       > "$log" 2>&1
   echo $? > "$log.rc"
 }
+# A suite's gtest counts from its log: sets pass, fail and skip (the caller's, when local there).
+counts() {
+  pass=$(grep -oE '^\[  PASSED  \] [0-9]+' "$1" | grep -oE '[0-9]+$' | tail -1)
+  fail=$(grep -oE '^\[  FAILED  \] [0-9]+ tests?,' "$1" | grep -oE '[0-9]+' | tail -1)
+  skip=$(grep -oE '^\[  SKIPPED \] [0-9]+ tests?,' "$1" | grep -oE '[0-9]+' | tail -1)
+}
+# A failed suite's first failed cases and its log's last lines, on one line (the summary's).
+failed_cases() {
+  (grep -E '^\[  FAILED  \] [A-Za-z]' "$1" | head -4; tail -2 "$1") | tr '\n' ' ' | cut -c1-400
+}
 if [ "$run_tests" = 1 ]; then
   echo "run-gpu.sh: ${#suites[@]} cuda suites at k = $ks, $jobs at a time; logs in $out/logs"
   for entry in "${suites[@]}"; do
@@ -193,16 +203,14 @@ if [ "$run_tests" = 1 ]; then
       log="$out/logs/$name.k$k.log"
       if [ ! -f "$log.rc" ]; then printf " — |" >> "$report"; continue; fi
       rc=$(cat "$log.rc")
-      pass=$(grep -oE '^\[  PASSED  \] [0-9]+' "$log" | grep -oE '[0-9]+$' | tail -1)
-      fail=$(grep -oE '^\[  FAILED  \] [0-9]+ tests?,' "$log" | grep -oE '[0-9]+' | tail -1)
-      skip=$(grep -oE '^\[  SKIPPED \] [0-9]+ tests?,' "$log" | grep -oE '[0-9]+' | tail -1)
+      counts "$log"
       if [ "$rc" = 77 ]; then
         printf " suite skipped (%s devices < %s) |" "$k" "$min" >> "$report"
       elif [ "$rc" = 0 ]; then
         printf " %s / 0 / %s |" "${pass:-0}" "${skip:-0}" >> "$report"
       else
         printf " **%s / %s / %s (exit %s)** |" "${pass:-0}" "${fail:-?}" "${skip:-0}" "$rc" >> "$report"
-        failures+=("$name at k=$k (exit $rc): $( (grep -E '^\[  FAILED  \] [A-Za-z]' "$log" | head -4; tail -2 "$log") | tr '\n' ' ' | cut -c1-400)")
+        failures+=("$name at k=$k (exit $rc): $(failed_cases "$log")")
         grep -q "is not usable" "$log" && cuda_unusable=1
         # Once more with device-to-device copies waited on by the host (MESHRT_CUDA_SYNC_COPIES=1):
         # a failure that goes away is an ordering problem of the stream-ordered copies.
@@ -290,12 +298,10 @@ if [ "$run_bench" = 1 ] && [ "$cuda_unusable" = 0 ]; then
       read -r name k <<< "$r"
       local log="$out/logs/$name.k$k.$tag.log" rc pass fail skip
       rc=$(cat "$log.rc")
-      pass=$(grep -oE '^\[  PASSED  \] [0-9]+' "$log" | grep -oE '[0-9]+$' | tail -1)
-      fail=$(grep -oE '^\[  FAILED  \] [0-9]+ tests?,' "$log" | grep -oE '[0-9]+' | tail -1)
-      skip=$(grep -oE '^\[  SKIPPED \] [0-9]+ tests?,' "$log" | grep -oE '[0-9]+' | tail -1)
+      counts "$log"
       echo "| $name | $k | ${pass:-0} / ${fail:-0} / ${skip:-0} (exit $rc) |" >> "$report"
       if [ "$rc" != 0 ] && [ "$rc" != 77 ]; then  # 77: the suite skipped (too few devices)
-        failures+=("$name at k=$k with $vars (exit $rc): $( (grep -E '^\[  FAILED  \] [A-Za-z]' "$log" | head -4; tail -2 "$log") | tr '\n' ' ' | cut -c1-400)")
+        failures+=("$name at k=$k with $vars (exit $rc): $(failed_cases "$log")")
       fi
     done
   }
