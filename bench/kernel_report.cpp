@@ -99,13 +99,16 @@ int main(int argc, char** argv) {
         static_cast<double>(copy_elems) * 4 / (1 << 20), d.str().c_str(), devs[1].str().c_str(),
         copy_t * 1e6, copy_bw / 1e9);
 
+    // The jitted rows' Arrays live on device d alone; block() is the Tensor a row waits for.
+    const Mesh one = make_mesh({1}, {"d"}, std::vector<Device>{d});
+    const NamedSharding rep(one, P());
+    auto block = [](const Array& a) { return a.addressable_shards().front().data; };
+
     // One hidden layer of the seed step, relu(x @ W + b): eager (the product, then the fused
     // bias add and relu) and jitted (where the platform fuses epilogues: one product call).
     std::printf("| one layer | eager | jit | jit / eager | epilogue fused |\n");
     std::printf("| --- | --- | --- | --- | --- |\n");
     for (Precision prec : {Precision::highest, Precision::tf32}) {
-      const Mesh one = make_mesh({1}, {"d"}, std::vector<Device>{d});
-      const NamedSharding rep(one, P());
       const Array xa = device_put(random::normal(random::key(30), {rows, cols}, d), rep);
       const Array wa = device_put(random::normal(random::key(31), {cols, cols}, d), rep);
       const Array ba = device_put(random::normal(random::key(32), {cols}, d), rep);
@@ -113,7 +116,6 @@ int main(int argc, char** argv) {
         return relu(matmul(x, w, OpOptions{.precision = prec}) + b);
       };
       auto jit_layer = jit(layer);
-      auto block = [](const Array& a) { return a.addressable_shards().front().data; };
       const std::string text = jit_layer.lower(xa, wa, ba).as_text();
       const bool fused = text.find("carry their layer's bias add") != std::string::npos;
       const double f = 2.0 * static_cast<double>(rows * cols * cols);
@@ -166,15 +168,12 @@ int main(int argc, char** argv) {
     // jitted (one fused kernel where the platform fuses: cuda), on one device; bytes are the
     // fused kernel's (what the pair must move at least).
     {
-      const Mesh one = make_mesh({1}, {"d"}, std::vector<Device>{d});
-      const NamedSharding rep(one, P());
       const Array xa = device_put(x, rep), ya = device_put(y, rep), ba = device_put(bias, rep);
       auto bias_relu = [](const Array& a, const Array& b) { return relu(a + b); };
       const Array zero = full({}, 0.0, DType::f32, rep);  // relu's gradient's scalar, as autodiff
       auto relu_grad = [zero](const Array& a, const Array& g) { return where(a > 0.0, g, zero); };
       auto jit_bias_relu = jit(bias_relu);
       auto jit_relu_grad = jit(relu_grad);
-      auto block = [](const Array& a) { return a.addressable_shards().front().data; };
       struct Pair {
         const char* name;
         std::function<Tensor()> op;
