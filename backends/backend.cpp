@@ -59,6 +59,38 @@ void Backend::compare_select(int device, BinaryOp cmp, DType in, DType dtype,
   select(device, dtype, shape, Strided{t->data(), core::dense_strides(shape)}, a, b, y);
 }
 
+void Backend::elementwise_chain(int device, const ElementwiseChain& chain,
+                                const std::vector<int64_t>& shape,
+                                const std::vector<Strided>& inputs, void* y) {
+  const std::vector<int64_t> dense = core::dense_strides(shape);
+  const auto n = static_cast<size_t>(shape_size(shape));
+  std::vector<std::shared_ptr<Buffer>> temps(chain.ops.size());
+  auto value = [&](int v) {
+    return v < chain.inputs ? inputs[static_cast<size_t>(v)]
+                            : Strided{temps[static_cast<size_t>(v - chain.inputs)]->data(), dense};
+  };
+  for (size_t i = 0; i < chain.ops.size(); ++i) {
+    const ChainOp& o = chain.ops[i];
+    void* out = y;
+    if (i + 1 < chain.ops.size()) {
+      temps[i] = allocate(device, n * dtype_size(o.out));
+      out = temps[i]->data();
+    }
+    switch (o.kind) {
+      case ChainOp::Kind::unary:
+        unary(device, static_cast<UnaryOp>(o.op), o.in, o.out, shape, value(o.src[0]), out);
+        break;
+      case ChainOp::Kind::binary:
+        binary(device, static_cast<BinaryOp>(o.op), o.in, o.out, shape, value(o.src[0]),
+               value(o.src[1]), out);
+        break;
+      case ChainOp::Kind::select:
+        select(device, o.out, shape, value(o.src[0]), value(o.src[1]), value(o.src[2]), out);
+        break;
+    }
+  }
+}
+
 void Backend::matmul_bias(int device, DType dtype, int64_t m, int64_t n, int64_t k, const void* a,
                           bool trans_a, const void* b, bool trans_b, Precision precision,
                           const void* bias, bool relu, void* y) {

@@ -49,6 +49,32 @@ struct DeviceCopy {
   size_t height;
 };
 
+// An elementwise chain (Backend::elementwise_chain): ops over values, each the result of one
+// elementwise kernel as its own call computes it. Values 0 .. inputs-1 are the chain's inputs;
+// value inputs + i is op i's result, an intermediate the chain never writes to memory; the last
+// op's result is the chain's output. Every value has the output's shape (inputs read through
+// their Strided, intermediates element for element).
+struct ChainOp {
+  enum class Kind : uint8_t { unary, binary, select };
+  Kind kind = Kind::unary;
+  int op = 0;  // UnaryOp (unary: copy with in != out is astype) or BinaryOp (binary)
+  // unary/binary: as the kernel's (comparisons write bool); select: the values' dtype in both
+  // (its condition, src[0], is bool).
+  DType in = DType::f32, out = DType::f32;
+  int src[3] = {0, 0, 0};  // unary reads src[0], binary src[0..1], select src[0..2]
+};
+
+struct ElementwiseChain {
+  int inputs = 0;
+  std::vector<DType> input_dtypes;  // per input
+  std::vector<ChainOp> ops;         // in order; the last one's result is the output
+  // The dtype of value v (an input's, or the op's output).
+  DType value_dtype(int v) const {
+    return v < inputs ? input_dtypes[static_cast<size_t>(v)]
+                      : ops[static_cast<size_t>(v - inputs)].out;
+  }
+};
+
 // A block of one device's memory, freed by its backend when the last reference goes.
 // Bytes held by live Buffers, process-wide, and the most held at once since the last reset.
 void note_buffer_bytes(int64_t delta);
@@ -142,6 +168,17 @@ class Backend {
   virtual void compare_select(int device, BinaryOp cmp, DType in, DType dtype,
                               const std::vector<int64_t>& shape, const Strided& x0,
                               const Strided& x1, const Strided& a, const Strided& b, void* y);
+  // An elementwise chain in one call (jit's compiled steps: fuse_elementwise_chains in
+  // runtime/detail/kernel_tape.h): y = the chain's last value over `shape`, from `inputs` (one per
+  // chain input), with the bits of its ops run one after the other as their own kernels. y is
+  // dense and overlaps no input, except one read only densely, where it writes (a donated
+  // operand updated in place). The default runs the ops as their kernels through temporaries; a
+  // platform that keeps the intermediates out of memory overrides it and says which chains it
+  // takes with fuses_chain() (jit fuses only those).
+  virtual void elementwise_chain(int device, const ElementwiseChain& chain,
+                                 const std::vector<int64_t>& shape,
+                                 const std::vector<Strided>& inputs, void* y);
+  virtual bool fuses_chain(const ElementwiseChain& /*chain*/) const { return false; }
   // A layer's product and its epilogue in one call (jit's compiled steps): y = a @ b + bias, then
   // relu when `relu`, for one row-major (m, n) float product (matmul_prec's operands, transposes
   // and precision) whose every row gets the n elements of `bias` added. The default runs the

@@ -86,6 +86,13 @@ const std::vector<Variable>& variables() {
       {"MESHRT_CUDA_GRAPHS", "0, 1", "0",
        "1: jit's compiled steps on cuda are captured as CUDA graphs where their addresses repeat "
        "(the second call that meets them) and launched as one graph per step and device"},
+      {"MESHRT_CUDA_FUSION", "pairs, chains", "pairs",
+       "chains: jit fuses every chain of elementwise kernels (any length, any dtype the GPU kernel "
+       "takes) into one kernel on cuda; pairs: only a bias add with relu and a comparison with "
+       "its select"},
+      {"MESHRT_JIT_FUSION", "0, 1", "1",
+       "0: jit fuses no kernels (no elementwise chains or pairs, no product epilogues), for "
+       "comparisons and to rule fusion in or out"},
       {"MESHRT_SHARDING", "auto, explicit", "auto",
        "explicit: an implicit reshard in a global-view op is an error"},
       {"MESHRT_MATMUL_PLACEMENT", "cheapest, jax", "cheapest",
@@ -183,6 +190,12 @@ bool cuda_fibers() {
 }
 
 bool cuda_graphs() { return flag("MESHRT_CUDA_GRAPHS", "cuda"); }
+
+bool cuda_fusion_chains() {
+  return choice("MESHRT_CUDA_FUSION", "cuda", {"pairs", "chains"}) == "chains";
+}
+
+bool jit_fusion() { return choice("MESHRT_JIT_FUSION", "jit", {"1", "0"}) == "1"; }
 
 bool cuda_matmul_lt() { return choice("MESHRT_CUDA_MATMUL", "cuda", {"cublas", "lt"}) == "lt"; }
 

@@ -58,6 +58,12 @@ bool cuda_matmul_lt();
 // MESHRT_CUDA_GRAPHS: 0 (default) or 1: jit's compiled steps on cuda as CUDA graphs
 // (backends/cuda/graphs.cpp).
 bool cuda_graphs();
+// MESHRT_CUDA_FUSION: "pairs" (default: jit fuses a bias add with relu and a comparison with its
+// select) or "chains" (every elementwise chain the GPU kernel takes:
+// backends/cuda/chain_kernels.cu).
+bool cuda_fusion_chains();
+// MESHRT_JIT_FUSION: 1 (default) or 0: jit fuses no kernels at all (for comparisons).
+bool jit_fusion();
 // MESHRT_CUDA_EXECUTOR: "threads" (default: a host thread per logical device) or "fibers" (one
 // GPU's logical devices as fibers on one thread, core/threads/fiber_executor.h): true for fibers.
 bool cuda_fibers();
