@@ -60,8 +60,8 @@ void Backend::compare_select(int device, BinaryOp cmp, DType in, DType dtype,
 }
 
 void Backend::elementwise_chain(int device, const ElementwiseChain& chain,
-                                const std::vector<int64_t>& shape,
-                                const std::vector<Strided>& inputs, void* y) {
+                                const std::vector<int64_t>& shape, std::span<const Strided> inputs,
+                                void* y) {
   const std::vector<int64_t> dense = core::dense_strides(shape);
   const auto n = static_cast<size_t>(shape_size(shape));
   std::vector<std::shared_ptr<Buffer>> temps(chain.ops.size());

@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <span>
 #include <string>
 #include <string_view>
 #include <type_traits>
@@ -62,6 +63,7 @@ struct ChainOp {
   // (its condition, src[0], is bool).
   DType in = DType::f32, out = DType::f32;
   int src[3] = {0, 0, 0};  // unary reads src[0], binary src[0..1], select src[0..2]
+  int reads() const { return kind == Kind::unary ? 1 : kind == Kind::binary ? 2 : 3; }
 };
 
 struct ElementwiseChain {
@@ -176,8 +178,8 @@ class Backend {
   // platform that keeps the intermediates out of memory overrides it and says which chains it
   // takes with fuses_chain() (jit fuses only those).
   virtual void elementwise_chain(int device, const ElementwiseChain& chain,
-                                 const std::vector<int64_t>& shape,
-                                 const std::vector<Strided>& inputs, void* y);
+                                 const std::vector<int64_t>& shape, std::span<const Strided> inputs,
+                                 void* y);
   virtual bool fuses_chain(const ElementwiseChain& /*chain*/) const { return false; }
   // A layer's product and its epilogue in one call (jit's compiled steps): y = a @ b + bias, then
   // relu when `relu`, for one row-major (m, n) float product (matmul_prec's operands, transposes

@@ -1,12 +1,14 @@
 // jit's fusion pass: two consecutive compiled device-local steps whose link is a value only the
-// second reads become one step, when the merged kernel program has an elementwise pair or a
-// product's epilogue to fuse (runtime/detail/kernel_tape.h, fuse_elementwise_pairs,
-// fuse_matmul_epilogues): a layer's bias add and relu, relu's gradient's comparison and select,
-// a layer's product with its bias add (and relu). Only on platforms with fused kernels (cuda).
+// second reads become one step, when the merged kernel program has kernels to fuse
+// (runtime/detail/kernel_tape.h, fuse_kernels): elementwise chains (every platform that fuses
+// them: cpu, and cuda under MESHRT_CUDA_FUSION=chains), a layer's bias add and relu and relu's
+// gradient's comparison and select (cuda's pairs), a layer's product with its bias add (and
+// relu) (cuda under MESHRT_CUDA_MATMUL=lt). MESHRT_JIT_FUSION=0 turns it off.
 #include <algorithm>
 #include <utility>
 #include <vector>
 
+#include "core/config.h"
 #include "global/jit_ir.h"
 #include "runtime/detail/platform.h"
 
@@ -94,50 +96,52 @@ bool fusable_steps(const JitStep& a, const JitStep& b) {
 }  // namespace
 
 int jit_fuse_steps(JitProgram& p) {
+  if (!config::jit_fusion()) return 0;
   int merged = 0;
-  for (size_t i = 0; i + 1 < p.steps.size();) {
-    JitStep& a = p.steps[i];
-    JitStep& b = p.steps[i + 1];
-    // By platform, not by device: every process of a job plans the same steps.
-    const bool steps = fusable_steps(a, b);
-    const backend::Backend* be = steps ? &backend_of(a.mesh->devices().front().kind()) : nullptr;
-    const bool pairs = be != nullptr && be->fuses_pairs();
-    const bool epilogues = be != nullptr && be->fuses_matmul_bias();
-    const int link = pairs || epilogues ? sole_link(p, i) : -1;
-    if (link < 0) {
-      ++i;
-      continue;
+  // Passes until nothing merges: a merge can link the step before it to the merged one (the
+  // two sides of a + b, each a chain of its own).
+  for (bool again = true; again;) {
+    again = false;
+    for (size_t i = 0; i + 1 < p.steps.size();) {
+      JitStep& a = p.steps[i];
+      JitStep& b = p.steps[i + 1];
+      const int link = fusable_steps(a, b) ? sole_link(p, i) : -1;
+      if (link < 0) {
+        ++i;
+        continue;
+      }
+      // By platform, not by device: every process of a job plans the same steps.
+      const backend::Backend& be = backend_of(a.mesh->devices().front().kind());
+      KernelProgram prog = merged_program(*a.kernels(), *b.kernels(), link);
+      if (fuse_kernels(prog, be) == 0) {
+        ++i;
+        continue;
+      }
+      const LocalStep& la = *a.local();
+      const LocalStep& lb = *b.local();
+      LocalStep l;
+      l.concurrent = la.concurrent || lb.concurrent;
+      l.kernels = std::make_shared<const KernelProgram>(std::move(prog));
+      const size_t na = a.in.size();
+      l.fn = [fa = la.fn, fb = lb.fn, na, link](const std::vector<Tensor>& in) {
+        const std::vector<Tensor> ia(in.begin(), in.begin() + static_cast<std::ptrdiff_t>(na));
+        std::vector<Tensor> ib(in.begin() + static_cast<std::ptrdiff_t>(na), in.end());
+        ib.insert(ib.begin() + link, fa(ia).front());
+        return fb(ib);
+      };
+      JitStep s;
+      s.op = std::move(l);
+      s.mesh = a.mesh;
+      s.in = a.in;
+      for (size_t o = 0; o < b.in.size(); ++o) {
+        if (static_cast<int>(o) != link) s.in.push_back(b.in[o]);
+      }
+      s.out = b.out;
+      p.steps[i] = std::move(s);
+      p.steps.erase(p.steps.begin() + static_cast<std::ptrdiff_t>(i) + 1);
+      ++merged;
+      again = true;
     }
-    KernelProgram prog = merged_program(*a.kernels(), *b.kernels(), link);
-    const int fusions =
-        (pairs ? fuse_elementwise_pairs(prog) : 0) + (epilogues ? fuse_matmul_epilogues(prog) : 0);
-    if (fusions == 0) {
-      ++i;
-      continue;
-    }
-    const LocalStep& la = *a.local();
-    const LocalStep& lb = *b.local();
-    LocalStep l;
-    l.concurrent = la.concurrent || lb.concurrent;
-    l.kernels = std::make_shared<const KernelProgram>(std::move(prog));
-    const size_t na = a.in.size();
-    l.fn = [fa = la.fn, fb = lb.fn, na, link](const std::vector<Tensor>& in) {
-      const std::vector<Tensor> ia(in.begin(), in.begin() + static_cast<std::ptrdiff_t>(na));
-      std::vector<Tensor> ib(in.begin() + static_cast<std::ptrdiff_t>(na), in.end());
-      ib.insert(ib.begin() + link, fa(ia).front());
-      return fb(ib);
-    };
-    JitStep s;
-    s.op = std::move(l);
-    s.mesh = a.mesh;
-    s.in = a.in;
-    for (size_t o = 0; o < b.in.size(); ++o) {
-      if (static_cast<int>(o) != link) s.in.push_back(b.in[o]);
-    }
-    s.out = b.out;
-    p.steps[i] = std::move(s);
-    p.steps.erase(p.steps.begin() + static_cast<std::ptrdiff_t>(i) + 1);
-    ++merged;
   }
   return merged;
 }

@@ -60,7 +60,8 @@ std::string jit_text(const JitProgram& p, const std::vector<bool>& donated) {
         break;
     }
   }
-  size_t compiled = 0, kernels = 0, fused = 0, epilogues = 0, buffers = 0, buffer_bytes = 0;
+  size_t compiled = 0, kernels = 0, fused = 0, epilogues = 0, chains = 0, chained = 0, buffers = 0,
+         buffer_bytes = 0;
   std::map<std::string, size_t> why_not;  // of device-local steps not compiled
   for (const JitStep& st : p.steps) {
     collectives += st.blocks() != nullptr ? 1 : 0;
@@ -71,6 +72,10 @@ std::string jit_text(const JitProgram& p, const std::vector<bool>& donated) {
         using K = detail::KernelCall::Kind;
         fused += c.kind == K::binary_unary || c.kind == K::compare_select ? 1 : 0;
         epilogues += c.kind == K::matmul_bias ? 1 : 0;
+        if (c.kind == K::chain) {
+          ++chains;
+          chained += c.chain->ops.size();
+        }
       }
     } else if (const LocalStep* l = st.local()) {
       ++why_not[l->why_not.empty() ? "not recorded" : l->why_not];
@@ -103,6 +108,11 @@ std::string jit_text(const JitProgram& p, const std::vector<bool>& donated) {
     s += cat("  fused: ", fused,
              " kernel calls are fused elementwise pairs (bias add + relu, comparison + select), "
              "with the pairs' bits\n");
+  }
+  if (chains != 0) {
+    s += cat("  fused: ", chains, " elementwise chains of ", chained,
+             " kernels in all, each one call whose intermediates stay out of memory, with the "
+             "kernels' bits\n");
   }
   if (epilogues != 0) {
     s += cat("  fused: ", epilogues,

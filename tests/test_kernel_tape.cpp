@@ -3,8 +3,11 @@
 #include <gtest/gtest.h>
 #include <meshrt/meshrt.h>
 
+#include <cstdlib>
 #include <cstring>
+#include <limits>
 #include <memory>
+#include <stdexcept>
 #include <vector>
 
 #include "runtime/detail/kernel_tape.h"
@@ -97,6 +100,16 @@ TEST(KernelTape, SlicesAndConcatenationsCopyInsideTheDevice) {
   expect_reproduces(fn, {vec(ramp(16, 0.5f, 0.0f), {4, 4})}, {vec(ramp(16, -1.5f, 2.0f), {4, 4})});
 }
 
+// Recordings without any fusion (MESHRT_JIT_FUSION=0) while it lives: the tests of one fusion
+// pass run it on the kernels as recorded.
+class Unfused {
+ public:
+  Unfused() { setenv("MESHRT_JIT_FUSION", "0", 1); }
+  Unfused(const Unfused&) = delete;
+  Unfused& operator=(const Unfused&) = delete;
+  ~Unfused() { unsetenv("MESHRT_JIT_FUSION"); }
+};
+
 int count_kind(const KernelProgram& p, detail::KernelCall::Kind k) {
   int n = 0;
   for (const detail::KernelCall& c : p.calls) n += c.kind == k ? 1 : 0;
@@ -119,10 +132,11 @@ TEST(KernelTape, FusesBiasReluAndReluGradientPairs) {
   const std::vector<Tensor> b = {
       vec(ramp(6 * 5, -0.4f, 1.5f), {6, 5}), vec(ramp(5 * 7, 0.7f, -3.0f), {5, 7}),
       vec(ramp(7, -0.25f, 0.5f), {7}), vec(ramp(42, 0.1f, 1.0f), {6, 7})};
+  const Unfused unfused;
   KernelRecord r = record_kernels(fn, a);
   ASSERT_NE(r.program, nullptr) << r.why_not;
-  // cpu has no fused kernels, so the recording keeps the pairs; the pass runs on a copy here
-  // (the backend's defaults run a fused call as its two kernels).
+  // cpu fuses chains, not pairs: the pass runs on a copy of the unfused recording here (the
+  // backend's defaults run a fused call as its two kernels).
   EXPECT_EQ(count_kind(*r.program, K::binary_unary), 0);
   KernelProgram fused = *r.program;
   EXPECT_EQ(detail::fuse_elementwise_pairs(fused), 2);
@@ -154,6 +168,7 @@ TEST(KernelTape, KeepsPairsWhoseIntermediateIsNeeded) {
   };
   const std::vector<Tensor> ops = {vec(ramp(12, 0.5f, -2.0f), {3, 4}),
                                    vec(ramp(12, -0.25f, 1.0f), {3, 4})};
+  const Unfused unfused;
   for (const Fn& fn : {result, two_readers}) {
     KernelRecord r = record_kernels(fn, ops);
     ASSERT_NE(r.program, nullptr) << r.why_not;
@@ -207,12 +222,13 @@ TEST(KernelTape, FusesProductsWithTheirBiasAddAndRelu) {
   const std::vector<Tensor> b = {vec(ramp(6 * 5, -0.4f, 1.5f), {6, 5}),
                                  vec(ramp(5 * 7, 0.7f, -3.0f), {5, 7}),
                                  vec(ramp(7, -0.25f, 0.5f), {7})};
+  const Unfused unfused;
   for (const Case& c : cases) {
     SCOPED_TRACE(c.what);
     KernelRecord r = record_kernels(c.fn, a);
     ASSERT_NE(r.program, nullptr) << r.why_not;
-    // cpu fuses nothing itself, so the recording keeps the product apart; the passes run on a
-    // copy here.
+    // cpu does not fuse epilogues, and the recording here fuses nothing: the passes run on a
+    // copy.
     EXPECT_EQ(count_kind(*r.program, K::matmul_bias), 0);
     KernelProgram fused = *r.program;
     if (c.pairs_first) (void)detail::fuse_elementwise_pairs(fused);
@@ -273,6 +289,7 @@ TEST(KernelTape, KeepsProductsThatAreNotALayersBiasAdd) {
   const std::vector<Tensor> ops = {vec(ramp(6 * 5, 0.3f, -2.0f), {6, 5}),
                                    vec(ramp(5 * 7, -0.2f, 1.0f), {5, 7}),
                                    vec(ramp(7, 0.5f, -1.0f), {7})};
+  const Unfused unfused;
   for (const auto& [what, fn] : cases) {
     SCOPED_TRACE(what);
     KernelRecord r = record_kernels(fn, ops);
@@ -284,8 +301,159 @@ TEST(KernelTape, KeepsProductsThatAreNotALayersBiasAdd) {
   }
 }
 
+// Chains of elementwise kernels become one call each on cpu (a cache-sized tile at a time), kept
+// by the recording only with fn's bits, and give fn's bits on other operands too: float32,
+// float64, bfloat16 casts, int32 wraparound, bool intermediates, broadcasts, a transposed read,
+// tiles that split rows and the last dimension, a rank-0 chain, NaN and infinities.
+TEST(KernelTape, FusesElementwiseChainsWithTheKernelsBits) {
+  using K = detail::KernelCall::Kind;
+  struct Case {
+    const char* what;
+    Fn fn;
+    std::vector<Shape> shapes;  // the operands'
+    int chains;                 // chain calls in the recording
+    int unfused_calls;          // elementwise calls the chains replace
+  };
+  const std::vector<Case> cases = {
+      {"adam's update (three results; the moments are results, so read back)",
+       [](const std::vector<Tensor>& t) {
+         Tensor m = 0.9 * t[1] + 0.1 * t[3];
+         Tensor v = 0.999 * t[2] + 0.001 * (t[3] * t[3]);
+         Tensor p = t[0] - 0.01 * (m / (sqrt(v) + 1e-8));
+         return std::vector<Tensor>{p, m, v};
+       },
+       {{70, 130}, {70, 130}, {70, 130}, {70, 130}},
+       3,
+       12},
+      {"a long last dimension, split across tiles",
+       [](const std::vector<Tensor>& t) {
+         return std::vector<Tensor>{tanh(t[0] * 0.5 + t[1]) * t[1] - 1.0};
+       },
+       {{3, 10000}, {3, 10000}},
+       1,
+       5},
+      {"a row and a middle broadcast, a transposed read",
+       [](const std::vector<Tensor>& t) {
+         Tensor x = t[0] + reshape(t[1], {4, 1, 60});
+         return std::vector<Tensor>{relu(x * t[2] - 0.25)};
+       },
+       {{4, 50, 60}, {4, 60}, {60}},
+       1,
+       4},
+      {"a transposed operand",
+       [](const std::vector<Tensor>& t) {
+         return std::vector<Tensor>{exp(transpose(t[0]) * 0.5) + t[1]};
+       },
+       {{90, 80}, {80, 90}},
+       1,
+       4},
+      {"a comparison only a select reads, and a negation",
+       [](const std::vector<Tensor>& t) {
+         return std::vector<Tensor>{where(t[0] > t[1], t[0] * 2.0, -t[1]) / 3.0};
+       },
+       {{33, 257}, {33, 257}},
+       1,
+       5},
+      {"bfloat16, float64 and int32 casts",
+       [](const std::vector<Tensor>& t) {
+         Tensor h = astype(astype(t[0], DType::bf16) * 3.0, DType::f32);
+         Tensor d = astype(t[1], DType::f64) / 7.0 + 1.0;
+         Tensor i = astype(t[0] * 1000.0, DType::i32);
+         Tensor w = i * 2147483 + 1000000007;  // wraps
+         return std::vector<Tensor>{h + 1.0, d * d, w};
+       },
+       {{40, 40}, {40, 40}},
+       3,
+       12},
+      {"a rank-0 chain after a reduction",
+       [](const std::vector<Tensor>& t) {
+         return std::vector<Tensor>{sqrt(sum(t[0]) * 2.0 + 1.0)};
+       },
+       {{5, 7}},
+       1,
+       3},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.what);
+    std::vector<Tensor> a, b;
+    for (size_t i = 0; i < c.shapes.size(); ++i) {
+      const int64_t n = shape_size(c.shapes[i]);
+      std::vector<float> va = ramp(n, 0.37f + 0.1f * static_cast<float>(i), -2.0f);
+      std::vector<float> vb = ramp(n, -0.61f, 1.5f + static_cast<float>(i));
+      // NaN, infinities and zeros (0 / 0, sqrt of negatives, x / 0) in the second set.
+      vb[0] = std::numeric_limits<float>::quiet_NaN();
+      vb[1 % vb.size()] = std::numeric_limits<float>::infinity();
+      vb[2 % vb.size()] = -std::numeric_limits<float>::infinity();
+      vb[3 % vb.size()] = 0.0f;
+      a.push_back(vec(va, c.shapes[i]));
+      b.push_back(vec(vb, c.shapes[i]));
+    }
+    // Fused: recorded with the cpu's chains.
+    KernelRecord r = record_kernels(c.fn, a);
+    ASSERT_NE(r.program, nullptr) << r.why_not;
+    EXPECT_EQ(count_kind(*r.program, K::chain), c.chains);
+    int chained = 0;
+    for (const detail::KernelCall& call : r.program->calls) {
+      if (call.kind == K::chain) chained += static_cast<int>(call.chain->ops.size());
+    }
+    EXPECT_EQ(chained, c.unfused_calls);
+    for (const auto& ops : {a, b}) {
+      const std::vector<Tensor> want = c.fn(ops);
+      const std::vector<std::vector<char>> got = run(*r.program, ops);
+      ASSERT_EQ(got.size(), want.size());
+      for (size_t i = 0; i < want.size(); ++i) {
+        ASSERT_EQ(got[i].size(), want[i].nbytes());
+        EXPECT_EQ(0, std::memcmp(got[i].data(), want[i].data(), got[i].size())) << "result " << i;
+      }
+    }
+    // Unfused: the same calls, one per kernel.
+    const Unfused unfused;
+    KernelRecord plain = record_kernels(c.fn, a);
+    ASSERT_NE(plain.program, nullptr) << plain.why_not;
+    EXPECT_EQ(count_kind(*plain.program, K::chain), 0);
+    EXPECT_EQ(plain.program->calls.size(),
+              r.program->calls.size() + static_cast<size_t>(c.unfused_calls - c.chains));
+  }
+}
+
+// Intermediates something else needs stay in memory (a result, or read by two calls); float16
+// division, whose reciprocal path depends on the whole shape's broadcast, stays apart on cpu.
+TEST(KernelTape, ChainsKeepWhatOthersRead) {
+  using K = detail::KernelCall::Kind;
+  const std::vector<Tensor> ops = {vec(ramp(12, 0.5f, -2.0f), {3, 4}),
+                                   vec(ramp(12, -0.25f, 1.0f), {3, 4})};
+  // z feeds two calls: chains end at it (z + 1 and z * 2 each start their own).
+  Fn shared = [](const std::vector<Tensor>& t) {
+    Tensor z = exp(t[0] + t[1]);
+    return std::vector<Tensor>{(z + 1.0) * (z * 2.0)};
+  };
+  KernelRecord r = record_kernels(shared, ops);
+  ASSERT_NE(r.program, nullptr) << r.why_not;
+  // add -> exp: one chain writing z; z + 1 with z * 2 -> multiply: one chain (z read once).
+  EXPECT_EQ(count_kind(*r.program, K::chain), 2);
+  for (const detail::KernelCall& call : r.program->calls) {
+    if (call.kind == K::chain) EXPECT_LE(call.chain->ops.size(), 4u);
+  }
+  expect_reproduces(shared, ops, {vec(ramp(12, 0.125f, 1.0f), {3, 4}), ops[0]});
+  Fn halves = [](const std::vector<Tensor>& t) {
+    Tensor h = astype(t[0], DType::f16);
+    return std::vector<Tensor>{(h / astype(t[1], DType::f16)) + 1.0};
+  };
+  KernelRecord f16 = record_kernels(halves, ops);
+  ASSERT_NE(f16.program, nullptr) << f16.why_not;
+  for (const detail::KernelCall& call : f16.program->calls) {
+    if (call.kind != K::chain) continue;
+    for (const backend::ChainOp& o : call.chain->ops) {
+      EXPECT_FALSE(o.kind == backend::ChainOp::Kind::binary &&
+                   o.op == static_cast<int>(backend::BinaryOp::div) && o.in == DType::f16);
+    }
+  }
+  expect_reproduces(halves, ops, {ops[1], ops[0]});
+}
+
 // Whether fn's only result may be written into operand `o`'s buffer (jit's in-place donation).
 bool result_may_take(const Fn& fn, const std::vector<Tensor>& operands, int o) {
+  const Unfused unfused;
   KernelRecord r = record_kernels(fn, operands);
   if (r.program == nullptr) throw std::runtime_error(r.why_not);
   const KernelProgram& p = *r.program;
@@ -341,6 +509,35 @@ TEST(KernelTape, WhichOperandsAResultMayOverwrite) {
     return std::vector<Tensor>{pad(t[0], {{1, 0}, {0, 0}}, 0.0)};
   };
   EXPECT_FALSE(result_may_take(padded, {w}, 0));
+}
+
+// A chain may write over an operand it reads only element for element where it writes.
+TEST(KernelTape, WhichOperandsAChainMayOverwrite) {
+  auto may_take = [](const Fn& fn, const std::vector<Tensor>& operands, int o) {
+    KernelRecord r = record_kernels(fn, operands);
+    if (r.program == nullptr) throw std::runtime_error(r.why_not);
+    const KernelProgram& p = *r.program;
+    EXPECT_EQ(count_kind(p, detail::KernelCall::Kind::chain), 1);
+    return p.may_write_over(o, static_cast<size_t>(p.results.at(0).slot - p.operands));
+  };
+  const Tensor w = vec(ramp(64, 0.5f, -2), {8, 8}), g = vec(ramp(64, 0.25f, 1), {8, 8});
+  Fn update = [](const std::vector<Tensor>& t) {
+    return std::vector<Tensor>{t[0] - 0.5 * (t[1] * t[1])};
+  };
+  EXPECT_TRUE(may_take(update, {w, g}, 0));
+  EXPECT_TRUE(may_take(update, {w, g}, 1));
+  // Read transposed inside the chain: other elements than the tile writes.
+  Fn shifted = [](const std::vector<Tensor>& t) {
+    return std::vector<Tensor>{transpose(t[0]) * 2.0 + 1.0};
+  };
+  EXPECT_FALSE(may_take(shifted, {w}, 0));
+  // A bool operand under a float32 result.
+  const Tensor mask = w > g;
+  Fn selected = [](const std::vector<Tensor>& t) {
+    return std::vector<Tensor>{where(t[1], t[0], t[0] * 0.5) + 1.0};
+  };
+  EXPECT_TRUE(may_take(selected, {w, mask}, 0));
+  EXPECT_FALSE(may_take(selected, {w, mask}, 1));
 }
 
 TEST(KernelTape, RefusesHostData) {

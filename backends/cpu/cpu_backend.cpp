@@ -94,6 +94,14 @@ class CpuBackend final : public backend::Backend {
               const backend::Strided& a, const backend::Strided& b, void* y) override {
     cpu::binary(op, in, out, shape, a, b, y);
   }
+  void elementwise_chain(int, const backend::ElementwiseChain& chain,
+                         const std::vector<int64_t>& shape,
+                         std::span<const backend::Strided> inputs, void* y) override {
+    cpu::elementwise_chain(chain, shape, inputs, y);
+  }
+  bool fuses_chain(const backend::ElementwiseChain& chain) const override {
+    return cpu::chain_takes(chain);
+  }
   void select(int, DType dtype, const std::vector<int64_t>& shape, const backend::Strided& cond,
               const backend::Strided& a, const backend::Strided& b, void* y) override {
     cpu::select(dtype, shape, cond, a, b, y);

@@ -4,7 +4,9 @@
 #include <atomic>
 #include <cstring>
 #include <optional>
+#include <span>
 
+#include "core/config.h"
 #include "core/strings.h"
 #include "runtime/detail/platform.h"
 #include "runtime/detail/trace.h"
@@ -409,6 +411,13 @@ void KernelProgram::run(backend::Backend& be, int device, char* const* base,
                           x[2], x[3], at(c.dst));
         break;
       }
+      case KernelCall::Kind::chain: {
+        Strided* x = &scratch[static_cast<size_t>(c.strided)];
+        for (int j = 0; j < c.nsrc; ++j) x[j].data = at(c.src[j]);
+        be.elementwise_chain(device, *c.chain, c.shape,
+                             std::span<const Strided>(x, static_cast<size_t>(c.nsrc)), at(c.dst));
+        break;
+      }
       case KernelCall::Kind::copy:
         be.copy_2d(at(c.dst), device, static_cast<size_t>(c.arg[2]), at(c.src[0]), device,
                    static_cast<size_t>(c.arg[3]), static_cast<size_t>(c.arg[0]),
@@ -452,10 +461,15 @@ bool KernelProgram::may_write_over(int operand, size_t temp) const {
     // (compare_select reads sources of two dtypes: not taken in place.)
     const bool elementwise =
         c.kind == KernelCall::Kind::unary || c.kind == KernelCall::Kind::binary ||
-        c.kind == KernelCall::Kind::select || c.kind == KernelCall::Kind::binary_unary;
+        c.kind == KernelCall::Kind::select || c.kind == KernelCall::Kind::binary_unary ||
+        c.kind == KernelCall::Kind::chain;
     if (!elementwise || c.src[j].offset != c.dst.offset) return false;
-    // select's condition (bool) is source 0; its values and result share one dtype.
-    const DType in = c.kind == KernelCall::Kind::select && j == 0 ? DType::bool_ : c.in;
+    // select's condition (bool) is source 0; its values and result share one dtype. A chain's
+    // inputs have their own dtypes.
+    const DType in = c.kind == KernelCall::Kind::chain
+                         ? c.chain->input_dtypes[static_cast<size_t>(j)]
+                     : c.kind == KernelCall::Kind::select && j == 0 ? DType::bool_
+                                                                    : c.in;
     if (dtype_size(in) != dtype_size(c.out)) return false;
     const std::vector<int64_t>& st = strides[static_cast<size_t>(c.strided + j)];
     int64_t expect = 1;
@@ -520,9 +534,9 @@ std::optional<KernelCall> fuse_pair(KernelProgram& p, const KernelCall& a, const
   return std::nullopt;
 }
 
-// The one call after call `i` that reads what call i writes, when that is a temporary, not a
-// result, read by nothing else, and nothing between the two writes it or what call i reads (a
-// fused call moves call i's reads to the reader's place); else calls.size().
+// The one call after call `i` that reads what call i writes (as one or more of its sources), when
+// that is a temporary, not a result, read by nothing else, and nothing between the two writes it or
+// what call i reads (a fused call moves call i's reads to the reader's place); else calls.size().
 size_t sole_reader(const KernelProgram& p, size_t i) {
   const std::vector<KernelCall>& calls = p.calls;
   const KernelCall& a = calls[i];
@@ -532,12 +546,13 @@ size_t sole_reader(const KernelProgram& p, size_t i) {
     if (r.slot == t) return calls.size();
   }
   size_t reader = calls.size();
-  int readers = 0;
+  int readers = 0;  // calls reading it (a call may read it as several of its sources)
   for (size_t j = i + 1; j < calls.size(); ++j) {
     for (int k = 0; k < calls[j].nsrc; ++k) {
       if (calls[j].src[k].slot == t) {
         ++readers;
         if (reader == calls.size()) reader = j;
+        break;
       }
     }
   }
@@ -606,6 +621,129 @@ std::optional<KernelCall> fuse_epilogue(const KernelProgram& p, const KernelCall
   return f;
 }
 
+bool chainable(KernelCall::Kind k) {
+  using K = KernelCall::Kind;
+  return k == K::unary || k == K::binary || k == K::select || k == K::chain;
+}
+
+// A chainable call as a chain: its ops, and its inputs' addresses and strides.
+struct ChainParts {
+  backend::ElementwiseChain chain;
+  std::vector<KernelAddr> in;
+  std::vector<std::vector<int64_t>> strides;
+};
+
+ChainParts as_chain(const KernelProgram& p, const KernelCall& c) {
+  using K = KernelCall::Kind;
+  ChainParts r;
+  if (c.kind == K::chain) {
+    r.chain = *c.chain;
+  } else {
+    backend::ChainOp o;
+    o.kind = c.kind == K::unary    ? backend::ChainOp::Kind::unary
+             : c.kind == K::binary ? backend::ChainOp::Kind::binary
+                                   : backend::ChainOp::Kind::select;
+    o.op = c.op;
+    o.in = c.in;
+    o.out = c.out;
+    r.chain.inputs = c.nsrc;
+    for (int j = 0; j < c.nsrc; ++j) {
+      o.src[j] = j;
+      r.chain.input_dtypes.push_back(c.kind == K::select && j == 0 ? DType::bool_ : c.in);
+    }
+    r.chain.ops.push_back(o);
+  }
+  for (int j = 0; j < c.nsrc; ++j) {
+    r.in.push_back(c.src[j]);
+    r.strides.push_back(p.strides[static_cast<size_t>(c.strided + j)]);
+  }
+  return r;
+}
+
+// Producer `a` and its sole reader `b` as one chain call (see fuse_elementwise_chains), or
+// nothing. Inputs reading the same address the same way are read once.
+std::optional<KernelCall> fuse_chain(KernelProgram& p, const backend::Backend& be,
+                                     const KernelCall& a, const KernelCall& b) {
+  if (!chainable(a.kind) || !chainable(b.kind) || a.shape != b.shape) return std::nullopt;
+  const ChainParts pa = as_chain(p, a), pb = as_chain(p, b);
+  ChainParts f;
+  f.chain.inputs = 0;
+  auto input = [&](const KernelAddr& at, const std::vector<int64_t>& st, DType t) {
+    for (size_t k = 0; k < f.in.size(); ++k) {
+      if (f.in[k].slot == at.slot && f.in[k].offset == at.offset && f.strides[k] == st &&
+          f.chain.input_dtypes[k] == t) {
+        return static_cast<int>(k);
+      }
+    }
+    f.in.push_back(at);
+    f.strides.push_back(st);
+    f.chain.input_dtypes.push_back(t);
+    return f.chain.inputs++;
+  };
+  std::vector<int> from_a(pa.in.size()), from_b(pb.in.size(), -1);
+  for (size_t k = 0; k < pa.in.size(); ++k) {
+    from_a[k] = input(pa.in[k], pa.strides[k], pa.chain.input_dtypes[k]);
+  }
+  bool linked = false;
+  for (size_t k = 0; k < pb.in.size(); ++k) {
+    const KernelAddr& at = pb.in[k];
+    if (at.slot != a.dst.slot) {
+      from_b[k] = input(at, pb.strides[k], pb.chain.input_dtypes[k]);
+      continue;
+    }
+    // b reads a's result: element for element, where a wrote it (an intermediate is dense).
+    if (at.offset != a.dst.offset || !dense_over(b.shape, pb.strides[k]) ||
+        pb.chain.input_dtypes[k] != pa.chain.ops.back().out) {
+      return std::nullopt;
+    }
+    linked = true;
+  }
+  if (!linked || f.chain.inputs > KernelCall::kMaxSources ||
+      pa.chain.ops.size() + pb.chain.ops.size() > kMaxChainOps) {
+    return std::nullopt;
+  }
+  // The fused call writes b's result while reading every input: not into one of them (as the
+  // unfused b may, where it reads its own destination element for element: then keep b apart).
+  for (const KernelAddr& at : f.in) {
+    if (at.slot == b.dst.slot) return std::nullopt;
+  }
+  const int n = f.chain.inputs, na = static_cast<int>(pa.chain.ops.size());
+  for (backend::ChainOp o : pa.chain.ops) {
+    for (int j = 0; j < o.reads(); ++j) {
+      int& v = o.src[j];
+      v = v < pa.chain.inputs ? from_a[static_cast<size_t>(v)] : n + (v - pa.chain.inputs);
+    }
+    f.chain.ops.push_back(o);
+  }
+  const int linked_value = n + na - 1;
+  for (backend::ChainOp o : pb.chain.ops) {
+    for (int j = 0; j < o.reads(); ++j) {
+      int& v = o.src[j];
+      if (v >= pb.chain.inputs) {
+        v = n + na + (v - pb.chain.inputs);
+      } else {
+        const int k = from_b[static_cast<size_t>(v)];
+        v = k < 0 ? linked_value : k;
+      }
+    }
+    f.chain.ops.push_back(o);
+  }
+  if (!be.fuses_chain(f.chain)) return std::nullopt;
+  KernelCall c;
+  c.kind = KernelCall::Kind::chain;
+  c.in = c.out = f.chain.ops.back().out;
+  c.shape = b.shape;
+  c.nsrc = n;
+  c.strided = static_cast<int>(p.strides.size());
+  for (int k = 0; k < n; ++k) {
+    c.src[k] = f.in[static_cast<size_t>(k)];
+    p.strides.push_back(f.strides[static_cast<size_t>(k)]);
+  }
+  c.dst = b.dst;
+  c.chain = std::make_shared<const backend::ElementwiseChain>(std::move(f.chain));
+  return c;
+}
+
 }  // namespace
 
 namespace {
@@ -655,6 +793,13 @@ int fuse_elementwise_pairs(KernelProgram& p) {
       });
 }
 
+int fuse_elementwise_chains(KernelProgram& p, const backend::Backend& be) {
+  return fuse_into_readers(p, chainable,
+                           [&be](KernelProgram& q, const KernelCall& a, const KernelCall& b) {
+                             return fuse_chain(q, be, a, b);
+                           });
+}
+
 int fuse_matmul_epilogues(KernelProgram& p) {
   // A product fused with its bias may take a relu next: fuse_into_readers offers it again.
   auto product = [](KernelCall::Kind k) {
@@ -664,6 +809,15 @@ int fuse_matmul_epilogues(KernelProgram& p) {
                            [](KernelProgram& q, const KernelCall& a, const KernelCall& b) {
                              return fuse_epilogue(q, a, b);
                            });
+}
+
+int fuse_kernels(KernelProgram& p, const backend::Backend& be) {
+  // Epilogues first: a product's bias add (and relu) then belong to the product, which a chain
+  // cannot take; then chains over the other elementwise calls; pairs where a chain was refused.
+  int fusions = be.fuses_matmul_bias() ? fuse_matmul_epilogues(p) : 0;
+  fusions += fuse_elementwise_chains(p, be);
+  if (be.fuses_pairs()) fusions += fuse_elementwise_pairs(p);
+  return fusions;
 }
 
 KernelRecord record_kernels(
@@ -697,14 +851,11 @@ KernelRecord record_kernels(
     return reproduces(q, real, dev.local_index(), operands, outs, 0x00) &&
            reproduces(q, real, dev.local_index(), operands, outs, 0xff);
   };
-  // Fused pairs and epilogues where the platform has fused kernels and the program has them,
+  // Fused epilogues, chains and pairs where the platform fuses them and the program has them,
   // kept only when they give fn's bits too.
-  const bool pairs = real.fuses_pairs(), epilogues = real.fuses_matmul_bias();
-  if (pairs || epilogues) {
+  if (config::jit_fusion()) {
     KernelProgram fused = p;
-    const int fusions = (pairs ? fuse_elementwise_pairs(fused) : 0) +
-                        (epilogues ? fuse_matmul_epilogues(fused) : 0);
-    if (fusions > 0 && checked(fused)) {
+    if (fuse_kernels(fused, real) > 0 && checked(fused)) {
       return KernelRecord{std::make_shared<const KernelProgram>(std::move(fused)), ""};
     }
   }

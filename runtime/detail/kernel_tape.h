@@ -39,7 +39,8 @@ struct KernelCall {
   // binary_unary: op2(op(src0, src1)); compare_select: op(src0, src1) ? src2 : src3 (src0/1 of
   // `in`, the rest and dst of `out`): fused pairs (fuse_elementwise_pairs). matmul_bias: src0 @
   // src1 + the row src2, relu'd when op2 is 1 (op and arg as matmul's, batch 1):
-  // fuse_matmul_epilogues.
+  // fuse_matmul_epilogues. chain: `chain`'s ops over src0 .. src(nsrc-1), its inputs, into dst
+  // (in/out: the output's dtype): fuse_elementwise_chains.
   enum class Kind : uint8_t {
     unary,
     binary,
@@ -50,15 +51,18 @@ struct KernelCall {
     copy,
     binary_unary,
     compare_select,
-    matmul_bias
+    matmul_bias,
+    chain
   };
+  // The most sources a call has (a chain's inputs).
+  static constexpr int kMaxSources = 8;
   Kind kind = Kind::unary;
   int op = 0;   // UnaryOp, BinaryOp or ReduceOp; matmul: 1 transposes a, 2 transposes b, 4 tf32
   int op2 = 0;  // binary_unary: the UnaryOp
   DType in = DType::f32, out = DType::f32;
   bool iota = false;
   int nsrc = 0;
-  KernelAddr src[4];
+  KernelAddr src[kMaxSources];
   KernelAddr dst;
   int strided = -1;  // unary/binary/select: the first of nsrc Strided scratch entries
   std::vector<int64_t> shape;
@@ -66,6 +70,7 @@ struct KernelCall {
   // spitch (bytes)
   int64_t arg[4] = {0, 0, 0, 0};
   double value = 0;
+  std::shared_ptr<const backend::ElementwiseChain> chain;  // chain: its ops
 };
 
 // An id no other KernelProgram object in this process has had: a copy takes a new one, a move
@@ -132,6 +137,16 @@ class KernelProgram {
 // where the platform has fused kernels (Backend::fuses_pairs: cuda).
 int fuse_elementwise_pairs(KernelProgram& p);
 
+// Fuses chains of elementwise calls (unary, binary, select, and chains already fused) into one
+// call each, where every intermediate is a temporary only the next call of the chain reads, all
+// of them over one shape: a chain's intermediates never reach memory (Backend::elementwise_chain:
+// cpu runs it a cache-sized tile at a time, cuda in one kernel). Each op computes as its own
+// kernel, so the bits are the unfused program's. A chain grows while the platform takes it
+// (Backend::fuses_chain) and has at most KernelCall::kMaxSources inputs and kMaxChainOps ops.
+// Returns the number of calls fused away. record_kernels and jit's step fusion apply it.
+inline constexpr size_t kMaxChainOps = 32;
+int fuse_elementwise_chains(KernelProgram& p, const backend::Backend& be);
+
 // Fuses a float32 product with the epilogue a dense layer puts after it, where the product's
 // temporary has no other reader and is not a result: `x @ W + b` (b a row added to every row of
 // the product) and `relu(x @ W + b)` (the add and relu already one binary_unary, or a fused
@@ -140,6 +155,10 @@ int fuse_elementwise_pairs(KernelProgram& p);
 // bits are the unfused program's there. Returns the number of calls fused away. record_kernels
 // and jit's step fusion apply it where the platform fuses epilogues (Backend::fuses_matmul_bias).
 int fuse_matmul_epilogues(KernelProgram& p);
+
+// Every fusion the platform `be` has, applied to `p` (epilogues, chains, pairs). Returns the
+// number of calls fused away.
+int fuse_kernels(KernelProgram& p, const backend::Backend& be);
 
 struct KernelRecord {
   std::shared_ptr<const KernelProgram> program;  // null when refused
