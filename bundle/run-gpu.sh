@@ -3,12 +3,13 @@
 # Linux machine with a GPU, a CUDA 13 driver and runtime, cuBLAS and NCCL.
 #
 #   ./run-gpu.sh [--out DIR] [--k "1 2 4 8"] [--jobs N] [--no-bench] [--no-tests] [--quick]
-#                [--benches "kernels mlp tf32 bf16 collectives lt graphs fibers jax ncu profile"]
+#                [--benches "kernels mlp tf32 bf16 collectives lt graphs fibers chains jax ncu profile"]
 #       runs every cuda suite at each k (logical devices per GPU) with MESHRT_REQUIRE_CUDA=1, one
 #       process per suite and k, then the GPU benchmarks (kernels against the copy bound, the seed
 #       MLP step to completion, collectives, the collective matmul, JAX's step on the same GPU
-#       when python3 can import jax; `lt`, `graphs`, `fibers`: suites and the step again with
-#       MESHRT_CUDA_MATMUL=lt, MESHRT_CUDA_GRAPHS=1, MESHRT_CUDA_EXECUTOR=fibers; `ncu` and
+#       when python3 can import jax; `lt`, `graphs`, `fibers`, `chains`: suites and the step again
+#       with MESHRT_CUDA_MATMUL=lt, MESHRT_CUDA_GRAPHS=1, MESHRT_CUDA_EXECUTOR=fibers,
+#       MESHRT_CUDA_FUSION=chains; `ncu` and
 #       `profile`, run only when named:
 #       GPU time per kernel with Nsight Compute, Nsight Systems summaries); writes DIR/report.md
 #       and DIR/logs/, prints a summary last.
@@ -22,7 +23,7 @@ set -uo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 check=0 quick=0 run_tests=1 run_bench=1 jobs=4
 ks="1 2 4 8"
-benches="kernels mlp tf32 bf16 collectives lt graphs fibers jax"
+benches="kernels mlp tf32 bf16 collectives lt graphs fibers chains jax"
 out="$PWD/meshrt-gpu-report"
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -342,6 +343,15 @@ if [ "$run_bench" = 1 ] && [ "$cuda_unusable" = 0 ]; then
       env MESHRT_CUDA_EXECUTOR=fibers ./bin/meshrt-mlp-bench --resident-only --repeats "$reps" "${q[@]}"
     bench "Seed MLP step with MESHRT_CUDA_EXECUTOR=fibers MESHRT_CUDA_GRAPHS=1" 8 240 \
       env MESHRT_CUDA_EXECUTOR=fibers MESHRT_CUDA_GRAPHS=1 ./bin/meshrt-mlp-bench --resident-only --repeats "$reps" "${q[@]}"
+  fi
+  # Fused elementwise chains (MESHRT_CUDA_FUSION=chains): jit runs every chain of elementwise
+  # kernels the chain kernel takes as one kernel. CudaKernels.ChainsMatchCpu runs only then; the
+  # jit, MLP, optimizer and JAX gradient suites check jitted steps against eager bit for bit.
+  if want chains; then
+    env_suites chains "MESHRT_CUDA_FUSION=chains" test_cuda_kernels:1 test_jit:8 test_mlp:8 \
+      test_optim:8 test_autodiff_jax:8
+    bench "Seed MLP step with MESHRT_CUDA_FUSION=chains: 1 logical device and 8 (DP, FSDP, TP, 2-D)" 8 240 \
+      env MESHRT_CUDA_FUSION=chains ./bin/meshrt-mlp-bench --resident-only --repeats "$reps" "${q[@]}"
   fi
   if want collectives; then
     bench "psum of one float over 8 logical devices (latency)" 8 120 \

@@ -87,9 +87,9 @@ const std::vector<Variable>& variables() {
        "1: jit's compiled steps on cuda are captured as CUDA graphs where their addresses repeat "
        "(the second call that meets them) and launched as one graph per step and device"},
       {"MESHRT_CUDA_FUSION", "pairs, chains", "pairs",
-       "chains: jit fuses every chain of elementwise kernels (any length, any dtype the GPU kernel "
-       "takes) into one kernel on cuda; pairs: only a bias add with relu and a comparison with "
-       "its select"},
+       "chains: jit fuses every chain of elementwise kernels that the GPU kernel takes (up to 32 "
+       "ops, 8 inputs, 16 values live at once) into one kernel on cuda; pairs: only a bias add "
+       "with relu and a comparison with its select"},
       {"MESHRT_JIT_FUSION", "0, 1", "1",
        "0: jit fuses no kernels (no elementwise chains or pairs, no product epilogues), for "
        "comparisons and to rule fusion in or out"},

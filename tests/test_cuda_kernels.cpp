@@ -1028,6 +1028,243 @@ TEST_F(CudaKernels, JitStepsRunAsCudaGraphsWithEagerBits) {
   EXPECT_EQ(errors[1], "");
 }
 
+// MESHRT_CUDA_FUSION=chains (run-gpu.sh's chains pass; skips otherwise): fused elementwise chains
+// (Backend::elementwise_chain, chain_kernels.cu) give the bits of their ops run one after the
+// other: against the cuda platform's own unfused calls (the default, through temporaries) bit
+// for bit, NaN payloads included, and against the cpu's unfused calls as the single-op tests do
+// (bit-equal, a NaN matching any NaN; a chain ending in a transcendental within its ulps). The
+// chains mix what the kernel must keep apart: products followed by sums (an FMA would change the
+// bits), scalar and row broadcasts, a transposed and a rank-3 input (the general kernel), astype
+// through bfloat16, float16 division by a broadcast divisor (its reciprocal rule) and by an
+// intermediate, int32 wraparound, bool intermediates, NaN/Inf inputs, an in-place output, pointers
+// off alignment. fuses_chain() takes every such chain and refuses the ones past its limits.
+TEST_F(CudaKernels, ChainsMatchCpu) {
+  if (!config::cuda_fusion_chains()) {
+    GTEST_SKIP() << "the cuda platform fuses elementwise chains only under "
+                    "MESHRT_CUDA_FUSION=chains";
+  }
+  using backend::ChainOp;
+  using backend::ElementwiseChain;
+  using Kind = ChainOp::Kind;
+  auto un = [](UnaryOp op, DType in, DType out, int a) {
+    ChainOp o;
+    o.kind = Kind::unary;
+    o.op = static_cast<int>(op);
+    o.in = in;
+    o.out = out;
+    o.src[0] = a;
+    return o;
+  };
+  auto bin = [](BinaryOp op, DType t, int a, int b) {
+    ChainOp o;
+    o.kind = Kind::binary;
+    o.op = static_cast<int>(op);
+    o.in = t;
+    o.out = backend::is_comparison(op) ? DType::bool_ : t;
+    o.src[0] = a;
+    o.src[1] = b;
+    return o;
+  };
+  auto sel = [](DType t, int c, int a, int b) {
+    ChainOp o;
+    o.kind = Kind::select;
+    o.in = o.out = t;
+    o.src[0] = c;
+    o.src[1] = a;
+    o.src[2] = b;
+    return o;
+  };
+  struct In {
+    DType t;
+    std::vector<int64_t> strides;
+    Fill fill = Fill::kMixed;
+  };
+  struct Case {
+    std::string name;
+    std::vector<int64_t> shape;
+    std::vector<In> in;
+    std::vector<ChainOp> ops;
+    int ulps = 0;           // against the cpu
+    int64_t pad = 0;        // 1: every pointer off 16-byte alignment
+    bool in_place = false;  // y is input 0's memory (dense)
+  };
+  const DType f32 = DType::f32, f64 = DType::f64, i32 = DType::i32, b8 = DType::bool_;
+  const std::vector<int64_t> dense2 = {1000, 1}, scalar2 = {0, 0};
+  std::vector<Case> cases;
+  // Adam-like: m' = m*b1 + g*lr, v' = v*b2 + g*g, p - lr * m' / (sqrt(v') + eps).
+  cases.push_back(
+      {"adam f32",
+       {64, 1000},
+       {{f32, dense2, Fill::kUnit},
+        {f32, dense2, Fill::kUnit},
+        {f32, dense2, Fill::kUnit},
+        {f32, dense2, Fill::kUnit},
+        {f32, scalar2, Fill::kUnit},
+        {f32, scalar2, Fill::kUnit},
+        {f32, scalar2, Fill::kUnit},
+        {f32, scalar2, Fill::kUnit}},
+       {bin(BinaryOp::mul, f32, 2, 4), bin(BinaryOp::mul, f32, 1, 6), bin(BinaryOp::add, f32, 8, 9),
+        bin(BinaryOp::mul, f32, 1, 1), bin(BinaryOp::mul, f32, 3, 5),
+        bin(BinaryOp::add, f32, 12, 11), un(UnaryOp::sqrt, f32, f32, 13),
+        bin(BinaryOp::add, f32, 14, 7), bin(BinaryOp::div, f32, 10, 15),
+        bin(BinaryOp::mul, f32, 16, 6), bin(BinaryOp::sub, f32, 0, 17)}});
+  cases.push_back(cases.back());
+  cases.back().name = "adam f32 in place";
+  cases.back().in_place = true;
+  cases.push_back(cases.front());
+  cases.back().name = "adam f32 misaligned";
+  cases.back().pad = 1;
+  // gelu's inner part, tanh last: tanh(c1 * (x + c0 * x * x * x)).
+  cases.push_back({"gelu inner tanh",
+                   {4097},
+                   {{f32, {1}}, {f32, {0}, Fill::kUnit}, {f32, {0}, Fill::kUnit}},
+                   {bin(BinaryOp::mul, f32, 0, 0), bin(BinaryOp::mul, f32, 3, 0),
+                    bin(BinaryOp::mul, f32, 1, 4), bin(BinaryOp::add, f32, 0, 5),
+                    bin(BinaryOp::mul, f32, 2, 6), un(UnaryOp::tanh, f32, f32, 7)},
+                   ulps(UnaryOp::tanh)});
+  // Comparisons and select with bool intermediates: where((x < y) * (y >= 0), x * s, y), then
+  // plus the mask as float32.
+  cases.push_back(
+      {"compare select bools",
+       {37, 129},
+       {{f32, {129, 1}}, {f32, {129, 1}}, {f32, {0, 0}}, {b8, {129, 1}}},
+       {bin(BinaryOp::lt, f32, 0, 1), bin(BinaryOp::ge, f32, 1, 2), bin(BinaryOp::mul, b8, 4, 5),
+        bin(BinaryOp::add, b8, 6, 3), bin(BinaryOp::mul, f32, 0, 2), sel(f32, 7, 8, 1),
+        un(UnaryOp::copy, b8, f32, 7), bin(BinaryOp::add, f32, 9, 10)}});
+  // astype through bfloat16: f32(bf16(x) * y16) + x.
+  cases.push_back({"astype f32 bf16 f32",
+                   {3, 1023},
+                   {{f32, {1023, 1}}, {DType::bf16, {1023, 1}}},
+                   {un(UnaryOp::copy, f32, DType::bf16, 0), bin(BinaryOp::mul, DType::bf16, 2, 1),
+                    un(UnaryOp::copy, DType::bf16, f32, 3), bin(BinaryOp::add, f32, 4, 0)}});
+  // float64 with a row broadcast: max(a * b + row, d), min with NaN/Inf in every input.
+  cases.push_back(
+      {"f64 row broadcast max min",
+       {9, 300},
+       {{f64, {300, 1}}, {f64, {300, 1}}, {f64, {0, 1}}, {f64, {300, 1}}},
+       {bin(BinaryOp::mul, f64, 0, 1), bin(BinaryOp::add, f64, 4, 2), bin(BinaryOp::max, f64, 5, 3),
+        bin(BinaryOp::min, f64, 6, 0), un(UnaryOp::neg, f64, f64, 7)}});
+  // int32 wraparound (full-range values): relu(where(a * b + a - b > c, max(.., c), -(..))).
+  cases.push_back(
+      {"int32 wraparound",
+       {5000},
+       {{i32, {1}}, {i32, {1}}, {i32, {1}, Fill::kSmallInts}},
+       {bin(BinaryOp::mul, i32, 0, 1), bin(BinaryOp::add, i32, 3, 0), bin(BinaryOp::sub, i32, 4, 1),
+        bin(BinaryOp::gt, i32, 5, 2), bin(BinaryOp::max, i32, 5, 2), un(UnaryOp::neg, i32, i32, 5),
+        sel(i32, 6, 7, 8), un(UnaryOp::relu, i32, i32, 9)}});
+  // int64 through float64 and back (astype saturates, NaN gives 0).
+  cases.push_back({"int64 through f64",
+                   {2049},
+                   {{DType::i64, {1}}, {f64, {0}, Fill::kUnit}, {DType::i64, {1}}},
+                   {un(UnaryOp::copy, DType::i64, f64, 0), bin(BinaryOp::mul, f64, 3, 1),
+                    un(UnaryOp::copy, f64, DType::i64, 4), bin(BinaryOp::add, DType::i64, 5, 2)}});
+  // A transposed input: relu(-(xT - y) * y + xT).
+  cases.push_back(
+      {"transposed",
+       {33, 65},
+       {{f32, {1, 33}}, {f32, {65, 1}}},
+       {bin(BinaryOp::sub, f32, 0, 1), un(UnaryOp::neg, f32, f32, 2), bin(BinaryOp::mul, f32, 3, 1),
+        bin(BinaryOp::add, f32, 4, 0), un(UnaryOp::relu, f32, f32, 5)}});
+  // Rank 3 after merging: the general kernel.
+  cases.push_back({"rank 3 strided",
+                   {4, 5, 6},
+                   {{f32, {30, 1, 5}}, {f32, {0, 6, 1}}, {f32, {1, 4, 20}}},
+                   {bin(BinaryOp::mul, f32, 0, 1), bin(BinaryOp::add, f32, 3, 2),
+                    bin(BinaryOp::min, f32, 4, 0), bin(BinaryOp::div, f32, 5, 1)}});
+  // float16: x / s (s a broadcast scalar: through its reciprocal), then / (x + s) (a dense
+  // intermediate divisor: a true division), then exp last.
+  cases.push_back(
+      {"f16 divisions",
+       {2, 777},
+       {{DType::f16, {777, 1}, Fill::kUnit}, {DType::f16, {0, 0}, Fill::kUnit}},
+       {bin(BinaryOp::div, DType::f16, 0, 1), bin(BinaryOp::add, DType::f16, 0, 1),
+        bin(BinaryOp::div, DType::f16, 2, 3), un(UnaryOp::exp, DType::f16, DType::f16, 4)},
+       ulps(UnaryOp::exp, DType::f16)});
+  // An input no op reads, and an op result no op reads.
+  cases.push_back({"unused input and value",
+                   {100},
+                   {{f32, {1}}, {f32, {1}}, {f32, {1}}},
+                   {bin(BinaryOp::mul, f32, 0, 2), un(UnaryOp::exp, f32, f32, 0),
+                    bin(BinaryOp::add, f32, 3, 0)}});
+
+  for (const Case& c : cases) {
+    ElementwiseChain chain;
+    chain.inputs = static_cast<int>(c.in.size());
+    for (const In& i : c.in) chain.input_dtypes.push_back(i.t);
+    chain.ops = c.ops;
+    EXPECT_TRUE(cuda_->fuses_chain(chain)) << c.name << ": not fused";
+    const DType out = chain.ops.back().out;
+    const int64_t n = count(c.shape);
+    std::vector<Host> host;
+    std::vector<Strided> on_cpu, on_cuda;
+    for (const In& i : c.in) {
+      host.push_back(random(i.t, span(c.shape, i.strides), rng_, i.fill));
+      on_cpu.push_back(Strided{host.back().bytes.data(), i.strides});
+    }
+    for (size_t k = 0; k < c.in.size(); ++k)
+      on_cuda.push_back(Strided{upload(host[k], c.pad), c.in[k].strides});
+    Host want = make(out, n);
+    cpu_->elementwise_chain(0, chain, c.shape, on_cpu, want.bytes.data());
+    void* unfused = device_out(out, n, c.pad);
+    cuda_->Backend::elementwise_chain(0, chain, c.shape, on_cuda, unfused);
+    void* fused = device_out(out, n, c.pad);
+    if (c.in_place) {
+      // A donated operand updated in place: y is input 0's memory (a fresh copy of it).
+      fused = upload(host[0], c.pad);
+      on_cuda[0].data = fused;
+    }
+    cuda_->elementwise_chain(0, chain, c.shape, on_cuda, fused);
+    const Host u = download(unfused, out, n), f = download(fused, out, n);
+    int64_t differ = -1;
+    for (int64_t e = 0; e < n && differ < 0; ++e) {
+      const size_t sz = dtype_size(out);
+      if (std::memcmp(u.bytes.data() + e * sz, f.bytes.data() + e * sz, sz) != 0) differ = e;
+    }
+    std::string what;
+    EXPECT_EQ(differ, -1) << c.name << ": the fused chain's bits differ from the unfused ops' at "
+                          << "element " << differ << " ("
+                          << (first_mismatch(u, f, 0, what) < 0 ? "a NaN payload only" : what)
+                          << ")";
+    what.clear();
+    EXPECT_EQ(first_mismatch(want, f, c.ulps, what), -1) << c.name << " against cpu: " << what;
+    release();
+  }
+
+  // Refused (the unfused ops run instead, with their bits): more ops or inputs than the kernel
+  // has room for, more values live at once than its register file, an integer division.
+  ElementwiseChain long_chain;
+  long_chain.inputs = 1;
+  long_chain.input_dtypes = {f32};
+  for (int i = 0; i < 33; ++i) long_chain.ops.push_back(un(UnaryOp::neg, f32, f32, i));
+  EXPECT_FALSE(cuda_->fuses_chain(long_chain)) << "33 ops";
+  ElementwiseChain wide;
+  wide.inputs = 9;
+  wide.input_dtypes.assign(9, f32);
+  wide.ops.push_back(bin(BinaryOp::add, f32, 0, 8));
+  EXPECT_FALSE(cuda_->fuses_chain(wide)) << "9 inputs";
+  ElementwiseChain live;  // 17 results all live until the sums at the end
+  live.inputs = 1;
+  live.input_dtypes = {f32};
+  for (int i = 0; i < 17; ++i) live.ops.push_back(un(UnaryOp::neg, f32, f32, 0));
+  for (int i = 0; i < 16; ++i) {
+    live.ops.push_back(bin(BinaryOp::add, f32, i == 0 ? 1 : 17 + i, i + 2));
+  }
+  EXPECT_FALSE(cuda_->fuses_chain(live)) << "17 values live at once";
+  ElementwiseChain int_div;
+  int_div.inputs = 2;
+  int_div.input_dtypes = {i32, i32};
+  int_div.ops.push_back(bin(BinaryOp::div, i32, 0, 1));
+  EXPECT_FALSE(cuda_->fuses_chain(int_div)) << "integer division";
+  // A refused chain still runs (the default): the long chain is 33 negations, -x.
+  const Host x = random(f32, 1000, rng_, Fill::kUnit);
+  void* dx = upload(x);
+  void* dy = device_out(f32, 1000);
+  cuda_->elementwise_chain(0, long_chain, {1000}, {Strided{dx, {1}}}, dy);
+  const Host y = download(dy, f32, 1000);
+  for (int64_t e = 0; e < 1000; ++e) ASSERT_EQ(y.as<float>()[e], -x.as<float>()[e]) << e;
+  release();
+}
+
 }  // namespace
 }  // namespace meshrt
 

@@ -65,6 +65,7 @@ CudaBackend::CudaBackend() : Backend(/*host_memory=*/false) {
   sync_copies_ = config::cuda_sync_copies();
   lt_ = config::cuda_matmul_lt();
   graphs_ = config::cuda_graphs();
+  chains_ = config::cuda_fusion_chains();
   const bool fibers = config::cuda_fibers();
   if (fibers && gpus > 1) {
     reason_ =

@@ -3,7 +3,8 @@
 //   cuda_backend.cpp     logical devices, peer access, memory (allocator, block cache), copies and
 //                        pinned staging
 //   ops.cpp              op kernels and cuBLAS matmul, queued on the compute stream
-//   fused_ops.cpp        fused elementwise pairs for jit (fused_kernels.cu)
+//   fused_ops.cpp        fused elementwise pairs and chains for jit (fused_kernels.cu,
+//                        chain_kernels.cu)
 //   matmul_lt.cpp        cuBLASLt products and their bias/relu epilogues (MESHRT_CUDA_MATMUL=lt)
 //   graphs.cpp           jit's compiled steps as CUDA graphs (MESHRT_CUDA_GRAPHS=1)
 //   coll_primitives.cpp  collective copy/fold/signal/wait/fence on the communication stream
@@ -152,6 +153,13 @@ class CudaBackend final : public backend::Backend {
               int64_t inner, const void* x, void* y) override;
   // ---- fused elementwise pairs (fused_ops.cpp): one kernel, the pair's bits
   bool fuses_pairs() const override { return true; }
+  // ---- fused elementwise chains (fused_ops.cpp, chain_kernels.cu), under
+  // MESHRT_CUDA_FUSION=chains: one kernel, the chain's ops' bits; elsewhere (off, or a chain
+  // past the kernel's limits) the default.
+  bool fuses_chain(const backend::ElementwiseChain& chain) const override;
+  void elementwise_chain(int device, const backend::ElementwiseChain& chain,
+                         const std::vector<int64_t>& shape,
+                         const std::vector<backend::Strided>& inputs, void* y) override;
   void binary_unary(int device, backend::BinaryOp bop, backend::UnaryOp uop, DType dtype,
                     const std::vector<int64_t>& shape, const backend::Strided& a,
                     const backend::Strided& b, void* y) override;
@@ -269,6 +277,7 @@ class CudaBackend final : public backend::Backend {
   bool sync_copies_ = false;                 // MESHRT_CUDA_SYNC_COPIES
   bool lt_ = false;                          // MESHRT_CUDA_MATMUL=lt
   bool graphs_ = false;                      // MESHRT_CUDA_GRAPHS=1
+  bool chains_ = false;                      // MESHRT_CUDA_FUSION=chains
   std::unique_ptr<core::FiberPool> fibers_;  // MESHRT_CUDA_EXECUTOR=fibers
   std::atomic<int64_t> graph_launches_{0};
   std::atomic<int64_t> fused_matmul_bias_{0};

@@ -25,6 +25,7 @@
 
 #include "backends/cuda/cuda_kernels.h"
 #include "backends/cuda/elementwise.cuh"
+#include "backends/cuda/elementwise_ops.cuh"
 #include "backends/op_codes.h"
 #include "backends/scalar_ops.h"
 
@@ -59,66 +60,7 @@ __device__ __forceinline__ T narrow(A a) {
     return a;
 }
 
-// ---- elementwise ops, one functor per op
-
-// backend::UnaryOp: 0 = copy/astype (sc::convert), 1.. = scalar::unary's codes (in == out).
-template <int Code, class I, class O>
-struct UnaryFn {
-  __device__ __forceinline__ O operator()(I v) const {
-    if constexpr (Code == 0)
-      return sc::convert<O>(v);
-    else
-      return sc::unary(Code, v);
-  }
-};
-
-// backend::BinaryOp (backends/op_codes.h), by code(op).
-template <int Op, class I>
-struct BinaryFn {
-  using Out = std::conditional_t<(Op >= code(BinaryOp::eq)), bool, I>;
-  __device__ __forceinline__ Out operator()(I u, I v) const {
-    if constexpr (Op == code(BinaryOp::add)) {
-      return sc::wrap_add(u, v);
-    } else if constexpr (Op == code(BinaryOp::sub)) {
-      return sc::wrap_sub(u, v);
-    } else if constexpr (Op == code(BinaryOp::mul)) {
-      return sc::wrap_mul(u, v);
-    } else if constexpr (Op == code(BinaryOp::div)) {
-      return u / v;  // floats only (the runtime divides integers as floats)
-    } else if constexpr (Op == code(BinaryOp::max)) {
-      return sc::max_nan(u, v);
-    } else if constexpr (Op == code(BinaryOp::min)) {
-      return sc::min_nan(u, v);
-    } else if constexpr (Op == code(BinaryOp::eq)) {
-      return u == v;
-    } else if constexpr (Op == code(BinaryOp::ne)) {
-      return u != v;
-    } else if constexpr (Op == code(BinaryOp::lt)) {
-      return u < v;
-    } else if constexpr (Op == code(BinaryOp::le)) {
-      return u <= v;
-    } else if constexpr (Op == code(BinaryOp::gt)) {
-      return u > v;
-    } else {
-      return u >= v;
-    }
-  }
-};
-
-// float16 divided by a broadcast divisor: the product with the divisor's reciprocal rounded to
-// float16, as the cpu kernel (XLA's cpu, checked against JAX 0.10.2).
-template <class I>
-struct RecipDivFn {
-  __device__ __forceinline__ I operator()(I u, I v) const {
-    return u * I(1.0f / static_cast<float>(v));
-  }
-};
-
-// The condition is a bool's byte as stored: any nonzero byte picks a (as the cpu kernel).
-template <class T>
-struct SelectFn {
-  __device__ __forceinline__ T operator()(uint8_t c, T a, T b) const { return c != 0 ? a : b; }
-};
+// ---- elementwise ops: one functor per op (elementwise_ops.cuh)
 
 template <class I, class O, int Code>
 cudaError_t unary_code(cudaStream_t s, const Dims& d, const Operand& x, void* y, int64_t n) {
@@ -665,9 +607,7 @@ cudaError_t launch_binary(cudaStream_t s, int op, DType in, DType out, const Dim
       if (op == code(BinaryOp::div)) {
         // A broadcast divisor (a dimension of size > 1 that b does not advance along; merging
         // keeps such a dimension's stride 0) divides through its reciprocal, as the cpu kernel.
-        bool b_broadcast = false;
-        for (int k = 0; k < d.rank; ++k) b_broadcast |= d.size[k] > 1 && b.stride[k] == 0;
-        if (b_broadcast) {
+        if (divisor_broadcast(d.rank, d.size, b.stride)) {
           const Operand ops[2] = {a, b};
           return elementwise<I, I, I>(s, RecipDivFn<I>{}, d, y, n, ops);
         }

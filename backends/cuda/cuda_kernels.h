@@ -21,6 +21,15 @@ struct Operand {
   int64_t stride[kMaxRank] = {};  // elements; 0 broadcasts
 };
 
+// Whether a float16 division divides through the divisor's reciprocal (as the cpu kernel): the
+// divisor is broadcast along a dimension of size > 1 (stride 0 there; merging dimensions keeps
+// such a dimension's stride 0, so merged and unmerged dims agree).
+inline bool divisor_broadcast(int rank, const int64_t* size, const int64_t* stride) {
+  bool b = false;
+  for (int k = 0; k < rank; ++k) b |= size[k] > 1 && stride[k] == 0;
+  return b;
+}
+
 // op: backend::UnaryOp as int (0 = copy/astype, in -> out).
 cudaError_t launch_unary(cudaStream_t s, int op, DType in, DType out, const Dims& d,
                          const Operand& x, void* y, int64_t n);

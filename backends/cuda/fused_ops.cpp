@@ -1,11 +1,15 @@
 // The cuda backend's fused elementwise pairs (Backend::binary_unary, Backend::compare_select):
 // one kernel from fused_kernels.cu where the walk merges to at most two dimensions and the dtypes
-// are float32/float64; otherwise the default (the two kernels through a temporary).
+// are float32/float64; otherwise the default (the two kernels through a temporary). And its fused
+// chains (Backend::elementwise_chain, MESHRT_CUDA_FUSION=chains): chain_kernels.cu's interpreter
+// where the chain fits its limits; otherwise the default (the ops through temporaries).
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <optional>
 #include <vector>
 
+#include "backends/cuda/chain_kernels.h"
 #include "backends/cuda/cuda_backend.h"
 #include "backends/cuda/cuda_check.h"
 #include "backends/cuda/fused_kernels.h"
@@ -41,6 +45,100 @@ std::optional<Walk> walk2(const std::vector<int64_t>& shape,
 
 bool fusable(DType t) { return t == DType::f32 || t == DType::f64; }
 
+bool is_float(DType t) { return t == DType::f32 || t == DType::f64 || is_half(t); }
+
+// The chain as chain_kernels.h's launch (inputs' data and strides aside: they come with each call),
+// or nothing where the kernel does not take it: more inputs, ops or values live at once than it
+// has room for, or an op its single-op launcher would refuse (an integer division, a unary op other
+// than astype between dtypes, a result dtype the op does not give). Values get register-file slots
+// by liveness: an op's result may take the slot of a source it reads for the last time.
+std::optional<ChainLaunch> plan_chain(const backend::ElementwiseChain& chain) {
+  using Kind = backend::ChainOp::Kind;
+  const int ni = chain.inputs;
+  const int nops = static_cast<int>(chain.ops.size());
+  if (ni < 0 || ni > kChainMaxInputs || static_cast<int>(chain.input_dtypes.size()) != ni ||
+      nops < 1 || nops > kChainMaxOps) {
+    return std::nullopt;
+  }
+  std::vector<int> last_use(static_cast<size_t>(ni + nops), -1);
+  ChainLaunch c;
+  c.inputs = ni;
+  c.ops = nops;
+  for (int i = 0; i < nops; ++i) {
+    const backend::ChainOp& o = chain.ops[static_cast<size_t>(i)];
+    const int nsrc = o.kind == Kind::unary ? 1 : o.kind == Kind::binary ? 2 : 3;
+    DType src[3] = {};
+    for (int j = 0; j < nsrc; ++j) {
+      if (o.src[j] < 0 || o.src[j] >= ni + i) return std::nullopt;  // not yet computed
+      last_use[static_cast<size_t>(o.src[j])] = i;
+      src[j] = chain.value_dtype(o.src[j]);
+    }
+    ChainStep& s = c.step[i];
+    s.kind = o.kind == Kind::unary    ? kChainUnary
+             : o.kind == Kind::binary ? kChainBinary
+                                      : kChainSelect;
+    s.op = static_cast<uint8_t>(o.op);
+    s.in = static_cast<uint8_t>(o.in);
+    s.out = static_cast<uint8_t>(o.out);
+    switch (o.kind) {
+      case Kind::unary:
+        if (o.op < backend::code(backend::UnaryOp::copy) ||
+            o.op > backend::code(backend::UnaryOp::relu) || src[0] != o.in ||
+            (o.op != backend::code(backend::UnaryOp::copy) && o.in != o.out)) {
+          return std::nullopt;
+        }
+        break;
+      case Kind::binary: {
+        if (o.op < backend::code(backend::BinaryOp::add) ||
+            o.op > backend::code(backend::BinaryOp::ge) || src[0] != o.in || src[1] != o.in) {
+          return std::nullopt;
+        }
+        const auto op = static_cast<backend::BinaryOp>(o.op);
+        if (o.out != (backend::is_comparison(op) ? DType::bool_ : o.in)) return std::nullopt;
+        if (op == backend::BinaryOp::div && !is_float(o.in)) return std::nullopt;
+        break;
+      }
+      case Kind::select:
+        if (src[0] != DType::bool_ || src[1] != o.out || src[2] != o.out || o.in != o.out)
+          return std::nullopt;
+        break;
+    }
+  }
+  // Slots by liveness; an input no op reads gets none (it is not loaded).
+  std::vector<int> slot(static_cast<size_t>(ni + nops), kChainNoSlot);
+  bool used[kChainSlots] = {};
+  auto take = [&](int v) {
+    for (int k = 0; k < kChainSlots; ++k) {
+      if (!used[k]) {
+        used[k] = true;
+        slot[static_cast<size_t>(v)] = k;
+        return true;
+      }
+    }
+    return false;
+  };
+  for (int k = 0; k < ni; ++k) {
+    c.in[k].dtype = static_cast<uint8_t>(chain.input_dtypes[static_cast<size_t>(k)]);
+    if (last_use[static_cast<size_t>(k)] >= 0 && !take(k)) return std::nullopt;
+    c.in[k].slot = static_cast<uint8_t>(slot[static_cast<size_t>(k)]);
+  }
+  for (int i = 0; i < nops; ++i) {
+    const backend::ChainOp& o = chain.ops[static_cast<size_t>(i)];
+    ChainStep& s = c.step[i];
+    const int nsrc = s.kind == kChainUnary ? 1 : s.kind == kChainBinary ? 2 : 3;
+    for (int j = 0; j < nsrc; ++j)
+      s.src[j] = static_cast<uint8_t>(slot[static_cast<size_t>(o.src[j])]);
+    for (int j = 0; j < nsrc; ++j) {
+      if (last_use[static_cast<size_t>(o.src[j])] == i) used[s.src[j]] = false;
+    }
+    const int v = ni + i;
+    if (!take(v)) return std::nullopt;
+    s.dst = static_cast<uint8_t>(slot[static_cast<size_t>(v)]);
+    if (last_use[static_cast<size_t>(v)] < 0) used[s.dst] = false;  // dead (or the output)
+  }
+  return c;
+}
+
 }  // namespace
 
 void CudaBackend::binary_unary(int device, backend::BinaryOp bop, backend::UnaryOp uop, DType dtype,
@@ -72,6 +170,54 @@ void CudaBackend::compare_select(int device, backend::BinaryOp cmp, DType in, DT
       launch_compare_select(ops_stream(device), backend::code(cmp), in, dtype, w->rows, w->cols,
                             w->ops[0], w->ops[1], w->ops[2], w->ops[3], y),
       device);
+}
+
+bool CudaBackend::fuses_chain(const backend::ElementwiseChain& chain) const {
+  return chains_ && plan_chain(chain).has_value();
+}
+
+void CudaBackend::elementwise_chain(int device, const backend::ElementwiseChain& chain,
+                                    const std::vector<int64_t>& shape,
+                                    const std::vector<backend::Strided>& inputs, void* y) {
+  std::optional<ChainLaunch> c =
+      chains_ && inputs.size() == chain.input_dtypes.size() ? plan_chain(chain) : std::nullopt;
+  // The dims merged over the inputs the chain reads (y is dense, so it merges with any of them).
+  backend::MergedDims m;
+  if (c) {
+    std::vector<const std::vector<int64_t>*> strides;
+    for (int k = 0; k < c->inputs; ++k) {
+      if (c->in[k].slot != kChainNoSlot) strides.push_back(&inputs[static_cast<size_t>(k)].strides);
+    }
+    m = backend::merge_dims(shape, strides);
+    if (m.size.size() > static_cast<size_t>(kMaxRank)) c.reset();
+  }
+  if (!c) {
+    Backend::elementwise_chain(device, chain, shape, inputs, y);
+    return;
+  }
+  c->dims.rank = static_cast<int>(m.size.size());
+  for (size_t d = 0; d < m.size.size(); ++d) c->dims.size[d] = m.size[d];
+  for (int k = 0, used = 0; k < c->inputs; ++k) {
+    ChainInput& in = c->in[k];
+    in.data = inputs[static_cast<size_t>(k)].data;
+    if (in.slot == kChainNoSlot) continue;
+    const std::vector<int64_t>& st = m.strides[static_cast<size_t>(used++)];
+    std::copy(st.begin(), st.end(), in.stride);
+  }
+  // float16 divided by a broadcast input divides through its reciprocal, as its own kernel.
+  for (int i = 0; i < c->ops; ++i) {
+    const backend::ChainOp& o = chain.ops[static_cast<size_t>(i)];
+    if (o.kind == backend::ChainOp::Kind::binary && o.in == DType::f16 &&
+        o.op == backend::code(backend::BinaryOp::div) && o.src[1] < c->inputs) {
+      const ChainInput& b = c->in[o.src[1]];
+      if (divisor_broadcast(c->dims.rank, c->dims.size, b.stride))
+        c->step[i].flags |= kChainRecipDiv;
+    }
+  }
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  set(device);
+  MESHRT_CUDA_CHECK(launch_chain(ops_stream(device), *c, y, n), device);
 }
 
 }  // namespace meshrt::cuda
