@@ -1259,7 +1259,8 @@ TEST_F(CudaKernels, ChainsMatchCpu) {
   const Host x = random(f32, 1000, rng_, Fill::kUnit);
   void* dx = upload(x);
   void* dy = device_out(f32, 1000);
-  cuda_->elementwise_chain(0, long_chain, {1000}, {Strided{dx, {1}}}, dy);
+  const std::vector<Strided> in{Strided{dx, {1}}};
+  cuda_->elementwise_chain(0, long_chain, {1000}, in, dy);
   const Host y = download(dy, f32, 1000);
   for (int64_t e = 0; e < 1000; ++e) ASSERT_EQ(y.as<float>()[e], -x.as<float>()[e]) << e;
   release();

@@ -178,7 +178,7 @@ bool CudaBackend::fuses_chain(const backend::ElementwiseChain& chain) const {
 
 void CudaBackend::elementwise_chain(int device, const backend::ElementwiseChain& chain,
                                     const std::vector<int64_t>& shape,
-                                    const std::vector<backend::Strided>& inputs, void* y) {
+                                    std::span<const backend::Strided> inputs, void* y) {
   std::optional<ChainLaunch> c =
       chains_ && inputs.size() == chain.input_dtypes.size() ? plan_chain(chain) : std::nullopt;
   // The dims merged over the inputs the chain reads (y is dense, so it merges with any of them).
