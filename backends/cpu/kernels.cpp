@@ -516,7 +516,100 @@ void copy_2d_batch(const std::vector<backend::DeviceCopy>& copies) {
   });
 }
 
+namespace {
+
+constexpr size_t kChainMaxOps = 64;
+// Elements per tile of a chain: its intermediates stay in the core's cache.
+constexpr int64_t kChainTile = 4096;
+
+// Where each op's result but the last lives in a tile: a slot of kChainTile 8-byte elements,
+// reused once no later op reads it (an op never writes a slot it reads). Returns the slot count.
+int plan_slots(const backend::ElementwiseChain& chain, std::array<int, kChainMaxOps>& slot) {
+  const size_t nops = chain.ops.size();
+  std::array<size_t, kChainMaxOps> last_read{};
+  for (size_t i = 0; i < nops; ++i) {
+    const backend::ChainOp& o = chain.ops[i];
+    for (int j = 0; j < o.reads(); ++j) {
+      if (o.src[j] >= chain.inputs) last_read[static_cast<size_t>(o.src[j] - chain.inputs)] = i;
+    }
+  }
+  std::array<int, kChainMaxOps> free_slots{};
+  int slots = 0, nfree = 0;
+  for (size_t i = 0; i + 1 < nops; ++i) {
+    slot[i] = nfree > 0 ? free_slots[static_cast<size_t>(--nfree)] : slots++;
+    // Results op i was the last to read: their slots are free from op i + 1 on.
+    for (size_t k = 0; k < i; ++k) {
+      if (last_read[k] == i) free_slots[static_cast<size_t>(nfree++)] = slot[k];
+    }
+  }
+  return slots;
+}
+
+// A thread's scratch for chains: the tiles' slots, and Strided views reused from call to call,
+// so a chain allocates nothing once a thread has run one as large.
+struct ChainScratch {
+  std::vector<uint64_t> mem;
+  std::vector<Strided> in, temp;
+  std::vector<int64_t> sub;
+};
+
+ChainScratch& chain_scratch() {
+  thread_local ChainScratch s;
+  return s;
+}
+
+// Runs the chain's ops over one tile of shape `sub`: inputs `in`, intermediates in `temp` (by
+// slot), the last op into `out`.
+void run_chain_tile(const backend::ElementwiseChain& chain,
+                    const std::array<int, kChainMaxOps>& slot, const std::vector<int64_t>& sub,
+                    std::span<const Strided> in, const std::vector<Strided>& temp, void* out) {
+  using Kind = backend::ChainOp::Kind;
+  auto value = [&](int v) -> const Strided& {
+    return v < chain.inputs
+               ? in[static_cast<size_t>(v)]
+               : temp[static_cast<size_t>(slot[static_cast<size_t>(v - chain.inputs)])];
+  };
+  const size_t nops = chain.ops.size();
+  for (size_t i = 0; i < nops; ++i) {
+    const backend::ChainOp& op = chain.ops[i];
+    void* dst = i + 1 == nops ? out : const_cast<void*>(temp[static_cast<size_t>(slot[i])].data);
+    switch (op.kind) {
+      case Kind::unary:
+        unary(static_cast<UnaryOp>(op.op), op.in, op.out, sub, value(op.src[0]), dst);
+        break;
+      case Kind::binary:
+        binary(static_cast<BinaryOp>(op.op), op.in, op.out, sub, value(op.src[0]), value(op.src[1]),
+               dst);
+        break;
+      case Kind::select:
+        select(op.out, sub, value(op.src[0]), value(op.src[1]), value(op.src[2]), dst);
+        break;
+    }
+  }
+}
+
+// Points `temp`'s first `slots` views at `s.mem`, dense over `sub`.
+void set_temps(ChainScratch& s, int slots, const std::vector<int64_t>& sub) {
+  // Only grows: a shrink and regrow would zero the slots again on every call.
+  const size_t words = static_cast<size_t>(slots) * static_cast<size_t>(kChainTile);
+  if (s.mem.size() < words) s.mem.resize(words);
+  if (s.temp.size() < static_cast<size_t>(slots)) s.temp.resize(static_cast<size_t>(slots));
+  for (int k = 0; k < slots; ++k) {
+    Strided& t = s.temp[static_cast<size_t>(k)];
+    t.data = s.mem.data() + static_cast<size_t>(k) * kChainTile;
+    t.strides.resize(sub.size());
+    int64_t st = 1;
+    for (size_t d = sub.size(); d-- > 0;) {
+      t.strides[d] = st;
+      st *= sub[d];
+    }
+  }
+}
+
+}  // namespace
+
 bool chain_takes(const backend::ElementwiseChain& chain) {
+  if (chain.ops.empty() || chain.ops.size() > kChainMaxOps) return false;
   for (const backend::ChainOp& o : chain.ops) {
     // Float16 divided by a broadcast divisor goes through its reciprocal (binary, above), decided
     // over the whole shape: a tile of one row would see no broadcast and divide.
@@ -525,123 +618,61 @@ bool chain_takes(const backend::ElementwiseChain& chain) {
       return false;
     }
   }
-  return !chain.ops.empty();
+  return true;
 }
 
 void elementwise_chain(const backend::ElementwiseChain& chain, const std::vector<int64_t>& shape,
                        std::span<const Strided> inputs, void* y) {
-  using Kind = backend::ChainOp::Kind;
   int64_t n = 1;
   for (int64_t d : shape) n *= d;
   if (n == 0) return;
   if (!chain_takes(chain)) throw Error("[cpu] elementwise_chain: a chain cpu does not fuse");
+  std::array<int, kChainMaxOps> slot{};
+  const int slots = plan_slots(chain, slot);
+  if (n <= kChainTile) {  // one tile: the inputs as they are, nothing to split
+    ChainScratch& s = chain_scratch();
+    set_temps(s, slots, shape);
+    run_chain_tile(chain, slot, shape, inputs, s.temp, y);
+    return;
+  }
   // A tile is a box of the output: one index of every dimension before `s`, a run of `chunk`
   // indices along `s`, all of the dimensions after it (`inner` elements per index of s), at most
-  // kChainTile elements, so every intermediate of a tile stays in the core's cache. Each op runs
-  // over the tile as its own kernel (the same function, so the same bits per element).
-  constexpr int64_t kChainTile = 4096;
+  // kChainTile elements. Each op runs over the tile as its own kernel (the same function, so the
+  // same bits per element).
   const size_t rank = shape.size();
-  size_t first = rank;  // dimensions [first, rank) fit in one tile
+  size_t first = rank;  // dimensions [first, rank) fit in one tile (first > 0: n > kChainTile)
   int64_t inner = 1;
   while (first > 0 && inner * shape[first - 1] <= kChainTile) inner *= shape[--first];
-  const size_t s = first == 0 ? 0 : first - 1;
-  const int64_t along = rank == 0 ? 1 : (first == 0 ? 1 : shape[s]);
-  if (first == 0) inner = n;  // one tile holds everything
-  const int64_t chunk = first == 0 ? 1 : std::max<int64_t>(1, kChainTile / inner);
+  const size_t sd = first - 1;
+  const int64_t along = shape[sd];
+  const int64_t chunk = std::max<int64_t>(1, kChainTile / inner);
   const int64_t chunks = (along + chunk - 1) / chunk;
   int64_t outer = 1;
-  for (size_t d = 0; d < s && first > 0; ++d) outer *= shape[d];
-  // Where each op's result lives in a tile: a slot of kChainTile 8-byte elements, reused once
-  // no later op reads it.
-  const size_t nops = chain.ops.size();
-  std::vector<size_t> last_read(nops, 0);
-  for (size_t i = 0; i < nops; ++i) {
-    const backend::ChainOp& o = chain.ops[i];
-    for (int j = 0; j < o.reads(); ++j) {
-      if (o.src[j] >= chain.inputs) last_read[static_cast<size_t>(o.src[j] - chain.inputs)] = i;
-    }
-  }
-  std::vector<int> slot(nops, -1);
-  int slots = 0;
-  {
-    std::vector<int> free_slots;
-    for (size_t i = 0; i + 1 < nops; ++i) {
-      if (free_slots.empty()) {
-        slot[i] = slots++;
-      } else {
-        slot[i] = free_slots.back();
-        free_slots.pop_back();
-      }
-      // Slots of results op i was the last to read are free for op i + 1 on (op i wrote its
-      // own result while reading them, element for element, as its kernel may).
-      for (size_t k = 0; k < i; ++k) {
-        if (slot[k] >= 0 && last_read[k] == i) free_slots.push_back(slot[k]);
-      }
-    }
-  }
-  const size_t out_size = dtype_size(chain.ops.back().out);
+  for (size_t d = 0; d < sd; ++d) outer *= shape[d];
+  const auto out_size = static_cast<int64_t>(dtype_size(chain.ops.back().out));
   parallel_items(outer * chunks, chunk * inner, [&](int64_t lo, int64_t hi) {
-    thread_local std::vector<uint64_t> scratch;
-    scratch.resize(static_cast<size_t>(slots) * static_cast<size_t>(kChainTile));
-    std::vector<int64_t> sub;
-    std::vector<Strided> in(inputs.size());
-    std::vector<Strided> temp(static_cast<size_t>(slots));
+    ChainScratch& s = chain_scratch();
+    if (s.in.size() < inputs.size()) s.in.resize(inputs.size());
     for (int64_t item = lo; item < hi; ++item) {
       const int64_t o = item / chunks, c0 = (item % chunks) * chunk;
       const int64_t len = std::min(chunk, along - c0);
-      // The tile's shape: (len, dims after s), or the whole shape when one tile holds it.
-      if (first == 0) {
-        sub = shape;
-      } else {
-        sub.assign(1, len);
-        sub.insert(sub.end(), shape.begin() + static_cast<std::ptrdiff_t>(s) + 1, shape.end());
-      }
+      // The tile's shape: (len, the dims after sd).
+      s.sub.assign(1, len);
+      s.sub.insert(s.sub.end(), shape.begin() + static_cast<std::ptrdiff_t>(sd) + 1, shape.end());
       for (size_t i = 0; i < inputs.size(); ++i) {
         const std::vector<int64_t>& st = inputs[i].strides;
-        int64_t off = 0;
-        if (first > 0) {
-          int64_t rem = o;
-          for (size_t d = s; d-- > 0;) {
-            off += (rem % shape[d]) * st[d];
-            rem /= shape[d];
-          }
-          off += c0 * st[s];
-          in[i].strides.assign(st.begin() + static_cast<std::ptrdiff_t>(s), st.end());
-        } else {
-          in[i].strides = st;
+        int64_t off = c0 * st[sd], rem = o;
+        for (size_t d = sd; d-- > 0;) {
+          off += (rem % shape[d]) * st[d];
+          rem /= shape[d];
         }
-        in[i].data = static_cast<const char*>(inputs[i].data) +
-                     off * static_cast<int64_t>(dtype_size(chain.input_dtypes[i]));
+        s.in[i].strides.assign(st.begin() + static_cast<std::ptrdiff_t>(sd), st.end());
+        s.in[i].data = static_cast<const char*>(inputs[i].data) +
+                       off * static_cast<int64_t>(dtype_size(chain.input_dtypes[i]));
       }
-      const std::vector<int64_t> dense = core::dense_strides(sub);
-      for (int k = 0; k < slots; ++k) {
-        temp[static_cast<size_t>(k)] =
-            Strided{scratch.data() + static_cast<size_t>(k) * kChainTile, dense};
-      }
-      auto value = [&](int v) -> const Strided& {
-        return v < chain.inputs
-                   ? in[static_cast<size_t>(v)]
-                   : temp[static_cast<size_t>(slot[static_cast<size_t>(v - chain.inputs)])];
-      };
-      void* out_tile =
-          static_cast<char*>(y) + (o * along + c0) * inner * static_cast<int64_t>(out_size);
-      for (size_t i = 0; i < nops; ++i) {
-        const backend::ChainOp& op = chain.ops[i];
-        void* dst =
-            i + 1 == nops ? out_tile : const_cast<void*>(temp[static_cast<size_t>(slot[i])].data);
-        switch (op.kind) {
-          case Kind::unary:
-            unary(static_cast<UnaryOp>(op.op), op.in, op.out, sub, value(op.src[0]), dst);
-            break;
-          case Kind::binary:
-            binary(static_cast<BinaryOp>(op.op), op.in, op.out, sub, value(op.src[0]),
-                   value(op.src[1]), dst);
-            break;
-          case Kind::select:
-            select(op.out, sub, value(op.src[0]), value(op.src[1]), value(op.src[2]), dst);
-            break;
-        }
-      }
+      set_temps(s, slots, s.sub);
+      run_chain_tile(chain, slot, s.sub, std::span<const Strided>(s.in.data(), inputs.size()),
+                     s.temp, static_cast<char*>(y) + (o * along + c0) * inner * out_size);
     }
   });
 }
