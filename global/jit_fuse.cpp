@@ -90,7 +90,8 @@ int sole_link(const JitProgram& p, size_t i) {
 
 bool fusable_steps(const JitStep& a, const JitStep& b) {
   return a.kernels() != nullptr && b.kernels() != nullptr && *a.mesh == *b.mesh && !a.in.empty() &&
-         a.kernels()->results.size() == 1;
+         a.kernels()->results.size() == 1 && !a.kernels()->fusion_refused &&
+         !b.kernels()->fusion_refused;
 }
 
 }  // namespace

@@ -451,6 +451,30 @@ TEST(KernelTape, ChainsKeepWhatOthersRead) {
   expect_reproduces(halves, ops, {ops[1], ops[0]});
 }
 
+// A one-row product added to itself reads the product as a "row" too: it is no bias (the fused
+// call would read the product's temporary, which it no longer writes).
+TEST(KernelTape, KeepsAOneRowProductAddedToItself) {
+  Fn twice = [](const std::vector<Tensor>& t) {
+    Tensor z = matmul(t[0], t[1]);
+    return std::vector<Tensor>{z + z};
+  };
+  Fn self_relu = [](const std::vector<Tensor>& t) {
+    Tensor z = matmul(t[0], t[1]);
+    return std::vector<Tensor>{relu(z + z)};
+  };
+  const std::vector<Tensor> ops = {vec(ramp(5, 0.3f, -2.0f), {1, 5}),
+                                   vec(ramp(35, -0.2f, 1.0f), {5, 7})};
+  const Unfused unfused;
+  for (const Fn& fn : {twice, self_relu}) {
+    KernelRecord r = record_kernels(fn, ops);
+    ASSERT_NE(r.program, nullptr) << r.why_not;
+    KernelProgram p = *r.program;
+    (void)detail::fuse_elementwise_pairs(p);
+    EXPECT_EQ(detail::fuse_matmul_epilogues(p), 0);
+    EXPECT_EQ(count_kind(p, detail::KernelCall::Kind::matmul_bias), 0);
+  }
+}
+
 // Whether fn's only result may be written into operand `o`'s buffer (jit's in-place donation).
 bool result_may_take(const Fn& fn, const std::vector<Tensor>& operands, int o) {
   const Unfused unfused;

@@ -645,8 +645,10 @@ void elementwise_chain(const backend::ElementwiseChain& chain, const std::vector
   while (first > 0 && inner * shape[first - 1] <= kChainTile) inner *= shape[--first];
   const size_t sd = first - 1;
   const int64_t along = shape[sd];
-  const int64_t chunk = std::max<int64_t>(1, kChainTile / inner);
-  const int64_t chunks = (along + chunk - 1) / chunk;
+  // Tiles of even size along sd (4097 elements: two of 2049 and 2048, not 4096 and 1).
+  const int64_t most = std::max<int64_t>(1, kChainTile / inner);
+  const int64_t chunks = (along + most - 1) / most;
+  const int64_t chunk = (along + chunks - 1) / chunks;
   int64_t outer = 1;
   for (size_t d = 0; d < sd; ++d) outer *= shape[d];
   const auto out_size = static_cast<int64_t>(dtype_size(chain.ops.back().out));

@@ -614,7 +614,11 @@ std::optional<KernelCall> fuse_epilogue(const KernelProgram& p, const KernelCall
   int bias = -1;
   if (reads_product(0) && row_over(shape, strides(1))) bias = 1;
   if (bias < 0 && reads_product(1) && row_over(shape, strides(0))) bias = 0;
-  if (bias < 0 || b.dst.slot == b.src[bias].slot) return std::nullopt;
+  // The bias is another buffer than the product (z + z of a one-row product reads z as a "row"
+  // too, and the fused call no longer writes z), and not the destination.
+  if (bias < 0 || b.dst.slot == b.src[bias].slot || b.src[bias].slot == a.dst.slot) {
+    return std::nullopt;
+  }
   f.nsrc = 3;
   f.src[2] = b.src[bias];
   f.op2 = b.kind == K::binary_unary ? 1 : 0;
@@ -855,8 +859,12 @@ KernelRecord record_kernels(
   // kept only when they give fn's bits too.
   if (config::jit_fusion()) {
     KernelProgram fused = p;
-    if (fuse_kernels(fused, real) > 0 && checked(fused)) {
-      return KernelRecord{std::make_shared<const KernelProgram>(std::move(fused)), ""};
+    if (fuse_kernels(fused, real) > 0) {
+      if (checked(fused)) {
+        return KernelRecord{std::make_shared<const KernelProgram>(std::move(fused)), ""};
+      }
+      // jit's step merging must not fuse these calls again without this check.
+      p.fusion_refused = true;
     }
   }
   if (!checked(p)) {

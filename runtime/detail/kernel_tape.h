@@ -64,7 +64,7 @@ struct KernelCall {
   int nsrc = 0;
   KernelAddr src[kMaxSources];
   KernelAddr dst;
-  int strided = -1;  // unary/binary/select: the first of nsrc Strided scratch entries
+  int strided = -1;  // unary/binary/select/chain: the first of nsrc Strided scratch entries
   std::vector<int64_t> shape;
   // reduce: outer, len, inner; matmul: batch, m, n, k; fill: n; copy: width, height, dpitch,
   // spitch (bytes)
@@ -108,6 +108,9 @@ class KernelProgram {
   std::vector<Shape> result_shapes;           // per result
   std::vector<DType> result_dtypes;           // per result
   std::vector<std::vector<int64_t>> strides;  // per Strided scratch entry: its strides
+  // The recording's fused program did not reproduce the traced bits, so these calls are unfused:
+  // jit's step merging leaves the program alone (it could only fuse them again, unchecked).
+  bool fusion_refused = false;
 
   // Fresh scratch for run(): one Strided per entry, strides filled in (one set per thread).
   std::vector<backend::Strided> make_scratch() const;

@@ -1,0 +1,208 @@
+// The cpu platform's elementwise chains (Backend::elementwise_chain: backends/cpu/kernels.cpp) run
+// a tile at a time; these random chains check that against the default, the ops one after the
+// other over the whole shape, bit for bit (ranks 0-4, empty, unit, odd and tile-edge dims,
+// transposed, broadcast and negative strides, bool intermediates, NaN), and in place.
+#include <gtest/gtest.h>
+#include <meshrt/meshrt.h>
+
+#include <algorithm>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <vector>
+
+#include "backends/backend.h"
+#include "runtime/detail/platform.h"
+
+using namespace meshrt;
+using backend::BinaryOp;
+using backend::ChainOp;
+using backend::ElementwiseChain;
+using backend::Strided;
+using backend::UnaryOp;
+
+namespace {
+
+struct Input {
+  std::vector<char> buf;
+  Strided s;
+};
+
+Input make_input(std::mt19937& rng, const std::vector<int64_t>& shape, DType t, bool dense) {
+  const size_t rank = shape.size();
+  std::vector<size_t> perm(rank);
+  for (size_t i = 0; i < rank; ++i) perm[i] = i;
+  if (!dense) std::shuffle(perm.begin(), perm.end(), rng);
+  std::vector<int64_t> st(rank, 0);
+  std::vector<bool> bc(rank, false), neg(rank, false);
+  int64_t stride = 1;
+  for (size_t k = rank; k-- > 0;) {
+    const size_t d = perm[k];
+    if (!dense && rng() % 4 == 0) {
+      bc[d] = true;
+      continue;
+    }
+    neg[d] = !dense && rng() % 4 == 0;
+    st[d] = neg[d] ? -stride : stride;
+    stride *= shape[d];
+  }
+  const size_t es = dtype_size(t);
+  Input in;
+  in.buf.resize(static_cast<size_t>(std::max<int64_t>(stride, 1)) * es + 16);
+  std::uniform_real_distribution<float> u(-3.0f, 3.0f);
+  for (size_t i = 0; i * es < in.buf.size() - 16; ++i) {
+    if (t == DType::f32) {
+      float v = u(rng);
+      if (rng() % 50 == 0) v = std::numeric_limits<float>::quiet_NaN();
+      std::memcpy(in.buf.data() + i * es, &v, 4);
+    } else if (t == DType::bool_) {
+      in.buf[i] = static_cast<char>(rng() % 2);
+    }
+  }
+  int64_t off = 0;
+  for (size_t d = 0; d < rank; ++d) {
+    if (neg[d]) off += (shape[d] - 1) * (-st[d]);
+  }
+  in.s = Strided{in.buf.data() + off * static_cast<int64_t>(es), st};
+  return in;
+}
+
+}  // namespace
+
+TEST(CpuChains, TilesMatchTheKernelsOneAfterTheOther) {
+  backend::Backend& be = detail::backend_of(devices()[0]);
+  std::mt19937 rng(1234);
+  const std::vector<int64_t> dims = {0,  1,  1,   2,    3,    5,    7,    31,
+                                     64, 65, 129, 1000, 4095, 4096, 4097, 9000};
+  int ran = 0;
+  for (int iter = 0; iter < 1500; ++iter) {
+    const size_t rank = rng() % 5;
+    std::vector<int64_t> shape;
+    int64_t n = 1;
+    for (size_t d = 0; d < rank; ++d) {
+      int64_t v = dims[rng() % dims.size()];
+      if (n * std::max<int64_t>(v, 1) > 300000) v = 1 + static_cast<int64_t>(rng() % 3);
+      shape.push_back(v);
+      n *= v;
+    }
+    ElementwiseChain c;
+    const int nf = 1 + static_cast<int>(rng() % 3);
+    const bool has_bool = rng() % 2 == 0;
+    c.inputs = nf + (has_bool ? 1 : 0);
+    for (int i = 0; i < nf; ++i) c.input_dtypes.push_back(DType::f32);
+    if (has_bool) c.input_dtypes.push_back(DType::bool_);
+    const int nops = 1 + static_cast<int>(rng() % 8);
+    auto pick = [&](DType t) {
+      std::vector<int> vs;
+      for (int v = 0; v < c.inputs + static_cast<int>(c.ops.size()); ++v) {
+        if (c.value_dtype(v) == t) vs.push_back(v);
+      }
+      return vs.empty() ? -1 : vs[rng() % vs.size()];
+    };
+    for (int i = 0; i < nops; ++i) {
+      ChainOp o;
+      const int kind = static_cast<int>(rng() % 5);
+      // Prefer reading the newest value so intermediates are used.
+      const int newest = c.inputs + static_cast<int>(c.ops.size()) - 1;
+      auto f32 = [&] {
+        return (rng() % 2 == 0 && c.value_dtype(newest) == DType::f32) ? newest : pick(DType::f32);
+      };
+      if (kind == 0) {
+        o.kind = ChainOp::Kind::unary;
+        const UnaryOp ops[] = {UnaryOp::neg, UnaryOp::exp, UnaryOp::tanh, UnaryOp::sqrt,
+                               UnaryOp::relu};
+        o.op = static_cast<int>(ops[rng() % 5]);
+        o.src[0] = f32();
+      } else if (kind == 1 || kind == 2) {
+        o.kind = ChainOp::Kind::binary;
+        const BinaryOp ops[] = {BinaryOp::add, BinaryOp::sub, BinaryOp::mul, BinaryOp::div,
+                                BinaryOp::max};
+        o.op = static_cast<int>(ops[rng() % 5]);
+        o.src[0] = f32();
+        o.src[1] = pick(DType::f32);
+      } else if (kind == 3) {
+        o.kind = ChainOp::Kind::binary;
+        o.op = static_cast<int>(BinaryOp::lt);
+        o.out = DType::bool_;
+        o.src[0] = f32();
+        o.src[1] = pick(DType::f32);
+        if (i + 1 == nops) o.out = DType::bool_;
+      } else {
+        const int cond = pick(DType::bool_);
+        if (cond < 0) {
+          o.kind = ChainOp::Kind::unary;
+          o.op = static_cast<int>(UnaryOp::neg);
+          o.src[0] = f32();
+        } else {
+          o.kind = ChainOp::Kind::select;
+          o.src[0] = cond;
+          o.src[1] = f32();
+          o.src[2] = pick(DType::f32);
+        }
+      }
+      c.ops.push_back(o);
+    }
+    std::vector<Input> ins;
+    std::vector<Strided> ss;
+    for (int i = 0; i < c.inputs; ++i) {
+      ins.push_back(make_input(rng, shape, c.input_dtypes[static_cast<size_t>(i)], rng() % 3 == 0));
+    }
+    for (auto& i : ins) ss.push_back(i.s);
+    const size_t ob = static_cast<size_t>(n) * dtype_size(c.ops.back().out);
+    std::vector<char> want(ob + 1, 0x5a), got(ob + 1, 0x5b);
+    be.Backend::elementwise_chain(0, c, shape, ss, want.data());
+    be.elementwise_chain(0, c, shape, ss, got.data());
+    want.back() = got.back() = 0;
+    ++ran;
+    ASSERT_EQ(0, std::memcmp(want.data(), got.data(), ob)) << "iter " << iter << " rank " << rank;
+  }
+  EXPECT_GT(ran, 0);
+}
+
+// In place: y is input 0's memory (read densely), as jit's donation allows.
+TEST(CpuChains, InPlaceMatchesOutOfPlace) {
+  backend::Backend& be = detail::backend_of(devices()[0]);
+  std::mt19937 rng(99);
+  for (int iter = 0; iter < 300; ++iter) {
+    std::vector<int64_t> shape = {static_cast<int64_t>(1 + rng() % 70),
+                                  static_cast<int64_t>(1 + rng() % 9000)};
+    ElementwiseChain c;
+    c.inputs = 2;
+    c.input_dtypes = {DType::f32, DType::f32};
+    // v2 = x0 * x1; v3 = exp(v2); v4 = v3 - x0; v5 = x0 < v4; v6 = select(v5, x0, v4)
+    ChainOp a;
+    a.kind = ChainOp::Kind::binary;
+    a.op = static_cast<int>(BinaryOp::mul);
+    a.src[0] = 0;
+    a.src[1] = 1;
+    ChainOp b;
+    b.kind = ChainOp::Kind::unary;
+    b.op = static_cast<int>(UnaryOp::exp);
+    b.src[0] = 2;
+    ChainOp d;
+    d.kind = ChainOp::Kind::binary;
+    d.op = static_cast<int>(BinaryOp::sub);
+    d.src[0] = 3;
+    d.src[1] = 0;
+    ChainOp e;
+    e.kind = ChainOp::Kind::binary;
+    e.op = static_cast<int>(BinaryOp::lt);
+    e.out = DType::bool_;
+    e.src[0] = 0;
+    e.src[1] = 4;
+    ChainOp f;
+    f.kind = ChainOp::Kind::select;
+    f.src[0] = 5;
+    f.src[1] = 0;
+    f.src[2] = 4;
+    c.ops = {a, b, d, e, f};
+    Input x0 = make_input(rng, shape, DType::f32, true);
+    Input x1 = make_input(rng, shape, DType::f32, rng() % 2 == 0);
+    const int64_t n = shape[0] * shape[1];
+    std::vector<char> want(static_cast<size_t>(n) * 4);
+    std::vector<Strided> ss = {x0.s, x1.s};
+    be.Backend::elementwise_chain(0, c, shape, ss, want.data());
+    be.elementwise_chain(0, c, shape, ss, const_cast<void*>(x0.s.data));
+    ASSERT_EQ(0, std::memcmp(want.data(), x0.s.data, want.size())) << iter;
+  }
+}
