@@ -11,7 +11,9 @@
 // float32): forward x @ W, backward x^T @ g and g @ W^T, operands stored as the step stores them.
 // The layer rows time one hidden layer's relu(x @ W + b) eager (the product, then the fused bias
 // add and relu) and jitted (one product with its epilogue where the platform fuses them:
-// MESHRT_CUDA_MATMUL=lt), at each matmul precision; --layers-only prints only those.
+// MESHRT_CUDA_MATMUL=lt), at each matmul precision; --layers-only prints only those. The adam rows
+// time one leaf's optimizer update eager and jitted (elementwise chains where the platform fuses
+// them); --fused-only prints only the pairs and the adam rows.
 #include <meshrt/meshrt.h>
 
 #include <algorithm>
@@ -50,16 +52,19 @@ double time_op(const std::function<Tensor()>& op, int iters, int repeats) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  bool quick = false, layers_only = false;
+  bool quick = false, layers_only = false, fused_only = false;
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--quick") == 0) {
       quick = true;
     } else if (std::strcmp(argv[i], "--layers-only") == 0) {
       layers_only = true;
+    } else if (std::strcmp(argv[i], "--fused-only") == 0) {
+      fused_only = true;
     } else {
-      std::fprintf(stderr,
-                   "usage: meshrt-kernel-report [--quick] [--layers-only]   (platform: "
-                   "MESHRT_PLATFORM; needs 2 devices for the copy baseline)\n");
+      std::fprintf(
+          stderr,
+          "usage: meshrt-kernel-report [--quick] [--layers-only | --fused-only]   (platform: "
+          "MESHRT_PLATFORM; needs 2 devices for the copy baseline)\n");
       return 2;
     }
   }
@@ -106,9 +111,12 @@ int main(int argc, char** argv) {
 
     // One hidden layer of the seed step, relu(x @ W + b): eager (the product, then the fused
     // bias add and relu) and jitted (where the platform fuses epilogues: one product call).
-    std::printf("| one layer | eager | jit | jit / eager | epilogue fused |\n");
-    std::printf("| --- | --- | --- | --- | --- |\n");
+    if (!fused_only) {
+      std::printf("| one layer | eager | jit | jit / eager | epilogue fused |\n");
+      std::printf("| --- | --- | --- | --- | --- |\n");
+    }
     for (Precision prec : {Precision::highest, Precision::tf32}) {
+      if (fused_only) break;
       const Array xa = device_put(random::normal(random::key(30), {rows, cols}, d), rep);
       const Array wa = device_put(random::normal(random::key(31), {cols, cols}, d), rep);
       const Array ba = device_put(random::normal(random::key(32), {cols}, d), rep);
@@ -159,6 +167,7 @@ int main(int argc, char** argv) {
                 static_cast<long long>(rows), static_cast<long long>(cols));
     std::printf("| --- | --- | --- | --- |\n");
     for (const Row& r : table) {
+      if (fused_only) break;
       const double t = time_op(r.op, iters, repeats);
       std::printf("| %s | %.1f | %.1f | %.2f |\n", r.name, t * 1e6, r.bytes / t / 1e9,
                   r.bytes / t / copy_bw);
@@ -192,7 +201,34 @@ int main(int argc, char** argv) {
         std::printf("| %s | %.1f | %.1f | %.2f |\n", r.name, t * 1e6, r.bytes / t / 1e9,
                     r.bytes / t / copy_bw);
       }
+      // adam's update of one leaf (14 elementwise kernels), eager and jitted (three elementwise
+      // chains, one per result, where the platform fuses chains: cpu, cuda under
+      // MESHRT_CUDA_FUSION=chains); bytes are the 7 arrays it must move (p, m, v, g read; p, m, v
+      // written).
+      auto adam = [](const Array& p, const Array& m, const Array& v, const Array& g) {
+        const Array m2 = 0.9 * m + 0.1 * g;
+        const Array v2 = 0.999 * v + 0.001 * (g * g);
+        const Array p2 = p - 1e-3 * ((m2 / (1.0 - 0.9)) / (sqrt(v2 / (1.0 - 0.999)) + 1e-8));
+        return std::vector<Array>{p2, m2, v2};
+      };
+      auto jit_adam = jit(adam);
+      const Array va = device_put(y * y, rep);  // v >= 0, as a second moment
+      const bool chains =
+          jit_adam.lower(xa, ya, va, xa).as_text().find("elementwise chains") != std::string::npos;
+      const double t_eager =
+          time_op([&] { return block(adam(xa, ya, va, xa)[0]); }, iters, repeats);
+      const double t_jit =
+          time_op([&] { return block(jit_adam(xa, ya, va, xa)[0]); }, iters, repeats);
+      for (const auto& [name, t] :
+           {std::pair{"adam update (14 kernels), eager", t_eager},
+            std::pair{chains ? "adam update, jit (3 fused chains)" : "adam update, jit (unfused)",
+                      t_jit}}) {
+        std::printf("| %s | %.1f | %.1f | %.2f |\n", name, t * 1e6, 7 * 4 * e / t / 1e9,
+                    7 * 4 * e / t / copy_bw);
+      }
     }
+
+    if (fused_only) return 0;
 
     // The seed step's products, at each matmul precision (tf32: tensor cores where the platform
     // has them; cpu computes full precision either way).

@@ -352,6 +352,10 @@ if [ "$run_bench" = 1 ] && [ "$cuda_unusable" = 0 ]; then
       test_optim:8 test_autodiff_jax:8
     bench "Seed MLP step with MESHRT_CUDA_FUSION=chains: 1 logical device and 8 (DP, FSDP, TP, 2-D)" 8 240 \
       env MESHRT_CUDA_FUSION=chains ./bin/meshrt-mlp-bench --resident-only --repeats "$reps" "${q[@]}"
+    bench "Fused pairs and adam's update (3 chains), eager and jit, MESHRT_CUDA_FUSION=chains" 2 120 \
+      env MESHRT_CUDA_FUSION=chains ./bin/meshrt-kernel-report --fused-only "${q[@]}"
+    bench "The same rows with the default MESHRT_CUDA_FUSION=pairs (adam unfused), for the ratio" 2 120 \
+      ./bin/meshrt-kernel-report --fused-only "${q[@]}"
   fi
   if want collectives; then
     bench "psum of one float over 8 logical devices (latency)" 8 120 \
