@@ -9,7 +9,9 @@
 // (elementwise_ops.cuh: scalar_ops.h and core/half.h beneath) and encodes the result, so every
 // value is rounded to its dtype exactly where its own kernel would store it. Values cross between
 // ops through shared memory and float add/sub/mul are the _rn intrinsics: nothing contracts
-// across two ops.
+// across two ops. A chain of float32 values and float32 ops only (an optimizer's update, an
+// activation) takes a register file of floats and a switch on the op alone (f32_step), with the
+// same element functions.
 #include <cuda_runtime.h>
 
 #include <atomic>
@@ -207,14 +209,73 @@ __device__ __forceinline__ void run_element(const ChainLaunch& c, uint64_t* r, v
   store_bits(y, last.out, i, r[last.dst * kChainThreads]);
 }
 
+// The float32 chains (every value float32, every op float32 -> float32: arithmetic, max/min,
+// neg/exp/.../relu, a float32 copy; no cast, comparison or select), the usual optimizer update or
+// activation: values stay floats, each op one switch on its code, no dtype decoding. The same
+// element functions as the general path (and the single-op kernels), so the same bits.
+__device__ __forceinline__ float f32_step(const ChainStep& s, float a, float b) {
+  if (s.kind == kChainUnary) {
+    return s.op == code(backend::UnaryOp::copy) ? a : sc::unary(static_cast<int>(s.op), a);
+  }
+  switch (s.op) {
+    case code(BinaryOp::add):
+      return BinaryFn<code(BinaryOp::add), float>{}(a, b);
+    case code(BinaryOp::sub):
+      return BinaryFn<code(BinaryOp::sub), float>{}(a, b);
+    case code(BinaryOp::mul):
+      return BinaryFn<code(BinaryOp::mul), float>{}(a, b);
+    case code(BinaryOp::div):
+      return BinaryFn<code(BinaryOp::div), float>{}(a, b);
+    case code(BinaryOp::max):
+      return BinaryFn<code(BinaryOp::max), float>{}(a, b);
+    default:
+      return BinaryFn<code(BinaryOp::min), float>{}(a, b);
+  }
+}
+
+template <class Off>
+__device__ __forceinline__ void run_element(const ChainLaunch& c, float* r, void* y, int64_t i,
+                                            const Off& off) {
+#pragma unroll
+  for (int k = 0; k < kChainMaxInputs; ++k) {
+    if (k < c.inputs && c.in[k].slot != kChainNoSlot)
+      r[c.in[k].slot * kChainThreads] = static_cast<const float*>(c.in[k].data)[off(k)];
+  }
+  for (int j = 0; j < c.ops; ++j) {
+    const ChainStep& s = c.step[j];
+    const float a = r[s.src[0] * kChainThreads];
+    const float b = s.kind == kChainBinary ? r[s.src[1] * kChainThreads] : 0.0f;
+    r[s.dst * kChainThreads] = f32_step(s, a, b);
+  }
+  static_cast<float*>(y)[i] = r[c.step[c.ops - 1].dst * kChainThreads];
+}
+
+// Whether every value of `c` is float32 and every op maps float32 to float32 (f32_step's chains).
+bool all_float32(const ChainLaunch& c) {
+  const auto f32 = static_cast<uint8_t>(DType::f32);
+  for (int k = 0; k < c.inputs; ++k) {
+    if (c.in[k].slot != kChainNoSlot && c.in[k].dtype != f32) return false;
+  }
+  for (int j = 0; j < c.ops; ++j) {
+    const ChainStep& s = c.step[j];
+    if (s.in != f32 || s.out != f32 || s.flags != 0) return false;
+    if (s.kind == kChainSelect) return false;
+    if (s.kind == kChainBinary && s.op > code(BinaryOp::min)) return false;  // comparisons
+    if (s.kind == kChainUnary && s.op > code(backend::UnaryOp::relu)) return false;
+  }
+  return true;
+}
+
 // Rank <= 2: elementwise.cuh's (rows, cols) walk, one element a thread at a time; input k's
 // element (row, col) is at row * stride[0] + col * stride[1] (launch_chain puts them there).
 // step_r/step_c: the grid's stride in rows and columns.
+// Word: a value in the register file (uint64_t: any dtype's bits; float: the float32 chains).
+template <class Word>
 __global__ void __launch_bounds__(kChainThreads)
     chain_walk_kernel(const __grid_constant__ ChainLaunch c, void* y, int64_t n, int64_t cols,
                       int64_t step_r, int64_t step_c) {
-  __shared__ uint64_t file[kChainSlots * kChainThreads];
-  uint64_t* r = file + threadIdx.x;
+  __shared__ Word file[kChainSlots * kChainThreads];
+  Word* r = file + threadIdx.x;
   const int64_t step = int64_t{gridDim.x} * blockDim.x;
   const int64_t first = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
   int64_t row = 0, col = first;
@@ -236,10 +297,11 @@ __global__ void __launch_bounds__(kChainThreads)
 
 // Rank > 2: element i's multi-index over the merged dims (one division per dimension, shared by
 // the inputs), then each input's offset.
+template <class Word>
 __global__ void __launch_bounds__(kChainThreads)
     chain_strided_kernel(const __grid_constant__ ChainLaunch c, void* y, int64_t n) {
-  __shared__ uint64_t file[kChainSlots * kChainThreads];
-  uint64_t* r = file + threadIdx.x;
+  __shared__ Word file[kChainSlots * kChainThreads];
+  Word* r = file + threadIdx.x;
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
        i += int64_t{gridDim.x} * blockDim.x) {
     int64_t idx[kMaxRank];
@@ -310,14 +372,27 @@ cudaError_t launch_chain(cudaStream_t s, const ChainLaunch& c, void* y, int64_t 
       st[0] = rs;
       st[1] = cs;
     }
-    const int grid =
-        chain_grid(n, resident_blocks<0>(reinterpret_cast<const void*>(&chain_walk_kernel)));
-    const int64_t step = int64_t{grid} * kChainThreads;
-    chain_walk_kernel<<<grid, kChainThreads, 0, s>>>(w, y, n, cols, step / cols, step % cols);
+    if (all_float32(c)) {
+      const int grid = chain_grid(
+          n, resident_blocks<2>(reinterpret_cast<const void*>(&chain_walk_kernel<float>)));
+      const int64_t step = int64_t{grid} * kChainThreads;
+      chain_walk_kernel<float>
+          <<<grid, kChainThreads, 0, s>>>(w, y, n, cols, step / cols, step % cols);
+    } else {
+      const int grid = chain_grid(
+          n, resident_blocks<0>(reinterpret_cast<const void*>(&chain_walk_kernel<uint64_t>)));
+      const int64_t step = int64_t{grid} * kChainThreads;
+      chain_walk_kernel<uint64_t>
+          <<<grid, kChainThreads, 0, s>>>(w, y, n, cols, step / cols, step % cols);
+    }
+  } else if (all_float32(c)) {
+    const int grid = chain_grid(
+        n, resident_blocks<3>(reinterpret_cast<const void*>(&chain_strided_kernel<float>)));
+    chain_strided_kernel<float><<<grid, kChainThreads, 0, s>>>(c, y, n);
   } else {
-    const int grid =
-        chain_grid(n, resident_blocks<1>(reinterpret_cast<const void*>(&chain_strided_kernel)));
-    chain_strided_kernel<<<grid, kChainThreads, 0, s>>>(c, y, n);
+    const int grid = chain_grid(
+        n, resident_blocks<1>(reinterpret_cast<const void*>(&chain_strided_kernel<uint64_t>)));
+    chain_strided_kernel<uint64_t><<<grid, kChainThreads, 0, s>>>(c, y, n);
   }
   return cudaGetLastError();
 }
