@@ -1180,6 +1180,38 @@ TEST_F(CudaKernels, ChainsMatchCpu) {
        {bin(BinaryOp::div, DType::f16, 0, 1), bin(BinaryOp::add, DType::f16, 0, 1),
         bin(BinaryOp::div, DType::f16, 2, 3), un(UnaryOp::exp, DType::f16, DType::f16, 4)},
        ulps(UnaryOp::exp, DType::f16)});
+  // More elements than the grid has threads, with a row broadcast: the walk's grid-stride steps
+  // (rows and columns both advance), in the float32 kernel and in the general one.
+  cases.push_back({"grid stride f32 row broadcast",
+                   {1000, 333},
+                   {{f32, {333, 1}}, {f32, {0, 1}}},
+                   {bin(BinaryOp::mul, f32, 0, 1), bin(BinaryOp::add, f32, 2, 0),
+                    un(UnaryOp::relu, f32, f32, 3)}});
+  cases.push_back({"grid stride general column broadcast",
+                   {700, 501},
+                   {{f64, {501, 1}}, {f64, {1, 0}}, {b8, {501, 1}}},
+                   {bin(BinaryOp::lt, f64, 0, 1), bin(BinaryOp::add, b8, 3, 2), sel(f64, 4, 0, 1),
+                    bin(BinaryOp::mul, f64, 5, 5)}});
+  // Rank 3 in the general kernel: float64 values, a comparison and a select.
+  cases.push_back(
+      {"rank 3 general",
+       {4, 5, 6},
+       {{f64, {30, 1, 5}}, {f64, {0, 6, 1}}},
+       {bin(BinaryOp::lt, f64, 0, 1), sel(f64, 2, 1, 0), bin(BinaryOp::sub, f64, 3, 1)}});
+  // Rank 0: one element, no dimension to walk.
+  cases.push_back({"rank 0",
+                   {},
+                   {{f32, {}}, {f32, {}}},
+                   {bin(BinaryOp::mul, f32, 0, 1), bin(BinaryOp::add, f32, 2, 0)}});
+  // Halves compared, astype to bool, a select of bfloat16 values.
+  cases.push_back({"halves compare astype bool select bf16",
+                   {31, 63},
+                   {{DType::f16, {63, 1}},
+                    {DType::f16, {63, 1}},
+                    {DType::bf16, {63, 1}},
+                    {DType::bf16, {0, 0}}},
+                   {bin(BinaryOp::lt, DType::f16, 0, 1), un(UnaryOp::copy, DType::f16, b8, 0),
+                    bin(BinaryOp::mul, b8, 4, 5), sel(DType::bf16, 6, 2, 3)}});
   // An input no op reads, and an op result no op reads.
   cases.push_back({"unused input and value",
                    {100},
@@ -1204,7 +1236,8 @@ TEST_F(CudaKernels, ChainsMatchCpu) {
     for (size_t k = 0; k < c.in.size(); ++k)
       on_cuda.push_back(Strided{upload(host[k], c.pad), c.in[k].strides});
     Host want = make(out, n);
-    cpu_->elementwise_chain(0, chain, c.shape, on_cpu, want.bytes.data());
+    // The cpu's ops one after the other (its own chains refuse float16 division).
+    cpu_->Backend::elementwise_chain(0, chain, c.shape, on_cpu, want.bytes.data());
     void* unfused = device_out(out, n, c.pad);
     cuda_->Backend::elementwise_chain(0, chain, c.shape, on_cuda, unfused);
     void* fused = device_out(out, n, c.pad);

@@ -151,8 +151,41 @@ using backend::scalar::wrap_sub;
 static_assert(static_cast<int>(UnaryOp::neg) == backend::scalar::kNeg &&
               static_cast<int>(UnaryOp::relu) == backend::scalar::kRelu);
 
+// The dense loops below on CPUs with AVX2: the same element function inlined into a loop the
+// compiler vectorises 32 bytes wide instead of the portable build's 16 (SSE2). IEEE arithmetic,
+// comparisons, selects and conversions give the same bits at either width, and a call the
+// compiler cannot vectorise (exp, log, ...) stays a call per element.
+bool have_avx2() {
+  static const bool v = __builtin_cpu_supports("avx2");
+  return v;
+}
+
+template <class I, class O, class F>
+__attribute__((target("avx2"))) void run1_avx2(const I* x, O* y, int64_t n, F f) {
+#pragma omp simd
+  for (int64_t i = 0; i < n; ++i) y[i] = f(x[i]);
+}
+
+// b_mode: 0 b dense, 1 b broadcast (b[0]), 2 a broadcast (a[0]).
+template <int Mode, class I, class O, class F>
+__attribute__((target("avx2"))) void run2_avx2(const I* a, const I* b, O* y, int64_t n, F f) {
+  if constexpr (Mode == 0) {
+#pragma omp simd
+    for (int64_t i = 0; i < n; ++i) y[i] = f(a[i], b[i]);
+  } else if constexpr (Mode == 1) {
+    const I bv = b[0];
+#pragma omp simd
+    for (int64_t i = 0; i < n; ++i) y[i] = f(a[i], bv);
+  } else {
+    const I av = a[0];
+#pragma omp simd
+    for (int64_t i = 0; i < n; ++i) y[i] = f(av, b[i]);
+  }
+}
+
 template <class I, class O, class F>
 void run1(const I* x, int64_t sx, O* y, int64_t n, F f) {
+  if (sx == 1 && have_avx2()) return run1_avx2(x, y, n, f);
   if (sx == 1) {
 #pragma omp simd
     for (int64_t i = 0; i < n; ++i) y[i] = f(x[i]);
@@ -163,6 +196,10 @@ void run1(const I* x, int64_t sx, O* y, int64_t n, F f) {
 
 template <class I, class O, class F>
 void run2(const I* a, int64_t sa, const I* b, int64_t sb, O* y, int64_t n, F f) {
+  if (have_avx2() && sa == 1 && (sb == 1 || sb == 0)) {
+    return sb == 1 ? run2_avx2<0>(a, b, y, n, f) : run2_avx2<1>(a, b, y, n, f);
+  }
+  if (have_avx2() && sa == 0 && sb == 1) return run2_avx2<2>(a, b, y, n, f);
   if (sa == 1 && sb == 1) {
 #pragma omp simd
     for (int64_t i = 0; i < n; ++i) y[i] = f(a[i], b[i]);

@@ -360,6 +360,17 @@ cudaError_t launch_chain(cudaStream_t s, const ChainLaunch& c, void* y, int64_t 
   if (n == 0) return cudaSuccess;
   if (c.ops < 1 || c.ops > kChainMaxOps || c.inputs < 0 || c.inputs > kChainMaxInputs)
     return cudaErrorInvalidValue;
+  // A planner bug is an error here, never a write past the register file.
+  for (int k = 0; k < c.inputs; ++k) {
+    if (c.in[k].slot != kChainNoSlot && c.in[k].slot >= kChainSlots) return cudaErrorInvalidValue;
+  }
+  for (int j = 0; j < c.ops; ++j) {
+    const ChainStep& st = c.step[j];
+    if (st.kind > kChainSelect || st.dst >= kChainSlots || st.src[0] >= kChainSlots ||
+        st.src[1] >= kChainSlots || st.src[2] >= kChainSlots) {
+      return cudaErrorInvalidValue;
+    }
+  }
   if (c.dims.rank <= 2) {
     // The walk reads (row stride, column stride) as stride[0], stride[1]: a rank-1 input's one
     // stride is its column stride.
