@@ -325,27 +325,15 @@ __global__ void __launch_bounds__(kChainThreads)
   }
 }
 
-// Blocks of a kernel resident per multiprocessor (cached per GPU and kernel; 1 when unknown): the
-// grid is a full GPU's worth of resident blocks at most, so no block waits for a second wave.
-template <int K>
-int resident_blocks(const void* kernel) {
+// Blocks of `kernel` resident per multiprocessor (cached per GPU and kernel; 1 when unknown):
+// the grid is a full GPU's worth of resident blocks at most, so no block waits for a second wave.
+template <auto* kernel>
+int resident_blocks() {
   static std::atomic<int> cache[64];
-  int dev = 0;
-  if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= 64) {
-    (void)cudaGetLastError();
-    return 1;
-  }
-  int v = cache[dev].load(std::memory_order_relaxed);
-  if (v == 0) {
-    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&v, kernel, kChainThreads, 0) !=
-            cudaSuccess ||
-        v <= 0) {
-      (void)cudaGetLastError();
-      v = 1;
-    }
-    cache[dev].store(v, std::memory_order_relaxed);
-  }
-  return v;
+  return per_gpu(cache, 1, [](int, int& v) {
+    return cudaOccupancyMaxActiveBlocksPerMultiprocessor(&v, reinterpret_cast<const void*>(kernel),
+                                                         kChainThreads, 0) == cudaSuccess;
+  });
 }
 
 int chain_grid(int64_t n, int per_sm) {
@@ -384,25 +372,21 @@ cudaError_t launch_chain(cudaStream_t s, const ChainLaunch& c, void* y, int64_t 
       st[1] = cs;
     }
     if (all_float32(c)) {
-      const int grid = chain_grid(
-          n, resident_blocks<2>(reinterpret_cast<const void*>(&chain_walk_kernel<float>)));
+      const int grid = chain_grid(n, resident_blocks<&chain_walk_kernel<float>>());
       const int64_t step = int64_t{grid} * kChainThreads;
       chain_walk_kernel<float>
           <<<grid, kChainThreads, 0, s>>>(w, y, n, cols, step / cols, step % cols);
     } else {
-      const int grid = chain_grid(
-          n, resident_blocks<0>(reinterpret_cast<const void*>(&chain_walk_kernel<uint64_t>)));
+      const int grid = chain_grid(n, resident_blocks<&chain_walk_kernel<uint64_t>>());
       const int64_t step = int64_t{grid} * kChainThreads;
       chain_walk_kernel<uint64_t>
           <<<grid, kChainThreads, 0, s>>>(w, y, n, cols, step / cols, step % cols);
     }
   } else if (all_float32(c)) {
-    const int grid = chain_grid(
-        n, resident_blocks<3>(reinterpret_cast<const void*>(&chain_strided_kernel<float>)));
+    const int grid = chain_grid(n, resident_blocks<&chain_strided_kernel<float>>());
     chain_strided_kernel<float><<<grid, kChainThreads, 0, s>>>(c, y, n);
   } else {
-    const int grid = chain_grid(
-        n, resident_blocks<1>(reinterpret_cast<const void*>(&chain_strided_kernel<uint64_t>)));
+    const int grid = chain_grid(n, resident_blocks<&chain_strided_kernel<uint64_t>>());
     chain_strided_kernel<uint64_t><<<grid, kChainThreads, 0, s>>>(c, y, n);
   }
   return cudaGetLastError();

@@ -29,23 +29,32 @@ inline int blocks_for(int64_t n) {
   return static_cast<int>(b < 65535 * 8 ? (b < 1 ? 1 : b) : 65535 * 8);
 }
 
-// The current GPU's multiprocessors (cached per GPU; 132, an H100's count, when unknown).
-inline int sm_count() {
-  static std::atomic<int> cache[64];
+// A value of the current GPU, computed once by query(dev, v) (true when it answered) and cached
+// per GPU in `cache`; `fallback` when the GPU is unknown or the query fails.
+template <class Query>
+int per_gpu(std::atomic<int> (&cache)[64], int fallback, Query query) {
   int dev = 0;
   if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= 64) {
     (void)cudaGetLastError();
-    return 132;
+    return fallback;
   }
   int v = cache[dev].load(std::memory_order_relaxed);
   if (v == 0) {
-    if (cudaDeviceGetAttribute(&v, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess || v <= 0) {
+    if (!query(dev, v) || v <= 0) {
       (void)cudaGetLastError();
-      v = 132;
+      v = fallback;
     }
     cache[dev].store(v, std::memory_order_relaxed);
   }
   return v;
+}
+
+// The current GPU's multiprocessors (132, an H100's count, when unknown).
+inline int sm_count() {
+  static std::atomic<int> cache[64];
+  return per_gpu(cache, 132, [](int dev, int& v) {
+    return cudaDeviceGetAttribute(&v, cudaDevAttrMultiProcessorCount, dev) == cudaSuccess;
+  });
 }
 
 // Blocks for a grid-stride elementwise launch over `items`: a full GPU's worth (8 resident
