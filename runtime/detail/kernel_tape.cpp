@@ -440,6 +440,17 @@ bool KernelProgram::run_as_graph(backend::Backend& be, int device, char* const* 
                       backend::BodyRef(body));
 }
 
+namespace {
+
+// The dtype an elementwise call reads its source j as: a chain's inputs have their own; select's
+// condition (source 0) is bool; every other source is the call's input dtype.
+DType source_dtype(const KernelCall& c, int j) {
+  if (c.kind == KernelCall::Kind::chain) return c.chain->input_dtypes[static_cast<size_t>(j)];
+  return c.kind == KernelCall::Kind::select && j == 0 ? DType::bool_ : c.in;
+}
+
+}  // namespace
+
 bool KernelProgram::may_write_over(int operand, size_t temp) const {
   const int32_t t = operands + static_cast<int32_t>(temp);
   size_t first = calls.size();
@@ -464,13 +475,7 @@ bool KernelProgram::may_write_over(int operand, size_t temp) const {
         c.kind == KernelCall::Kind::select || c.kind == KernelCall::Kind::binary_unary ||
         c.kind == KernelCall::Kind::chain;
     if (!elementwise || c.src[j].offset != c.dst.offset) return false;
-    // select's condition (bool) is source 0; its values and result share one dtype. A chain's
-    // inputs have their own dtypes.
-    const DType in = c.kind == KernelCall::Kind::chain
-                         ? c.chain->input_dtypes[static_cast<size_t>(j)]
-                     : c.kind == KernelCall::Kind::select && j == 0 ? DType::bool_
-                                                                    : c.in;
-    if (dtype_size(in) != dtype_size(c.out)) return false;
+    if (dtype_size(source_dtype(c, j)) != dtype_size(c.out)) return false;
     const std::vector<int64_t>& st = strides[static_cast<size_t>(c.strided + j)];
     int64_t expect = 1;
     for (size_t d = c.shape.size(); d-- > 0;) {
@@ -653,7 +658,7 @@ ChainParts as_chain(const KernelProgram& p, const KernelCall& c) {
     r.chain.inputs = c.nsrc;
     for (int j = 0; j < c.nsrc; ++j) {
       o.src[j] = j;
-      r.chain.input_dtypes.push_back(c.kind == K::select && j == 0 ? DType::bool_ : c.in);
+      r.chain.input_dtypes.push_back(source_dtype(c, j));
     }
     r.chain.ops.push_back(o);
   }
