@@ -155,6 +155,8 @@ static_assert(static_cast<int>(UnaryOp::neg) == backend::scalar::kNeg &&
 // compiler vectorises 32 bytes wide instead of the portable build's 16 (SSE2). IEEE arithmetic,
 // comparisons, selects and conversions give the same bits at either width, and a call the
 // compiler cannot vectorise (exp, log, ...) stays a call per element.
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#define MESHRT_CPU_WIDE_LOOPS 1
 bool have_avx2() {
   static const bool v = __builtin_cpu_supports("avx2");
   return v;
@@ -166,7 +168,7 @@ __attribute__((target("avx2"))) void run1_avx2(const I* x, O* y, int64_t n, F f)
   for (int64_t i = 0; i < n; ++i) y[i] = f(x[i]);
 }
 
-// b_mode: 0 b dense, 1 b broadcast (b[0]), 2 a broadcast (a[0]).
+// Mode: 0 both dense, 1 b broadcast (b[0]), 2 a broadcast (a[0]).
 template <int Mode, class I, class O, class F>
 __attribute__((target("avx2"))) void run2_avx2(const I* a, const I* b, O* y, int64_t n, F f) {
   if constexpr (Mode == 0) {
@@ -183,9 +185,13 @@ __attribute__((target("avx2"))) void run2_avx2(const I* a, const I* b, O* y, int
   }
 }
 
+#endif
+
 template <class I, class O, class F>
 void run1(const I* x, int64_t sx, O* y, int64_t n, F f) {
+#if MESHRT_CPU_WIDE_LOOPS
   if (sx == 1 && have_avx2()) return run1_avx2(x, y, n, f);
+#endif
   if (sx == 1) {
 #pragma omp simd
     for (int64_t i = 0; i < n; ++i) y[i] = f(x[i]);
@@ -196,10 +202,12 @@ void run1(const I* x, int64_t sx, O* y, int64_t n, F f) {
 
 template <class I, class O, class F>
 void run2(const I* a, int64_t sa, const I* b, int64_t sb, O* y, int64_t n, F f) {
+#if MESHRT_CPU_WIDE_LOOPS
   if (have_avx2() && sa == 1 && (sb == 1 || sb == 0)) {
     return sb == 1 ? run2_avx2<0>(a, b, y, n, f) : run2_avx2<1>(a, b, y, n, f);
   }
   if (have_avx2() && sa == 0 && sb == 1) return run2_avx2<2>(a, b, y, n, f);
+#endif
   if (sa == 1 && sb == 1) {
 #pragma omp simd
     for (int64_t i = 0; i < n; ++i) y[i] = f(a[i], b[i]);
