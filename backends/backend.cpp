@@ -61,7 +61,12 @@ void Backend::compare_select(int device, BinaryOp cmp, DType in, DType dtype,
 
 void Backend::elementwise_chain(int device, const ElementwiseChain& chain,
                                 const std::vector<int64_t>& shape, std::span<const Strided> inputs,
-                                void* y) {
+                                std::span<void* const> ys) {
+  if (ys.size() != chain.output_count()) {
+    throw Error("[backend] elementwise_chain: " + std::to_string(ys.size()) +
+                " destinations for a chain of " + std::to_string(chain.output_count()) +
+                " outputs");
+  }
   const std::vector<int64_t> dense = core::dense_strides(shape);
   const auto n = static_cast<size_t>(shape_size(shape));
   std::vector<std::shared_ptr<Buffer>> temps(chain.ops.size());
@@ -71,7 +76,7 @@ void Backend::elementwise_chain(int device, const ElementwiseChain& chain,
   };
   for (size_t i = 0; i < chain.ops.size(); ++i) {
     const ChainOp& o = chain.ops[i];
-    void* out = y;
+    void* out = ys.back();
     if (i + 1 < chain.ops.size()) {
       temps[i] = allocate(device, n * dtype_size(o.out));
       out = temps[i]->data();
@@ -87,6 +92,15 @@ void Backend::elementwise_chain(int device, const ElementwiseChain& chain,
       case ChainOp::Kind::select:
         select(device, o.out, shape, value(o.src[0]), value(o.src[1]), value(o.src[2]), out);
         break;
+    }
+  }
+  // The earlier outputs once every op has read the inputs (an output may be an input's memory).
+  for (size_t k = 0; k + 1 < ys.size(); ++k) {
+    const int v = chain.output(k);
+    const size_t bytes = n * dtype_size(chain.value_dtype(v));
+    if (bytes > 0) {
+      copy_2d(ys[k], device, bytes, temps[static_cast<size_t>(v - chain.inputs)]->data(), device,
+              bytes, bytes, 1);
     }
   }
 }

@@ -52,9 +52,11 @@ struct DeviceCopy {
 
 // An elementwise chain (Backend::elementwise_chain): ops over values, each the result of one
 // elementwise kernel as its own call computes it. Values 0 .. inputs-1 are the chain's inputs;
-// value inputs + i is op i's result, an intermediate the chain never writes to memory; the last
-// op's result is the chain's output. Every value has the output's shape (inputs read through
-// their Strided, intermediates element for element).
+// value inputs + i is op i's result, an intermediate the chain never writes to memory unless it is
+// one of the chain's outputs. The last op's result is always the last output; `outputs` may name
+// earlier results to write too (adam's m and v, read again by the parameter's update in the same
+// chain). Every value has the outputs' shape (inputs read through their Strided, intermediates
+// element for element).
 struct ChainOp {
   enum class Kind : uint8_t { unary, binary, select };
   Kind kind = Kind::unary;
@@ -67,9 +69,18 @@ struct ChainOp {
 };
 
 struct ElementwiseChain {
+  // The most outputs a chain has.
+  static constexpr size_t kMaxOutputs = 8;
   int inputs = 0;
   std::vector<DType> input_dtypes;  // per input
-  std::vector<ChainOp> ops;         // in order; the last one's result is the output
+  std::vector<ChainOp> ops;         // in order; the last one's result is the last output
+  // Values written to memory, one per destination, in order: op results (>= inputs), distinct,
+  // the last op's last. Empty: the last op's result alone.
+  std::vector<int> outputs;
+  size_t output_count() const { return outputs.empty() ? 1 : outputs.size(); }
+  int output(size_t k) const {
+    return outputs.empty() ? inputs + static_cast<int>(ops.size()) - 1 : outputs[k];
+  }
   // The dtype of value v (an input's, or the op's output).
   DType value_dtype(int v) const {
     return v < inputs ? input_dtypes[static_cast<size_t>(v)]
@@ -171,15 +182,16 @@ class Backend {
                               const std::vector<int64_t>& shape, const Strided& x0,
                               const Strided& x1, const Strided& a, const Strided& b, void* y);
   // An elementwise chain in one call (jit's compiled steps: fuse_elementwise_chains in
-  // runtime/detail/kernel_tape.h): y = the chain's last value over `shape`, from `inputs` (one per
-  // chain input), with the bits of its ops run one after the other as their own kernels. y is
-  // dense and overlaps no input, except one read only densely, where it writes (a donated
-  // operand updated in place). The default runs the ops as their kernels through temporaries; a
-  // platform that keeps the intermediates out of memory overrides it and says which chains it
-  // takes with fuses_chain() (jit fuses only those).
+  // runtime/detail/kernel_tape.h): ys[k] = the chain's output k over `shape`, from `inputs` (one
+  // per chain input), with the bits of its ops run one after the other as their own kernels. Each
+  // y is dense and overlaps no other y and no input, except an input read only densely, where that
+  // y is written (a donated operand updated in place): an element is written only after every read
+  // of that element. The default runs the ops as their kernels through temporaries; a platform
+  // that keeps the intermediates out of memory overrides it and says which chains it takes with
+  // fuses_chain() (jit fuses only those).
   virtual void elementwise_chain(int device, const ElementwiseChain& chain,
                                  const std::vector<int64_t>& shape, std::span<const Strided> inputs,
-                                 void* y);
+                                 std::span<void* const> ys);
   virtual bool fuses_chain(const ElementwiseChain& /*chain*/) const { return false; }
   // A layer's product and its epilogue in one call (jit's compiled steps): y = a @ b + bias, then
   // relu when `relu`, for one row-major (m, n) float product (matmul_prec's operands, transposes

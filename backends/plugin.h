@@ -14,7 +14,7 @@
 namespace meshrt::backend {
 
 // Bumped whenever Backend, ProcessComm or NativeComm change shape: a plugin must match its core.
-inline constexpr int kPluginAbi = 4;
+inline constexpr int kPluginAbi = 5;
 
 struct Plugin {
   void* entry = nullptr;  // the entry point's address; null when the plugin is not usable

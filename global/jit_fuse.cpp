@@ -1,10 +1,13 @@
-// jit's fusion pass: two consecutive compiled device-local steps whose link is a value only the
-// second reads become one step, when the merged kernel program has kernels to fuse
+// jit's fusion pass: two consecutive compiled device-local steps where the second reads results
+// of the first (each at its own position) become one step, when the merged kernel program has
+// kernels to fuse; results of the first that the program returns or a later step reads stay
+// results of the merged step (a chain's extra outputs: adam's m and v), the rest never leave it
 // (runtime/detail/kernel_tape.h, fuse_kernels): elementwise chains (every platform that fuses
 // them: cpu, and cuda under MESHRT_CUDA_FUSION=chains), a layer's bias add and relu and relu's
 // gradient's comparison and select (cuda's pairs), a layer's product with its bias add (and
 // relu) (cuda under MESHRT_CUDA_MATMUL=lt). MESHRT_JIT_FUSION=0 turns it off.
 #include <algorithm>
+#include <optional>
 #include <utility>
 #include <vector>
 
@@ -15,12 +18,22 @@
 namespace meshrt::detail {
 namespace {
 
-// The program of `a` then `b`, where b's operand `link` is a's only result: operands a's, then
-// b's but the link; temporaries a's, then b's; results b's.
-KernelProgram merged_program(const KernelProgram& a, const KernelProgram& b, int link) {
+// How the merged step of `a` then `b` reads b's operands: per operand of b, `from[o]` >= 0 is the
+// merged step's operand it becomes (a's operands first, b's own after them, one read twice taken
+// once), and -1 - r reads a's result r. `kept` marks a's results the merged step still returns
+// (the program's outputs, or read by a later step): the rest never leave it.
+struct Merge {
+  std::vector<int> from;
+  std::vector<bool> kept;
+  std::vector<size_t> b_own;  // b's operands that become new operands of the merged step, in order
+};
+
+// The program of `a` then `b`: operands a's, then b's own (Merge::b_own); temporaries a's, then
+// b's; results a's kept ones, then b's.
+KernelProgram merged_program(const KernelProgram& a, const KernelProgram& b, const Merge& mg) {
   KernelProgram m;
   const int32_t na = a.operands, nb = b.operands;
-  m.operands = na + nb - 1;
+  m.operands = na + static_cast<int32_t>(mg.b_own.size());
   const auto ta = static_cast<int32_t>(a.temp_bytes.size());
   m.temp_bytes = a.temp_bytes;
   m.temp_bytes.insert(m.temp_bytes.end(), b.temp_bytes.begin(), b.temp_bytes.end());
@@ -28,15 +41,15 @@ KernelProgram merged_program(const KernelProgram& a, const KernelProgram& b, int
     if (x.slot >= na) x.slot = m.operands + (x.slot - na);
     return x;
   };
-  const KernelAddr linked = from_a(a.results.front());
   auto from_b = [&](KernelAddr x) {
-    if (x.slot == link) return KernelAddr{linked.slot, linked.offset + x.offset};
-    if (x.slot < nb) {
-      x.slot = na + (x.slot < link ? x.slot : x.slot - 1);
-    } else {
+    if (x.slot >= nb) {
       x.slot = m.operands + ta + (x.slot - nb);
+      return x;
     }
-    return x;
+    const int f = mg.from[static_cast<size_t>(x.slot)];
+    if (f >= 0) return KernelAddr{f, x.offset};
+    const KernelAddr r = from_a(a.results[static_cast<size_t>(-1 - f)]);
+    return KernelAddr{r.slot, r.offset + x.offset};
   };
   m.strides = a.strides;
   const auto shift = static_cast<int>(a.strides.size());
@@ -44,54 +57,95 @@ KernelProgram merged_program(const KernelProgram& a, const KernelProgram& b, int
   for (KernelCall c : a.calls) {
     for (int j = 0; j < c.nsrc; ++j) c.src[j] = from_a(c.src[j]);
     c.dst = from_a(c.dst);
+    for (KernelAddr& x : c.more) x = from_a(x);
     m.calls.push_back(std::move(c));
   }
   for (KernelCall c : b.calls) {
     for (int j = 0; j < c.nsrc; ++j) c.src[j] = from_b(c.src[j]);
     c.dst = from_b(c.dst);
+    for (KernelAddr& x : c.more) x = from_b(x);
     if (c.strided >= 0) c.strided += shift;
     m.calls.push_back(std::move(c));
   }
-  for (const KernelAddr& r : b.results) m.results.push_back(from_b(r));
-  m.result_shapes = b.result_shapes;
-  m.result_dtypes = b.result_dtypes;
+  for (size_t r = 0; r < a.results.size(); ++r) {
+    if (!mg.kept[r]) continue;
+    m.results.push_back(from_a(a.results[r]));
+    m.result_shapes.push_back(a.result_shapes[r]);
+    m.result_dtypes.push_back(a.result_dtypes[r]);
+  }
+  for (size_t r = 0; r < b.results.size(); ++r) {
+    m.results.push_back(from_b(b.results[r]));
+    m.result_shapes.push_back(b.result_shapes[r]);
+    m.result_dtypes.push_back(b.result_dtypes[r]);
+  }
   return m;
 }
 
-// The operand of `b` that reads `a`'s one result at every position, when that is the only read of
-// it in the whole program and it is not an output; else -1.
-int sole_link(const JitProgram& p, size_t i) {
+// How steps i and i + 1 merge (Merge), when b reads at least one of a's results, and every read
+// of one is of the same block at the same position, all positions of one result per operand.
+std::optional<Merge> plan_merge(const JitProgram& p, size_t i) {
   const JitStep& a = p.steps[i];
   const JitStep& b = p.steps[i + 1];
-  if (a.out.size() != 1) return -1;
-  const int v = a.out.front();
-  for (const JitOutput& o : p.outputs) {
-    for (const Ref& r : o.refs) {
-      if (r.vid == v) return -1;
-    }
-  }
-  int link = -1, reads = 0;
-  for (size_t k = 0; k < p.steps.size(); ++k) {
-    const JitStep& s = p.steps[k];
-    for (size_t o = 0; o < s.in.size(); ++o) {
-      bool reads_v = false;
-      for (size_t pos = 0; pos < s.in[o].size(); ++pos) {
-        if (s.in[o][pos].vid != v) continue;
-        reads_v = true;
-        if (k != i + 1 || s.in[o][pos].pos != static_cast<int>(pos)) return -1;
+  const size_t npos = a.in.front().size();
+  auto result_of = [&](int vid) {
+    const auto at = std::find(a.out.begin(), a.out.end(), vid);
+    return at == a.out.end() ? -1 : static_cast<int>(at - a.out.begin());
+  };
+  Merge mg;
+  mg.from.assign(b.in.size(), 0);
+  bool linked = false;
+  for (size_t o = 0; o < b.in.size(); ++o) {
+    const std::vector<Ref>& refs = b.in[o];
+    const int r = refs.empty() ? -1 : result_of(refs.front().vid);
+    for (size_t pos = 0; pos < refs.size(); ++pos) {
+      const int rp = result_of(refs[pos].vid);
+      if ((rp >= 0 || r >= 0) &&
+          (rp != r || refs[pos].pos != static_cast<int>(pos) || refs.size() != npos)) {
+        return std::nullopt;
       }
-      if (!reads_v) continue;
-      ++reads;
-      link = static_cast<int>(o);
+    }
+    if (r >= 0) {
+      mg.from[o] = -1 - r;
+      linked = true;
+      continue;
+    }
+    // An operand a (or b, earlier) reads too is read once.
+    auto same = std::find(a.in.begin(), a.in.end(), refs);
+    if (same != a.in.end()) {
+      mg.from[o] = static_cast<int>(same - a.in.begin());
+      continue;
+    }
+    int seen = -1;
+    for (size_t k = 0; k < mg.b_own.size() && seen < 0; ++k) {
+      if (b.in[mg.b_own[k]] == refs) seen = static_cast<int>(a.in.size() + k);
+    }
+    if (seen < 0) {
+      seen = static_cast<int>(a.in.size() + mg.b_own.size());
+      mg.b_own.push_back(o);
+    }
+    mg.from[o] = seen;
+  }
+  if (!linked) return std::nullopt;
+  // a's results the merged step returns: outputs, or read by another step than b.
+  mg.kept.assign(a.out.size(), false);
+  for (size_t r = 0; r < a.out.size(); ++r) {
+    const int v = a.out[r];
+    for (const JitOutput& o : p.outputs) {
+      for (const Ref& ref : o.refs) mg.kept[r] = mg.kept[r] || ref.vid == v;
+    }
+    for (size_t k = 0; k < p.steps.size() && !mg.kept[r]; ++k) {
+      if (k == i + 1) continue;
+      for (const std::vector<Ref>& refs : p.steps[k].in) {
+        for (const Ref& ref : refs) mg.kept[r] = mg.kept[r] || ref.vid == v;
+      }
     }
   }
-  return reads == 1 && b.in[static_cast<size_t>(link)].size() == a.in.front().size() ? link : -1;
+  return mg;
 }
 
 bool fusable_steps(const JitStep& a, const JitStep& b) {
   return a.kernels() != nullptr && b.kernels() != nullptr && *a.mesh == *b.mesh && !a.in.empty() &&
-         a.kernels()->results.size() == 1 && !a.kernels()->fusion_refused &&
-         !b.kernels()->fusion_refused;
+         !a.kernels()->fusion_refused && !b.kernels()->fusion_refused;
 }
 
 }  // namespace
@@ -106,14 +160,14 @@ int jit_fuse_steps(JitProgram& p) {
     for (size_t i = 0; i + 1 < p.steps.size();) {
       JitStep& a = p.steps[i];
       JitStep& b = p.steps[i + 1];
-      const int link = fusable_steps(a, b) ? sole_link(p, i) : -1;
-      if (link < 0) {
+      const std::optional<Merge> mg = fusable_steps(a, b) ? plan_merge(p, i) : std::nullopt;
+      if (!mg) {
         ++i;
         continue;
       }
       // By platform, not by device: every process of a job plans the same steps.
       const backend::Backend& be = backend_of(a.mesh->devices().front().kind());
-      KernelProgram prog = merged_program(*a.kernels(), *b.kernels(), link);
+      KernelProgram prog = merged_program(*a.kernels(), *b.kernels(), *mg);
       if (fuse_kernels(prog, be) == 0) {
         ++i;
         continue;
@@ -124,20 +178,28 @@ int jit_fuse_steps(JitProgram& p) {
       l.concurrent = la.concurrent || lb.concurrent;
       l.kernels = std::make_shared<const KernelProgram>(std::move(prog));
       const size_t na = a.in.size();
-      l.fn = [fa = la.fn, fb = lb.fn, na, link](const std::vector<Tensor>& in) {
+      l.fn = [fa = la.fn, fb = lb.fn, na, from = mg->from,
+              kept = mg->kept](const std::vector<Tensor>& in) {
         const std::vector<Tensor> ia(in.begin(), in.begin() + static_cast<std::ptrdiff_t>(na));
-        std::vector<Tensor> ib(in.begin() + static_cast<std::ptrdiff_t>(na), in.end());
-        ib.insert(ib.begin() + link, fa(ia).front());
-        return fb(ib);
+        std::vector<Tensor> ra = fa(ia);
+        std::vector<Tensor> ib;
+        for (int f : from) ib.push_back(f >= 0 ? in[static_cast<size_t>(f)] : ra[static_cast<size_t>(-1 - f)]);
+        std::vector<Tensor> out;
+        for (size_t r = 0; r < ra.size(); ++r) {
+          if (kept[r]) out.push_back(std::move(ra[r]));
+        }
+        for (Tensor& t : fb(ib)) out.push_back(std::move(t));
+        return out;
       };
       JitStep s;
       s.op = std::move(l);
       s.mesh = a.mesh;
       s.in = a.in;
-      for (size_t o = 0; o < b.in.size(); ++o) {
-        if (static_cast<int>(o) != link) s.in.push_back(b.in[o]);
+      for (size_t o : mg->b_own) s.in.push_back(b.in[o]);
+      for (size_t r = 0; r < a.out.size(); ++r) {
+        if (mg->kept[r]) s.out.push_back(a.out[r]);
       }
-      s.out = b.out;
+      s.out.insert(s.out.end(), b.out.begin(), b.out.end());
       p.steps[i] = std::move(s);
       p.steps.erase(p.steps.begin() + static_cast<std::ptrdiff_t>(i) + 1);
       ++merged;

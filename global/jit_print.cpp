@@ -60,8 +60,8 @@ std::string jit_text(const JitProgram& p, const std::vector<bool>& donated) {
         break;
     }
   }
-  size_t compiled = 0, kernels = 0, fused = 0, epilogues = 0, chains = 0, chained = 0, buffers = 0,
-         buffer_bytes = 0;
+  size_t compiled = 0, kernels = 0, fused = 0, epilogues = 0, chains = 0, chained = 0,
+         chain_outputs = 0, buffers = 0, buffer_bytes = 0;
   std::map<std::string, size_t> why_not;  // of device-local steps not compiled
   for (const JitStep& st : p.steps) {
     collectives += st.blocks() != nullptr ? 1 : 0;
@@ -75,6 +75,7 @@ std::string jit_text(const JitProgram& p, const std::vector<bool>& donated) {
         if (c.kind == K::chain) {
           ++chains;
           chained += c.chain->ops.size();
+          chain_outputs += c.chain->output_count();
         }
       }
     } else if (const LocalStep* l = st.local()) {
@@ -110,8 +111,9 @@ std::string jit_text(const JitProgram& p, const std::vector<bool>& donated) {
              "with the pairs' bits\n");
   }
   if (chains != 0) {
-    s += cat("  fused: ", chains, " elementwise chains of ", chained,
-             " kernels in all, each one call whose intermediates stay out of memory, with the "
+    s += cat("  fused: ", chains, " elementwise chains of ", chained, " kernels in all, writing ",
+             chain_outputs,
+             " values; each one call whose other intermediates stay out of memory, with the "
              "kernels' bits\n");
   }
   if (epilogues != 0) {

@@ -1237,16 +1237,16 @@ TEST_F(CudaKernels, ChainsMatchCpu) {
       on_cuda.push_back(Strided{upload(host[k], c.pad), c.in[k].strides});
     Host want = make(out, n);
     // The cpu's ops one after the other (its own chains refuse float16 division).
-    cpu_->Backend::elementwise_chain(0, chain, c.shape, on_cpu, want.bytes.data());
+    cpu_->Backend::elementwise_chain(0, chain, c.shape, on_cpu, std::vector<void*>{want.bytes.data()});
     void* unfused = device_out(out, n, c.pad);
-    cuda_->Backend::elementwise_chain(0, chain, c.shape, on_cuda, unfused);
+    cuda_->Backend::elementwise_chain(0, chain, c.shape, on_cuda, std::vector<void*>{unfused});
     void* fused = device_out(out, n, c.pad);
     if (c.in_place) {
       // A donated operand updated in place: y is input 0's memory (a fresh copy of it).
       fused = upload(host[0], c.pad);
       on_cuda[0].data = fused;
     }
-    cuda_->elementwise_chain(0, chain, c.shape, on_cuda, fused);
+    cuda_->elementwise_chain(0, chain, c.shape, on_cuda, std::vector<void*>{fused});
     const Host u = download(unfused, out, n), f = download(fused, out, n);
     int64_t differ = -1;
     for (int64_t e = 0; e < n && differ < 0; ++e) {
@@ -1293,9 +1293,25 @@ TEST_F(CudaKernels, ChainsMatchCpu) {
   void* dx = upload(x);
   void* dy = device_out(f32, 1000);
   const std::vector<Strided> in{Strided{dx, {1}}};
-  cuda_->elementwise_chain(0, long_chain, {1000}, in, dy);
+  cuda_->elementwise_chain(0, long_chain, {1000}, in, std::vector<void*>{dy});
   const Host y = download(dy, f32, 1000);
   for (int64_t e = 0; e < 1000; ++e) ASSERT_EQ(y.as<float>()[e], -x.as<float>()[e]) << e;
+  // A chain with two outputs (-x and -x * x) is not the kernel's: it runs as the default, writing
+  // both.
+  ElementwiseChain two;
+  two.inputs = 1;
+  two.input_dtypes = {f32};
+  two.ops = {un(UnaryOp::neg, f32, f32, 0), bin(BinaryOp::mul, f32, 1, 0)};
+  two.outputs = {1, 2};
+  EXPECT_FALSE(cuda_->fuses_chain(two)) << "two outputs";
+  void* dz = device_out(f32, 1000);
+  cuda_->elementwise_chain(0, two, {1000}, in, std::vector<void*>{dy, dz});
+  const Host y1 = download(dy, f32, 1000), z = download(dz, f32, 1000);
+  for (int64_t e = 0; e < 1000; ++e) {
+    const float v = x.as<float>()[e];
+    ASSERT_EQ(y1.as<float>()[e], -v) << e;
+    ASSERT_EQ(z.as<float>()[e], -v * v) << e;
+  }
   release();
 }
 

@@ -313,9 +313,11 @@ TEST(KernelTape, FusesElementwiseChainsWithTheKernelsBits) {
     std::vector<Shape> shapes;  // the operands'
     int chains;                 // chain calls in the recording
     int unfused_calls;          // elementwise calls the chains replace
+    int outputs = -1;           // the chains' outputs, all told (-1: one per chain)
   };
   const std::vector<Case> cases = {
-      {"adam's update (three results; the moments are results, so read back)",
+      {"adam's update (three results; the moments are results, read again by the update: one "
+       "chain writing all three)",
        [](const std::vector<Tensor>& t) {
          Tensor m = 0.9 * t[1] + 0.1 * t[3];
          Tensor v = 0.999 * t[2] + 0.001 * (t[3] * t[3]);
@@ -323,8 +325,9 @@ TEST(KernelTape, FusesElementwiseChainsWithTheKernelsBits) {
          return std::vector<Tensor>{p, m, v};
        },
        {{70, 130}, {70, 130}, {70, 130}, {70, 130}},
-       3,
-       12},
+       1,
+       12,
+       3},
       {"a long last dimension, split across tiles",
        [](const std::vector<Tensor>& t) {
          return std::vector<Tensor>{tanh(t[0] * 0.5 + t[1]) * t[1] - 1.0};
@@ -392,11 +395,15 @@ TEST(KernelTape, FusesElementwiseChainsWithTheKernelsBits) {
     KernelRecord r = record_kernels(c.fn, a);
     ASSERT_NE(r.program, nullptr) << r.why_not;
     EXPECT_EQ(count_kind(*r.program, K::chain), c.chains);
-    int chained = 0;
+    int chained = 0, outputs = 0;
     for (const detail::KernelCall& call : r.program->calls) {
-      if (call.kind == K::chain) chained += static_cast<int>(call.chain->ops.size());
+      if (call.kind != K::chain) continue;
+      chained += static_cast<int>(call.chain->ops.size());
+      outputs += static_cast<int>(call.chain->output_count());
+      EXPECT_EQ(call.more.size() + 1, call.chain->output_count());
     }
     EXPECT_EQ(chained, c.unfused_calls);
+    EXPECT_EQ(outputs, c.outputs < 0 ? c.chains : c.outputs);
     for (const auto& ops : {a, b}) {
       const std::vector<Tensor> want = c.fn(ops);
       const std::vector<std::vector<char>> got = run(*r.program, ops);
@@ -422,19 +429,32 @@ TEST(KernelTape, ChainsKeepWhatOthersRead) {
   using K = detail::KernelCall::Kind;
   const std::vector<Tensor> ops = {vec(ramp(12, 0.5f, -2.0f), {3, 4}),
                                    vec(ramp(12, -0.25f, 1.0f), {3, 4})};
-  // z feeds two calls: chains end at it (z + 1 and z * 2 each start their own).
+  // z feeds two calls of one chain: z + 1 and z * 2 read it in registers, and z is never written.
   Fn shared = [](const std::vector<Tensor>& t) {
     Tensor z = exp(t[0] + t[1]);
     return std::vector<Tensor>{(z + 1.0) * (z * 2.0)};
   };
-  KernelRecord r = record_kernels(shared, ops);
-  ASSERT_NE(r.program, nullptr) << r.why_not;
-  // add -> exp: one chain writing z; z + 1 with z * 2 -> multiply: one chain (z read once).
-  EXPECT_EQ(count_kind(*r.program, K::chain), 2);
-  for (const detail::KernelCall& call : r.program->calls) {
-    if (call.kind == K::chain) EXPECT_LE(call.chain->ops.size(), 4u);
+  // z is needed past the chain: read by a reduction, or a result. The chain writes it too.
+  Fn reduced = [](const std::vector<Tensor>& t) {
+    Tensor z = exp(t[0] + t[1]);
+    return std::vector<Tensor>{(z + 1.0) * (z * 2.0), sum(z, 0)};
+  };
+  Fn returned = [](const std::vector<Tensor>& t) {
+    Tensor z = exp(t[0] + t[1]);
+    return std::vector<Tensor>{(z + 1.0) * (z * 2.0), z};
+  };
+  const std::vector<std::pair<Fn, size_t>> fns = {{shared, 1}, {reduced, 2}, {returned, 2}};
+  for (const auto& [fn, outputs] : fns) {
+    KernelRecord r = record_kernels(fn, ops);
+    ASSERT_NE(r.program, nullptr) << r.why_not;
+    EXPECT_EQ(count_kind(*r.program, K::chain), 1);
+    for (const detail::KernelCall& call : r.program->calls) {
+      if (call.kind != K::chain) continue;
+      EXPECT_EQ(call.chain->ops.size(), 5u);
+      EXPECT_EQ(call.chain->output_count(), outputs);
+    }
+    expect_reproduces(fn, ops, {vec(ramp(12, 0.125f, 1.0f), {3, 4}), ops[0]});
   }
-  expect_reproduces(shared, ops, {vec(ramp(12, 0.125f, 1.0f), {3, 4}), ops[0]});
   Fn halves = [](const std::vector<Tensor>& t) {
     Tensor h = astype(t[0], DType::f16);
     return std::vector<Tensor>{(h / astype(t[1], DType::f16)) + 1.0};
@@ -562,6 +582,105 @@ TEST(KernelTape, WhichOperandsAChainMayOverwrite) {
   };
   EXPECT_TRUE(may_take(selected, {w, mask}, 0));
   EXPECT_FALSE(may_take(selected, {w, mask}, 1));
+  // A chain with two outputs (m, and the update reading it): each may take the operand it reads
+  // where it writes, and not one it reads elsewhere.
+  Fn two = [](const std::vector<Tensor>& t) {
+    Tensor m = t[1] * 0.9 + t[2];
+    return std::vector<Tensor>{t[0] - 0.5 * m, m};
+  };
+  const Tensor m0 = vec(ramp(64, -0.125f, 3), {8, 8});
+  KernelRecord r = record_kernels(two, {w, g, m0});
+  ASSERT_NE(r.program, nullptr) << r.why_not;
+  const KernelProgram& p = *r.program;
+  ASSERT_EQ(count_kind(p, detail::KernelCall::Kind::chain), 1);
+  auto temp_of = [&](size_t result) {
+    return static_cast<size_t>(p.results.at(result).slot - p.operands);
+  };
+  for (size_t result : {0u, 1u}) {
+    for (int o : {0, 1, 2}) EXPECT_TRUE(p.may_write_over(o, temp_of(result))) << result << o;
+  }
+  Fn two_shifted = [](const std::vector<Tensor>& t) {
+    Tensor m = transpose(t[1]) * 0.9 + t[2];
+    return std::vector<Tensor>{t[0] - 0.5 * m, m};
+  };
+  KernelRecord rs = record_kernels(two_shifted, {w, g, m0});
+  ASSERT_NE(rs.program, nullptr) << rs.why_not;
+  const KernelProgram& ps = *rs.program;
+  for (size_t result : {0u, 1u}) {
+    EXPECT_FALSE(ps.may_write_over(1, static_cast<size_t>(ps.results.at(result).slot - ps.operands)))
+        << result;
+  }
+}
+
+// A call joins its first reader only where nothing between rewrites what it reads or writes: the
+// fused call computes at the reader's place. Hand-made programs (a recording never rewrites a
+// temporary, but jit's merged programs and later passes may meet any order).
+TEST(KernelTape, ChainsMoveOnlyPastCallsThatLeaveThemAlone) {
+  using K = detail::KernelCall::Kind;
+  const Tensor x = vec({1, 2, 3, 4, 5, 6}, {6});
+  auto fill = [](int32_t slot, int64_t n, double v) {
+    detail::KernelCall c;
+    c.kind = K::fill;
+    c.arg[0] = n;
+    c.value = v;
+    c.dst = {slot, 0};
+    return c;
+  };
+  // One elementwise call over (6): sources and their strides, into `dst`.
+  auto call = [](KernelProgram& p, K kind, int op, std::vector<std::pair<int32_t, int64_t>> srcs,
+                 int32_t dst) {
+    detail::KernelCall c;
+    c.kind = kind;
+    c.op = op;
+    c.shape = {6};
+    c.nsrc = static_cast<int>(srcs.size());
+    c.strided = static_cast<int>(p.strides.size());
+    for (size_t j = 0; j < srcs.size(); ++j) {
+      c.src[j] = {srcs[j].first, 0};
+      p.strides.push_back({srcs[j].second});
+    }
+    c.dst = {dst, 0};
+    return c;
+  };
+  const int mul = static_cast<int>(backend::BinaryOp::mul);
+  const int add = static_cast<int>(backend::BinaryOp::add);
+  const int neg = static_cast<int>(backend::UnaryOp::neg);
+  auto program = [&](int rewrite) {  // slots: 0 x; 1 a scalar; 2, 3 (6)-element temporaries
+    KernelProgram p;
+    p.operands = 1;
+    p.temp_bytes = {4, 24, 24};
+    if (rewrite == 0) {  // y = x * 2, the scalar rewritten to 5, then y + 5
+      p.calls.push_back(fill(1, 1, 2.0));
+      p.calls.push_back(call(p, K::binary, mul, {{0, 1}, {1, 0}}, 2));
+      p.calls.push_back(fill(1, 1, 5.0));
+      p.calls.push_back(call(p, K::binary, add, {{2, 1}, {1, 0}}, 3));
+    } else if (rewrite == 1) {  // y = -x, y rewritten to 7s, then y + x
+      p.calls.push_back(call(p, K::unary, neg, {{0, 1}}, 2));
+      p.calls.push_back(fill(2, 6, 7.0));
+      p.calls.push_back(call(p, K::binary, add, {{2, 1}, {0, 1}}, 3));
+    } else {  // y = -x, a fill elsewhere, then y + x: free to fuse
+      p.calls.push_back(call(p, K::unary, neg, {{0, 1}}, 2));
+      p.calls.push_back(fill(1, 1, 7.0));
+      p.calls.push_back(call(p, K::binary, add, {{2, 1}, {0, 1}}, 3));
+    }
+    p.results = {{3, 0}};
+    p.result_shapes = {Shape{6}};
+    p.result_dtypes = {DType::f32};
+    return p;
+  };
+  const std::vector<std::vector<float>> want = {
+      {7, 9, 11, 13, 15, 17}, {8, 9, 10, 11, 12, 13}, {0, 0, 0, 0, 0, 0}};
+  const backend::Backend& be = detail::backend_of(x.device());
+  for (int rewrite : {0, 1, 2}) {
+    SCOPED_TRACE(rewrite);
+    KernelProgram p = program(rewrite);
+    const int fused = detail::fuse_elementwise_chains(p, be);
+    EXPECT_EQ(fused, rewrite == 2 ? 1 : 0);
+    const std::vector<std::vector<char>> got = run(p, {x});
+    std::vector<float> y(6);
+    std::memcpy(y.data(), got.at(0).data(), 24);
+    EXPECT_EQ(y, want[static_cast<size_t>(rewrite)]);
+  }
 }
 
 TEST(KernelTape, RefusesHostData) {

@@ -96,8 +96,9 @@ class CpuBackend final : public backend::Backend {
   }
   void elementwise_chain(int, const backend::ElementwiseChain& chain,
                          const std::vector<int64_t>& shape,
-                         std::span<const backend::Strided> inputs, void* y) override {
-    cpu::elementwise_chain(chain, shape, inputs, y);
+                         std::span<const backend::Strided> inputs,
+                         std::span<void* const> ys) override {
+    cpu::elementwise_chain(chain, shape, inputs, ys);
   }
   bool fuses_chain(const backend::ElementwiseChain& chain) const override {
     return cpu::chain_takes(chain);

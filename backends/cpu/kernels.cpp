@@ -568,7 +568,8 @@ constexpr size_t kChainMaxOps = 64;
 constexpr int64_t kChainTile = 4096;
 
 // Where each op's result but the last lives in a tile: a slot of kChainTile 8-byte elements,
-// reused once no later op reads it (an op never writes a slot it reads). Returns the slot count.
+// reused once no later op reads it (an op never writes a slot it reads). An earlier output keeps
+// its slot to the tile's end, when it is written out. Returns the slot count.
 int plan_slots(const backend::ElementwiseChain& chain, std::array<int, kChainMaxOps>& slot) {
   const size_t nops = chain.ops.size();
   std::array<size_t, kChainMaxOps> last_read{};
@@ -577,6 +578,9 @@ int plan_slots(const backend::ElementwiseChain& chain, std::array<int, kChainMax
     for (int j = 0; j < o.reads(); ++j) {
       if (o.src[j] >= chain.inputs) last_read[static_cast<size_t>(o.src[j] - chain.inputs)] = i;
     }
+  }
+  for (size_t k = 0; k + 1 < chain.output_count(); ++k) {
+    last_read[static_cast<size_t>(chain.output(k) - chain.inputs)] = nops;
   }
   std::array<int, kChainMaxOps> free_slots{};
   int slots = 0, nfree = 0;
@@ -604,10 +608,12 @@ ChainScratch& chain_scratch() {
 }
 
 // Runs the chain's ops over one tile of shape `sub`: inputs `in`, intermediates in `temp` (by
-// slot), the last op into `out`.
+// slot), the last op into `out[last]`; then copies the earlier outputs' slots to `out[k]` (dense
+// tiles of `count` elements), after every read of the inputs.
 void run_chain_tile(const backend::ElementwiseChain& chain,
                     const std::array<int, kChainMaxOps>& slot, const std::vector<int64_t>& sub,
-                    std::span<const Strided> in, const std::vector<Strided>& temp, void* out) {
+                    std::span<const Strided> in, const std::vector<Strided>& temp,
+                    std::span<void* const> out, int64_t count) {
   using Kind = backend::ChainOp::Kind;
   auto value = [&](int v) -> const Strided& {
     return v < chain.inputs
@@ -617,7 +623,8 @@ void run_chain_tile(const backend::ElementwiseChain& chain,
   const size_t nops = chain.ops.size();
   for (size_t i = 0; i < nops; ++i) {
     const backend::ChainOp& op = chain.ops[i];
-    void* dst = i + 1 == nops ? out : const_cast<void*>(temp[static_cast<size_t>(slot[i])].data);
+    void* dst =
+        i + 1 == nops ? out.back() : const_cast<void*>(temp[static_cast<size_t>(slot[i])].data);
     switch (op.kind) {
       case Kind::unary:
         unary(static_cast<UnaryOp>(op.op), op.in, op.out, sub, value(op.src[0]), dst);
@@ -630,6 +637,11 @@ void run_chain_tile(const backend::ElementwiseChain& chain,
         select(op.out, sub, value(op.src[0]), value(op.src[1]), value(op.src[2]), dst);
         break;
     }
+  }
+  for (size_t k = 0; k + 1 < out.size(); ++k) {
+    const int v = chain.output(k);
+    std::memcpy(out[k], value(v).data,
+                static_cast<size_t>(count) * dtype_size(chain.value_dtype(v)));
   }
 }
 
@@ -655,6 +667,7 @@ void set_temps(ChainScratch& s, int slots, const std::vector<int64_t>& sub) {
 
 bool chain_takes(const backend::ElementwiseChain& chain) {
   if (chain.ops.empty() || chain.ops.size() > kChainMaxOps) return false;
+  if (chain.output_count() > backend::ElementwiseChain::kMaxOutputs) return false;
   for (const backend::ChainOp& o : chain.ops) {
     // Float16 divided by a broadcast divisor goes through its reciprocal (binary, above), decided
     // over the whole shape: a tile of one row would see no broadcast and divide.
@@ -667,17 +680,20 @@ bool chain_takes(const backend::ElementwiseChain& chain) {
 }
 
 void elementwise_chain(const backend::ElementwiseChain& chain, const std::vector<int64_t>& shape,
-                       std::span<const Strided> inputs, void* y) {
+                       std::span<const Strided> inputs, std::span<void* const> ys) {
   int64_t n = 1;
   for (int64_t d : shape) n *= d;
-  if (n == 0) return;
   if (!chain_takes(chain)) throw Error("[cpu] elementwise_chain: a chain cpu does not fuse");
+  if (ys.size() != chain.output_count() || inputs.size() != chain.input_dtypes.size()) {
+    throw Error("[cpu] elementwise_chain: the destinations or inputs do not match the chain");
+  }
+  if (n == 0) return;
   std::array<int, kChainMaxOps> slot{};
   const int slots = plan_slots(chain, slot);
   if (n <= kChainTile) {  // one tile: the inputs as they are, nothing to split
     ChainScratch& s = chain_scratch();
     set_temps(s, slots, shape);
-    run_chain_tile(chain, slot, shape, inputs, s.temp, y);
+    run_chain_tile(chain, slot, shape, inputs, s.temp, ys, n);
     return;
   }
   // A tile is a box of the output: one index of every dimension before `s`, a run of `chunk`
@@ -696,10 +712,10 @@ void elementwise_chain(const backend::ElementwiseChain& chain, const std::vector
   const int64_t chunk = (along + chunks - 1) / chunks;
   int64_t outer = 1;
   for (size_t d = 0; d < sd; ++d) outer *= shape[d];
-  const auto out_size = static_cast<int64_t>(dtype_size(chain.ops.back().out));
   parallel_items(outer * chunks, chunk * inner, [&](int64_t lo, int64_t hi) {
     ChainScratch& s = chain_scratch();
     if (s.in.size() < inputs.size()) s.in.resize(inputs.size());
+    std::array<void*, backend::ElementwiseChain::kMaxOutputs> out{};
     for (int64_t item = lo; item < hi; ++item) {
       const int64_t o = item / chunks, c0 = (item % chunks) * chunk;
       const int64_t len = std::min(chunk, along - c0);
@@ -718,8 +734,14 @@ void elementwise_chain(const backend::ElementwiseChain& chain, const std::vector
                        off * static_cast<int64_t>(dtype_size(chain.input_dtypes[i]));
       }
       set_temps(s, slots, s.sub);
+      // The tile is len * inner consecutive elements of every (dense) output.
+      const int64_t at = (o * along + c0) * inner;
+      for (size_t k = 0; k < ys.size(); ++k) {
+        out[k] = static_cast<char*>(ys[k]) +
+                 at * static_cast<int64_t>(dtype_size(chain.value_dtype(chain.output(k))));
+      }
       run_chain_tile(chain, slot, s.sub, std::span<const Strided>(s.in.data(), inputs.size()),
-                     s.temp, static_cast<char*>(y) + (o * along + c0) * inner * out_size);
+                     s.temp, std::span<void* const>(out.data(), ys.size()), len * inner);
     }
   });
 }

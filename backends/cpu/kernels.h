@@ -21,11 +21,12 @@ void select(DType dtype, const std::vector<int64_t>& shape, const backend::Strid
             const backend::Strided& a, const backend::Strided& b, void* y);
 // An elementwise chain (Backend::elementwise_chain) a cache-sized tile at a time: each op runs
 // over the tile as its own kernel above, the intermediates in per-thread scratch, in parallel
-// over tiles. chain_takes: whether it fuses `chain` (all but float16 division, whose reciprocal
-// path depends on the whole shape's broadcast).
+// over tiles; a tile's earlier outputs are copied out of the scratch after its last op. chain_takes:
+// whether it fuses `chain` (all but float16 division, whose reciprocal path depends on the whole
+// shape's broadcast).
 bool chain_takes(const backend::ElementwiseChain& chain);
 void elementwise_chain(const backend::ElementwiseChain& chain, const std::vector<int64_t>& shape,
-                       std::span<const backend::Strided> inputs, void* y);
+                       std::span<const backend::Strided> inputs, std::span<void* const> ys);
 void reduce(backend::ReduceOp op, DType dtype, int64_t outer, int64_t len, int64_t inner,
             const void* x, void* y);
 // trans_a: a is stored (k, m); trans_b: b is stored (n, k) (Backend::matmul_t).

@@ -159,7 +159,8 @@ class CudaBackend final : public backend::Backend {
   bool fuses_chain(const backend::ElementwiseChain& chain) const override;
   void elementwise_chain(int device, const backend::ElementwiseChain& chain,
                          const std::vector<int64_t>& shape,
-                         std::span<const backend::Strided> inputs, void* y) override;
+                         std::span<const backend::Strided> inputs,
+                         std::span<void* const> ys) override;
   void binary_unary(int device, backend::BinaryOp bop, backend::UnaryOp uop, DType dtype,
                     const std::vector<int64_t>& shape, const backend::Strided& a,
                     const backend::Strided& b, void* y) override;

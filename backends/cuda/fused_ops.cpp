@@ -56,8 +56,9 @@ std::optional<ChainLaunch> plan_chain(const backend::ElementwiseChain& chain) {
   using Kind = backend::ChainOp::Kind;
   const int ni = chain.inputs;
   const int nops = static_cast<int>(chain.ops.size());
+  // One output: the kernel stores the last op's result alone (several: the default's temporaries).
   if (ni < 0 || ni > kChainMaxInputs || static_cast<int>(chain.input_dtypes.size()) != ni ||
-      nops < 1 || nops > kChainMaxOps) {
+      nops < 1 || nops > kChainMaxOps || chain.output_count() != 1) {
     return std::nullopt;
   }
   std::vector<int> last_use(static_cast<size_t>(ni + nops), -1);
@@ -178,9 +179,11 @@ bool CudaBackend::fuses_chain(const backend::ElementwiseChain& chain) const {
 
 void CudaBackend::elementwise_chain(int device, const backend::ElementwiseChain& chain,
                                     const std::vector<int64_t>& shape,
-                                    std::span<const backend::Strided> inputs, void* y) {
+                                    std::span<const backend::Strided> inputs,
+                                    std::span<void* const> ys) {
   std::optional<ChainLaunch> c =
-      chains_ && inputs.size() == chain.input_dtypes.size() ? plan_chain(chain) : std::nullopt;
+      chains_ && inputs.size() == chain.input_dtypes.size() && ys.size() == 1 ? plan_chain(chain)
+                                                                              : std::nullopt;
   // The dims merged over the inputs the chain reads (y is dense, so it merges with any of them).
   backend::MergedDims m;
   if (c) {
@@ -192,9 +195,10 @@ void CudaBackend::elementwise_chain(int device, const backend::ElementwiseChain&
     if (m.size.size() > static_cast<size_t>(kMaxRank)) c.reset();
   }
   if (!c) {
-    Backend::elementwise_chain(device, chain, shape, inputs, y);
+    Backend::elementwise_chain(device, chain, shape, inputs, ys);
     return;
   }
+  void* y = ys.front();
   c->dims.rank = static_cast<int>(m.size.size());
   for (size_t d = 0; d < m.size.size(); ++d) c->dims.size[d] = m.size[d];
   for (int k = 0, used = 0; k < c->inputs; ++k) {

@@ -1,6 +1,7 @@
 // Recording a device-local function's kernel calls, checking the recording, and replaying it.
 #include "runtime/detail/kernel_tape.h"
 
+#include <array>
 #include <atomic>
 #include <cstring>
 #include <optional>
@@ -414,8 +415,13 @@ void KernelProgram::run(backend::Backend& be, int device, char* const* base,
       case KernelCall::Kind::chain: {
         Strided* x = &scratch[static_cast<size_t>(c.strided)];
         for (int j = 0; j < c.nsrc; ++j) x[j].data = at(c.src[j]);
+        std::array<void*, backend::ElementwiseChain::kMaxOutputs> ys{};
+        size_t ny = 0;
+        for (const KernelAddr& m : c.more) ys[ny++] = at(m);
+        ys[ny++] = at(c.dst);
         be.elementwise_chain(device, *c.chain, c.shape,
-                             std::span<const Strided>(x, static_cast<size_t>(c.nsrc)), at(c.dst));
+                             std::span<const Strided>(x, static_cast<size_t>(c.nsrc)),
+                             std::span<void* const>(ys.data(), ny));
         break;
       }
       case KernelCall::Kind::copy:
@@ -455,18 +461,30 @@ bool KernelProgram::may_write_over(int operand, size_t temp) const {
   const int32_t t = operands + static_cast<int32_t>(temp);
   size_t first = calls.size();
   for (size_t i = 0; i < calls.size(); ++i) {
-    if (calls[i].dst.slot == t) {
+    if (calls[i].writes(t)) {
       first = i;
       break;
     }
   }
   if (first == calls.size()) return false;
   for (size_t i = first + 1; i < calls.size(); ++i) {
-    for (int j = 0; j < calls[i].nsrc; ++j) {
-      if (calls[i].src[j].slot == operand) return false;
-    }
+    if (calls[i].reads(operand)) return false;
   }
   const KernelCall& c = calls[first];
+  // Where c writes the temporary, and as what: one of a chain's outputs, or its destination.
+  KernelAddr w = c.dst;
+  DType wt = c.out;
+  if (!c.more.empty()) {
+    int found = 0;
+    for (size_t k = 0; k <= c.more.size(); ++k) {
+      const KernelAddr& at = k < c.more.size() ? c.more[k] : c.dst;
+      if (at.slot != t) continue;
+      ++found;
+      w = at;
+      wt = c.chain->value_dtype(c.chain->output(k));
+    }
+    if (found != 1) return false;  // two outputs in one temporary: not in place
+  }
   for (int j = 0; j < c.nsrc; ++j) {
     if (c.src[j].slot != operand) continue;
     // (compare_select reads sources of two dtypes: not taken in place.)
@@ -474,8 +492,8 @@ bool KernelProgram::may_write_over(int operand, size_t temp) const {
         c.kind == KernelCall::Kind::unary || c.kind == KernelCall::Kind::binary ||
         c.kind == KernelCall::Kind::select || c.kind == KernelCall::Kind::binary_unary ||
         c.kind == KernelCall::Kind::chain;
-    if (!elementwise || c.src[j].offset != c.dst.offset) return false;
-    if (dtype_size(source_dtype(c, j)) != dtype_size(c.out)) return false;
+    if (!elementwise || c.src[j].offset != w.offset) return false;
+    if (dtype_size(source_dtype(c, j)) != dtype_size(wt)) return false;
     const std::vector<int64_t>& st = strides[static_cast<size_t>(c.strided + j)];
     int64_t expect = 1;
     for (size_t d = c.shape.size(); d-- > 0;) {
@@ -563,13 +581,56 @@ size_t sole_reader(const KernelProgram& p, size_t i) {
   }
   if (readers != 1) return calls.size();
   for (size_t j = i + 1; j < reader; ++j) {
-    const int32_t w = calls[j].dst.slot;
-    if (w == t) return calls.size();
+    if (calls[j].writes(t)) return calls.size();
     for (int k = 0; k < a.nsrc; ++k) {
-      if (w == a.src[k].slot) return calls.size();
+      if (calls[j].writes(a.src[k].slot)) return calls.size();
     }
   }
   return reader;
+}
+
+// Where a call writes: a chain's outputs in order (`more`, then dst), else its destination.
+std::vector<KernelAddr> outputs_of(const KernelCall& c) {
+  std::vector<KernelAddr> r = c.more;
+  r.push_back(c.dst);
+  return r;
+}
+
+// The first call after call `i` that reads what call i writes, when call i may move to its place:
+// nothing between writes what call i reads or writes (nothing between reads what it writes: the
+// reader is the first). Else calls.size().
+size_t first_reader(const KernelProgram& p, size_t i) {
+  const std::vector<KernelCall>& calls = p.calls;
+  const KernelCall& a = calls[i];
+  const std::vector<KernelAddr> outs = outputs_of(a);
+  size_t reader = calls.size();
+  for (size_t j = i + 1; j < calls.size() && reader == calls.size(); ++j) {
+    for (const KernelAddr& o : outs) {
+      if (calls[j].reads(o.slot)) reader = j;
+    }
+  }
+  for (size_t j = i + 1; j < reader; ++j) {
+    for (const KernelAddr& o : outs) {
+      if (calls[j].writes(o.slot)) return calls.size();
+    }
+    for (int k = 0; k < a.nsrc; ++k) {
+      if (calls[j].writes(a.src[k].slot)) return calls.size();
+    }
+  }
+  return reader;
+}
+
+// Whether slot `t`, written by call `i`, is needed after the call `reader` reads it: a result, an
+// operand, or read by another call.
+bool needed_elsewhere(const KernelProgram& p, int32_t t, size_t i, size_t reader) {
+  if (t < p.operands) return true;
+  for (const KernelAddr& r : p.results) {
+    if (r.slot == t) return true;
+  }
+  for (size_t j = i + 1; j < p.calls.size(); ++j) {
+    if (j != reader && p.calls[j].reads(t)) return true;
+  }
+  return false;
 }
 
 // Whether `st` reads one row of shape's last dimension again for every row (a (n,) bias
@@ -669,12 +730,15 @@ ChainParts as_chain(const KernelProgram& p, const KernelCall& c) {
   return r;
 }
 
-// Producer `a` and its sole reader `b` as one chain call (see fuse_elementwise_chains), or
-// nothing. Inputs reading the same address the same way are read once.
+// Call `a` and its first reader `b` (first_reader) as one chain call at b's place (see
+// fuse_elementwise_chains), or nothing. a's outputs with `kept` set stay outputs (before b's); the
+// rest become intermediates. Inputs reading the same address the same way are read once.
 std::optional<KernelCall> fuse_chain(KernelProgram& p, const backend::Backend& be,
-                                     const KernelCall& a, const KernelCall& b) {
+                                     const KernelCall& a, const KernelCall& b,
+                                     const std::vector<bool>& kept) {
   if (!chainable(a.kind) || !chainable(b.kind) || a.shape != b.shape) return std::nullopt;
   const ChainParts pa = as_chain(p, a), pb = as_chain(p, b);
+  const std::vector<KernelAddr> outs_a = outputs_of(a), outs_b = outputs_of(b);
   ChainParts f;
   f.chain.inputs = 0;
   auto input = [&](const KernelAddr& at, const std::vector<int64_t>& st, DType t) {
@@ -689,56 +753,77 @@ std::optional<KernelCall> fuse_chain(KernelProgram& p, const backend::Backend& b
     f.chain.input_dtypes.push_back(t);
     return f.chain.inputs++;
   };
-  std::vector<int> from_a(pa.in.size()), from_b(pb.in.size(), -1);
+  std::vector<int> from_a(pa.in.size());
   for (size_t k = 0; k < pa.in.size(); ++k) {
     from_a[k] = input(pa.in[k], pa.strides[k], pa.chain.input_dtypes[k]);
   }
+  // b's inputs: a fused input, or (-1 - k) a's output k, read element for element where a wrote
+  // it (an output is dense).
+  std::vector<int> from_b(pb.in.size());
   bool linked = false;
   for (size_t k = 0; k < pb.in.size(); ++k) {
     const KernelAddr& at = pb.in[k];
-    if (at.slot != a.dst.slot) {
+    int link = -1;
+    bool in_output = false;
+    for (size_t o = 0; o < outs_a.size(); ++o) {
+      if (outs_a[o].slot != at.slot) continue;
+      in_output = true;
+      if (outs_a[o].offset == at.offset && dense_over(b.shape, pb.strides[k]) &&
+          pb.chain.input_dtypes[k] == pa.chain.value_dtype(pa.chain.output(o))) {
+        link = static_cast<int>(o);
+      }
+    }
+    if (in_output && link < 0) return std::nullopt;  // another part or view of what a writes
+    if (link >= 0) {
+      from_b[k] = -1 - link;
+      linked = true;
+    } else {
       from_b[k] = input(at, pb.strides[k], pb.chain.input_dtypes[k]);
-      continue;
     }
-    // b reads a's result: element for element, where a wrote it (an intermediate is dense).
-    if (at.offset != a.dst.offset || !dense_over(b.shape, pb.strides[k]) ||
-        pb.chain.input_dtypes[k] != pa.chain.ops.back().out) {
-      return std::nullopt;
-    }
-    linked = true;
   }
   if (!linked || f.chain.inputs > KernelCall::kMaxSources ||
       pa.chain.ops.size() + pb.chain.ops.size() > kMaxChainOps) {
     return std::nullopt;
   }
-  // The fused call writes b's result while reading every input: not into one of them (as the
+  const int n = f.chain.inputs, na = static_cast<int>(pa.chain.ops.size());
+  auto a_value = [&](int v) {
+    return v < pa.chain.inputs ? from_a[static_cast<size_t>(v)] : n + (v - pa.chain.inputs);
+  };
+  auto b_value = [&](int v) {
+    if (v >= pb.chain.inputs) return n + na + (v - pb.chain.inputs);
+    const int k = from_b[static_cast<size_t>(v)];
+    return k >= 0 ? k : a_value(pa.chain.output(static_cast<size_t>(-1 - k)));
+  };
+  for (backend::ChainOp o : pa.chain.ops) {
+    for (int j = 0; j < o.reads(); ++j) o.src[j] = a_value(o.src[j]);
+    f.chain.ops.push_back(o);
+  }
+  for (backend::ChainOp o : pb.chain.ops) {
+    for (int j = 0; j < o.reads(); ++j) o.src[j] = b_value(o.src[j]);
+    f.chain.ops.push_back(o);
+  }
+  // Outputs: a's kept ones, then b's (its last the chain's last op).
+  KernelCall c;
+  for (size_t o = 0; o < outs_a.size(); ++o) {
+    if (!kept[o]) continue;
+    f.chain.outputs.push_back(a_value(pa.chain.output(o)));
+    c.more.push_back(outs_a[o]);
+  }
+  for (size_t o = 0; o < outs_b.size(); ++o) {
+    f.chain.outputs.push_back(b_value(pb.chain.output(o)));
+    if (o + 1 < outs_b.size()) c.more.push_back(outs_b[o]);
+  }
+  if (f.chain.outputs.size() > backend::ElementwiseChain::kMaxOutputs) return std::nullopt;
+  if (f.chain.outputs.size() == 1) f.chain.outputs.clear();  // the last op's alone
+  // The fused call writes its outputs while reading every input: not into one of them (as the
   // unfused b may, where it reads its own destination element for element: then keep b apart).
   for (const KernelAddr& at : f.in) {
-    if (at.slot == b.dst.slot) return std::nullopt;
-  }
-  const int n = f.chain.inputs, na = static_cast<int>(pa.chain.ops.size());
-  for (backend::ChainOp o : pa.chain.ops) {
-    for (int j = 0; j < o.reads(); ++j) {
-      int& v = o.src[j];
-      v = v < pa.chain.inputs ? from_a[static_cast<size_t>(v)] : n + (v - pa.chain.inputs);
+    if (b.writes(at.slot)) return std::nullopt;
+    for (const KernelAddr& m : c.more) {
+      if (m.slot == at.slot) return std::nullopt;
     }
-    f.chain.ops.push_back(o);
-  }
-  const int linked_value = n + na - 1;
-  for (backend::ChainOp o : pb.chain.ops) {
-    for (int j = 0; j < o.reads(); ++j) {
-      int& v = o.src[j];
-      if (v >= pb.chain.inputs) {
-        v = n + na + (v - pb.chain.inputs);
-      } else {
-        const int k = from_b[static_cast<size_t>(v)];
-        v = k < 0 ? linked_value : k;
-      }
-    }
-    f.chain.ops.push_back(o);
   }
   if (!be.fuses_chain(f.chain)) return std::nullopt;
-  KernelCall c;
   c.kind = KernelCall::Kind::chain;
   c.in = c.out = f.chain.ops.back().out;
   c.shape = b.shape;
@@ -757,22 +842,23 @@ std::optional<KernelCall> fuse_chain(KernelProgram& p, const backend::Backend& b
 
 namespace {
 
-// Fuses each call of a kind `first` accepts into the sole reader of what it writes (sole_reader),
-// where fuse(p, call, reader) gives the fused call: it takes the reader's place (its other
-// sources are ready there), and the call is dropped. A fused call is offered again as the loop
-// reaches it. Returns the number of calls fused away.
-template <class Fuse>
-int fuse_into_readers(KernelProgram& p, bool (*first)(KernelCall::Kind), Fuse fuse) {
+// Fuses each call of a kind `first` accepts into a later call reading what it writes: find(p, i)
+// names that reader of call i (sole_reader, first_reader) or gives calls.size(), and fuse(p, i,
+// reader) the fused call, which takes the reader's place (its other sources are ready there) while
+// call i is dropped. A fused call is offered again as the loop reaches it. Returns the number of
+// calls fused away.
+template <class Find, class Fuse>
+int fuse_into_readers(KernelProgram& p, bool (*first)(KernelCall::Kind), Find find, Fuse fuse) {
   std::vector<KernelCall>& calls = p.calls;
   std::vector<bool> gone(calls.size(), false);
   int fused = 0;
   for (size_t i = 0; i < calls.size(); ++i) {
     if (gone[i] || !first(calls[i].kind)) continue;
-    const size_t reader = sole_reader(p, i);
+    const size_t reader = find(p, i);
     if (reader == calls.size()) continue;
-    std::optional<KernelCall> f = fuse(p, calls[i], calls[reader]);
+    std::optional<KernelCall> f = fuse(p, i, reader);
     if (!f) continue;
-    calls[reader] = *f;
+    calls[reader] = std::move(*f);
     gone[i] = true;
     ++fused;
   }
@@ -789,8 +875,9 @@ int fuse_into_readers(KernelProgram& p, bool (*first)(KernelCall::Kind), Fuse fu
 int fuse_elementwise_pairs(KernelProgram& p) {
   auto binary = [](KernelCall::Kind k) { return k == KernelCall::Kind::binary; };
   return fuse_into_readers(
-      p, binary,
-      [](KernelProgram& q, const KernelCall& a, const KernelCall& b) -> std::optional<KernelCall> {
+      p, binary, sole_reader,
+      [](KernelProgram& q, size_t i, size_t r) -> std::optional<KernelCall> {
+        const KernelCall a = q.calls[i], b = q.calls[r];
         if (b.src[0].slot != a.dst.slot || b.src[0].offset != a.dst.offset) return std::nullopt;
         // The fused call writes b's result while reading a's sources: not into one of them.
         if (b.dst.slot == a.src[0].slot || b.dst.slot == a.src[1].slot) return std::nullopt;
@@ -803,9 +890,14 @@ int fuse_elementwise_pairs(KernelProgram& p) {
 }
 
 int fuse_elementwise_chains(KernelProgram& p, const backend::Backend& be) {
-  return fuse_into_readers(p, chainable,
-                           [&be](KernelProgram& q, const KernelCall& a, const KernelCall& b) {
-                             return fuse_chain(q, be, a, b);
+  return fuse_into_readers(p, chainable, first_reader,
+                           [&be](KernelProgram& q, size_t i, size_t r) {
+                             const std::vector<KernelAddr> outs = outputs_of(q.calls[i]);
+                             std::vector<bool> kept(outs.size());
+                             for (size_t o = 0; o < outs.size(); ++o) {
+                               kept[o] = needed_elsewhere(q, outs[o].slot, i, r);
+                             }
+                             return fuse_chain(q, be, q.calls[i], q.calls[r], kept);
                            });
 }
 
@@ -814,9 +906,9 @@ int fuse_matmul_epilogues(KernelProgram& p) {
   auto product = [](KernelCall::Kind k) {
     return k == KernelCall::Kind::matmul || k == KernelCall::Kind::matmul_bias;
   };
-  return fuse_into_readers(p, product,
-                           [](KernelProgram& q, const KernelCall& a, const KernelCall& b) {
-                             return fuse_epilogue(q, a, b);
+  return fuse_into_readers(p, product, sole_reader,
+                           [](KernelProgram& q, size_t i, size_t r) {
+                             return fuse_epilogue(q, q.calls[i], q.calls[r]);
                            });
 }
 

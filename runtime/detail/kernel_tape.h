@@ -40,7 +40,7 @@ struct KernelCall {
   // `in`, the rest and dst of `out`): fused pairs (fuse_elementwise_pairs). matmul_bias: src0 @
   // src1 + the row src2, relu'd when op2 is 1 (op and arg as matmul's, batch 1):
   // fuse_matmul_epilogues. chain: `chain`'s ops over src0 .. src(nsrc-1), its inputs, into dst
-  // (in/out: the output's dtype): fuse_elementwise_chains.
+  // (in/out: the last output's dtype; `more` the outputs before it): fuse_elementwise_chains.
   enum class Kind : uint8_t {
     unary,
     binary,
@@ -55,7 +55,7 @@ struct KernelCall {
     chain
   };
   // The most sources a call has (a chain's inputs).
-  static constexpr int kMaxSources = 8;
+  static constexpr int kMaxSources = 16;
   Kind kind = Kind::unary;
   int op = 0;   // UnaryOp, BinaryOp or ReduceOp; matmul: 1 transposes a, 2 transposes b, 4 tf32
   int op2 = 0;  // binary_unary: the UnaryOp
@@ -64,6 +64,8 @@ struct KernelCall {
   int nsrc = 0;
   KernelAddr src[kMaxSources];
   KernelAddr dst;
+  // chain: where the chain's outputs before the last go (chain->outputs but the last), in order.
+  std::vector<KernelAddr> more;
   int strided = -1;  // unary/binary/select/chain: the first of nsrc Strided scratch entries
   std::vector<int64_t> shape;
   // reduce: outer, len, inner; matmul: batch, m, n, k; fill: n; copy: width, height, dpitch,
@@ -71,6 +73,22 @@ struct KernelCall {
   int64_t arg[4] = {0, 0, 0, 0};
   double value = 0;
   std::shared_ptr<const backend::ElementwiseChain> chain;  // chain: its ops
+
+  // Whether the call writes into slot `s` (dst, or one of `more`).
+  bool writes(int32_t s) const {
+    if (dst.slot == s) return true;
+    for (const KernelAddr& m : more) {
+      if (m.slot == s) return true;
+    }
+    return false;
+  }
+  // Whether the call reads slot `s` as one of its sources.
+  bool reads(int32_t s) const {
+    for (int j = 0; j < nsrc; ++j) {
+      if (src[j].slot == s) return true;
+    }
+    return false;
+  }
 };
 
 // An id no other KernelProgram object in this process has had: a copy takes a new one, a move
@@ -140,13 +158,17 @@ class KernelProgram {
 // where the platform has fused kernels (Backend::fuses_pairs: cuda).
 int fuse_elementwise_pairs(KernelProgram& p);
 
-// Fuses chains of elementwise calls (unary, binary, select, and chains already fused) into one
-// call each, where every intermediate is a temporary only the next call of the chain reads, all
-// of them over one shape: a chain's intermediates never reach memory (Backend::elementwise_chain:
-// cpu runs it a cache-sized tile at a time, cuda in one kernel). Each op computes as its own
-// kernel, so the bits are the unfused program's. A chain grows while the platform takes it
-// (Backend::fuses_chain) and has at most KernelCall::kMaxSources inputs and kMaxChainOps ops.
-// Returns the number of calls fused away. record_kernels and jit's step fusion apply it.
+// Fuses chains of elementwise calls (unary, binary, select, and chains already fused) over one
+// shape into one call each: a call joins the first later call reading what it writes, moved to
+// that call's place (nothing between writes what it reads or writes). What it writes stays an
+// output of the chain when the program returns it or another call reads it (adam's m and v, read
+// again by the parameter's update: one chain reads g, m, v and p once and writes m, v and p);
+// otherwise it is an intermediate that never reaches memory (Backend::elementwise_chain: cpu runs
+// it a cache-sized tile at a time, cuda in one kernel). Each op computes as its own kernel, so the
+// bits are the unfused program's. A chain grows while the platform takes it
+// (Backend::fuses_chain) and has at most KernelCall::kMaxSources inputs, kMaxChainOps ops and
+// ElementwiseChain::kMaxOutputs outputs. Returns the number of calls fused away. record_kernels
+// and jit's step fusion apply it.
 inline constexpr size_t kMaxChainOps = 32;
 int fuse_elementwise_chains(KernelProgram& p, const backend::Backend& be);
 
