@@ -912,12 +912,51 @@ int fuse_matmul_epilogues(KernelProgram& p) {
                            });
 }
 
+namespace {
+
+// Drops the temporaries no call touches and no result is in (a fused intermediate's), renumbering
+// the rest: jit plans no buffer for them.
+void drop_unused_temporaries(KernelProgram& p) {
+  const size_t nt = p.temp_bytes.size();
+  std::vector<char> used(nt, 0);
+  auto mark = [&](const KernelAddr& a) {
+    if (a.slot >= p.operands) used[static_cast<size_t>(a.slot - p.operands)] = 1;
+  };
+  for (const KernelCall& c : p.calls) {
+    for (int j = 0; j < c.nsrc; ++j) mark(c.src[j]);
+    mark(c.dst);
+    for (const KernelAddr& m : c.more) mark(m);
+  }
+  for (const KernelAddr& r : p.results) mark(r);
+  std::vector<int32_t> to(nt, -1);
+  std::vector<size_t> bytes;
+  for (size_t t = 0; t < nt; ++t) {
+    if (!used[t]) continue;
+    to[t] = p.operands + static_cast<int32_t>(bytes.size());
+    bytes.push_back(p.temp_bytes[t]);
+  }
+  if (bytes.size() == nt) return;
+  auto move = [&](KernelAddr& a) {
+    if (a.slot >= p.operands) a.slot = to[static_cast<size_t>(a.slot - p.operands)];
+  };
+  for (KernelCall& c : p.calls) {
+    for (int j = 0; j < c.nsrc; ++j) move(c.src[j]);
+    move(c.dst);
+    for (KernelAddr& m : c.more) move(m);
+  }
+  for (KernelAddr& r : p.results) move(r);
+  p.temp_bytes = std::move(bytes);
+}
+
+}  // namespace
+
 int fuse_kernels(KernelProgram& p, const backend::Backend& be) {
   // Epilogues first: a product's bias add (and relu) then belong to the product, which a chain
   // cannot take; then chains over the other elementwise calls; pairs where a chain was refused.
   int fusions = be.fuses_matmul_bias() ? fuse_matmul_epilogues(p) : 0;
   fusions += fuse_elementwise_chains(p, be);
   if (be.fuses_pairs()) fusions += fuse_elementwise_pairs(p);
+  if (fusions > 0) drop_unused_temporaries(p);
   return fusions;
 }
 

@@ -181,8 +181,9 @@ int fuse_elementwise_chains(KernelProgram& p, const backend::Backend& be);
 // and jit's step fusion apply it where the platform fuses epilogues (Backend::fuses_matmul_bias).
 int fuse_matmul_epilogues(KernelProgram& p);
 
-// Every fusion the platform `be` has, applied to `p` (epilogues, chains, pairs). Returns the
-// number of calls fused away.
+// Every fusion the platform `be` has, applied to `p` (epilogues, chains, pairs); the temporaries
+// of fused intermediates, no longer written, are dropped (jit plans no buffer for them). Returns
+// the number of calls fused away.
 int fuse_kernels(KernelProgram& p, const backend::Backend& be);
 
 struct KernelRecord {
