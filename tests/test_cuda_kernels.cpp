@@ -1296,22 +1296,36 @@ TEST_F(CudaKernels, ChainsMatchCpu) {
   cuda_->elementwise_chain(0, long_chain, {1000}, in, std::vector<void*>{dy});
   const Host y = download(dy, f32, 1000);
   for (int64_t e = 0; e < 1000; ++e) ASSERT_EQ(y.as<float>()[e], -x.as<float>()[e]) << e;
-  // A chain with two outputs (-x and -x * x) is not the kernel's: it runs as the default, writing
-  // both.
+  // A chain with several outputs (adam's m and v, written and read again by the update): -x and
+  // -x * x, and the same with its first output over x's own memory (a donated operand), and the
+  // default (the ops through temporaries) writing the same.
   ElementwiseChain two;
   two.inputs = 1;
   two.input_dtypes = {f32};
   two.ops = {un(UnaryOp::neg, f32, f32, 0), bin(BinaryOp::mul, f32, 1, 0)};
   two.outputs = {1, 2};
-  EXPECT_FALSE(cuda_->fuses_chain(two)) << "two outputs";
-  void* dz = device_out(f32, 1000);
-  cuda_->elementwise_chain(0, two, {1000}, in, std::vector<void*>{dy, dz});
-  const Host y1 = download(dy, f32, 1000), z = download(dz, f32, 1000);
-  for (int64_t e = 0; e < 1000; ++e) {
-    const float v = x.as<float>()[e];
-    ASSERT_EQ(y1.as<float>()[e], -v) << e;
-    ASSERT_EQ(z.as<float>()[e], -v * v) << e;
+  EXPECT_TRUE(cuda_->fuses_chain(two)) << "two outputs";
+  for (int how = 0; how < 3; ++how) {
+    void* dx2 = upload(x);
+    void* d1 = how == 1 ? dx2 : device_out(f32, 1000);
+    void* d2 = device_out(f32, 1000);
+    const std::vector<Strided> in2{Strided{dx2, {1}}};
+    if (how == 2) {
+      cuda_->Backend::elementwise_chain(0, two, {1000}, in2, std::vector<void*>{d1, d2});
+    } else {
+      cuda_->elementwise_chain(0, two, {1000}, in2, std::vector<void*>{d1, d2});
+    }
+    const Host y1 = download(d1, f32, 1000), z = download(d2, f32, 1000);
+    for (int64_t e = 0; e < 1000; ++e) {
+      const float v = x.as<float>()[e];
+      ASSERT_EQ(y1.as<float>()[e], -v) << "how " << how << " element " << e;
+      ASSERT_EQ(z.as<float>()[e], -v * v) << "how " << how << " element " << e;
+    }
   }
+  ElementwiseChain nine = long_chain;  // 9 outputs: more than the kernel stores
+  nine.ops.resize(9);
+  for (int i = 0; i < 9; ++i) nine.outputs.push_back(1 + i);
+  EXPECT_FALSE(cuda_->fuses_chain(nine)) << "9 outputs";
   release();
 }
 

@@ -182,9 +182,9 @@ __device__ __forceinline__ uint64_t binary_value(const ChainStep& s, uint64_t a,
   });
 }
 
-// One output element: load the inputs (offsets from off(k)), run the ops, store element i of y.
+// One element: load the inputs (offsets from off(k)), run the ops, store element i of each output.
 template <class Off>
-__device__ __forceinline__ void run_element(const ChainLaunch& c, uint64_t* r, void* y, int64_t i,
+__device__ __forceinline__ void run_element(const ChainLaunch& c, uint64_t* r, int64_t i,
                                             const Off& off) {
 #pragma unroll
   for (int k = 0; k < kChainMaxInputs; ++k) {
@@ -205,8 +205,9 @@ __device__ __forceinline__ void run_element(const ChainLaunch& c, uint64_t* r, v
     }
     r[s.dst * kChainThreads] = v;
   }
-  const ChainStep& last = c.step[c.ops - 1];
-  store_bits(y, last.out, i, r[last.dst * kChainThreads]);
+  for (int k = 0; k < c.outputs; ++k) {
+    store_bits(c.out[k].data, c.out[k].dtype, i, r[c.out[k].slot * kChainThreads]);
+  }
 }
 
 // The float32 chains (every value float32, every op float32 -> float32: arithmetic, max/min,
@@ -234,7 +235,7 @@ __device__ __forceinline__ float f32_step(const ChainStep& s, float a, float b) 
 }
 
 template <class Off>
-__device__ __forceinline__ void run_element(const ChainLaunch& c, float* r, void* y, int64_t i,
+__device__ __forceinline__ void run_element(const ChainLaunch& c, float* r, int64_t i,
                                             const Off& off) {
 #pragma unroll
   for (int k = 0; k < kChainMaxInputs; ++k) {
@@ -247,7 +248,9 @@ __device__ __forceinline__ void run_element(const ChainLaunch& c, float* r, void
     const float b = s.kind == kChainBinary ? r[s.src[1] * kChainThreads] : 0.0f;
     r[s.dst * kChainThreads] = f32_step(s, a, b);
   }
-  static_cast<float*>(y)[i] = r[c.step[c.ops - 1].dst * kChainThreads];
+  for (int k = 0; k < c.outputs; ++k) {
+    static_cast<float*>(c.out[k].data)[i] = r[c.out[k].slot * kChainThreads];
+  }
 }
 
 // Whether every value of `c` is float32 and every op maps float32 to float32 (f32_step's chains).
@@ -272,7 +275,7 @@ bool all_float32(const ChainLaunch& c) {
 // Word: a value in the register file (uint64_t: any dtype's bits; float: the float32 chains).
 template <class Word>
 __global__ void __launch_bounds__(kChainThreads)
-    chain_walk_kernel(const __grid_constant__ ChainLaunch c, void* y, int64_t n, int64_t cols,
+    chain_walk_kernel(const __grid_constant__ ChainLaunch c, int64_t n, int64_t cols,
                       int64_t step_r, int64_t step_c) {
   __shared__ Word file[kChainSlots * kChainThreads];
   Word* r = file + threadIdx.x;
@@ -284,7 +287,7 @@ __global__ void __launch_bounds__(kChainThreads)
     col = first - row * cols;
   }
   for (int64_t i = first; i < n; i += step) {
-    run_element(c, r, y, i,
+    run_element(c, r, i,
                 [&](int k) { return row * c.in[k].stride[0] + col * c.in[k].stride[1]; });
     col += step_c;
     row += step_r;
@@ -299,7 +302,7 @@ __global__ void __launch_bounds__(kChainThreads)
 // the inputs), then each input's offset.
 template <class Word>
 __global__ void __launch_bounds__(kChainThreads)
-    chain_strided_kernel(const __grid_constant__ ChainLaunch c, void* y, int64_t n) {
+    chain_strided_kernel(const __grid_constant__ ChainLaunch c, int64_t n) {
   __shared__ Word file[kChainSlots * kChainThreads];
   Word* r = file + threadIdx.x;
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
@@ -316,7 +319,7 @@ __global__ void __launch_bounds__(kChainThreads)
         rem = q;
       }
     }
-    run_element(c, r, y, i, [&](int k) {
+    run_element(c, r, i, [&](int k) {
       int64_t o = 0;
 #pragma unroll
       for (int d = 0; d < kMaxRank; ++d) o += idx[d] * c.in[k].stride[d];
@@ -344,10 +347,14 @@ int chain_grid(int64_t n, int per_sm) {
 
 }  // namespace
 
-cudaError_t launch_chain(cudaStream_t s, const ChainLaunch& c, void* y, int64_t n) {
+cudaError_t launch_chain(cudaStream_t s, const ChainLaunch& c, int64_t n) {
   if (n == 0) return cudaSuccess;
-  if (c.ops < 1 || c.ops > kChainMaxOps || c.inputs < 0 || c.inputs > kChainMaxInputs)
+  if (c.ops < 1 || c.ops > kChainMaxOps || c.inputs < 0 || c.inputs > kChainMaxInputs ||
+      c.outputs < 1 || c.outputs > kChainMaxOutputs)
     return cudaErrorInvalidValue;
+  for (int k = 0; k < c.outputs; ++k) {
+    if (c.out[k].slot >= kChainSlots || c.out[k].data == nullptr) return cudaErrorInvalidValue;
+  }
   // A planner bug is an error here, never a write past the register file.
   for (int k = 0; k < c.inputs; ++k) {
     if (c.in[k].slot != kChainNoSlot && c.in[k].slot >= kChainSlots) return cudaErrorInvalidValue;
@@ -375,19 +382,19 @@ cudaError_t launch_chain(cudaStream_t s, const ChainLaunch& c, void* y, int64_t 
       const int grid = chain_grid(n, resident_blocks<&chain_walk_kernel<float>>());
       const int64_t step = int64_t{grid} * kChainThreads;
       chain_walk_kernel<float>
-          <<<grid, kChainThreads, 0, s>>>(w, y, n, cols, step / cols, step % cols);
+          <<<grid, kChainThreads, 0, s>>>(w, n, cols, step / cols, step % cols);
     } else {
       const int grid = chain_grid(n, resident_blocks<&chain_walk_kernel<uint64_t>>());
       const int64_t step = int64_t{grid} * kChainThreads;
       chain_walk_kernel<uint64_t>
-          <<<grid, kChainThreads, 0, s>>>(w, y, n, cols, step / cols, step % cols);
+          <<<grid, kChainThreads, 0, s>>>(w, n, cols, step / cols, step % cols);
     }
   } else if (all_float32(c)) {
     const int grid = chain_grid(n, resident_blocks<&chain_strided_kernel<float>>());
-    chain_strided_kernel<float><<<grid, kChainThreads, 0, s>>>(c, y, n);
+    chain_strided_kernel<float><<<grid, kChainThreads, 0, s>>>(c, n);
   } else {
     const int grid = chain_grid(n, resident_blocks<&chain_strided_kernel<uint64_t>>());
-    chain_strided_kernel<uint64_t><<<grid, kChainThreads, 0, s>>>(c, y, n);
+    chain_strided_kernel<uint64_t><<<grid, kChainThreads, 0, s>>>(c, n);
   }
   return cudaGetLastError();
 }

@@ -20,6 +20,7 @@ namespace meshrt::cuda {
 inline constexpr int kChainMaxInputs = 8;
 inline constexpr int kChainMaxOps = 32;
 inline constexpr int kChainSlots = 16;
+inline constexpr int kChainMaxOutputs = 8;  // backend::ElementwiseChain::kMaxOutputs
 inline constexpr uint8_t kChainNoSlot = 0xff;  // an input no op reads: not loaded
 
 // One op: kind 0 unary (op: UnaryOp by code; copy with in != out is astype), 1 binary (op:
@@ -43,20 +44,29 @@ struct ChainInput {
   uint8_t slot = kChainNoSlot;
 };
 
-// A whole chain as one kernel parameter (about 1 KB, under CUDA's 4 KB parameter limit). y is
-// dense over `dims`, of the last op's out dtype, from its dst slot.
+// An output: dense over the merged dims, stored from `slot` as `dtype` after the last op (every
+// input of the element read by then: an output may be an input's memory, element for element).
+struct ChainOutput {
+  void* data = nullptr;
+  uint8_t dtype = 0;
+  uint8_t slot = 0;
+};
+
+// A whole chain as one kernel parameter (about 1.2 KB, under CUDA's 4 KB parameter limit).
 struct ChainLaunch {
   Dims dims;
   int inputs = 0;
   int ops = 0;
+  int outputs = 0;
   ChainInput in[kChainMaxInputs];
   ChainStep step[kChainMaxOps];
+  ChainOutput out[kChainMaxOutputs];
 };
 static_assert(sizeof(ChainLaunch) < 4096, "a kernel's parameters are at most 4 KB");
 
-// y (n elements) = the chain over c.dims; rank <= 2 walks (rows, cols) without an index division
-// per element, higher ranks take a mixed-radix offset per element. Queued on `s`; allocates
-// nothing and never waits (graph capture takes it).
-cudaError_t launch_chain(cudaStream_t s, const ChainLaunch& c, void* y, int64_t n);
+// The outputs (n elements each) = the chain over c.dims; rank <= 2 walks (rows, cols) without an
+// index division per element, higher ranks take a mixed-radix offset per element. Queued on `s`;
+// allocates nothing and never waits (graph capture takes it).
+cudaError_t launch_chain(cudaStream_t s, const ChainLaunch& c, int64_t n);
 
 }  // namespace meshrt::cuda

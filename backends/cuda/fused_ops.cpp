@@ -51,20 +51,22 @@ bool is_float(DType t) { return t == DType::f32 || t == DType::f64 || is_half(t)
 // or nothing where the kernel does not take it: more inputs, ops or values live at once than it
 // has room for, or an op its single-op launcher would refuse (an integer division, a unary op other
 // than astype between dtypes, a result dtype the op does not give). Values get register-file slots
-// by liveness: an op's result may take the slot of a source it reads for the last time.
+// by liveness: an op's result may take the slot of a source it reads for the last time; an output
+// keeps its slot to the end, when the outputs are stored.
 std::optional<ChainLaunch> plan_chain(const backend::ElementwiseChain& chain) {
   using Kind = backend::ChainOp::Kind;
   const int ni = chain.inputs;
   const int nops = static_cast<int>(chain.ops.size());
-  // One output: the kernel stores the last op's result alone (several: the default's temporaries).
+  const auto nout = static_cast<int>(chain.output_count());
   if (ni < 0 || ni > kChainMaxInputs || static_cast<int>(chain.input_dtypes.size()) != ni ||
-      nops < 1 || nops > kChainMaxOps || chain.output_count() != 1) {
+      nops < 1 || nops > kChainMaxOps || nout > kChainMaxOutputs) {
     return std::nullopt;
   }
   std::vector<int> last_use(static_cast<size_t>(ni + nops), -1);
   ChainLaunch c;
   c.inputs = ni;
   c.ops = nops;
+  c.outputs = nout;
   for (int i = 0; i < nops; ++i) {
     const backend::ChainOp& o = chain.ops[static_cast<size_t>(i)];
     const int nsrc = o.kind == Kind::unary ? 1 : o.kind == Kind::binary ? 2 : 3;
@@ -105,6 +107,12 @@ std::optional<ChainLaunch> plan_chain(const backend::ElementwiseChain& chain) {
         break;
     }
   }
+  // Outputs are stored after the last op: their slots live to the end.
+  for (int k = 0; k < nout; ++k) {
+    const int v = chain.output(static_cast<size_t>(k));
+    if (v < ni || v >= ni + nops) return std::nullopt;
+    last_use[static_cast<size_t>(v)] = nops;
+  }
   // Slots by liveness; an input no op reads gets none (it is not loaded).
   std::vector<int> slot(static_cast<size_t>(ni + nops), kChainNoSlot);
   bool used[kChainSlots] = {};
@@ -135,7 +143,12 @@ std::optional<ChainLaunch> plan_chain(const backend::ElementwiseChain& chain) {
     const int v = ni + i;
     if (!take(v)) return std::nullopt;
     s.dst = static_cast<uint8_t>(slot[static_cast<size_t>(v)]);
-    if (last_use[static_cast<size_t>(v)] < 0) used[s.dst] = false;  // dead (or the output)
+    if (last_use[static_cast<size_t>(v)] < 0) used[s.dst] = false;  // dead
+  }
+  for (int k = 0; k < nout; ++k) {
+    const int v = chain.output(static_cast<size_t>(k));
+    c.out[k].slot = static_cast<uint8_t>(slot[static_cast<size_t>(v)]);
+    c.out[k].dtype = static_cast<uint8_t>(chain.value_dtype(v));
   }
   return c;
 }
@@ -181,9 +194,10 @@ void CudaBackend::elementwise_chain(int device, const backend::ElementwiseChain&
                                     const std::vector<int64_t>& shape,
                                     std::span<const backend::Strided> inputs,
                                     std::span<void* const> ys) {
-  std::optional<ChainLaunch> c =
-      chains_ && inputs.size() == chain.input_dtypes.size() && ys.size() == 1 ? plan_chain(chain)
-                                                                              : std::nullopt;
+  std::optional<ChainLaunch> c = chains_ && inputs.size() == chain.input_dtypes.size() &&
+                                         ys.size() == chain.output_count()
+                                     ? plan_chain(chain)
+                                     : std::nullopt;
   // The dims merged over the inputs the chain reads (y is dense, so it merges with any of them).
   backend::MergedDims m;
   if (c) {
@@ -198,7 +212,7 @@ void CudaBackend::elementwise_chain(int device, const backend::ElementwiseChain&
     Backend::elementwise_chain(device, chain, shape, inputs, ys);
     return;
   }
-  void* y = ys.front();
+  for (int k = 0; k < c->outputs; ++k) c->out[k].data = ys[static_cast<size_t>(k)];
   c->dims.rank = static_cast<int>(m.size.size());
   for (size_t d = 0; d < m.size.size(); ++d) c->dims.size[d] = m.size[d];
   for (int k = 0, used = 0; k < c->inputs; ++k) {
@@ -221,7 +235,7 @@ void CudaBackend::elementwise_chain(int device, const backend::ElementwiseChain&
   int64_t n = 1;
   for (int64_t d : shape) n *= d;
   set(device);
-  MESHRT_CUDA_CHECK(launch_chain(ops_stream(device), *c, y, n), device);
+  MESHRT_CUDA_CHECK(launch_chain(ops_stream(device), *c, n), device);
 }
 
 }  // namespace meshrt::cuda
