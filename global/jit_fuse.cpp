@@ -183,7 +183,8 @@ int jit_fuse_steps(JitProgram& p) {
         const std::vector<Tensor> ia(in.begin(), in.begin() + static_cast<std::ptrdiff_t>(na));
         std::vector<Tensor> ra = fa(ia);
         std::vector<Tensor> ib;
-        for (int f : from) ib.push_back(f >= 0 ? in[static_cast<size_t>(f)] : ra[static_cast<size_t>(-1 - f)]);
+        for (int f : from)
+          ib.push_back(f >= 0 ? in[static_cast<size_t>(f)] : ra[static_cast<size_t>(-1 - f)]);
         std::vector<Tensor> out;
         for (size_t r = 0; r < ra.size(); ++r) {
           if (kept[r]) out.push_back(std::move(ra[r]));

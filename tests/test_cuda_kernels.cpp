@@ -1237,7 +1237,8 @@ TEST_F(CudaKernels, ChainsMatchCpu) {
       on_cuda.push_back(Strided{upload(host[k], c.pad), c.in[k].strides});
     Host want = make(out, n);
     // The cpu's ops one after the other (its own chains refuse float16 division).
-    cpu_->Backend::elementwise_chain(0, chain, c.shape, on_cpu, std::vector<void*>{want.bytes.data()});
+    cpu_->Backend::elementwise_chain(0, chain, c.shape, on_cpu,
+                                     std::vector<void*>{want.bytes.data()});
     void* unfused = device_out(out, n, c.pad);
     cuda_->Backend::elementwise_chain(0, chain, c.shape, on_cuda, std::vector<void*>{unfused});
     void* fused = device_out(out, n, c.pad);

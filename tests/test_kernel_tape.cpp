@@ -607,7 +607,8 @@ TEST(KernelTape, WhichOperandsAChainMayOverwrite) {
   ASSERT_NE(rs.program, nullptr) << rs.why_not;
   const KernelProgram& ps = *rs.program;
   for (size_t result : {0u, 1u}) {
-    EXPECT_FALSE(ps.may_write_over(1, static_cast<size_t>(ps.results.at(result).slot - ps.operands)))
+    EXPECT_FALSE(
+        ps.may_write_over(1, static_cast<size_t>(ps.results.at(result).slot - ps.operands)))
         << result;
   }
 }

@@ -21,9 +21,9 @@ void select(DType dtype, const std::vector<int64_t>& shape, const backend::Strid
             const backend::Strided& a, const backend::Strided& b, void* y);
 // An elementwise chain (Backend::elementwise_chain) a cache-sized tile at a time: each op runs
 // over the tile as its own kernel above, the intermediates in per-thread scratch, in parallel
-// over tiles; a tile's earlier outputs are copied out of the scratch after its last op. chain_takes:
-// whether it fuses `chain` (all but float16 division, whose reciprocal path depends on the whole
-// shape's broadcast).
+// over tiles; a tile's earlier outputs are copied out of the scratch after its last op.
+// chain_takes: whether it fuses `chain` (all but float16 division, whose reciprocal path depends on
+// the whole shape's broadcast).
 bool chain_takes(const backend::ElementwiseChain& chain);
 void elementwise_chain(const backend::ElementwiseChain& chain, const std::vector<int64_t>& shape,
                        std::span<const backend::Strided> inputs, std::span<void* const> ys);

@@ -287,8 +287,7 @@ __global__ void __launch_bounds__(kChainThreads)
     col = first - row * cols;
   }
   for (int64_t i = first; i < n; i += step) {
-    run_element(c, r, i,
-                [&](int k) { return row * c.in[k].stride[0] + col * c.in[k].stride[1]; });
+    run_element(c, r, i, [&](int k) { return row * c.in[k].stride[0] + col * c.in[k].stride[1]; });
     col += step_c;
     row += step_r;
     if (col >= cols) {
@@ -381,8 +380,7 @@ cudaError_t launch_chain(cudaStream_t s, const ChainLaunch& c, int64_t n) {
     if (all_float32(c)) {
       const int grid = chain_grid(n, resident_blocks<&chain_walk_kernel<float>>());
       const int64_t step = int64_t{grid} * kChainThreads;
-      chain_walk_kernel<float>
-          <<<grid, kChainThreads, 0, s>>>(w, n, cols, step / cols, step % cols);
+      chain_walk_kernel<float><<<grid, kChainThreads, 0, s>>>(w, n, cols, step / cols, step % cols);
     } else {
       const int grid = chain_grid(n, resident_blocks<&chain_walk_kernel<uint64_t>>());
       const int64_t step = int64_t{grid} * kChainThreads;

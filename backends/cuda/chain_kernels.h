@@ -20,7 +20,7 @@ namespace meshrt::cuda {
 inline constexpr int kChainMaxInputs = 8;
 inline constexpr int kChainMaxOps = 32;
 inline constexpr int kChainSlots = 16;
-inline constexpr int kChainMaxOutputs = 8;  // backend::ElementwiseChain::kMaxOutputs
+inline constexpr int kChainMaxOutputs = 8;     // backend::ElementwiseChain::kMaxOutputs
 inline constexpr uint8_t kChainNoSlot = 0xff;  // an input no op reads: not loaded
 
 // One op: kind 0 unary (op: UnaryOp by code; copy with in != out is astype), 1 binary (op:

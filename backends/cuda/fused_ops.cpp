@@ -194,10 +194,10 @@ void CudaBackend::elementwise_chain(int device, const backend::ElementwiseChain&
                                     const std::vector<int64_t>& shape,
                                     std::span<const backend::Strided> inputs,
                                     std::span<void* const> ys) {
-  std::optional<ChainLaunch> c = chains_ && inputs.size() == chain.input_dtypes.size() &&
-                                         ys.size() == chain.output_count()
-                                     ? plan_chain(chain)
-                                     : std::nullopt;
+  std::optional<ChainLaunch> c =
+      chains_ && inputs.size() == chain.input_dtypes.size() && ys.size() == chain.output_count()
+          ? plan_chain(chain)
+          : std::nullopt;
   // The dims merged over the inputs the chain reads (y is dense, so it merges with any of them).
   backend::MergedDims m;
   if (c) {

@@ -874,31 +874,32 @@ int fuse_into_readers(KernelProgram& p, bool (*first)(KernelCall::Kind), Find fi
 
 int fuse_elementwise_pairs(KernelProgram& p) {
   auto binary = [](KernelCall::Kind k) { return k == KernelCall::Kind::binary; };
-  return fuse_into_readers(
-      p, binary, sole_reader,
-      [](KernelProgram& q, size_t i, size_t r) -> std::optional<KernelCall> {
-        const KernelCall a = q.calls[i], b = q.calls[r];
-        if (b.src[0].slot != a.dst.slot || b.src[0].offset != a.dst.offset) return std::nullopt;
-        // The fused call writes b's result while reading a's sources: not into one of them.
-        if (b.dst.slot == a.src[0].slot || b.dst.slot == a.src[1].slot) return std::nullopt;
-        if (b.kind == KernelCall::Kind::select &&
-            (b.dst.slot == b.src[1].slot || b.dst.slot == b.src[2].slot)) {
-          return std::nullopt;
-        }
-        return fuse_pair(q, a, b);
-      });
+  return fuse_into_readers(p, binary, sole_reader,
+                           [](KernelProgram& q, size_t i, size_t r) -> std::optional<KernelCall> {
+                             const KernelCall a = q.calls[i], b = q.calls[r];
+                             if (b.src[0].slot != a.dst.slot || b.src[0].offset != a.dst.offset)
+                               return std::nullopt;
+                             // The fused call writes b's result while reading a's sources: not into
+                             // one of them.
+                             if (b.dst.slot == a.src[0].slot || b.dst.slot == a.src[1].slot)
+                               return std::nullopt;
+                             if (b.kind == KernelCall::Kind::select &&
+                                 (b.dst.slot == b.src[1].slot || b.dst.slot == b.src[2].slot)) {
+                               return std::nullopt;
+                             }
+                             return fuse_pair(q, a, b);
+                           });
 }
 
 int fuse_elementwise_chains(KernelProgram& p, const backend::Backend& be) {
-  return fuse_into_readers(p, chainable, first_reader,
-                           [&be](KernelProgram& q, size_t i, size_t r) {
-                             const std::vector<KernelAddr> outs = outputs_of(q.calls[i]);
-                             std::vector<bool> kept(outs.size());
-                             for (size_t o = 0; o < outs.size(); ++o) {
-                               kept[o] = needed_elsewhere(q, outs[o].slot, i, r);
-                             }
-                             return fuse_chain(q, be, q.calls[i], q.calls[r], kept);
-                           });
+  return fuse_into_readers(p, chainable, first_reader, [&be](KernelProgram& q, size_t i, size_t r) {
+    const std::vector<KernelAddr> outs = outputs_of(q.calls[i]);
+    std::vector<bool> kept(outs.size());
+    for (size_t o = 0; o < outs.size(); ++o) {
+      kept[o] = needed_elsewhere(q, outs[o].slot, i, r);
+    }
+    return fuse_chain(q, be, q.calls[i], q.calls[r], kept);
+  });
 }
 
 int fuse_matmul_epilogues(KernelProgram& p) {
@@ -906,10 +907,9 @@ int fuse_matmul_epilogues(KernelProgram& p) {
   auto product = [](KernelCall::Kind k) {
     return k == KernelCall::Kind::matmul || k == KernelCall::Kind::matmul_bias;
   };
-  return fuse_into_readers(p, product, sole_reader,
-                           [](KernelProgram& q, size_t i, size_t r) {
-                             return fuse_epilogue(q, q.calls[i], q.calls[r]);
-                           });
+  return fuse_into_readers(p, product, sole_reader, [](KernelProgram& q, size_t i, size_t r) {
+    return fuse_epilogue(q, q.calls[i], q.calls[r]);
+  });
 }
 
 namespace {
