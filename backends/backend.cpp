@@ -67,15 +67,30 @@ void Backend::elementwise_chain(int device, const ElementwiseChain& chain,
                 " destinations for a chain of " + std::to_string(chain.output_count()) +
                 " outputs");
   }
+  for (size_t k = 0; k < ys.size(); ++k) {
+    const int v = chain.output(k);
+    if (v < chain.inputs ||
+        chain.ops[static_cast<size_t>(v - chain.inputs)].kind == ChainOp::Kind::constant) {
+      throw Error("[backend] elementwise_chain: an output must be an op's result, not a constant");
+    }
+  }
   const std::vector<int64_t> dense = core::dense_strides(shape);
+  const std::vector<int64_t> broadcast(shape.size(), 0);
   const auto n = static_cast<size_t>(shape_size(shape));
   std::vector<std::shared_ptr<Buffer>> temps(chain.ops.size());
   auto value = [&](int v) {
-    return v < chain.inputs ? inputs[static_cast<size_t>(v)]
-                            : Strided{temps[static_cast<size_t>(v - chain.inputs)]->data(), dense};
+    if (v < chain.inputs) return inputs[static_cast<size_t>(v)];
+    const auto i = static_cast<size_t>(v - chain.inputs);
+    return Strided{temps[i]->data(),
+                   chain.ops[i].kind == ChainOp::Kind::constant ? broadcast : dense};
   };
   for (size_t i = 0; i < chain.ops.size(); ++i) {
     const ChainOp& o = chain.ops[i];
+    if (o.kind == ChainOp::Kind::constant) {  // one element, read broadcast: fill's bits
+      temps[i] = allocate(device, dtype_size(o.out));
+      fill(device, o.out, 1, o.value, false, temps[i]->data());
+      continue;
+    }
     void* out = ys.back();
     if (i + 1 < chain.ops.size()) {
       temps[i] = allocate(device, n * dtype_size(o.out));
@@ -91,6 +106,8 @@ void Backend::elementwise_chain(int device, const ElementwiseChain& chain,
         break;
       case ChainOp::Kind::select:
         select(device, o.out, shape, value(o.src[0]), value(o.src[1]), value(o.src[2]), out);
+        break;
+      case ChainOp::Kind::constant:
         break;
     }
   }

@@ -57,15 +57,20 @@ struct DeviceCopy {
 // earlier results to write too (adam's m and v, read again by the parameter's update in the same
 // chain). Every value has the outputs' shape (inputs read through their Strided, intermediates
 // element for element).
+// A constant op is a scalar the program fills (a weakly typed `0.9 * m`): `value` as fill() stores
+// it in `out`, read broadcast; it reads nothing, and is never an output.
 struct ChainOp {
-  enum class Kind : uint8_t { unary, binary, select };
+  enum class Kind : uint8_t { unary, binary, select, constant };
   Kind kind = Kind::unary;
   int op = 0;  // UnaryOp (unary: copy with in != out is astype) or BinaryOp (binary)
   // unary/binary: as the kernel's (comparisons write bool); select: the values' dtype in both
-  // (its condition, src[0], is bool).
+  // (its condition, src[0], is bool); constant: out is its dtype.
   DType in = DType::f32, out = DType::f32;
   int src[3] = {0, 0, 0};  // unary reads src[0], binary src[0..1], select src[0..2]
-  int reads() const { return kind == Kind::unary ? 1 : kind == Kind::binary ? 2 : 3; }
+  double value = 0;        // constant
+  int reads() const {
+    return kind == Kind::unary ? 1 : kind == Kind::binary ? 2 : kind == Kind::select ? 3 : 0;
+  }
 };
 
 struct ElementwiseChain {

@@ -61,7 +61,7 @@ std::string jit_text(const JitProgram& p, const std::vector<bool>& donated) {
     }
   }
   size_t compiled = 0, kernels = 0, fused = 0, epilogues = 0, chains = 0, chained = 0,
-         chain_outputs = 0, buffers = 0, buffer_bytes = 0;
+         chain_outputs = 0, chain_constants = 0, buffers = 0, buffer_bytes = 0;
   std::map<std::string, size_t> why_not;  // of device-local steps not compiled
   for (const JitStep& st : p.steps) {
     collectives += st.blocks() != nullptr ? 1 : 0;
@@ -74,7 +74,11 @@ std::string jit_text(const JitProgram& p, const std::vector<bool>& donated) {
         epilogues += c.kind == K::matmul_bias ? 1 : 0;
         if (c.kind == K::chain) {
           ++chains;
-          chained += c.chain->ops.size();
+          for (const backend::ChainOp& o : c.chain->ops) {
+            const bool constant = o.kind == backend::ChainOp::Kind::constant;
+            chained += constant ? 0 : 1;
+            chain_constants += constant ? 1 : 0;
+          }
           chain_outputs += c.chain->output_count();
         }
       }
@@ -112,9 +116,9 @@ std::string jit_text(const JitProgram& p, const std::vector<bool>& donated) {
   }
   if (chains != 0) {
     s += cat("  fused: ", chains, " elementwise chains of ", chained, " kernels in all, writing ",
-             chain_outputs,
-             " values; each one call whose other intermediates stay out of memory, with the "
-             "kernels' bits\n");
+             chain_outputs, " values, ", chain_constants,
+             " scalars held as constants; each one call whose other intermediates stay out of "
+             "memory, with the kernels' bits\n");
   }
   if (epilogues != 0) {
     s += cat("  fused: ", epilogues,

@@ -1,8 +1,8 @@
 // The cpu platform's elementwise chains (Backend::elementwise_chain: backends/cpu/kernels.cpp) run
 // a tile at a time; these random chains check that against the default, the ops one after the
 // other over the whole shape, bit for bit (ranks 0-4, empty, unit, odd and tile-edge dims,
-// transposed, broadcast and negative strides, bool intermediates, NaN), and in place. And the
-// kernels' wide (AVX2) dense loops against the scalar operations.
+// transposed, broadcast and negative strides, bool intermediates, constants, several outputs,
+// NaN), and in place. And the kernels' wide (AVX2) dense loops against the scalar operations.
 #include <gtest/gtest.h>
 #include <meshrt/meshrt.h>
 
@@ -103,6 +103,14 @@ TEST(CpuChains, TilesMatchTheKernelsOneAfterTheOther) {
       }
       return vs.empty() ? -1 : vs[rng() % vs.size()];
     };
+    // Scalars held as constants (jit's literals), read broadcast like any value.
+    for (int k = static_cast<int>(rng() % 3); k > 0; --k) {
+      ChainOp o;
+      o.kind = ChainOp::Kind::constant;
+      o.value = rng() % 10 == 0 ? std::numeric_limits<double>::quiet_NaN()
+                                : static_cast<double>(static_cast<int>(rng() % 2001) - 1000) / 7.0;
+      c.ops.push_back(o);
+    }
     for (int i = 0; i < nops; ++i) {
       ChainOp o;
       const int kind = static_cast<int>(rng() % 5);
@@ -153,11 +161,14 @@ TEST(CpuChains, TilesMatchTheKernelsOneAfterTheOther) {
     }
     for (auto& i : ins) ss.push_back(i.s);
     // Some chains write earlier results too (multi-output chains: adam's m and v).
+    const int all = static_cast<int>(c.ops.size());
     if (nops > 1 && rng() % 2 == 0) {
-      for (int i = 0; i + 1 < nops; ++i) {
-        if (rng() % 3 == 0) c.outputs.push_back(c.inputs + i);
+      for (int i = 0; i + 1 < all; ++i) {
+        if (c.ops[static_cast<size_t>(i)].kind != ChainOp::Kind::constant && rng() % 3 == 0) {
+          c.outputs.push_back(c.inputs + i);
+        }
       }
-      if (!c.outputs.empty()) c.outputs.push_back(c.inputs + nops - 1);
+      if (!c.outputs.empty()) c.outputs.push_back(c.inputs + all - 1);
     }
     std::vector<std::vector<char>> want, got;
     std::vector<void*> wp, gp;

@@ -1323,6 +1323,43 @@ TEST_F(CudaKernels, ChainsMatchCpu) {
       ASSERT_EQ(z.as<float>()[e], -v * v) << "how " << how << " element " << e;
     }
   }
+  // Constants (jit's scalar literals, as fill stores them): float32 (the float path) and bfloat16
+  // (the general path), fused against the default's fill and kernels, and float32 against the host.
+  auto constant = [](DType t, double v) {
+    ChainOp o;
+    o.kind = Kind::constant;
+    o.in = o.out = t;
+    o.value = v;
+    return o;
+  };
+  const DType bf16 = DType::bf16;
+  ElementwiseChain f32c, bf16c;
+  f32c.inputs = bf16c.inputs = 1;
+  f32c.input_dtypes = bf16c.input_dtypes = {f32};
+  // 1 2.5, 2 -1/3, 3 x * 2.5, 4 that + -1/3
+  f32c.ops = {constant(f32, 2.5), constant(f32, -1.0 / 3.0), bin(BinaryOp::mul, f32, 0, 1),
+              bin(BinaryOp::add, f32, 3, 2)};
+  // 1 bf16(x), 2 3.3 as bf16, 3 their product, 4 as float32
+  bf16c.ops = {un(UnaryOp::copy, f32, bf16, 0), constant(bf16, 3.3), bin(BinaryOp::mul, bf16, 1, 2),
+               un(UnaryOp::copy, bf16, f32, 3)};
+  for (const ElementwiseChain* ch : {&f32c, &bf16c}) {
+    EXPECT_TRUE(cuda_->fuses_chain(*ch));
+    void* fused = device_out(f32, 1000);
+    void* plain = device_out(f32, 1000);
+    cuda_->elementwise_chain(0, *ch, {1000}, in, std::vector<void*>{fused});
+    cuda_->Backend::elementwise_chain(0, *ch, {1000}, in, std::vector<void*>{plain});
+    const Host a = download(fused, f32, 1000), b = download(plain, f32, 1000);
+    ASSERT_EQ(0, std::memcmp(a.bytes.data(), b.bytes.data(), 4000))
+        << (ch == &f32c ? "f32" : "bf16");
+    if (ch == &f32c) {
+      for (int64_t e = 0; e < 1000; ++e) {
+        ASSERT_EQ(a.as<float>()[e], x.as<float>()[e] * 2.5f + static_cast<float>(-1.0 / 3.0)) << e;
+      }
+    }
+  }
+  ElementwiseChain const_out = f32c;  // a constant is never an output
+  const_out.outputs = {1, 4};
+  EXPECT_FALSE(cuda_->fuses_chain(const_out));
   ElementwiseChain nine = long_chain;  // 9 outputs: more than the kernel stores
   nine.ops.resize(9);
   for (int i = 0; i < 9; ++i) nine.outputs.push_back(1 + i);

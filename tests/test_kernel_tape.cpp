@@ -313,11 +313,12 @@ TEST(KernelTape, FusesElementwiseChainsWithTheKernelsBits) {
     std::vector<Shape> shapes;  // the operands'
     int chains;                 // chain calls in the recording
     int unfused_calls;          // elementwise calls the chains replace
+    int constants;              // scalar literals the chains hold (their fills dropped)
     int outputs = -1;           // the chains' outputs, all told (-1: one per chain)
   };
   const std::vector<Case> cases = {
       {"adam's update (three results; the moments are results, read again by the update: one "
-       "chain writing all three)",
+       "chain writing all three, its six scalars constants: one call in all)",
        [](const std::vector<Tensor>& t) {
          Tensor m = 0.9 * t[1] + 0.1 * t[3];
          Tensor v = 0.999 * t[2] + 0.001 * (t[3] * t[3]);
@@ -327,6 +328,7 @@ TEST(KernelTape, FusesElementwiseChainsWithTheKernelsBits) {
        {{70, 130}, {70, 130}, {70, 130}, {70, 130}},
        1,
        12,
+       6,
        3},
       {"a long last dimension, split across tiles",
        [](const std::vector<Tensor>& t) {
@@ -334,7 +336,8 @@ TEST(KernelTape, FusesElementwiseChainsWithTheKernelsBits) {
        },
        {{3, 10000}, {3, 10000}},
        1,
-       5},
+       5,
+       2},
       {"a row and a middle broadcast, a transposed read",
        [](const std::vector<Tensor>& t) {
          Tensor x = t[0] + reshape(t[1], {4, 1, 60});
@@ -342,21 +345,24 @@ TEST(KernelTape, FusesElementwiseChainsWithTheKernelsBits) {
        },
        {{4, 50, 60}, {4, 60}, {60}},
        1,
-       4},
+       4,
+       1},
       {"a transposed operand",
        [](const std::vector<Tensor>& t) {
          return std::vector<Tensor>{exp(transpose(t[0]) * 0.5) + t[1]};
        },
        {{90, 80}, {80, 90}},
        1,
-       4},
+       4,
+       1},
       {"a comparison only a select reads, and a negation",
        [](const std::vector<Tensor>& t) {
          return std::vector<Tensor>{where(t[0] > t[1], t[0] * 2.0, -t[1]) / 3.0};
        },
        {{33, 257}, {33, 257}},
        1,
-       5},
+       5,
+       2},
       {"bfloat16, float64 and int32 casts",
        [](const std::vector<Tensor>& t) {
          Tensor h = astype(astype(t[0], DType::bf16) * 3.0, DType::f32);
@@ -367,14 +373,16 @@ TEST(KernelTape, FusesElementwiseChainsWithTheKernelsBits) {
        },
        {{40, 40}, {40, 40}},
        3,
-       12},
+       12,
+       7},
       {"a rank-0 chain after a reduction",
        [](const std::vector<Tensor>& t) {
          return std::vector<Tensor>{sqrt(sum(t[0]) * 2.0 + 1.0)};
        },
        {{5, 7}},
        1,
-       3},
+       3,
+       2},
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(c.what);
@@ -395,14 +403,18 @@ TEST(KernelTape, FusesElementwiseChainsWithTheKernelsBits) {
     KernelRecord r = record_kernels(c.fn, a);
     ASSERT_NE(r.program, nullptr) << r.why_not;
     EXPECT_EQ(count_kind(*r.program, K::chain), c.chains);
-    int chained = 0, outputs = 0;
+    int chained = 0, outputs = 0, constants = 0;
     for (const detail::KernelCall& call : r.program->calls) {
       if (call.kind != K::chain) continue;
-      chained += static_cast<int>(call.chain->ops.size());
+      for (const backend::ChainOp& o : call.chain->ops) {
+        const bool constant = o.kind == backend::ChainOp::Kind::constant;
+        (constant ? constants : chained) += 1;
+      }
       outputs += static_cast<int>(call.chain->output_count());
       EXPECT_EQ(call.more.size() + 1, call.chain->output_count());
     }
     EXPECT_EQ(chained, c.unfused_calls);
+    EXPECT_EQ(constants, c.constants);
     EXPECT_EQ(outputs, c.outputs < 0 ? c.chains : c.outputs);
     for (const auto& ops : {a, b}) {
       const std::vector<Tensor> want = c.fn(ops);
@@ -418,8 +430,11 @@ TEST(KernelTape, FusesElementwiseChainsWithTheKernelsBits) {
     KernelRecord plain = record_kernels(c.fn, a);
     ASSERT_NE(plain.program, nullptr) << plain.why_not;
     EXPECT_EQ(count_kind(*plain.program, K::chain), 0);
-    EXPECT_EQ(plain.program->calls.size(),
-              r.program->calls.size() + static_cast<size_t>(c.unfused_calls - c.chains));
+    // Each literal was a one-element fill, dropped once its chain holds it.
+    EXPECT_EQ(count_kind(*plain.program, K::fill) - count_kind(*r.program, K::fill), c.constants);
+    EXPECT_EQ(
+        plain.program->calls.size(),
+        r.program->calls.size() + static_cast<size_t>(c.unfused_calls - c.chains + c.constants));
   }
 }
 
@@ -448,9 +463,10 @@ TEST(KernelTape, ChainsKeepWhatOthersRead) {
     KernelRecord r = record_kernels(fn, ops);
     ASSERT_NE(r.program, nullptr) << r.why_not;
     EXPECT_EQ(count_kind(*r.program, K::chain), 1);
+    EXPECT_EQ(count_kind(*r.program, K::fill), 0);
     for (const detail::KernelCall& call : r.program->calls) {
       if (call.kind != K::chain) continue;
-      EXPECT_EQ(call.chain->ops.size(), 5u);
+      EXPECT_EQ(call.chain->ops.size(), 7u);  // 5 kernels and the scalars 1 and 2
       EXPECT_EQ(call.chain->output_count(), outputs);
     }
     expect_reproduces(fn, ops, {vec(ramp(12, 0.125f, 1.0f), {3, 4}), ops[0]});

@@ -585,10 +585,14 @@ int plan_slots(const backend::ElementwiseChain& chain, std::array<int, kChainMax
   std::array<int, kChainMaxOps> free_slots{};
   int slots = 0, nfree = 0;
   for (size_t i = 0; i + 1 < nops; ++i) {
+    if (chain.ops[i].kind == backend::ChainOp::Kind::constant) {  // read from ChainScratch::cst
+      slot[i] = -1;
+      continue;
+    }
     slot[i] = nfree > 0 ? free_slots[static_cast<size_t>(--nfree)] : slots++;
     // Results op i was the last to read: their slots are free from op i + 1 on.
     for (size_t k = 0; k < i; ++k) {
-      if (last_read[k] == i) free_slots[static_cast<size_t>(nfree++)] = slot[k];
+      if (last_read[k] == i && slot[k] >= 0) free_slots[static_cast<size_t>(nfree++)] = slot[k];
     }
   }
   return slots;
@@ -600,6 +604,9 @@ struct ChainScratch {
   std::vector<uint64_t> mem;
   std::vector<Strided> in, temp;
   std::vector<int64_t> sub;
+  // Per op: a constant's value (fill's bits) and its broadcast view over the tile.
+  std::array<uint64_t, kChainMaxOps> cval{};
+  std::vector<Strided> cst;
 };
 
 ChainScratch& chain_scratch() {
@@ -615,14 +622,16 @@ void run_chain_tile(const backend::ElementwiseChain& chain,
                     std::span<const Strided> in, const std::vector<Strided>& temp,
                     std::span<void* const> out, int64_t count) {
   using Kind = backend::ChainOp::Kind;
+  const ChainScratch& s = chain_scratch();
   auto value = [&](int v) -> const Strided& {
-    return v < chain.inputs
-               ? in[static_cast<size_t>(v)]
-               : temp[static_cast<size_t>(slot[static_cast<size_t>(v - chain.inputs)])];
+    if (v < chain.inputs) return in[static_cast<size_t>(v)];
+    const auto i = static_cast<size_t>(v - chain.inputs);
+    return slot[i] < 0 ? s.cst[i] : temp[static_cast<size_t>(slot[i])];
   };
   const size_t nops = chain.ops.size();
   for (size_t i = 0; i < nops; ++i) {
     const backend::ChainOp& op = chain.ops[i];
+    if (op.kind == Kind::constant) continue;
     void* dst =
         i + 1 == nops ? out.back() : const_cast<void*>(temp[static_cast<size_t>(slot[i])].data);
     switch (op.kind) {
@@ -636,6 +645,8 @@ void run_chain_tile(const backend::ElementwiseChain& chain,
       case Kind::select:
         select(op.out, sub, value(op.src[0]), value(op.src[1]), value(op.src[2]), dst);
         break;
+      case Kind::constant:
+        break;
     }
   }
   for (size_t k = 0; k + 1 < out.size(); ++k) {
@@ -645,8 +656,10 @@ void run_chain_tile(const backend::ElementwiseChain& chain,
   }
 }
 
-// Points `temp`'s first `slots` views at `s.mem`, dense over `sub`.
+// Points `temp`'s first `slots` views at `s.mem`, dense over `sub`, and the constants' views at
+// their values, broadcast over `sub`.
 void set_temps(ChainScratch& s, int slots, const std::vector<int64_t>& sub) {
+  for (Strided& c : s.cst) c.strides.assign(sub.size(), 0);
   // Only grows: a shrink and regrow would zero the slots again on every call.
   const size_t words = static_cast<size_t>(slots) * static_cast<size_t>(kChainTile);
   if (s.mem.size() < words) s.mem.resize(words);
@@ -668,6 +681,13 @@ void set_temps(ChainScratch& s, int slots, const std::vector<int64_t>& sub) {
 bool chain_takes(const backend::ElementwiseChain& chain) {
   if (chain.ops.empty() || chain.ops.size() > kChainMaxOps) return false;
   if (chain.output_count() > backend::ElementwiseChain::kMaxOutputs) return false;
+  for (size_t k = 0; k < chain.output_count(); ++k) {
+    const int v = chain.output(k);
+    if (v < chain.inputs ||
+        chain.ops[static_cast<size_t>(v - chain.inputs)].kind == backend::ChainOp::Kind::constant) {
+      return false;
+    }
+  }
   for (const backend::ChainOp& o : chain.ops) {
     // Float16 divided by a broadcast divisor goes through its reciprocal (binary, above), decided
     // over the whole shape: a tile of one row would see no broadcast and divide.
@@ -690,8 +710,20 @@ void elementwise_chain(const backend::ElementwiseChain& chain, const std::vector
   if (n == 0) return;
   std::array<int, kChainMaxOps> slot{};
   const int slots = plan_slots(chain, slot);
+  // The constants' values as fill stores them, copied into each thread's scratch (prepare).
+  std::array<uint64_t, kChainMaxOps> cval{};
+  for (size_t i = 0; i < chain.ops.size(); ++i) {
+    const backend::ChainOp& o = chain.ops[i];
+    if (o.kind == backend::ChainOp::Kind::constant) fill(o.out, 1, o.value, false, &cval[i]);
+  }
+  auto prepare = [&](ChainScratch& s) {
+    s.cval = cval;
+    if (s.cst.size() < chain.ops.size()) s.cst.resize(chain.ops.size());
+    for (size_t i = 0; i < chain.ops.size(); ++i) s.cst[i].data = &s.cval[i];
+  };
   if (n <= kChainTile) {  // one tile: the inputs as they are, nothing to split
     ChainScratch& s = chain_scratch();
+    prepare(s);
     set_temps(s, slots, shape);
     run_chain_tile(chain, slot, shape, inputs, s.temp, ys, n);
     return;
@@ -714,6 +746,7 @@ void elementwise_chain(const backend::ElementwiseChain& chain, const std::vector
   for (size_t d = 0; d < sd; ++d) outer *= shape[d];
   parallel_items(outer * chunks, chunk * inner, [&](int64_t lo, int64_t hi) {
     ChainScratch& s = chain_scratch();
+    prepare(s);
     if (s.in.size() < inputs.size()) s.in.resize(inputs.size());
     std::array<void*, backend::ElementwiseChain::kMaxOutputs> out{};
     for (int64_t item = lo; item < hi; ++item) {

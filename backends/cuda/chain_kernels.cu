@@ -195,7 +195,9 @@ __device__ __forceinline__ void run_element(const ChainLaunch& c, uint64_t* r, i
     const ChainStep& s = c.step[j];
     const uint64_t a = r[s.src[0] * kChainThreads];
     uint64_t v;
-    if (s.kind == kChainUnary) {
+    if (s.kind == kChainConstant) {
+      v = s.bits;
+    } else if (s.kind == kChainUnary) {
       v = unary_value(s, a);
     } else if (s.kind == kChainBinary) {
       v = binary_value(s, a, r[s.src[1] * kChainThreads]);
@@ -246,7 +248,9 @@ __device__ __forceinline__ void run_element(const ChainLaunch& c, float* r, int6
     const ChainStep& s = c.step[j];
     const float a = r[s.src[0] * kChainThreads];
     const float b = s.kind == kChainBinary ? r[s.src[1] * kChainThreads] : 0.0f;
-    r[s.dst * kChainThreads] = f32_step(s, a, b);
+    r[s.dst * kChainThreads] = s.kind == kChainConstant
+                                   ? __uint_as_float(static_cast<unsigned>(s.bits))
+                                   : f32_step(s, a, b);
   }
   for (int k = 0; k < c.outputs; ++k) {
     static_cast<float*>(c.out[k].data)[i] = r[c.out[k].slot * kChainThreads];
@@ -263,6 +267,7 @@ bool all_float32(const ChainLaunch& c) {
     const ChainStep& s = c.step[j];
     if (s.in != f32 || s.out != f32 || s.flags != 0) return false;
     if (s.kind == kChainSelect) return false;
+    if (s.kind == kChainConstant) continue;  // a float32 value (in == out == f32 above)
     if (s.kind == kChainBinary && s.op > code(BinaryOp::min)) return false;  // comparisons
     if (s.kind == kChainUnary && s.op > code(backend::UnaryOp::relu)) return false;
   }
@@ -360,7 +365,7 @@ cudaError_t launch_chain(cudaStream_t s, const ChainLaunch& c, int64_t n) {
   }
   for (int j = 0; j < c.ops; ++j) {
     const ChainStep& st = c.step[j];
-    if (st.kind > kChainSelect || st.dst >= kChainSlots || st.src[0] >= kChainSlots ||
+    if (st.kind > kChainConstant || st.dst >= kChainSlots || st.src[0] >= kChainSlots ||
         st.src[1] >= kChainSlots || st.src[2] >= kChainSlots) {
       return cudaErrorInvalidValue;
     }

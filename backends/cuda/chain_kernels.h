@@ -26,9 +26,11 @@ inline constexpr uint8_t kChainNoSlot = 0xff;  // an input no op reads: not load
 // One op: kind 0 unary (op: UnaryOp by code; copy with in != out is astype), 1 binary (op:
 // BinaryOp by code; comparisons write bool), 2 select (src[0] the bool condition, in == out).
 // Sources and result are register-file slots; in/out are DType values.
-inline constexpr uint8_t kChainUnary = 0, kChainBinary = 1, kChainSelect = 2;
+// 3 constant: `bits` (a value of dtype out, as fill stores it) into dst; reads nothing.
+inline constexpr uint8_t kChainUnary = 0, kChainBinary = 1, kChainSelect = 2, kChainConstant = 3;
 inline constexpr uint8_t kChainRecipDiv = 1;  // flags: float16 division through the reciprocal
 struct ChainStep {
+  uint64_t bits = 0;  // constant
   uint8_t kind = 0, op = 0, in = 0, out = 0;
   uint8_t src[3] = {0, 0, 0};
   uint8_t dst = 0;
@@ -52,7 +54,7 @@ struct ChainOutput {
   uint8_t slot = 0;
 };
 
-// A whole chain as one kernel parameter (about 1.2 KB, under CUDA's 4 KB parameter limit).
+// A whole chain as one kernel parameter (about 1.5 KB, under CUDA's 4 KB parameter limit).
 struct ChainLaunch {
   Dims dims;
   int inputs = 0;

@@ -6,6 +6,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cstring>
 #include <optional>
 #include <vector>
 
@@ -14,6 +15,7 @@
 #include "backends/cuda/cuda_check.h"
 #include "backends/cuda/fused_kernels.h"
 #include "backends/merge_dims.h"
+#include "backends/scalar_ops.h"
 
 namespace meshrt::cuda {
 namespace {
@@ -47,6 +49,43 @@ bool fusable(DType t) { return t == DType::f32 || t == DType::f64; }
 
 bool is_float(DType t) { return t == DType::f32 || t == DType::f64 || is_half(t); }
 
+// `value` stored as `t` the way the fill kernel stores it (scalar::convert, on the host), as the
+// low bits of a word; nothing for a dtype fill does not take.
+std::optional<uint64_t> fill_bits(DType t, double value) {
+  namespace sc = backend::scalar;
+  uint64_t bits = 0;
+  auto put = [&](auto v) {
+    static_assert(sizeof(v) <= sizeof(bits));
+    std::memcpy(&bits, &v, sizeof(v));
+  };
+  switch (t) {
+    case DType::f32:
+      put(sc::convert<float>(value));
+      break;
+    case DType::f64:
+      put(sc::convert<double>(value));
+      break;
+    case DType::i32:
+      put(sc::convert<int32_t>(value));
+      break;
+    case DType::i64:
+      put(sc::convert<int64_t>(value));
+      break;
+    case DType::bool_:
+      put(sc::convert<bool>(value));
+      break;
+    case DType::bf16:
+      put(sc::convert<bfloat16>(value));
+      break;
+    case DType::f16:
+      put(sc::convert<float16>(value));
+      break;
+    default:
+      return std::nullopt;
+  }
+  return bits;
+}
+
 // The chain as chain_kernels.h's launch (inputs' data and strides aside: they come with each call),
 // or nothing where the kernel does not take it: more inputs, ops or values live at once than it
 // has room for, or an op its single-op launcher would refuse (an integer division, a unary op other
@@ -69,7 +108,7 @@ std::optional<ChainLaunch> plan_chain(const backend::ElementwiseChain& chain) {
   c.outputs = nout;
   for (int i = 0; i < nops; ++i) {
     const backend::ChainOp& o = chain.ops[static_cast<size_t>(i)];
-    const int nsrc = o.kind == Kind::unary ? 1 : o.kind == Kind::binary ? 2 : 3;
+    const int nsrc = o.reads();
     DType src[3] = {};
     for (int j = 0; j < nsrc; ++j) {
       if (o.src[j] < 0 || o.src[j] >= ni + i) return std::nullopt;  // not yet computed
@@ -79,7 +118,8 @@ std::optional<ChainLaunch> plan_chain(const backend::ElementwiseChain& chain) {
     ChainStep& s = c.step[i];
     s.kind = o.kind == Kind::unary    ? kChainUnary
              : o.kind == Kind::binary ? kChainBinary
-                                      : kChainSelect;
+             : o.kind == Kind::select ? kChainSelect
+                                      : kChainConstant;
     s.op = static_cast<uint8_t>(o.op);
     s.in = static_cast<uint8_t>(o.in);
     s.out = static_cast<uint8_t>(o.out);
@@ -105,12 +145,20 @@ std::optional<ChainLaunch> plan_chain(const backend::ElementwiseChain& chain) {
         if (src[0] != DType::bool_ || src[1] != o.out || src[2] != o.out || o.in != o.out)
           return std::nullopt;
         break;
+      case Kind::constant: {
+        const std::optional<uint64_t> bits = fill_bits(o.out, o.value);
+        if (!bits) return std::nullopt;
+        s.bits = *bits;
+        s.in = s.out;
+        break;
+      }
     }
   }
   // Outputs are stored after the last op: their slots live to the end.
   for (int k = 0; k < nout; ++k) {
     const int v = chain.output(static_cast<size_t>(k));
-    if (v < ni || v >= ni + nops) return std::nullopt;
+    if (v < ni || v >= ni + nops || chain.ops[static_cast<size_t>(v - ni)].kind == Kind::constant)
+      return std::nullopt;
     last_use[static_cast<size_t>(v)] = nops;
   }
   // Slots by liveness; an input no op reads gets none (it is not loaded).
@@ -134,7 +182,7 @@ std::optional<ChainLaunch> plan_chain(const backend::ElementwiseChain& chain) {
   for (int i = 0; i < nops; ++i) {
     const backend::ChainOp& o = chain.ops[static_cast<size_t>(i)];
     ChainStep& s = c.step[i];
-    const int nsrc = s.kind == kChainUnary ? 1 : s.kind == kChainBinary ? 2 : 3;
+    const int nsrc = o.reads();
     for (int j = 0; j < nsrc; ++j)
       s.src[j] = static_cast<uint8_t>(slot[static_cast<size_t>(o.src[j])]);
     for (int j = 0; j < nsrc; ++j) {
@@ -222,18 +270,23 @@ void CudaBackend::elementwise_chain(int device, const backend::ElementwiseChain&
     const std::vector<int64_t>& st = m.strides[static_cast<size_t>(used++)];
     std::copy(st.begin(), st.end(), in.stride);
   }
-  // float16 divided by a broadcast input divides through its reciprocal, as its own kernel.
-  for (int i = 0; i < c->ops; ++i) {
-    const backend::ChainOp& o = chain.ops[static_cast<size_t>(i)];
-    if (o.kind == backend::ChainOp::Kind::binary && o.in == DType::f16 &&
-        o.op == backend::code(backend::BinaryOp::div) && o.src[1] < c->inputs) {
-      const ChainInput& b = c->in[o.src[1]];
-      if (divisor_broadcast(c->dims.rank, c->dims.size, b.stride))
-        c->step[i].flags |= kChainRecipDiv;
-    }
-  }
   int64_t n = 1;
   for (int64_t d : shape) n *= d;
+  // float16 divided by a broadcast input (or a constant, one element filled for the unfused
+  // kernel) divides through its reciprocal, as its own kernel.
+  for (int i = 0; i < c->ops; ++i) {
+    const backend::ChainOp& o = chain.ops[static_cast<size_t>(i)];
+    if (o.kind != backend::ChainOp::Kind::binary || o.in != DType::f16 ||
+        o.op != backend::code(backend::BinaryOp::div)) {
+      continue;
+    }
+    const bool broadcast =
+        o.src[1] < c->inputs ? divisor_broadcast(c->dims.rank, c->dims.size, c->in[o.src[1]].stride)
+                             : chain.ops[static_cast<size_t>(o.src[1] - c->inputs)].kind ==
+                                       backend::ChainOp::Kind::constant &&
+                                   n > 1;
+    if (broadcast) c->step[i].flags |= kChainRecipDiv;
+  }
   set(device);
   MESHRT_CUDA_CHECK(launch_chain(ops_stream(device), *c, n), device);
 }

@@ -730,6 +730,28 @@ ChainParts as_chain(const KernelProgram& p, const KernelCall& c) {
   return r;
 }
 
+// The value of the one-element fill that `at` reads broadcast as dtype `t` over `shape`, where
+// that fill is the only call writing it: a scalar the chain can hold as a constant op.
+std::optional<double> scalar_fill(const KernelProgram& p, const KernelAddr& at,
+                                  const std::vector<int64_t>& st, const std::vector<int64_t>& shape,
+                                  DType t) {
+  if (at.slot < p.operands || at.offset != 0) return std::nullopt;
+  for (size_t d = 0; d < shape.size(); ++d) {
+    if (shape[d] > 1 && st[d] != 0) return std::nullopt;
+  }
+  const KernelCall* w = nullptr;
+  for (const KernelCall& c : p.calls) {
+    if (!c.writes(at.slot)) continue;
+    if (w != nullptr) return std::nullopt;
+    w = &c;
+  }
+  if (w == nullptr || w->kind != KernelCall::Kind::fill || w->arg[0] != 1 || w->iota ||
+      w->in != t || w->dst.offset != 0) {
+    return std::nullopt;
+  }
+  return w->value;
+}
+
 // Call `a` and its first reader `b` (first_reader) as one chain call at b's place (see
 // fuse_elementwise_chains), or nothing. a's outputs with `kept` set stay outputs (before b's); the
 // rest become intermediates. Inputs reading the same address the same way are read once.
@@ -741,7 +763,24 @@ std::optional<KernelCall> fuse_chain(KernelProgram& p, const backend::Backend& b
   const std::vector<KernelAddr> outs_a = outputs_of(a), outs_b = outputs_of(b);
   ChainParts f;
   f.chain.inputs = 0;
+  // Scalars the program fills become constant ops (numbered kConst + k until the inputs are
+  // counted), equal ones taken once.
+  constexpr int kConst = 1 << 20;
+  std::vector<backend::ChainOp> consts;
   auto input = [&](const KernelAddr& at, const std::vector<int64_t>& st, DType t) {
+    if (const std::optional<double> v = scalar_fill(p, at, st, b.shape, t)) {
+      for (size_t k = 0; k < consts.size(); ++k) {
+        if (consts[k].out == t && std::memcmp(&consts[k].value, &*v, sizeof(double)) == 0) {
+          return kConst + static_cast<int>(k);
+        }
+      }
+      backend::ChainOp o;
+      o.kind = backend::ChainOp::Kind::constant;
+      o.in = o.out = t;
+      o.value = *v;
+      consts.push_back(o);
+      return kConst + static_cast<int>(consts.size()) - 1;
+    }
     for (size_t k = 0; k < f.in.size(); ++k) {
       if (f.in[k].slot == at.slot && f.in[k].offset == at.offset && f.strides[k] == st &&
           f.chain.input_dtypes[k] == t) {
@@ -782,18 +821,23 @@ std::optional<KernelCall> fuse_chain(KernelProgram& p, const backend::Backend& b
     }
   }
   if (!linked || f.chain.inputs > KernelCall::kMaxSources ||
-      pa.chain.ops.size() + pb.chain.ops.size() > kMaxChainOps) {
+      consts.size() + pa.chain.ops.size() + pb.chain.ops.size() > kMaxChainOps) {
     return std::nullopt;
   }
-  const int n = f.chain.inputs, na = static_cast<int>(pa.chain.ops.size());
+  // Values: the inputs, the constants, a's ops, b's ops.
+  const int n = f.chain.inputs, nc = static_cast<int>(consts.size()),
+            na = static_cast<int>(pa.chain.ops.size());
+  auto resolved = [&](int k) { return k >= kConst ? n + (k - kConst) : k; };
   auto a_value = [&](int v) {
-    return v < pa.chain.inputs ? from_a[static_cast<size_t>(v)] : n + (v - pa.chain.inputs);
+    return v < pa.chain.inputs ? resolved(from_a[static_cast<size_t>(v)])
+                               : n + nc + (v - pa.chain.inputs);
   };
   auto b_value = [&](int v) {
-    if (v >= pb.chain.inputs) return n + na + (v - pb.chain.inputs);
+    if (v >= pb.chain.inputs) return n + nc + na + (v - pb.chain.inputs);
     const int k = from_b[static_cast<size_t>(v)];
-    return k >= 0 ? k : a_value(pa.chain.output(static_cast<size_t>(-1 - k)));
+    return k >= 0 ? resolved(k) : a_value(pa.chain.output(static_cast<size_t>(-1 - k)));
   };
+  f.chain.ops = consts;
   for (backend::ChainOp o : pa.chain.ops) {
     for (int j = 0; j < o.reads(); ++j) o.src[j] = a_value(o.src[j]);
     f.chain.ops.push_back(o);
@@ -948,6 +992,22 @@ void drop_unused_temporaries(KernelProgram& p) {
   p.temp_bytes = std::move(bytes);
 }
 
+// Drops the one-element fills nothing reads any more (the scalars chains took as constants).
+void drop_dead_fills(KernelProgram& p) {
+  auto needed = [&](int32_t t) {
+    for (const KernelAddr& r : p.results) {
+      if (r.slot == t) return true;
+    }
+    for (const KernelCall& c : p.calls) {
+      if (c.reads(t)) return true;
+    }
+    return t < p.operands;
+  };
+  std::erase_if(p.calls, [&](const KernelCall& c) {
+    return c.kind == KernelCall::Kind::fill && c.arg[0] == 1 && !needed(c.dst.slot);
+  });
+}
+
 }  // namespace
 
 int fuse_kernels(KernelProgram& p, const backend::Backend& be) {
@@ -956,7 +1016,10 @@ int fuse_kernels(KernelProgram& p, const backend::Backend& be) {
   int fusions = be.fuses_matmul_bias() ? fuse_matmul_epilogues(p) : 0;
   fusions += fuse_elementwise_chains(p, be);
   if (be.fuses_pairs()) fusions += fuse_elementwise_pairs(p);
-  if (fusions > 0) drop_unused_temporaries(p);
+  if (fusions > 0) {
+    drop_dead_fills(p);
+    drop_unused_temporaries(p);
+  }
   return fusions;
 }
 
