@@ -572,7 +572,9 @@ constexpr int64_t kChainTile = 4096;
 // its slot to the tile's end, when it is written out. Returns the slot count.
 int plan_slots(const backend::ElementwiseChain& chain, std::array<int, kChainMaxOps>& slot) {
   const size_t nops = chain.ops.size();
-  std::array<size_t, kChainMaxOps> last_read{};
+  // (Arrays left uninitialised past what a chain uses: a small chain's call is mostly this.)
+  std::array<size_t, kChainMaxOps> last_read;
+  std::fill_n(last_read.begin(), nops, size_t{0});
   for (size_t i = 0; i < nops; ++i) {
     const backend::ChainOp& o = chain.ops[i];
     for (int j = 0; j < o.reads(); ++j) {
@@ -582,7 +584,7 @@ int plan_slots(const backend::ElementwiseChain& chain, std::array<int, kChainMax
   for (size_t k = 0; k + 1 < chain.output_count(); ++k) {
     last_read[static_cast<size_t>(chain.output(k) - chain.inputs)] = nops;
   }
-  std::array<int, kChainMaxOps> free_slots{};
+  std::array<int, kChainMaxOps> free_slots;
   int slots = 0, nfree = 0;
   for (size_t i = 0; i + 1 < nops; ++i) {
     if (chain.ops[i].kind == backend::ChainOp::Kind::constant) {  // read from ChainScratch::cst
@@ -658,8 +660,9 @@ void run_chain_tile(const backend::ElementwiseChain& chain,
 
 // Points `temp`'s first `slots` views at `s.mem`, dense over `sub`, and the constants' views at
 // their values, broadcast over `sub`.
-void set_temps(ChainScratch& s, int slots, const std::vector<int64_t>& sub) {
-  for (Strided& c : s.cst) c.strides.assign(sub.size(), 0);
+void set_temps(ChainScratch& s, int slots, const std::vector<int64_t>& sub,
+               std::span<const size_t> consts) {
+  for (size_t i : consts) s.cst[i].strides.assign(sub.size(), 0);
   // Only grows: a shrink and regrow would zero the slots again on every call.
   const size_t words = static_cast<size_t>(slots) * static_cast<size_t>(kChainTile);
   if (s.mem.size() < words) s.mem.resize(words);
@@ -708,23 +711,32 @@ void elementwise_chain(const backend::ElementwiseChain& chain, const std::vector
     throw Error("[cpu] elementwise_chain: the destinations or inputs do not match the chain");
   }
   if (n == 0) return;
-  std::array<int, kChainMaxOps> slot{};
+  std::array<int, kChainMaxOps> slot;  // plan_slots sets every op's but the last's
   const int slots = plan_slots(chain, slot);
-  // The constants' values as fill stores them, copied into each thread's scratch (prepare).
-  std::array<uint64_t, kChainMaxOps> cval{};
+  // The constants (by op) and their values as fill stores them, copied into each thread's
+  // scratch (prepare).
+  std::array<size_t, kChainMaxOps> const_ops;
+  std::array<uint64_t, kChainMaxOps> cval;
+  size_t nconst = 0;
   for (size_t i = 0; i < chain.ops.size(); ++i) {
     const backend::ChainOp& o = chain.ops[i];
-    if (o.kind == backend::ChainOp::Kind::constant) fill(o.out, 1, o.value, false, &cval[i]);
+    if (o.kind != backend::ChainOp::Kind::constant) continue;
+    fill(o.out, 1, o.value, false, &cval[i]);
+    const_ops[nconst++] = i;
   }
+  const std::span<const size_t> consts(const_ops.data(), nconst);
   auto prepare = [&](ChainScratch& s) {
-    s.cval = cval;
+    if (nconst == 0) return;
     if (s.cst.size() < chain.ops.size()) s.cst.resize(chain.ops.size());
-    for (size_t i = 0; i < chain.ops.size(); ++i) s.cst[i].data = &s.cval[i];
+    for (size_t i : consts) {
+      s.cval[i] = cval[i];
+      s.cst[i].data = &s.cval[i];
+    }
   };
   if (n <= kChainTile) {  // one tile: the inputs as they are, nothing to split
     ChainScratch& s = chain_scratch();
     prepare(s);
-    set_temps(s, slots, shape);
+    set_temps(s, slots, shape, consts);
     run_chain_tile(chain, slot, shape, inputs, s.temp, ys, n);
     return;
   }
@@ -766,7 +778,7 @@ void elementwise_chain(const backend::ElementwiseChain& chain, const std::vector
         s.in[i].data = static_cast<const char*>(inputs[i].data) +
                        off * static_cast<int64_t>(dtype_size(chain.input_dtypes[i]));
       }
-      set_temps(s, slots, s.sub);
+      set_temps(s, slots, s.sub, consts);
       // The tile is len * inner consecutive elements of every (dense) output.
       const int64_t at = (o * along + c0) * inner;
       for (size_t k = 0; k < ys.size(); ++k) {
