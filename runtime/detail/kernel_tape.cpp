@@ -824,26 +824,39 @@ std::optional<KernelCall> fuse_chain(KernelProgram& p, const backend::Backend& b
       consts.size() + pa.chain.ops.size() + pb.chain.ops.size() > kMaxChainOps) {
     return std::nullopt;
   }
-  // Values: the inputs, the constants, a's ops, b's ops.
-  const int n = f.chain.inputs, nc = static_cast<int>(consts.size()),
-            na = static_cast<int>(pa.chain.ops.size());
-  auto resolved = [&](int k) { return k >= kConst ? n + (k - kConst) : k; };
+  // Values: the inputs, then the ops in order, a's then b's, each constant just before its first
+  // reader (so it holds a register of cuda's kernel only while it is needed).
+  const int n = f.chain.inputs;
+  std::vector<int> const_at(consts.size(), -1), a_at(pa.chain.ops.size()),
+      b_at(pb.chain.ops.size());
+  auto resolved = [&](int k) {
+    if (k < kConst) return k;
+    int& at = const_at[static_cast<size_t>(k - kConst)];
+    if (at < 0) {
+      at = n + static_cast<int>(f.chain.ops.size());
+      f.chain.ops.push_back(consts[static_cast<size_t>(k - kConst)]);
+    }
+    return at;
+  };
   auto a_value = [&](int v) {
     return v < pa.chain.inputs ? resolved(from_a[static_cast<size_t>(v)])
-                               : n + nc + (v - pa.chain.inputs);
+                               : a_at[static_cast<size_t>(v - pa.chain.inputs)];
   };
   auto b_value = [&](int v) {
-    if (v >= pb.chain.inputs) return n + nc + na + (v - pb.chain.inputs);
+    if (v >= pb.chain.inputs) return b_at[static_cast<size_t>(v - pb.chain.inputs)];
     const int k = from_b[static_cast<size_t>(v)];
     return k >= 0 ? resolved(k) : a_value(pa.chain.output(static_cast<size_t>(-1 - k)));
   };
-  f.chain.ops = consts;
-  for (backend::ChainOp o : pa.chain.ops) {
+  for (size_t i = 0; i < pa.chain.ops.size(); ++i) {
+    backend::ChainOp o = pa.chain.ops[i];
     for (int j = 0; j < o.reads(); ++j) o.src[j] = a_value(o.src[j]);
+    a_at[i] = n + static_cast<int>(f.chain.ops.size());
     f.chain.ops.push_back(o);
   }
-  for (backend::ChainOp o : pb.chain.ops) {
+  for (size_t i = 0; i < pb.chain.ops.size(); ++i) {
+    backend::ChainOp o = pb.chain.ops[i];
     for (int j = 0; j < o.reads(); ++j) o.src[j] = b_value(o.src[j]);
+    b_at[i] = n + static_cast<int>(f.chain.ops.size());
     f.chain.ops.push_back(o);
   }
   // Outputs: a's kept ones, then b's (its last the chain's last op).
