@@ -82,12 +82,13 @@ TEST(CpuChains, TilesMatchTheKernelsOneAfterTheOther) {
   for (int iter = 0; iter < 1500; ++iter) {
     const size_t rank = rng() % 5;
     std::vector<int64_t> shape;
-    int64_t n = 1;
+    int64_t n = 1, span = 1;  // span: the inputs' extent, zero dims counted as one
     for (size_t d = 0; d < rank; ++d) {
       int64_t v = dims[rng() % dims.size()];
-      if (n * std::max<int64_t>(v, 1) > 300000) v = 1 + static_cast<int64_t>(rng() % 3);
+      if (span * std::max<int64_t>(v, 1) > 300000) v = 1 + static_cast<int64_t>(rng() % 3);
       shape.push_back(v);
       n *= v;
+      span *= std::max<int64_t>(v, 1);
     }
     ElementwiseChain c;
     const int nf = 1 + static_cast<int>(rng() % 3);

@@ -666,6 +666,21 @@ TEST(KernelTape, ChainsMoveOnlyPastCallsThatLeaveThemAlone) {
     KernelProgram p;
     p.operands = 1;
     p.temp_bytes = {4, 24, 24};
+    if (rewrite >= 3) {  // a temporary written twice: the chain must not write it twice at once
+      const std::vector<std::pair<int32_t, int64_t>> x1{{0, 1}};
+      p.calls.push_back(call(p, K::unary, neg, x1, 2));  // T = -x
+      if (rewrite == 3) {                                // T = T + x, in place; result T
+        p.calls.push_back(call(p, K::binary, add, {{2, 1}, {0, 1}}, 2));
+        p.results = {{2, 0}};
+      } else {  // U = T * x; T = U + x; results T and U
+        p.calls.push_back(call(p, K::binary, mul, {{2, 1}, {0, 1}}, 3));
+        p.calls.push_back(call(p, K::binary, add, {{3, 1}, {0, 1}}, 2));
+        p.results = {{2, 0}, {3, 0}};
+      }
+      p.result_shapes.assign(p.results.size(), Shape{6});
+      p.result_dtypes.assign(p.results.size(), DType::f32);
+      return p;
+    }
     if (rewrite == 0) {  // y = x * 2, the scalar rewritten to 5, then y + 5
       p.calls.push_back(fill(1, 1, 2.0));
       p.calls.push_back(call(p, K::binary, mul, {{0, 1}, {1, 0}}, 2));
@@ -685,18 +700,24 @@ TEST(KernelTape, ChainsMoveOnlyPastCallsThatLeaveThemAlone) {
     p.result_dtypes = {DType::f32};
     return p;
   };
-  const std::vector<std::vector<float>> want = {
-      {7, 9, 11, 13, 15, 17}, {8, 9, 10, 11, 12, 13}, {0, 0, 0, 0, 0, 0}};
+  const std::vector<std::vector<float>> want = {{7, 9, 11, 13, 15, 17},
+                                                {8, 9, 10, 11, 12, 13},
+                                                {0, 0, 0, 0, 0, 0},
+                                                {0, 0, 0, 0, 0, 0},
+                                                {0, -2, -6, -12, -20, -30}};
   const backend::Backend& be = detail::backend_of(x.device());
-  for (int rewrite : {0, 1, 2}) {
+  for (int rewrite : {0, 1, 2, 3, 4}) {
     SCOPED_TRACE(rewrite);
     KernelProgram p = program(rewrite);
+    const KernelProgram unfused = p;
     const int fused = detail::fuse_elementwise_chains(p, be);
-    EXPECT_EQ(fused, rewrite == 2 ? 1 : 0);
-    const std::vector<std::vector<char>> got = run(p, {x});
+    // (4: -x and T * x fuse, writing T and U; the add that rewrites T stays apart.)
+    EXPECT_EQ(fused, rewrite == 2 || rewrite == 4 ? 1 : 0);
+    const std::vector<std::vector<char>> got = run(p, {x}), plain = run(unfused, {x});
     std::vector<float> y(6);
     std::memcpy(y.data(), got.at(0).data(), 24);
     EXPECT_EQ(y, want[static_cast<size_t>(rewrite)]);
+    EXPECT_EQ(got, plain);
   }
 }
 

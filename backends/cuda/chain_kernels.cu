@@ -193,11 +193,13 @@ __device__ __forceinline__ void run_element(const ChainLaunch& c, uint64_t* r, i
   }
   for (int j = 0; j < c.ops; ++j) {
     const ChainStep& s = c.step[j];
+    if (s.kind == kChainConstant) {  // reads no slot
+      r[s.dst * kChainThreads] = s.bits;
+      continue;
+    }
     const uint64_t a = r[s.src[0] * kChainThreads];
     uint64_t v;
-    if (s.kind == kChainConstant) {
-      v = s.bits;
-    } else if (s.kind == kChainUnary) {
+    if (s.kind == kChainUnary) {
       v = unary_value(s, a);
     } else if (s.kind == kChainBinary) {
       v = binary_value(s, a, r[s.src[1] * kChainThreads]);
@@ -246,11 +248,13 @@ __device__ __forceinline__ void run_element(const ChainLaunch& c, float* r, int6
   }
   for (int j = 0; j < c.ops; ++j) {
     const ChainStep& s = c.step[j];
+    if (s.kind == kChainConstant) {  // reads no slot
+      r[s.dst * kChainThreads] = __uint_as_float(static_cast<unsigned>(s.bits));
+      continue;
+    }
     const float a = r[s.src[0] * kChainThreads];
     const float b = s.kind == kChainBinary ? r[s.src[1] * kChainThreads] : 0.0f;
-    r[s.dst * kChainThreads] = s.kind == kChainConstant
-                                   ? __uint_as_float(static_cast<unsigned>(s.bits))
-                                   : f32_step(s, a, b);
+    r[s.dst * kChainThreads] = f32_step(s, a, b);
   }
   for (int k = 0; k < c.outputs; ++k) {
     static_cast<float*>(c.out[k].data)[i] = r[c.out[k].slot * kChainThreads];

@@ -871,6 +871,14 @@ std::optional<KernelCall> fuse_chain(KernelProgram& p, const backend::Backend& b
     if (o + 1 < outs_b.size()) c.more.push_back(outs_b[o]);
   }
   if (f.chain.outputs.size() > backend::ElementwiseChain::kMaxOutputs) return std::nullopt;
+  // No two outputs in one temporary (a kept value of a's that b then rewrites: the outputs are
+  // written together, in no order the unfused calls had).
+  for (size_t i = 0; i < c.more.size(); ++i) {
+    if (c.more[i].slot == b.dst.slot) return std::nullopt;
+    for (size_t j = 0; j < i; ++j) {
+      if (c.more[j].slot == c.more[i].slot) return std::nullopt;
+    }
+  }
   if (f.chain.outputs.size() == 1) f.chain.outputs.clear();  // the last op's alone
   // The fused call writes its outputs while reading every input: not into one of them (as the
   // unfused b may, where it reads its own destination element for element: then keep b apart).
