@@ -67,12 +67,10 @@ void Backend::elementwise_chain(int device, const ElementwiseChain& chain,
                 " destinations for a chain of " + std::to_string(chain.output_count()) +
                 " outputs");
   }
-  for (size_t k = 0; k < ys.size(); ++k) {
-    const int v = chain.output(k);
-    if (v < chain.inputs ||
-        chain.ops[static_cast<size_t>(v - chain.inputs)].kind == ChainOp::Kind::constant) {
-      throw Error("[backend] elementwise_chain: an output must be an op's result, not a constant");
-    }
+  if (!chain.outputs_valid()) {
+    throw Error(
+        "[backend] elementwise_chain: every output must be an op's result other than a "
+        "constant's, the last the last op's");
   }
   const std::vector<int64_t> dense = core::dense_strides(shape);
   const std::vector<int64_t> broadcast(shape.size(), 0);

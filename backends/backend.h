@@ -86,6 +86,20 @@ struct ElementwiseChain {
   int output(size_t k) const {
     return outputs.empty() ? inputs + static_cast<int>(ops.size()) - 1 : outputs[k];
   }
+  // Whether every output is an op's result other than a constant's, the last output the last
+  // op's (what every platform's chain relies on).
+  bool outputs_valid() const {
+    const int nops = static_cast<int>(ops.size());
+    if (nops == 0 || output(output_count() - 1) != inputs + nops - 1) return false;
+    for (size_t k = 0; k < output_count(); ++k) {
+      const int v = output(k);
+      if (v < inputs || v >= inputs + nops ||
+          ops[static_cast<size_t>(v - inputs)].kind == ChainOp::Kind::constant) {
+        return false;
+      }
+    }
+    return true;
+  }
   // The dtype of value v (an input's, or the op's output).
   DType value_dtype(int v) const {
     return v < inputs ? input_dtypes[static_cast<size_t>(v)]

@@ -328,3 +328,42 @@ TEST(CpuKernels, WideLoopsGiveTheScalarBits) {
     }
   }
 }
+
+// Outputs must be op results other than a constant's, the last output the last op's: the cpu
+// refuses other chains (jit never fuses them) and the default says what is wrong.
+TEST(CpuChains, RefusesOutputsThatAreNotOpsResults) {
+  backend::Backend& be = detail::backend_of(devices()[0]);
+  ElementwiseChain c;
+  c.inputs = 1;
+  c.input_dtypes = {DType::f32};
+  ChainOp k;
+  k.kind = ChainOp::Kind::constant;
+  k.value = 2.0;
+  ChainOp mul;
+  mul.kind = ChainOp::Kind::binary;
+  mul.op = static_cast<int>(BinaryOp::mul);
+  mul.src[0] = 0;
+  mul.src[1] = 1;
+  ChainOp neg;
+  neg.kind = ChainOp::Kind::unary;
+  neg.op = static_cast<int>(UnaryOp::neg);
+  neg.src[0] = 2;
+  c.ops = {k, mul, neg};  // values: 0 x, 1 the constant, 2 x * 2, 3 -(x * 2)
+  EXPECT_TRUE(be.fuses_chain(c));
+  c.outputs = {2, 3};
+  EXPECT_TRUE(be.fuses_chain(c));
+  std::vector<float> x(10, 1.5f), y2(10), y3(10);
+  const std::vector<Strided> in = {Strided{x.data(), {1}}};
+  be.elementwise_chain(0, c, {10}, in, std::vector<void*>{y2.data(), y3.data()});
+  EXPECT_EQ(y2, std::vector<float>(10, 3.0f));
+  EXPECT_EQ(y3, std::vector<float>(10, -3.0f));
+  for (const std::vector<int>& bad :
+       std::vector<std::vector<int>>{{0, 3}, {1, 3}, {3, 2}, {2, 4}}) {
+    c.outputs = bad;
+    EXPECT_FALSE(be.fuses_chain(c)) << bad[0] << " " << bad[1];
+    EXPECT_THROW(
+        be.Backend::elementwise_chain(0, c, {10}, in, std::vector<void*>{y2.data(), y3.data()}),
+        Error)
+        << bad[0] << " " << bad[1];
+  }
+}

@@ -683,13 +683,8 @@ void set_temps(ChainScratch& s, int slots, const std::vector<int64_t>& sub,
 
 bool chain_takes(const backend::ElementwiseChain& chain) {
   if (chain.ops.empty() || chain.ops.size() > kChainMaxOps) return false;
-  if (chain.output_count() > backend::ElementwiseChain::kMaxOutputs) return false;
-  for (size_t k = 0; k < chain.output_count(); ++k) {
-    const int v = chain.output(k);
-    if (v < chain.inputs ||
-        chain.ops[static_cast<size_t>(v - chain.inputs)].kind == backend::ChainOp::Kind::constant) {
-      return false;
-    }
+  if (chain.output_count() > backend::ElementwiseChain::kMaxOutputs || !chain.outputs_valid()) {
+    return false;
   }
   for (const backend::ChainOp& o : chain.ops) {
     // Float16 divided by a broadcast divisor goes through its reciprocal (binary, above), decided

@@ -155,12 +155,9 @@ std::optional<ChainLaunch> plan_chain(const backend::ElementwiseChain& chain) {
     }
   }
   // Outputs are stored after the last op: their slots live to the end.
-  for (int k = 0; k < nout; ++k) {
-    const int v = chain.output(static_cast<size_t>(k));
-    if (v < ni || v >= ni + nops || chain.ops[static_cast<size_t>(v - ni)].kind == Kind::constant)
-      return std::nullopt;
-    last_use[static_cast<size_t>(v)] = nops;
-  }
+  if (!chain.outputs_valid()) return std::nullopt;
+  for (int k = 0; k < nout; ++k)
+    last_use[static_cast<size_t>(chain.output(static_cast<size_t>(k)))] = nops;
   // Slots by liveness; an input no op reads gets none (it is not loaded).
   std::vector<int> slot(static_cast<size_t>(ni + nops), kChainNoSlot);
   bool used[kChainSlots] = {};
