@@ -455,6 +455,13 @@ DType source_dtype(const KernelCall& c, int j) {
   return c.kind == KernelCall::Kind::select && j == 0 ? DType::bool_ : c.in;
 }
 
+// Where a call writes: a chain's outputs in order (`more`, then dst), else its destination.
+std::vector<KernelAddr> outputs_of(const KernelCall& c) {
+  std::vector<KernelAddr> r = c.more;
+  r.push_back(c.dst);
+  return r;
+}
+
 }  // namespace
 
 bool KernelProgram::may_write_over(int operand, size_t temp) const {
@@ -472,19 +479,17 @@ bool KernelProgram::may_write_over(int operand, size_t temp) const {
   }
   const KernelCall& c = calls[first];
   // Where c writes the temporary, and as what: one of a chain's outputs, or its destination.
+  const std::vector<KernelAddr> outs = outputs_of(c);
   KernelAddr w = c.dst;
   DType wt = c.out;
-  if (!c.more.empty()) {
-    int found = 0;
-    for (size_t k = 0; k <= c.more.size(); ++k) {
-      const KernelAddr& at = k < c.more.size() ? c.more[k] : c.dst;
-      if (at.slot != t) continue;
-      ++found;
-      w = at;
-      wt = c.chain->value_dtype(c.chain->output(k));
-    }
-    if (found != 1) return false;  // two outputs in one temporary: not in place
+  int found = 0;
+  for (size_t k = 0; k < outs.size(); ++k) {
+    if (outs[k].slot != t) continue;
+    ++found;
+    w = outs[k];
+    if (c.kind == KernelCall::Kind::chain) wt = c.chain->value_dtype(c.chain->output(k));
   }
+  if (found != 1) return false;  // two outputs in one temporary: not in place
   for (int j = 0; j < c.nsrc; ++j) {
     if (c.src[j].slot != operand) continue;
     // (compare_select reads sources of two dtypes: not taken in place.)
@@ -557,6 +562,23 @@ std::optional<KernelCall> fuse_pair(KernelProgram& p, const KernelCall& a, const
   return std::nullopt;
 }
 
+// Whether call `i` may move to call `to`'s place (a fused call computes there): no call between
+// writes what call i reads or writes.
+bool movable_to(const KernelProgram& p, size_t i, size_t to) {
+  const KernelCall& a = p.calls[i];
+  const std::vector<KernelAddr> outs = outputs_of(a);
+  for (size_t j = i + 1; j < to; ++j) {
+    const KernelCall& c = p.calls[j];
+    for (const KernelAddr& o : outs) {
+      if (c.writes(o.slot)) return false;
+    }
+    for (int k = 0; k < a.nsrc; ++k) {
+      if (c.writes(a.src[k].slot)) return false;
+    }
+  }
+  return true;
+}
+
 // The one call after call `i` that reads what call i writes (as one or more of its sources), when
 // that is a temporary, not a result, read by nothing else, and nothing between the two writes it or
 // what call i reads (a fused call moves call i's reads to the reader's place); else calls.size().
@@ -571,29 +593,11 @@ size_t sole_reader(const KernelProgram& p, size_t i) {
   size_t reader = calls.size();
   int readers = 0;  // calls reading it (a call may read it as several of its sources)
   for (size_t j = i + 1; j < calls.size(); ++j) {
-    for (int k = 0; k < calls[j].nsrc; ++k) {
-      if (calls[j].src[k].slot == t) {
-        ++readers;
-        if (reader == calls.size()) reader = j;
-        break;
-      }
-    }
+    if (!calls[j].reads(t)) continue;
+    ++readers;
+    if (reader == calls.size()) reader = j;
   }
-  if (readers != 1) return calls.size();
-  for (size_t j = i + 1; j < reader; ++j) {
-    if (calls[j].writes(t)) return calls.size();
-    for (int k = 0; k < a.nsrc; ++k) {
-      if (calls[j].writes(a.src[k].slot)) return calls.size();
-    }
-  }
-  return reader;
-}
-
-// Where a call writes: a chain's outputs in order (`more`, then dst), else its destination.
-std::vector<KernelAddr> outputs_of(const KernelCall& c) {
-  std::vector<KernelAddr> r = c.more;
-  r.push_back(c.dst);
-  return r;
+  return readers == 1 && movable_to(p, i, reader) ? reader : calls.size();
 }
 
 // The first call after call `i` that reads what call i writes, when call i may move to its place:
@@ -609,15 +613,7 @@ size_t first_reader(const KernelProgram& p, size_t i) {
       if (calls[j].reads(o.slot)) reader = j;
     }
   }
-  for (size_t j = i + 1; j < reader; ++j) {
-    for (const KernelAddr& o : outs) {
-      if (calls[j].writes(o.slot)) return calls.size();
-    }
-    for (int k = 0; k < a.nsrc; ++k) {
-      if (calls[j].writes(a.src[k].slot)) return calls.size();
-    }
-  }
-  return reader;
+  return reader < calls.size() && movable_to(p, i, reader) ? reader : calls.size();
 }
 
 // Whether slot `t`, written by call `i`, is needed after the call `reader` reads it: a result, an
