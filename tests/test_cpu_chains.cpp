@@ -71,6 +71,24 @@ Input make_input(std::mt19937& rng, const std::vector<int64_t>& shape, DType t, 
   return in;
 }
 
+// One op of a float32 chain, reading values x (and y); comparisons write bool.
+ChainOp un(UnaryOp op, int x) {
+  ChainOp o;
+  o.kind = ChainOp::Kind::unary;
+  o.op = static_cast<int>(op);
+  o.src[0] = x;
+  return o;
+}
+ChainOp bin(BinaryOp op, int x, int y) {
+  ChainOp o;
+  o.kind = ChainOp::Kind::binary;
+  o.op = static_cast<int>(op);
+  o.out = backend::is_comparison(op) ? DType::bool_ : DType::f32;
+  o.src[0] = x;
+  o.src[1] = y;
+  return o;
+}
+
 }  // namespace
 
 TEST(CpuChains, TilesMatchTheKernelsOneAfterTheOther) {
@@ -204,32 +222,13 @@ TEST(CpuChains, InPlaceMatchesOutOfPlace) {
     c.inputs = 2;
     c.input_dtypes = {DType::f32, DType::f32};
     // v2 = x0 * x1; v3 = exp(v2); v4 = v3 - x0; v5 = x0 < v4; v6 = select(v5, x0, v4)
-    ChainOp a;
-    a.kind = ChainOp::Kind::binary;
-    a.op = static_cast<int>(BinaryOp::mul);
-    a.src[0] = 0;
-    a.src[1] = 1;
-    ChainOp b;
-    b.kind = ChainOp::Kind::unary;
-    b.op = static_cast<int>(UnaryOp::exp);
-    b.src[0] = 2;
-    ChainOp d;
-    d.kind = ChainOp::Kind::binary;
-    d.op = static_cast<int>(BinaryOp::sub);
-    d.src[0] = 3;
-    d.src[1] = 0;
-    ChainOp e;
-    e.kind = ChainOp::Kind::binary;
-    e.op = static_cast<int>(BinaryOp::lt);
-    e.out = DType::bool_;
-    e.src[0] = 0;
-    e.src[1] = 4;
     ChainOp f;
     f.kind = ChainOp::Kind::select;
     f.src[0] = 5;
     f.src[1] = 0;
     f.src[2] = 4;
-    c.ops = {a, b, d, e, f};
+    c.ops = {bin(BinaryOp::mul, 0, 1), un(UnaryOp::exp, 2), bin(BinaryOp::sub, 3, 0),
+             bin(BinaryOp::lt, 0, 4), f};
     Input x0 = make_input(rng, shape, DType::f32, true);
     Input x1 = make_input(rng, shape, DType::f32, rng() % 2 == 0);
     const int64_t n = shape[0] * shape[1];
@@ -339,16 +338,7 @@ TEST(CpuChains, RefusesOutputsThatAreNotOpsResults) {
   ChainOp k;
   k.kind = ChainOp::Kind::constant;
   k.value = 2.0;
-  ChainOp mul;
-  mul.kind = ChainOp::Kind::binary;
-  mul.op = static_cast<int>(BinaryOp::mul);
-  mul.src[0] = 0;
-  mul.src[1] = 1;
-  ChainOp neg;
-  neg.kind = ChainOp::Kind::unary;
-  neg.op = static_cast<int>(UnaryOp::neg);
-  neg.src[0] = 2;
-  c.ops = {k, mul, neg};  // values: 0 x, 1 the constant, 2 x * 2, 3 -(x * 2)
+  c.ops = {k, bin(BinaryOp::mul, 0, 1), un(UnaryOp::neg, 2)};  // 0 x, 1 2.0, 2 x * 2, 3 -(x * 2)
   EXPECT_TRUE(be.fuses_chain(c));
   c.outputs = {2, 3};
   EXPECT_TRUE(be.fuses_chain(c));
