@@ -4,8 +4,10 @@
 
 #include <algorithm>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <type_traits>
+#include <utility>
 
 #include "core/config.h"
 #include "core/error.h"
@@ -87,6 +89,23 @@ bool concurrent(const Mesh& mesh, const std::vector<Array>& placed) {
   return bytes >= kConcurrentBytes;
 }
 
+// The launch itself: `fn` on every device's blocks of `placed` (laid out as plan.need),
+// giving blocks laid out as `computed`.
+std::vector<Array> launch(const Mesh& mesh, const std::vector<Array>& placed, const Plan& plan,
+                          const std::vector<Layout>& computed, const std::vector<Shape>& out_shapes,
+                          const BlockFn& fn) {
+  if (fn.local && !concurrent(mesh, placed)) {
+    return global::run_local(mesh, placed, computed, out_shapes, fn.local);
+  }
+  if (fn.local) {  // large blocks: every device computes at once, on its executor
+    const global::LocalFn& f = fn.local;
+    return global::run_blocks(mesh, placed, plan.need, computed, out_shapes,
+                              [&f](Context&, const std::vector<Tensor>& b) { return f(b); },
+                              {.local = &f});
+  }
+  return global::run_blocks(mesh, placed, plan.need, computed, out_shapes, fn.body);
+}
+
 std::vector<Array> apply(std::string_view op, const std::vector<Array>& xs, const Plan& plan,
                          const std::vector<Layout>& computed, const std::vector<Shape>& out_shapes,
                          const BlockFn& fn) {
@@ -95,17 +114,7 @@ std::vector<Array> apply(std::string_view op, const std::vector<Array>& xs, cons
   for (size_t i = 0; i < xs.size(); ++i) {
     placed.push_back(global::place(global::on_mesh(xs[i], m), m.mesh, plan.need[i], op, i));
   }
-  std::vector<Array> res;
-  if (fn.local && !concurrent(m.mesh, placed)) {
-    res = global::run_local(m.mesh, placed, computed, out_shapes, fn.local);
-  } else if (fn.local) {  // large blocks: every device computes at once, on its executor
-    const global::LocalFn& f = fn.local;
-    res = global::run_blocks(m.mesh, placed, plan.need, computed, out_shapes,
-                             [&f](Context&, const std::vector<Tensor>& b) { return f(b); },
-                             {.local = &f});
-  } else {
-    res = global::run_blocks(m.mesh, placed, plan.need, computed, out_shapes, fn.body);
-  }
+  std::vector<Array> res = launch(m.mesh, placed, plan, computed, out_shapes, fn);
   // A pending sum is named after the op that made it (kept through the linear ops that carry
   // it), so the CollectiveLog can say where a psum taken later came from.
   std::string origin;
@@ -418,6 +427,144 @@ bool placed_by_bytes(const Mesh& mesh) {
   return detail::backend_of(mesh.devices().front().kind()).host_addressable();
 }
 
+// ---- one expression relu(x @ W + b): a layer's product waits for its epilogue
+
+// Plain eager code: nothing traces this task (autodiff's tape, jit's trace) and no jit recorder
+// observes this thread's launches.
+bool plain_eager() {
+  const meshrt::detail::TraceState* s = meshrt::detail::trace_state();
+  return (s == nullptr || (s->tracers.empty() && !s->jit)) && global::launch_observer() == nullptr;
+}
+
+// Uninstalls this thread's launch observer while it lives.
+class NoObserver {
+ public:
+  NoObserver() : previous_(global::set_launch_observer(nullptr)) {}
+  NoObserver(const NoObserver&) = delete;
+  NoObserver& operator=(const NoObserver&) = delete;
+  ~NoObserver() { global::set_launch_observer(previous_); }
+
+ private:
+  global::LaunchObserver* previous_;
+};
+
+// One device's layer: a @ b (stored transposed where ta / tb), plus the row `bias`, then relu
+// when `relu`, as one Backend::matmul_bias call (the unfused ops' bits).
+Tensor layer_block(const Tensor& a, const Tensor& b, const Tensor& bias, bool ta, bool tb,
+                   Precision precision, bool relu) {
+  const int64_t m = a.shape()[ta ? 1 : 0], k = a.shape()[ta ? 0 : 1], n = b.shape()[tb ? 0 : 1];
+  if (bias.size() != n || bias.dtype() != DType::f32) {
+    throw Error(cat("[global] internal: a layer's bias block of ", bias.size(),
+                    " elements for a product of ", n, " columns"));
+  }
+  Tensor y = empty({m, n}, DType::f32, a.device());
+  detail::backend_of(a.device())
+      .matmul_bias(a.device().local_index(), DType::f32, m, n, k, a.data(), ta, b.data(), tb,
+                   precision, bias.data(), relu, y.data());
+  return y;
+}
+
+// A layer's product not launched yet. On a platform that fuses a product's epilogue
+// (Backend::fuses_matmul_bias: cuda with MESHRT_CUDA_MATMUL=lt), in plain eager code, a float32
+// product of two matrices placed where jax.jit places it (no pending sum, every device in this
+// process) waits for the ops of its expression: add(Array&&, ...) and relu(Array&&) take it as a
+// temporary, `+ b` of a row bias and then relu join it, and the first read of the blocks runs
+// the whole layer as one matmul_bias call per device. Anything else reads it and runs what it
+// holds. The operands are placed when the layer is planned (every reshard logged at the op that
+// needs it, as eager); they are released once the layer has run.
+struct PendingLayer final : meshrt::detail::DeferredLaunch {
+  PendingLayer(Mesh m, Layout o) : mesh(std::move(m)), out(std::move(o)) {}
+  Mesh mesh;
+  Layout out;                 // the product's layout, and the layer's
+  Shape shape;                // the product's global shape
+  std::vector<Array> placed;  // a and b placed as `need` says, then the bias if any
+  std::vector<Layout> need;
+  bool ta = false, tb = false, relu = false;
+  Precision precision = Precision::highest;
+  global::LocalFn product;  // the product alone, as matmul runs it
+
+  bool has_bias() const { return placed.size() == 3; }
+
+  std::vector<Tensor> run() const override {
+    // The global view's own launch, from whichever op or thread reads the blocks first: planned
+    // in plain eager code, so a value from outside any trace that reads it (an input or a
+    // constant of a jitted function): no tape and no jit recorder sees it.
+    const meshrt::detail::TraceScope off(meshrt::detail::TraceScope::none);
+    const NoObserver quiet;
+    global::LocalFn fn = product;
+    if (has_bias()) {
+      fn = [ta = ta, tb = tb, p = precision, r = relu](const std::vector<Tensor>& t) {
+        return std::vector<Tensor>{layer_block(t[0], t[1], t[2], ta, tb, p, r)};
+      };
+    }
+    Plan plan;
+    plan.need = need;
+    plan.out = {out};
+    return detail::ArrayAccess::blocks(launch(mesh, placed, plan, {out}, {shape}, fn).front());
+  }
+};
+
+// The product a @ b as a PendingLayer, where one may wait (see there).
+std::optional<Array> defer_layer(std::string_view op, const OpMesh& m, const Array& a,
+                                 const Array& b, bool ta, bool tb, const Plan& p, const Shape& out,
+                                 const OpOptions& options, const BlockFn& fn) {
+  if (!plain_eager() || options.out_sharding || !fn.local) return std::nullopt;
+  if (a.dtype() != DType::f32 || b.dtype() != DType::f32 || a.shape().size() != 2 ||
+      b.shape().size() != 2 || out.size() != 2 || shape_size(out) == 0 ||
+      a.shape()[ta ? 0 : 1] == 0 || !p.out.front().partial.empty()) {
+    return std::nullopt;
+  }
+  const std::vector<Device>& devs = m.mesh.devices();
+  if (!detail::backend_of(devs.front().kind()).fuses_matmul_bias() ||
+      !std::all_of(devs.begin(), devs.end(),
+                   [](const Device& d) { return d.process_index() == process_index(); })) {
+    return std::nullopt;
+  }
+  auto layer = std::make_shared<PendingLayer>(m.mesh, p.out.front());
+  layer->shape = out;
+  layer->need = {p.need[0], p.need[1]};
+  layer->placed = {global::place(global::on_mesh(a, m), m.mesh, p.need[0], op, 0),
+                   global::place(global::on_mesh(b, m), m.mesh, p.need[1], op, 1)};
+  layer->ta = ta;
+  layer->tb = tb;
+  layer->precision = *options.precision;
+  layer->product = fn.local;
+  const Sharding sharding = m.single ? Sharding(SingleDeviceSharding(devs.front()))
+                                     : Sharding(NamedSharding(m.mesh, global::spec_of(layer->out)));
+  return meshrt::detail::make_deferred_launch(out, DType::f32, sharding, std::move(layer));
+}
+
+// The layer `y` waits on, when it is a PendingLayer that `next` may still join in plain eager
+// code; else null.
+std::shared_ptr<const PendingLayer> joinable_layer(const Array& y) {
+  if (!plain_eager()) return nullptr;
+  return std::dynamic_pointer_cast<const PendingLayer>(meshrt::detail::pending_launch(y));
+}
+
+// `y + bias` (either order) as the pending layer `y` with its bias, where `y` is a pending
+// product without one and `bias` a float32 row of its columns ((n,) or (1, n)) that the add
+// places without moving `y`.
+std::optional<Array> join_bias(const Array& y, const Array& bias) {
+  const std::shared_ptr<const PendingLayer> layer = joinable_layer(y);
+  if (layer == nullptr || layer->has_bias() || layer->relu || !bias.valid() ||
+      bias.dtype() != DType::f32 || rows_of(bias) != nullptr) {
+    return std::nullopt;
+  }
+  const int64_t n = y.shape()[1];
+  if (bias.shape() != Shape{n} && bias.shape() != Shape{1, n}) return std::nullopt;
+  // Placed as add places it (the same rule, the same reshard, logged at this add).
+  const OpMesh m = global::op_mesh("add", {&y, &bias});
+  const Plan p = global::elementwise_rule(m.mesh, operands({y, bias}), y.shape(),
+                                          detail::op_def(OpId::add).linear);
+  if (p.out.front() != layer->out || p.need[0] != layer->out || !(m.mesh == layer->mesh)) {
+    return std::nullopt;
+  }
+  auto next = std::make_shared<PendingLayer>(*layer);
+  next->placed.push_back(global::place(global::on_mesh(bias, m), m.mesh, p.need[1], "add", 1));
+  next->need.push_back(p.need[1]);
+  return meshrt::detail::make_deferred_launch(y.shape(), y.dtype(), y.sharding(), std::move(next));
+}
+
 Array matmul_like(std::string_view op, const Array& a, const Array& b, const OpOptions& options,
                   bool ta, bool tb, std::function<Tensor(const Tensor&, const Tensor&)> f) {
   detail::Traced<Array> tr(ta || tb ? OpId::matmul_transposed : OpId::matmul, {&a, &b});
@@ -472,6 +619,8 @@ Array matmul_like(std::string_view op, const Array& a, const Array& b, const OpO
       r = global::reshard(r, m.mesh, p.out.front(), op, /*implicit=*/false,
                           cat("to the sharding jax.jit gives a ", op, " of these operands"));
     }
+  } else if (std::optional<Array> layer = defer_layer(op, m, a, b, ta, tb, p, out, options, fn)) {
+    r = *std::move(layer);
   } else {
     r = apply(op, {a, b}, p, p.out, {out}, fn).front();
   }
@@ -637,6 +786,31 @@ Array cos(const Array& x) { return unary(OpId::cos, x, &cos); }
 Array tanh(const Array& x) { return unary(OpId::tanh, x, &tanh); }
 Array sqrt(const Array& x) { return unary(OpId::sqrt, x, &sqrt); }
 Array relu(const Array& x) { return unary(OpId::relu, x, &relu); }
+
+// The temporaries of one expression: a pending layer (see PendingLayer) takes its bias and relu.
+Array add(Array&& a, const Array& b) {
+  if (std::optional<Array> layer = join_bias(a, b)) return *std::move(layer);
+  return add(std::as_const(a), b);
+}
+Array add(const Array& a, Array&& b) {
+  if (std::optional<Array> layer = join_bias(b, a)) return *std::move(layer);
+  return add(a, std::as_const(b));
+}
+Array add(Array&& a, Array&& b) {
+  if (std::optional<Array> layer = join_bias(a, b)) return *std::move(layer);
+  if (std::optional<Array> layer = join_bias(b, a)) return *std::move(layer);
+  return add(std::as_const(a), std::as_const(b));
+}
+Array relu(Array&& x) {
+  if (const std::shared_ptr<const PendingLayer> layer = joinable_layer(x);
+      layer != nullptr && layer->has_bias() && !layer->relu) {
+    auto next = std::make_shared<PendingLayer>(*layer);
+    next->relu = true;
+    return meshrt::detail::make_deferred_launch(x.shape(), x.dtype(), x.sharding(),
+                                                std::move(next));
+  }
+  return relu(std::as_const(x));
+}
 
 // Recorded for autodiff as <op>_scalar (rsub_/rdiv_ with the scalar first), with its value.
 Array scalar_elementwise(std::string_view op, OpId traced_as, const Array& a, Scalar s, Fn f) {

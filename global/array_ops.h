@@ -76,6 +76,20 @@ Array tanh(const Array& x);  // integer inputs give floats
 Array sqrt(const Array& x);  // integer inputs give floats
 Array relu(const Array& x);  // max(x, 0), jax.nn.relu
 
+// One expression `relu(matmul(x, W) + b)` (or `matmul(x, W) + b`, `b + matmul(x, W)`): where the
+// platform fuses a product's epilogue (cuda with MESHRT_CUDA_MATMUL=lt), a float32 product of two
+// matrices in plain eager code (no value_and_grad or jit tracing) waits for the expression's next
+// ops, and these overloads, taking the temporaries, join a row bias ((n,) or (1, n), float32) and
+// then relu to it: the layer runs as one call per device (cuBLASLt's BIAS / RELU_BIAS epilogue)
+// when something first reads it, with the unfused ops' bits. A named product (`Array h =
+// matmul(x, W); relu(h + b)`) runs on its own, as every product does on other platforms. Values,
+// shardings, errors and the CollectiveLog are those of the ops one by one. jit fuses the same
+// pattern in its compiled steps (see jit.h).
+Array add(Array&& a, const Array& b);
+Array add(const Array& a, Array&& b);
+Array add(Array&& a, Array&& b);
+Array relu(Array&& x);
+
 Array add(const Array& a, Scalar b);            // a + b
 Array subtract(const Array& a, Scalar b);       // a - b
 Array subtract(Scalar a, const Array& b);       // a - b
@@ -96,6 +110,9 @@ Array greater_equal(const Array& a, Scalar b);  // a >= b
 // Scalar may stand on either side. `a += b` (and -=, *=, /=) rebinds `a` to the new Array.
 //@{
 inline Array operator+(const Array& a, const Array& b) { return add(a, b); }
+inline Array operator+(Array&& a, const Array& b) { return add(std::move(a), b); }
+inline Array operator+(const Array& a, Array&& b) { return add(a, std::move(b)); }
+inline Array operator+(Array&& a, Array&& b) { return add(std::move(a), std::move(b)); }
 inline Array operator-(const Array& a, const Array& b) { return subtract(a, b); }
 inline Array operator*(const Array& a, const Array& b) { return multiply(a, b); }
 inline Array operator/(const Array& a, const Array& b) { return divide(a, b); }

@@ -103,6 +103,8 @@ struct SumCache {
   // something reads them; the blocks once made (guarded by blocks_mu).
   std::shared_ptr<const Array> elsewhere;
   std::function<std::vector<Tensor>()> make_blocks;
+  // Not launched yet (make_deferred_launch): what make_blocks runs, until it has run.
+  std::shared_ptr<const DeferredLaunch> launch;  // guarded by blocks_mu
   std::mutex blocks_mu;
   std::vector<Tensor> blocks;
   // Its own lock: the resolver, run under mu, reads it.
@@ -151,6 +153,26 @@ Array make_kept_in_another_layout(Shape shape, DType dtype, Sharding sharding, A
                              std::move(make_blocks));
 }
 
+Array make_deferred_launch(Shape shape, DType dtype, Sharding sharding,
+                           std::shared_ptr<const DeferredLaunch> launch) {
+  MESHRT_DCHECK(launch != nullptr);
+  Array a;
+  a.shape_ = std::move(shape);
+  a.dtype_ = dtype;
+  a.sharding_ = std::move(sharding);
+  a.sum_cache_ = std::make_shared<SumCache>();
+  a.sum_cache_->make_blocks = [l = launch] { return l->run(); };
+  a.sum_cache_->launch = std::move(launch);
+  a.deferred_ = true;
+  return a;
+}
+
+std::shared_ptr<const DeferredLaunch> pending_launch(const Array& x) {
+  if (!x.deferred_) return nullptr;
+  std::lock_guard<std::mutex> lock(x.sum_cache_->blocks_mu);
+  return x.sum_cache_->launch;
+}
+
 const Array* value_elsewhere(const Array& x) {
   return x.deferred_ ? x.sum_cache_->elsewhere.get() : nullptr;
 }
@@ -168,7 +190,11 @@ Array resolve_pending_sums(const Array& x) {
 const std::vector<Tensor>& Array::deferred_blocks() const {
   detail::SumCache& c = *sum_cache_;
   std::lock_guard<std::mutex> lock(c.blocks_mu);
-  if (c.blocks.empty()) c.blocks = c.make_blocks();
+  if (c.blocks.empty()) {
+    c.blocks = c.make_blocks();
+    c.launch = nullptr;
+    c.make_blocks = nullptr;  // what it held (operands, a launch) is no longer needed
+  }
   return c.blocks;
 }
 

@@ -57,6 +57,20 @@ Array make_held_elsewhere(Shape shape, DType dtype, Sharding sharding,
                           std::function<std::vector<Tensor>()> make_blocks);
 // The value of an Array held in another layout (either kind above), or null for any other Array.
 const Array* value_elsewhere(const Array& x);
+// Work the global view has planned and placed but not launched: an Array made by
+// make_deferred_launch runs it when something first reads its blocks (to_vector, an op, a
+// shard_map, jit), once, shared by copies. The global view defers a layer's product on a platform
+// that fuses a product's epilogue, so that relu(x @ W + b) written as one expression is one call
+// (global/array_ops.cpp, `PendingLayer`).
+struct DeferredLaunch {
+  virtual ~DeferredLaunch() = default;
+  // The blocks, in the sharding's device order.
+  virtual std::vector<Tensor> run() const = 0;
+};
+Array make_deferred_launch(Shape shape, DType dtype, Sharding sharding,
+                           std::shared_ptr<const DeferredLaunch> launch);
+// The launch `x` still waits on (nothing has read its blocks yet), else null.
+std::shared_ptr<const DeferredLaunch> pending_launch(const Array& x);
 void set_pending_sum_origin(const Array& x, std::string origin);
 std::string pending_sum_origin(const Array& x);
 }  // namespace detail
@@ -140,13 +154,16 @@ class Array {
   std::vector<std::string> pending_sum_axes_;
   std::shared_ptr<detail::SumCache> sum_cache_;  // with pending sums: the sum, once taken
   uint64_t trace_id_ = 0;  // which traced value this is (autodiff, jit); 0 when none follows it
-  // Held in another layout (make_deferred_pending_sum, make_kept_in_another_layout): blocks()
-  // makes the blocks when first read.
+  // Held in another layout (make_deferred_pending_sum, make_kept_in_another_layout) or not yet
+  // launched (make_deferred_launch): blocks() makes the blocks when first read.
   bool deferred_ = false;
   friend Array detail::resolve_pending_sums(const Array& x);
   friend Array detail::make_held_elsewhere(Shape, DType, Sharding, std::vector<std::string>, Array,
                                            std::function<std::vector<Tensor>()>);
   friend const Array* detail::value_elsewhere(const Array& x);
+  friend Array detail::make_deferred_launch(Shape, DType, Sharding,
+                                            std::shared_ptr<const detail::DeferredLaunch>);
+  friend std::shared_ptr<const detail::DeferredLaunch> detail::pending_launch(const Array& x);
   friend void detail::set_pending_sum_origin(const Array& x, std::string origin);
   friend std::string detail::pending_sum_origin(const Array& x);
 };

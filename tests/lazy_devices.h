@@ -95,6 +95,17 @@ class LazyDevices final : public backend::Backend {
   // runs the product and the add, queued as any other).
   void set_fuses_matmul_bias(bool on) { fuses_matmul_bias_ = on; }
   bool fuses_matmul_bias() const override { return fuses_matmul_bias_; }
+  // matmul_bias calls so far, and those of them with relu (each runs the default: the product,
+  // then the bias add and relu, queued as any other kernels).
+  void matmul_bias(int device, DType dtype, int64_t m, int64_t n, int64_t k, const void* a,
+                   bool trans_a, const void* b, bool trans_b, Precision precision, const void* bias,
+                   bool relu, void* y) override {
+    ++matmul_bias_calls_;
+    if (relu) ++matmul_bias_relu_calls_;
+    Backend::matmul_bias(device, dtype, m, n, k, a, trans_a, b, trans_b, precision, bias, relu, y);
+  }
+  int matmul_bias_calls() const { return matmul_bias_calls_.load(); }
+  int matmul_bias_relu_calls() const { return matmul_bias_relu_calls_.load(); }
   // Work graphs, as CUDA graphs (MESHRT_CUDA_GRAPHS=1): with set_graphs(true), run_graph
   // captures body's kernels (closures holding their arguments, pointers included, as queued)
   // the second time a key comes with the same addresses, queuing nothing; that call and every
@@ -259,6 +270,7 @@ class LazyDevices final : public backend::Backend {
   std::atomic<bool> fail_next_{false};
   std::atomic<bool> fuses_{false};
   std::atomic<bool> fuses_matmul_bias_{false};
+  std::atomic<int> matmul_bias_calls_{0}, matmul_bias_relu_calls_{0};
   struct GraphKey {
     int device;
     uint64_t key;

@@ -11,6 +11,9 @@
 #include <cstring>
 #include <functional>
 #include <string>
+#include <thread>
+#include <tuple>
+#include <utility>
 #include <vector>
 
 #include "runtime/detail/access.h"
@@ -283,6 +286,205 @@ TEST(JitOnADevicePlatform, MatmulPlacementAutoKeepsJaxPlacementOnDevices) {
   unsetenv("MESHRT_MATMUL_PLACEMENT");
   // The product stays in rows until read (MESHRT_KEEP_ROWS, global-view.md).
   EXPECT_EQ(rows, (std::vector<std::string>{"all_to_all", "all_gather"}));
+}
+
+// ---- the global view's one-expression layer, relu(matmul(x, W) + b): where the platform fuses a
+// product's epilogue (the stand-in, when asked), a product in plain eager code waits for its
+// expression's bias and relu, and runs with them as one matmul_bias call per device when first
+// read, with the unfused ops' bits.
+
+// Turns the stand-in's epilogue fusion on while it lives.
+struct Epilogues {
+  Epilogues() { lazy().set_fuses_matmul_bias(true); }
+  Epilogues(const Epilogues&) = delete;
+  Epilogues& operator=(const Epilogues&) = delete;
+  ~Epilogues() { lazy().set_fuses_matmul_bias(false); }
+};
+
+struct Layer {
+  Mesh mesh = make_mesh({kDevices}, {"x"}, "cuda");
+  Array x = device_put(iota(16 * 8, -0.6f, 0.011f), {16, 8}, NamedSharding(mesh, P("x")));
+  Array w = device_put(iota(8 * 12, 0.4f, -0.009f), {8, 12}, NamedSharding(mesh, P()));
+  Array b = device_put(iota(12, -0.2f, 0.037f), {12}, NamedSharding(mesh, P()));
+};
+
+// matmul_bias calls (and those with relu) made while `f` ran and its result was read.
+std::pair<int, int> layer_calls(const std::function<Array()>& f, Array* out = nullptr) {
+  const int calls = lazy().matmul_bias_calls(), relus = lazy().matmul_bias_relu_calls();
+  Array y = f();
+  y.block_until_ready();
+  if (out != nullptr) *out = y;
+  return {lazy().matmul_bias_calls() - calls, lazy().matmul_bias_relu_calls() - relus};
+}
+
+TEST(GlobalLayerOnADevicePlatform, OneExpressionRunsAsOneCallPerDeviceWithTheUnfusedBits) {
+  lazy();
+  Layer l;
+  const Array h = matmul(l.x, l.w);  // named: computed on its own
+  const Array want_relu = relu(h + l.b), want = h + l.b;
+  const Epilogues on;
+  Array got;
+  // Nothing runs until something reads the layer.
+  const int before = lazy().matmul_bias_calls();
+  Array y = relu(matmul(l.x, l.w) + l.b);
+  EXPECT_NE(meshrt::detail::pending_launch(y), nullptr);
+  EXPECT_EQ(lazy().matmul_bias_calls(), before);
+  EXPECT_EQ(y.sharding(), want_relu.sharding());
+  expect_same_bits(y, want_relu);
+  EXPECT_EQ(lazy().matmul_bias_calls(), before + kDevices);
+  EXPECT_EQ(meshrt::detail::pending_launch(y), nullptr);  // ran once; its operands released
+  EXPECT_EQ(layer_calls([&] { return relu(matmul(l.x, l.w) + l.b); }, &got),
+            std::make_pair(kDevices, kDevices));
+  expect_same_bits(got, want_relu);
+  EXPECT_EQ(layer_calls([&] { return matmul(l.x, l.w) + l.b; }, &got), std::make_pair(kDevices, 0));
+  expect_same_bits(got, want);
+  EXPECT_EQ(layer_calls([&] { return l.b + matmul(l.x, l.w); }, &got), std::make_pair(kDevices, 0));
+  expect_same_bits(got, want);
+  // A (1, n) bias, an operand stored transposed, and the bias itself a product's temporary.
+  const Array b2 = reshape(l.b, {1, 12});
+  EXPECT_EQ(layer_calls([&] { return relu(b2 + matmul(l.x, l.w)); }, &got),
+            std::make_pair(kDevices, kDevices));
+  expect_same_bits(got, want_relu);
+  const Array wt = transpose(l.w);
+  EXPECT_EQ(layer_calls([&] { return relu(matmul_transposed(l.x, wt, false, true) + l.b); }, &got),
+            std::make_pair(kDevices, kDevices));
+  expect_same_bits(got, relu(matmul_transposed(l.x, wt, false, true) + l.b));
+  const Array one = device_put(iota(8, 1.f, 0.f), {1, 8}, NamedSharding(l.mesh, P()));
+  EXPECT_EQ(layer_calls([&] { return matmul(l.x, l.w) + matmul(one, l.w); }, &got).first, kDevices);
+  expect_same_bits(got, h + matmul(one, l.w));
+}
+
+TEST(GlobalLayerOnADevicePlatform, EverythingElseRunsOpByOp) {
+  lazy();
+  Layer l;
+  const Array h = matmul(l.x, l.w);
+  Array got;
+  // The platform does not fuse epilogues.
+  EXPECT_EQ(layer_calls([&] { return relu(matmul(l.x, l.w) + l.b); }, &got), std::make_pair(0, 0));
+  expect_same_bits(got, relu(h + l.b));
+  const Epilogues on;
+  // A named product; no bias; a bias of the whole product's shape; a float64 bias (promotes);
+  // a bias that does not broadcast (add's own error, at the add).
+  EXPECT_EQ(layer_calls([&] { return relu(h + l.b); }).first, 0);
+  EXPECT_EQ(layer_calls([&] { return relu(matmul(l.x, l.w)); }, &got).first, 0);
+  expect_same_bits(got, relu(h));
+  const Array full_bias =
+      device_put(iota(16 * 12, 0.f, 0.01f), {16, 12}, NamedSharding(l.mesh, P()));
+  EXPECT_EQ(layer_calls([&] { return matmul(l.x, l.w) + full_bias; }, &got).first, 0);
+  expect_same_bits(got, h + full_bias);
+  const Array b64 = astype(l.b, DType::f64);
+  EXPECT_EQ(layer_calls([&] { return matmul(l.x, l.w) + b64; }, &got).first, 0);
+  EXPECT_EQ(got.dtype(), DType::f64);
+  const Array b13 = device_put(iota(13, 0.f, 1.f), {13}, NamedSharding(l.mesh, P()));
+  EXPECT_THROW((void)(matmul(l.x, l.w) + b13), Error);
+  // A second add runs the layer with the first bias, then adds.
+  EXPECT_EQ(layer_calls([&] { return matmul(l.x, l.w) + l.b + l.b; }, &got),
+            std::make_pair(kDevices, 0));
+  expect_same_bits(got, h + l.b + l.b);
+  // Traced code runs op by op: value_and_grad records each op for its derivative.
+  auto loss = [&](const Array& w) { return sum(relu(matmul(l.x, w) + l.b)); };
+  auto vg = value_and_grad(loss);
+  std::tuple<Array, Array> fused;
+  EXPECT_EQ(layer_calls([&] {
+              fused = vg(l.w);
+              return std::get<1>(fused);
+            }).first,
+            0);
+  lazy().set_fuses_matmul_bias(false);
+  const auto plain = vg(l.w);
+  lazy().set_fuses_matmul_bias(true);
+  expect_same_bits(std::get<0>(fused), std::get<0>(plain));
+  expect_same_bits(std::get<1>(fused), std::get<1>(plain));
+}
+
+// A pending layer is an ordinary Array to everything that reads it: values, shards, a jitted
+// function (as an argument, donated or not, or a constant), shard_map, value_and_grad (as a
+// constant), an op on another thread.
+TEST(GlobalLayerOnADevicePlatform, APendingLayerReadsAsAnyArray) {
+  lazy();
+  Layer l;
+  const Array want = relu(matmul(l.x, l.w) + l.b);
+  const Epilogues on;
+  auto layer = [&] { return relu(matmul(l.x, l.w) + l.b); };
+  {
+    Array y = layer();
+    std::vector<Shard> shards = y.addressable_shards();
+    ASSERT_EQ(shards.size(), static_cast<size_t>(kDevices));
+    EXPECT_EQ(shards[1].data.shape(), (Shape{4, 12}));
+    expect_same_bits(y, want);
+  }
+  {
+    Array y = layer();
+    y.block_until_ready();
+    EXPECT_NE(y.str().find("float32(16, 12)"), std::string::npos) << y.str();
+    expect_same_bits(y, want);
+  }
+  auto f = jit([](const Array& a, const Array& w2) { return sum(matmul(a, w2) * 2.0); });
+  const Array w2 = device_put(iota(12 * 3, 0.1f, 0.01f), {12, 3}, NamedSharding(l.mesh, P()));
+  const Array want_f = sum(matmul(want, w2) * 2.0);
+  for (int round = 0; round < 2; ++round) expect_same_bits(f(layer(), w2), want_f);
+  auto g = jit([](const Array& a) { return a * 3.0; }, {.donate_argnums = {0}});
+  Array donated = layer();
+  expect_same_bits(g(donated), want * 3.0);
+  EXPECT_FALSE(donated.valid());
+  // A constant first read by jit's trace is a constant there, as any Array (the layer's launch is
+  // not one of the program's steps).
+  const Array constant = layer();
+  auto h = jit([&constant](const Array& w3) { return matmul(constant, w3); });
+  auto h_plain = jit([&want](const Array& w3) { return matmul(want, w3); });
+  EXPECT_EQ(h.lower(w2).as_text(), h_plain.lower(w2).as_text());
+  expect_same_bits(h(w2), matmul(want, w2));
+  const Array in_body = layer();
+  auto summed = shard_map([](Context& ctx, const Tensor& t) { return ctx.psum(sum(t, 0), "x"); },
+                          l.mesh, {P("x")}, P());
+  expect_same_bits(summed(in_body), sum(want, 0));
+  const Array outside = layer();
+  auto vg = value_and_grad([&outside](const Array& w3) { return sum(matmul(outside, w3)); });
+  const auto [v, grad] = vg(w2);
+  expect_same_bits(v, sum(matmul(want, w2)));
+  expect_same_bits(
+      grad, matmul_transposed(want, ones({16, 3}, DType::f32, NamedSharding(l.mesh, P("x"))), true,
+                              false));
+  const Array shared = layer();
+  std::vector<std::thread> readers;
+  std::vector<std::vector<float>> seen(4);
+  for (size_t i = 0; i < seen.size(); ++i) {
+    readers.emplace_back([&, i] { seen[i] = (shared * 1.0).to_vector<float>(); });
+  }
+  for (std::thread& t : readers) t.join();
+  for (const std::vector<float>& s : seen) EXPECT_EQ(s, want.to_vector<float>());
+}
+
+// Every reshard the layer needs is the one the ops one by one make, logged at the op that needs
+// it: a column-sharded product takes its bias's columns in place, a row-sharded one gathers a
+// sharded bias.
+TEST(GlobalLayerOnADevicePlatform, PlacesAndLogsAsTheOpsOneByOne) {
+  lazy();
+  Layer l;
+  const Array xr = device_put(iota(16 * 8, -0.6f, 0.011f), {16, 8}, NamedSharding(l.mesh, P()));
+  const Array wc =
+      device_put(iota(8 * 12, 0.4f, -0.009f), {8, 12}, NamedSharding(l.mesh, P(None, "x")));
+  const Array bc = device_put(iota(12, -0.2f, 0.037f), {12}, NamedSharding(l.mesh, P("x")));
+  auto columns = [&] { return relu(matmul(xr, wc) + bc); };
+  auto gathered = [&] { return relu(matmul(l.x, l.w) + bc); };
+  auto rows_of_w = [&] { return relu(matmul(l.x, wc) + l.b); };
+  const std::vector<std::string> want_columns = logged(columns), want_gathered = logged(gathered),
+                                 want_rows = logged(rows_of_w);
+  const Array c0 = columns(), g0 = gathered(), r0 = rows_of_w();
+  const Epilogues on;
+  EXPECT_EQ(logged(columns), want_columns);
+  EXPECT_EQ(logged(gathered), want_gathered);
+  EXPECT_EQ(logged(rows_of_w), want_rows);
+  EXPECT_EQ(want_gathered, std::vector<std::string>{"all_gather"});
+  Array got;
+  EXPECT_EQ(layer_calls(columns, &got).first, kDevices);
+  EXPECT_EQ(got.sharding(), c0.sharding());
+  expect_same_bits(got, c0);
+  EXPECT_EQ(layer_calls(gathered, &got).first, kDevices);
+  expect_same_bits(got, g0);
+  EXPECT_EQ(layer_calls(rows_of_w, &got).first, kDevices);
+  EXPECT_EQ(got.sharding(), r0.sharding());
+  expect_same_bits(got, r0);
 }
 
 }  // namespace

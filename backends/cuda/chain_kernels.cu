@@ -358,7 +358,7 @@ int chain_grid(int64_t n, int per_sm) {
 cudaError_t launch_chain(cudaStream_t s, const ChainLaunch& c, int64_t n) {
   if (n == 0) return cudaSuccess;
   if (c.ops < 1 || c.ops > kChainMaxOps || c.inputs < 0 || c.inputs > kChainMaxInputs ||
-      c.outputs < 1 || c.outputs > kChainMaxOutputs)
+      c.outputs < 1 || c.outputs > kChainMaxOutputs || c.dims.rank < 0 || c.dims.rank > kMaxRank)
     return cudaErrorInvalidValue;
   for (int k = 0; k < c.outputs; ++k) {
     if (c.out[k].slot >= kChainSlots || c.out[k].data == nullptr) return cudaErrorInvalidValue;

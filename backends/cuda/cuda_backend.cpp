@@ -210,7 +210,12 @@ std::shared_ptr<backend::Buffer> CudaBackend::allocate(int device, size_t bytes)
   void* p = l.cache->take(cls);
   if (p == nullptr) {
     set(device);
+    // cudaMalloc is not allowed on a thread capturing in thread-local mode (it would fail and
+    // invalidate the capture): relaxed for this call; the capture is dropped above anyway.
+    cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
+    if (t_capture != nullptr) (void)cudaThreadExchangeStreamCaptureMode(&mode);
     cudaError_t err = cudaMalloc(&p, cls);
+    if (t_capture != nullptr) (void)cudaThreadExchangeStreamCaptureMode(&mode);
     if (err == cudaErrorMemoryAllocation) {
       (void)cudaGetLastError();
       for (auto& other : devs_) {  // give back what every logical device on this GPU keeps cached
