@@ -9,11 +9,12 @@
 // GPU split into logical devices, a device-to-device copy inside its memory), counted the same
 // way. The matmul rows are the 16 products of one seed MLP step ([784, 1024 x 5, 8], batch 8192,
 // float32): forward x @ W, backward x^T @ g and g @ W^T, operands stored as the step stores them.
-// The layer rows time one hidden layer's relu(x @ W + b) eager (the product, then the fused bias
-// add and relu) and jitted (one product with its epilogue where the platform fuses them:
-// MESHRT_CUDA_MATMUL=lt), at each matmul precision; --layers-only prints only those. The adam rows
-// time one leaf's optimizer update eager and jitted (elementwise chains where the platform fuses
-// them); --fused-only prints only the pairs and the adam rows.
+// The layer rows time one hidden layer's relu(x @ W + b) eager op by op (a named product, then
+// the bias add and relu), eager as one expression (one product with its epilogue where the
+// platform fuses them: MESHRT_CUDA_MATMUL=lt; see the global view's docs) and jitted (the same
+// fusion by jit's matcher), at each matmul precision; --layers-only prints only those. The adam
+// rows time one leaf's optimizer update eager and jitted (elementwise chains where the platform
+// fuses them); --fused-only prints only the pairs and the adam rows.
 #include <meshrt/meshrt.h>
 
 #include <algorithm>
@@ -109,11 +110,14 @@ int main(int argc, char** argv) {
     const NamedSharding rep(one, P());
     auto block = [](const Array& a) { return a.addressable_shards().front().data; };
 
-    // One hidden layer of the seed step, relu(x @ W + b): eager (the product, then the fused
-    // bias add and relu) and jitted (where the platform fuses epilogues: one product call).
+    // One hidden layer of the seed step, relu(x @ W + b): eager op by op (the product, then the
+    // bias add and relu), eager as one expression and jitted (both one product call where the
+    // platform fuses epilogues).
     if (!fused_only) {
-      std::printf("| one layer | eager | jit | jit / eager | epilogue fused |\n");
-      std::printf("| --- | --- | --- | --- | --- |\n");
+      std::printf(
+          "| one layer | eager, op by op | eager, one expression | jit | jit / op by op | "
+          "epilogue fused |\n");
+      std::printf("| --- | --- | --- | --- | --- | --- |\n");
     }
     for (Precision prec : {Precision::highest, Precision::tf32}) {
       if (fused_only) break;
@@ -123,18 +127,24 @@ int main(int argc, char** argv) {
       auto layer = [prec](const Array& x, const Array& w, const Array& b) {
         return relu(matmul(x, w, OpOptions{.precision = prec}) + b);
       };
+      auto op_by_op = [prec](const Array& x, const Array& w, const Array& b) {
+        const Array product = matmul(x, w, OpOptions{.precision = prec});  // named: on its own
+        return relu(product + b);
+      };
       auto jit_layer = jit(layer);
       const std::string text = jit_layer.lower(xa, wa, ba).as_text();
       const bool fused = text.find("carry their layer's bias add") != std::string::npos;
       const double f = 2.0 * static_cast<double>(rows * cols * cols);
+      const double to = time_op([&] { return block(op_by_op(xa, wa, ba)); }, iters, repeats);
       const double te = time_op([&] { return block(layer(xa, wa, ba)); }, iters, repeats);
       const double tj = time_op([&] { return block(jit_layer(xa, wa, ba)); }, iters, repeats);
       std::printf(
           "| relu(x @ W + b), (%lld x %lld) @ (%lld x %lld), %s | %.1f us (%.2f TFLOP/s) | "
-          "%.1f us (%.2f TFLOP/s) | %.3f | %s |\n",
+          "%.1f us (%.2f TFLOP/s) | %.1f us (%.2f TFLOP/s) | %.3f | %s |\n",
           static_cast<long long>(rows), static_cast<long long>(cols), static_cast<long long>(cols),
-          static_cast<long long>(cols), std::string(precision_name(prec)).c_str(), te * 1e6,
-          f / te / 1e12, tj * 1e6, f / tj / 1e12, tj / te, fused ? "yes" : "no");
+          static_cast<long long>(cols), std::string(precision_name(prec)).c_str(), to * 1e6,
+          f / to / 1e12, te * 1e6, f / te / 1e12, tj * 1e6, f / tj / 1e12, tj / to,
+          fused ? "yes" : "no");
     }
     std::printf("\n");
     if (layers_only) return 0;

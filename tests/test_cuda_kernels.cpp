@@ -968,6 +968,40 @@ TEST_F(CudaKernels, LtEpiloguesGiveTheUnfusedBits) {
   }
 }
 
+// MESHRT_CUDA_MATMUL=lt (run-gpu.sh's lt pass; skips otherwise): the global view's one-expression
+// layer, relu(matmul(x, W) + b) in eager code, runs as one cuBLASLt call per device (counted by
+// fused_matmul_bias_calls: a 16-byte aligned bias) with the bits of the ops one by one (a named
+// product, then + b, then relu), at both precisions, over 2 logical devices where there are two.
+TEST_F(CudaKernels, OneExpressionLayerRunsFusedWithTheOpByOpBits) {
+  if (!cuda_->fuses_matmul_bias()) {
+    GTEST_SKIP() << "the cuda platform fuses epilogues only under MESHRT_CUDA_MATMUL=lt";
+  }
+  std::vector<Device> ds = devices("cuda");
+  ds.resize(std::min<size_t>(ds.size(), 2));
+  Mesh mesh = make_mesh({static_cast<int64_t>(ds.size())}, {"x"}, ds);
+  const NamedSharding rows(mesh, P("x")), rep(mesh, P());
+  auto values = [](int64_t n, float start, float step_by) {
+    std::vector<float> v(static_cast<size_t>(n));
+    for (size_t i = 0; i < v.size(); ++i) v[i] = start + step_by * static_cast<float>(i % 89);
+    return v;
+  };
+  const Array x = device_put(values(512 * 256, -0.4f, 0.01f), {512, 256}, rows);
+  const Array w = device_put(values(256 * 384, 0.3f, -0.007f), {256, 384}, rep);
+  const Array b = device_put(values(384, -0.2f, 0.005f), {384}, rep);
+  for (Precision prec : {Precision::highest, Precision::tf32}) {
+    const OpOptions o{.precision = prec};
+    const Array product = matmul(x, w, o);
+    const Array want = relu(product + b);
+    const int64_t before = cuda_->fused_matmul_bias_calls();
+    const Array got = relu(matmul(x, w, o) + b);
+    const std::vector<float> g = got.to_vector<float>(), v = want.to_vector<float>();
+    EXPECT_EQ(cuda_->fused_matmul_bias_calls() - before, static_cast<int64_t>(ds.size()))
+        << precision_name(prec);
+    ASSERT_EQ(g.size(), v.size());
+    EXPECT_EQ(std::memcmp(g.data(), v.data(), g.size() * sizeof(float)), 0) << precision_name(prec);
+  }
+}
+
 // MESHRT_CUDA_GRAPHS=1 (run-gpu.sh's graphs pass; skips otherwise): a jitted step with cuBLAS
 // products, a two-pass reduction (stream-ordered scratch inside the graph), fused pairs and
 // elementwise ops, its input donated so its addresses repeat, launches CUDA graphs from its
