@@ -95,10 +95,11 @@ const std::vector<Variable>& variables() {
        "comparisons and to rule fusion in or out"},
       {"MESHRT_SHARDING", "auto, explicit", "auto",
        "explicit: an implicit reshard in a global-view op is an error"},
-      {"MESHRT_MATMUL_PLACEMENT", "cheapest, jax", "cheapest",
+      {"MESHRT_MATMUL_PLACEMENT", "auto, cheapest, jax", "auto",
        "how the global view computes a 2-D matmul of sharded operands: cheapest moves the fewest "
        "bytes (e.g. rows of the lhs instead of partial products) and then reshards to the "
-       "sharding jax.jit gives; jax always computes it as jax.jit does"},
+       "sharding jax.jit gives; jax always computes it as jax.jit does; auto: cheapest on host "
+       "memory (cpu), jax on a device platform (cuda)"},
       {"MESHRT_KEEP_ROWS", "0, 1", "1",
        "1: a matmul the global view computes as rows keeps its product there (and the elementwise "
        "ops, sums and matmuls over it compute there) until something reads it in the sharding "
