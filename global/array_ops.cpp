@@ -471,7 +471,9 @@ Tensor layer_block(const Tensor& a, const Tensor& b, const Tensor& bias, bool ta
 // temporary, `+ b` of a row bias and then relu join it, and the first read of the blocks runs
 // the whole layer as one matmul_bias call per device. Anything else reads it and runs what it
 // holds. The operands are placed when the layer is planned (every reshard logged at the op that
-// needs it, as eager); they are released once the layer has run.
+// needs it, as eager) and made then (an operand that is itself a pending layer runs: its
+// expression has ended), so a layer never waits on another and a chain of them neither
+// recurses when read nor when freed; they are released once the layer has run.
 struct PendingLayer final : meshrt::detail::DeferredLaunch {
   PendingLayer(Mesh m, Layout o) : mesh(std::move(m)), out(std::move(o)) {}
   Mesh mesh;
@@ -497,12 +499,19 @@ struct PendingLayer final : meshrt::detail::DeferredLaunch {
         return std::vector<Tensor>{layer_block(t[0], t[1], t[2], ta, tb, p, r)};
       };
     }
-    Plan plan;
-    plan.need = need;
-    plan.out = {out};
-    return detail::ArrayAccess::blocks(launch(mesh, placed, plan, {out}, {shape}, fn).front());
+    // From the reading thread, device after device (queued work on a device platform, the only
+    // kind that defers): never as a shard_map, which a read inside a shard_map body would nest.
+    return detail::ArrayAccess::blocks(global::run_local(mesh, placed, {out}, {shape}, fn).front());
   }
 };
+
+// `x` placed by `op` as operand `index` needs it, its blocks made (see PendingLayer).
+Array placed_now(const Array& x, const OpMesh& m, const Layout& need, std::string_view op,
+                 size_t index) {
+  Array p = global::place(global::on_mesh(x, m), m.mesh, need, op, index);
+  (void)detail::ArrayAccess::blocks(p);
+  return p;
+}
 
 // The product a @ b as a PendingLayer, where one may wait (see there).
 std::optional<Array> defer_layer(std::string_view op, const OpMesh& m, const Array& a,
@@ -523,8 +532,7 @@ std::optional<Array> defer_layer(std::string_view op, const OpMesh& m, const Arr
   auto layer = std::make_shared<PendingLayer>(m.mesh, p.out.front());
   layer->shape = out;
   layer->need = {p.need[0], p.need[1]};
-  layer->placed = {global::place(global::on_mesh(a, m), m.mesh, p.need[0], op, 0),
-                   global::place(global::on_mesh(b, m), m.mesh, p.need[1], op, 1)};
+  layer->placed = {placed_now(a, m, p.need[0], op, 0), placed_now(b, m, p.need[1], op, 1)};
   layer->ta = ta;
   layer->tb = tb;
   layer->precision = *options.precision;
@@ -541,10 +549,10 @@ std::shared_ptr<const PendingLayer> joinable_layer(const Array& y) {
   return std::dynamic_pointer_cast<const PendingLayer>(meshrt::detail::pending_launch(y));
 }
 
-// `y + bias` (either order) as the pending layer `y` with its bias, where `y` is a pending
-// product without one and `bias` a float32 row of its columns ((n,) or (1, n)) that the add
-// places without moving `y`.
-std::optional<Array> join_bias(const Array& y, const Array& bias) {
+// `y + bias` (`bias + y` when bias_first) as the pending layer `y` with its bias, where `y` is a
+// pending product without one and `bias` a float32 row of its columns ((n,) or (1, n)) that the
+// add, with its operands in that order, places without moving `y`.
+std::optional<Array> join_bias(const Array& y, const Array& bias, bool bias_first) {
   const std::shared_ptr<const PendingLayer> layer = joinable_layer(y);
   if (layer == nullptr || layer->has_bias() || layer->relu || !bias.valid() ||
       bias.dtype() != DType::f32 || rows_of(bias) != nullptr) {
@@ -552,16 +560,20 @@ std::optional<Array> join_bias(const Array& y, const Array& bias) {
   }
   const int64_t n = y.shape()[1];
   if (bias.shape() != Shape{n} && bias.shape() != Shape{1, n}) return std::nullopt;
-  // Placed as add places it (the same rule, the same reshard, logged at this add).
-  const OpMesh m = global::op_mesh("add", {&y, &bias});
-  const Plan p = global::elementwise_rule(m.mesh, operands({y, bias}), y.shape(),
-                                          detail::op_def(OpId::add).linear);
-  if (p.out.front() != layer->out || p.need[0] != layer->out || !(m.mesh == layer->mesh)) {
+  // Placed as add places it (the same rule, operands in the same order, the same reshard, logged
+  // at this add).
+  const size_t yi = bias_first ? 1 : 0, bi = 1 - yi;
+  const std::vector<Array> xs =
+      bias_first ? std::vector<Array>{bias, y} : std::vector<Array>{y, bias};
+  const OpMesh m = global::op_mesh("add", ptrs(xs));
+  const Plan p =
+      global::elementwise_rule(m.mesh, operands(xs), y.shape(), detail::op_def(OpId::add).linear);
+  if (p.out.front() != layer->out || p.need[yi] != layer->out || !(m.mesh == layer->mesh)) {
     return std::nullopt;
   }
   auto next = std::make_shared<PendingLayer>(*layer);
-  next->placed.push_back(global::place(global::on_mesh(bias, m), m.mesh, p.need[1], "add", 1));
-  next->need.push_back(p.need[1]);
+  next->placed.push_back(placed_now(bias, m, p.need[bi], "add", bi));
+  next->need.push_back(p.need[bi]);
   return meshrt::detail::make_deferred_launch(y.shape(), y.dtype(), y.sharding(), std::move(next));
 }
 
@@ -789,16 +801,16 @@ Array relu(const Array& x) { return unary(OpId::relu, x, &relu); }
 
 // The temporaries of one expression: a pending layer (see PendingLayer) takes its bias and relu.
 Array add(Array&& a, const Array& b) {
-  if (std::optional<Array> layer = join_bias(a, b)) return *std::move(layer);
+  if (std::optional<Array> layer = join_bias(a, b, false)) return *std::move(layer);
   return add(std::as_const(a), b);
 }
 Array add(const Array& a, Array&& b) {
-  if (std::optional<Array> layer = join_bias(b, a)) return *std::move(layer);
+  if (std::optional<Array> layer = join_bias(b, a, true)) return *std::move(layer);
   return add(a, std::as_const(b));
 }
 Array add(Array&& a, Array&& b) {
-  if (std::optional<Array> layer = join_bias(a, b)) return *std::move(layer);
-  if (std::optional<Array> layer = join_bias(b, a)) return *std::move(layer);
+  if (std::optional<Array> layer = join_bias(a, b, false)) return *std::move(layer);
+  if (std::optional<Array> layer = join_bias(b, a, true)) return *std::move(layer);
   return add(std::as_const(a), std::as_const(b));
 }
 Array relu(Array&& x) {

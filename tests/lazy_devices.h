@@ -32,7 +32,8 @@ class LazyDevices final : public backend::Backend {
       : Backend(/*host_memory=*/false),
         inner_(backend::make_cpu_backend(n)),
         queues_(static_cast<size_t>(n)),
-        freed_(static_cast<size_t>(n)) {}
+        freed_(static_cast<size_t>(n)),
+        run_mu_(static_cast<size_t>(n)) {}
 
   std::string_view platform() const override { return "cuda"; }
   int device_count() const override { return inner_->device_count(); }
@@ -237,6 +238,9 @@ class LazyDevices final : public backend::Backend {
     queues_[static_cast<size_t>(device)].push_back({std::move(k), fail_next_.exchange(false)});
   }
   void run_queue(int device) {
+    // One drain per device at a time, as a stream runs its kernels in order: a second thread
+    // waiting for the same device waits for the first one's drain.
+    std::lock_guard<std::mutex> running(run_mu_[static_cast<size_t>(device)]);
     std::string error;
     for (;;) {
       Kernel k;
@@ -266,6 +270,7 @@ class LazyDevices final : public backend::Backend {
   std::vector<std::deque<Kernel>> queues_;                                // guarded by mu_
   std::vector<std::pair<void*, std::shared_ptr<backend::Buffer>>> held_;  // guarded by mu_
   std::vector<std::vector<std::shared_ptr<backend::Buffer>>> freed_;      // guarded by mu_
+  std::vector<std::mutex> run_mu_;  // per device: held while run_queue drains its queue
   std::atomic<int> ran_{0}, syncs_{0}, folds_{0}, batches_{0}, batched_copies_{0};
   std::atomic<bool> fail_next_{false};
   std::atomic<bool> fuses_{false};

@@ -438,6 +438,27 @@ TEST(GlobalLayerOnADevicePlatform, APendingLayerReadsAsAnyArray) {
   auto summed = shard_map([](Context& ctx, const Tensor& t) { return ctx.psum(sum(t, 0), "x"); },
                           l.mesh, {P("x")}, P());
   expect_same_bits(summed(in_body), sum(want, 0));
+  // A layer of large blocks (which run on every device at once when computed op by op), first
+  // read inside a shard_map body.
+  const Array big_x =
+      device_put(iota(4096 * 512, -1.f, 1e-6f), {4096, 512}, NamedSharding(l.mesh, P("x")));
+  const Array big_w =
+      device_put(iota(512 * 64, 0.5f, -3e-5f), {512, 64}, NamedSharding(l.mesh, P()));
+  const Array big_b = device_put(iota(64, 0.1f, 0.01f), {64}, NamedSharding(l.mesh, P()));
+  const Array big = relu(matmul(big_x, big_w) + big_b);
+  float first = 0.f;
+  auto peek = shard_map(
+      [&big, &first](Context&, const Tensor& t) {
+        if (t.device().local_index() == 0) first = big.to_vector<float>()[0];
+        return t;
+      },
+      l.mesh, {P("x")}, P("x"));
+  (void)peek(l.x);
+  lazy().set_fuses_matmul_bias(false);
+  const Array big_want = relu(matmul(big_x, big_w) + big_b);
+  lazy().set_fuses_matmul_bias(true);
+  EXPECT_EQ(first, big_want.to_vector<float>()[0]);
+  expect_same_bits(big, big_want);
   const Array outside = layer();
   auto vg = value_and_grad([&outside](const Array& w3) { return sum(matmul(outside, w3)); });
   const auto [v, grad] = vg(w2);
@@ -485,6 +506,99 @@ TEST(GlobalLayerOnADevicePlatform, PlacesAndLogsAsTheOpsOneByOne) {
   EXPECT_EQ(layer_calls(rows_of_w, &got).first, kDevices);
   EXPECT_EQ(got.sharding(), r0.sharding());
   expect_same_bits(got, r0);
+}
+
+// Explicit sharding mode while it lives.
+struct Strict {
+  Strict() { set_sharding_mode(ShardingMode::explicit_); }
+  Strict(const Strict&) = delete;
+  Strict& operator=(const Strict&) = delete;
+  ~Strict() { set_sharding_mode(ShardingMode::auto_); }
+};
+
+// The layer's add takes its operands in the caller's order, as add does: where the placement
+// rule breaks a tie by order (a one-row product and a bias of as many elements), the result's
+// sharding, the CollectiveLog and explicit mode's error are those of the ops one by one (b first:
+// the product moves to b's sharding, so it is no layer's; the product first: the layer).
+TEST(GlobalLayerOnADevicePlatform, TheAddKeepsItsOperandsOrder) {
+  lazy();
+  Mesh mesh = make_mesh({2, 2}, {"x", "y"}, "cuda");
+  const Array x = device_put(iota(8, 0.5f, -0.1f), {1, 8}, NamedSharding(mesh, P()));
+  const Array w = device_put(iota(64, -0.3f, 0.01f), {8, 8}, NamedSharding(mesh, P(None, "x")));
+  const Array b = device_put(iota(8, 0.2f, 0.03f), {8}, NamedSharding(mesh, P("y")));
+  auto first = [&] { return b + matmul(x, w); };
+  auto second = [&] { return matmul(x, w) + b; };
+  auto both = [&] { return relu(matmul(x, w) + matmul(x, w)); };
+  const Array want_first = first(), want_second = second(), want_both = both();
+  const std::vector<std::string> log_first = logged(first), log_second = logged(second),
+                                 log_both = logged(both);
+  std::string error_first, error_second;
+  {
+    const Strict strict;
+    try {
+      (void)first();
+    } catch (const Error& e) {
+      error_first = e.what();
+    }
+    try {
+      (void)second();
+    } catch (const Error& e) {
+      error_second = e.what();
+    }
+  }
+  ASSERT_NE(error_first, "");
+  const Epilogues on;
+  Array got;
+  // b first: the tie goes to b's sharding, the product moves, so the add runs on its own.
+  EXPECT_EQ(layer_calls(first, &got).first, 0);
+  EXPECT_EQ(got.sharding(), want_first.sharding()) << got.str() << " " << want_first.str();
+  expect_same_bits(got, want_first);
+  EXPECT_EQ(layer_calls(second, &got).first, 4);
+  EXPECT_EQ(got.sharding(), want_second.sharding());
+  expect_same_bits(got, want_second);
+  (void)layer_calls(both, &got);
+  EXPECT_EQ(got.sharding(), want_both.sharding());
+  expect_same_bits(got, want_both);
+  EXPECT_EQ(logged(first), log_first);
+  EXPECT_EQ(logged(second), log_second);
+  EXPECT_EQ(logged(both), log_both);
+  const Strict strict;
+  const std::vector<std::pair<std::function<Array()>, std::string>> cases = {
+      {first, error_first}, {second, error_second}};
+  for (const auto& [f, want] : cases) {
+    try {
+      (void)f().block_until_ready();
+      ADD_FAILURE() << "no error; op by op: " << want;
+    } catch (const Error& e) {
+      EXPECT_EQ(std::string(e.what()), want);
+    }
+  }
+}
+
+// A layer never waits on another: planning a product runs a pending operand (its expression has
+// ended), so a long chain of layers neither recurses when read nor when freed.
+TEST(GlobalLayerOnADevicePlatform, ALayerNeverWaitsOnAnother) {
+  lazy();
+  Layer l;
+  const Array w2 = device_put(iota(12 * 12, 0.05f, -0.001f), {12, 12}, NamedSharding(l.mesh, P()));
+  const Array want1 = relu(matmul(l.x, l.w) + l.b), want2 = relu(matmul(want1, w2) + l.b);
+  const Epilogues on;
+  const Array h1 = relu(matmul(l.x, l.w) + l.b);
+  EXPECT_NE(meshrt::detail::pending_launch(h1), nullptr);
+  const Array h2 = relu(matmul(h1, w2) + l.b);
+  EXPECT_EQ(meshrt::detail::pending_launch(h1), nullptr);
+  EXPECT_NE(meshrt::detail::pending_launch(h2), nullptr);
+  expect_same_bits(h2, want2);
+  expect_same_bits(h1, want1);
+  // And a pending bias runs when the add takes it.
+  const Array bias =
+      matmul(device_put(iota(12, 0.f, 0.01f), {1, 12}, NamedSharding(l.mesh, P())), w2);
+  EXPECT_NE(meshrt::detail::pending_launch(bias), nullptr);
+  const Array z = matmul(h2, w2) + bias;
+  EXPECT_EQ(meshrt::detail::pending_launch(bias), nullptr);
+  Array h = h2;
+  for (int i = 0; i < 20000; ++i) h = relu(matmul(h, w2) + l.b);
+  EXPECT_EQ(h.to_vector<float>().size(), 16u * 12u);
 }
 
 }  // namespace
