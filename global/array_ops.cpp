@@ -89,23 +89,6 @@ bool concurrent(const Mesh& mesh, const std::vector<Array>& placed) {
   return bytes >= kConcurrentBytes;
 }
 
-// The launch itself: `fn` on every device's blocks of `placed` (laid out as plan.need),
-// giving blocks laid out as `computed`.
-std::vector<Array> launch(const Mesh& mesh, const std::vector<Array>& placed, const Plan& plan,
-                          const std::vector<Layout>& computed, const std::vector<Shape>& out_shapes,
-                          const BlockFn& fn) {
-  if (fn.local && !concurrent(mesh, placed)) {
-    return global::run_local(mesh, placed, computed, out_shapes, fn.local);
-  }
-  if (fn.local) {  // large blocks: every device computes at once, on its executor
-    const global::LocalFn& f = fn.local;
-    return global::run_blocks(mesh, placed, plan.need, computed, out_shapes,
-                              [&f](Context&, const std::vector<Tensor>& b) { return f(b); },
-                              {.local = &f});
-  }
-  return global::run_blocks(mesh, placed, plan.need, computed, out_shapes, fn.body);
-}
-
 std::vector<Array> apply(std::string_view op, const std::vector<Array>& xs, const Plan& plan,
                          const std::vector<Layout>& computed, const std::vector<Shape>& out_shapes,
                          const BlockFn& fn) {
@@ -114,7 +97,17 @@ std::vector<Array> apply(std::string_view op, const std::vector<Array>& xs, cons
   for (size_t i = 0; i < xs.size(); ++i) {
     placed.push_back(global::place(global::on_mesh(xs[i], m), m.mesh, plan.need[i], op, i));
   }
-  std::vector<Array> res = launch(m.mesh, placed, plan, computed, out_shapes, fn);
+  std::vector<Array> res;
+  if (fn.local && !concurrent(m.mesh, placed)) {
+    res = global::run_local(m.mesh, placed, computed, out_shapes, fn.local);
+  } else if (fn.local) {  // large blocks: every device computes at once, on its executor
+    const global::LocalFn& f = fn.local;
+    res = global::run_blocks(m.mesh, placed, plan.need, computed, out_shapes,
+                             [&f](Context&, const std::vector<Tensor>& b) { return f(b); },
+                             {.local = &f});
+  } else {
+    res = global::run_blocks(m.mesh, placed, plan.need, computed, out_shapes, fn.body);
+  }
   // A pending sum is named after the op that made it (kept through the linear ops that carry
   // it), so the CollectiveLog can say where a psum taken later came from.
   std::string origin;
