@@ -50,39 +50,14 @@ bool fusable(DType t) { return t == DType::f32 || t == DType::f64; }
 bool is_float(DType t) { return t == DType::f32 || t == DType::f64 || is_half(t); }
 
 // `value` stored as `t` the way the fill kernel stores it (scalar::convert, on the host), as the
-// low bits of a word; nothing for a dtype fill does not take.
-std::optional<uint64_t> fill_bits(DType t, double value) {
-  namespace sc = backend::scalar;
+// low bits of a word.
+uint64_t fill_bits(DType t, double value) {
   uint64_t bits = 0;
-  auto put = [&](auto v) {
-    static_assert(sizeof(v) <= sizeof(bits));
-    std::memcpy(&bits, &v, sizeof(v));
-  };
-  switch (t) {
-    case DType::f32:
-      put(sc::convert<float>(value));
-      break;
-    case DType::f64:
-      put(sc::convert<double>(value));
-      break;
-    case DType::i32:
-      put(sc::convert<int32_t>(value));
-      break;
-    case DType::i64:
-      put(sc::convert<int64_t>(value));
-      break;
-    case DType::bool_:
-      put(sc::convert<bool>(value));
-      break;
-    case DType::bf16:
-      put(sc::convert<bfloat16>(value));
-      break;
-    case DType::f16:
-      put(sc::convert<float16>(value));
-      break;
-    default:
-      return std::nullopt;
-  }
+  backend::scalar::visit_any_dtype(t, [&](auto v) {
+    const auto stored = backend::scalar::convert<decltype(v)>(value);
+    static_assert(sizeof(stored) <= sizeof(bits));
+    std::memcpy(&bits, &stored, sizeof(stored));
+  });
   return bits;
 }
 
@@ -145,13 +120,10 @@ std::optional<ChainLaunch> plan_chain(const backend::ElementwiseChain& chain) {
         if (src[0] != DType::bool_ || src[1] != o.out || src[2] != o.out || o.in != o.out)
           return std::nullopt;
         break;
-      case Kind::constant: {
-        const std::optional<uint64_t> bits = fill_bits(o.out, o.value);
-        if (!bits) return std::nullopt;
-        s.bits = *bits;
+      case Kind::constant:
+        s.bits = fill_bits(o.out, o.value);
         s.in = s.out;
         break;
-      }
     }
   }
   // Outputs are stored after the last op: their slots live to the end.
