@@ -1009,20 +1009,16 @@ void drop_unused_temporaries(KernelProgram& p) {
   p.temp_bytes = std::move(bytes);
 }
 
-// Drops the one-element fills nothing reads any more (the scalars chains took as constants).
+// Drops the one-element fills nothing needs any more (the scalars chains took as constants).
 void drop_dead_fills(KernelProgram& p) {
-  auto needed = [&](int32_t t) {
-    for (const KernelAddr& r : p.results) {
-      if (r.slot == t) return true;
-    }
-    for (const KernelCall& c : p.calls) {
-      if (c.reads(t)) return true;
-    }
-    return t < p.operands;
-  };
-  std::erase_if(p.calls, [&](const KernelCall& c) {
-    return c.kind == KernelCall::Kind::fill && c.arg[0] == 1 && !needed(c.dst.slot);
-  });
+  std::vector<KernelCall> kept;
+  for (size_t i = 0; i < p.calls.size(); ++i) {
+    const KernelCall& c = p.calls[i];
+    const bool dead = c.kind == KernelCall::Kind::fill && c.arg[0] == 1 &&
+                      !needed_elsewhere(p, c.dst.slot, i, p.calls.size());
+    if (!dead) kept.push_back(c);
+  }
+  p.calls = std::move(kept);
 }
 
 }  // namespace
