@@ -226,6 +226,19 @@ class Backend {
   // still be a kernel of its own; the rest ran the unfused calls): tests and reports see whether
   // the fusion happened, not only that the bits agree.
   virtual int64_t fused_matmul_bias_calls() const { return 0; }
+  // A layer's product and relu's gradient after it in one call (jit's compiled steps, the
+  // backward of a dense layer with relu): y = where(relu_out > 0, a @ b, 0) for one row-major
+  // (m, n) float product (operands, transposes and precision as matmul_bias's), relu_out being the
+  // forward's relu output, dense (m, n). The default runs the product into y, then the comparison
+  // and the select (compare_select) over y in place: the unfused calls' bits. A platform with a
+  // fused form overrides it and says so with fuses_matmul_drelu() (jit fuses only then).
+  virtual void matmul_drelu(int device, DType dtype, int64_t m, int64_t n, int64_t k, const void* a,
+                            bool trans_a, const void* b, bool trans_b, Precision precision,
+                            const void* relu_out, void* y);
+  virtual bool fuses_matmul_drelu() const { return false; }
+  // How many matmul_drelu calls so far applied relu's gradient in the product's epilogue (the
+  // rest ran the unfused calls).
+  virtual int64_t fused_matmul_drelu_calls() const { return 0; }
   // Runs `body`, which queues work for `device` only and which, given the same `key` and the
   // same `count` addresses (every address its work touches), queues the same work with the same
   // arguments on every call (jit's compiled steps: KernelProgram::run_as_graph). A platform with

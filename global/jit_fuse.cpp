@@ -7,6 +7,8 @@
 // gradient's comparison and select (cuda's pairs), a layer's product with its bias add (and
 // relu) (cuda under MESHRT_CUDA_MATMUL=lt). MESHRT_JIT_FUSION=0 turns it off.
 #include <algorithm>
+#include <cmath>
+#include <map>
 #include <optional>
 #include <utility>
 #include <vector>
@@ -148,63 +150,140 @@ bool fusable_steps(const JitStep& a, const JitStep& b) {
          !a.kernels()->fusion_refused && !b.kernels()->fusion_refused;
 }
 
+// The value of each operand of a step reading `in` that is a one-element float32 constant of the
+// program, the same at every position (KernelProgram::operand_scalars); `known` caches them by
+// value id.
+std::vector<std::optional<double>> constant_scalars(const JitProgram& p,
+                                                    const std::vector<std::vector<Ref>>& in,
+                                                    std::map<int, std::optional<double>>& known) {
+  std::vector<std::optional<double>> out(in.size());
+  for (size_t o = 0; o < in.size(); ++o) {
+    if (in[o].empty()) continue;
+    const int vid = in[o].front().vid;
+    const JitValue& v = p.values[static_cast<size_t>(vid)];
+    if (!v.constant) continue;
+    auto it = known.find(vid);
+    if (it == known.end()) {
+      std::optional<double> value;
+      bool same = true;
+      for (const Tensor& t : v.blocks) {  // a position another process holds: an empty Tensor
+        if (!t.valid()) continue;
+        if (t.dtype() != DType::f32 || t.size() != 1) {
+          same = false;
+          break;
+        }
+        const double x = t.item<float>();
+        // Bit for bit (+0 and -0 differ; a NaN is never known).
+        same =
+            same && x == x && (!value || (*value == x && std::signbit(*value) == std::signbit(x)));
+        value = x;
+      }
+      it = known.emplace(vid, same ? value : std::nullopt).first;
+    }
+    bool whole = true;  // every position reads the one value
+    for (const Ref& r : in[o]) whole = whole && r.vid == vid;
+    if (whole) out[o] = it->second;
+  }
+  return out;
+}
+
+// Merges steps i and i + 1 into one step when they are compiled, the second reads results of the
+// first, and the merged kernel program has kernels to fuse. Returns whether it did.
+bool merge_at(JitProgram& p, size_t i, std::map<int, std::optional<double>>& known) {
+  JitStep& a = p.steps[i];
+  JitStep& b = p.steps[i + 1];
+  const std::optional<Merge> mg = fusable_steps(a, b) ? plan_merge(p, i) : std::nullopt;
+  if (!mg) return false;
+  // By platform, not by device: every process of a job plans the same steps.
+  const backend::Backend& be = backend_of(a.mesh->devices().front().kind());
+  KernelProgram prog = merged_program(*a.kernels(), *b.kernels(), *mg);
+  std::vector<std::vector<Ref>> in = a.in;
+  for (size_t o : mg->b_own) in.push_back(b.in[o]);
+  if (be.fuses_matmul_drelu()) prog.operand_scalars = constant_scalars(p, in, known);
+  if (fuse_kernels(prog, be) == 0) return false;
+  const LocalStep& la = *a.local();
+  const LocalStep& lb = *b.local();
+  LocalStep l;
+  l.concurrent = la.concurrent || lb.concurrent;
+  l.kernels = std::make_shared<const KernelProgram>(std::move(prog));
+  const size_t na = a.in.size();
+  l.fn = [fa = la.fn, fb = lb.fn, na, from = mg->from,
+          kept = mg->kept](const std::vector<Tensor>& in) {
+    const std::vector<Tensor> ia(in.begin(), in.begin() + static_cast<std::ptrdiff_t>(na));
+    std::vector<Tensor> ra = fa(ia);
+    std::vector<Tensor> ib;
+    for (int f : from)
+      ib.push_back(f >= 0 ? in[static_cast<size_t>(f)] : ra[static_cast<size_t>(-1 - f)]);
+    std::vector<Tensor> out;
+    for (size_t r = 0; r < ra.size(); ++r) {
+      if (kept[r]) out.push_back(std::move(ra[r]));
+    }
+    for (Tensor& t : fb(ib)) out.push_back(std::move(t));
+    return out;
+  };
+  JitStep s;
+  s.op = std::move(l);
+  s.mesh = a.mesh;
+  s.in = std::move(in);
+  for (size_t r = 0; r < a.out.size(); ++r) {
+    if (mg->kept[r]) s.out.push_back(a.out[r]);
+  }
+  s.out.insert(s.out.end(), b.out.begin(), b.out.end());
+  p.steps[i] = std::move(s);
+  p.steps.erase(p.steps.begin() + static_cast<std::ptrdiff_t>(i) + 1);
+  return true;
+}
+
+// Where the platform fuses products with relu's gradient: step i, a compiled product alone, moved
+// down to just before the first later step reading its results (no step between reads them) and
+// merged with it, when that merge fuses. The backward of a layer computes dx = g @ W^T, then
+// dW = x^T @ g, then relu's gradient of dx: dx's product moves past dW's. Steps are pure functions
+// of their operands, so the order of independent ones does not change what they compute. Returns
+// whether it moved and merged (else the order is as it was).
+bool sink_product(JitProgram& p, size_t i, std::map<int, std::optional<double>>& known) {
+  const KernelProgram* k = p.steps[i].kernels();
+  if (k == nullptr || k->calls.size() != 1 || k->calls.front().kind != KernelCall::Kind::matmul) {
+    return false;
+  }
+  if (!backend_of(p.steps[i].mesh->devices().front().kind()).fuses_matmul_drelu()) return false;
+  const std::vector<int>& outs = p.steps[i].out;
+  auto reads = [&](const JitStep& s) {
+    for (const std::vector<Ref>& refs : s.in) {
+      for (const Ref& r : refs) {
+        if (std::find(outs.begin(), outs.end(), r.vid) != outs.end()) return true;
+      }
+    }
+    return false;
+  };
+  size_t j = i + 1;
+  while (j < p.steps.size() && !reads(p.steps[j])) ++j;
+  if (j == p.steps.size() || j == i + 1) return false;
+  const auto at = p.steps.begin();
+  std::rotate(at + static_cast<std::ptrdiff_t>(i), at + static_cast<std::ptrdiff_t>(i) + 1,
+              at + static_cast<std::ptrdiff_t>(j));
+  if (merge_at(p, j - 1, known)) return true;
+  std::rotate(at + static_cast<std::ptrdiff_t>(i), at + static_cast<std::ptrdiff_t>(j) - 1,
+              at + static_cast<std::ptrdiff_t>(j));
+  return false;
+}
+
 }  // namespace
 
 int jit_fuse_steps(JitProgram& p) {
   if (!config::jit_fusion()) return 0;
   int merged = 0;
+  std::map<int, std::optional<double>> known;  // constant scalars read so far, by value id
   // Passes until nothing merges: a merge can link the step before it to the merged one (the
   // two sides of a + b, each a chain of its own).
   for (bool again = true; again;) {
     again = false;
     for (size_t i = 0; i + 1 < p.steps.size();) {
-      JitStep& a = p.steps[i];
-      JitStep& b = p.steps[i + 1];
-      const std::optional<Merge> mg = fusable_steps(a, b) ? plan_merge(p, i) : std::nullopt;
-      if (!mg) {
-        ++i;
+      if (merge_at(p, i, known) || sink_product(p, i, known)) {
+        ++merged;
+        again = true;
         continue;
       }
-      // By platform, not by device: every process of a job plans the same steps.
-      const backend::Backend& be = backend_of(a.mesh->devices().front().kind());
-      KernelProgram prog = merged_program(*a.kernels(), *b.kernels(), *mg);
-      if (fuse_kernels(prog, be) == 0) {
-        ++i;
-        continue;
-      }
-      const LocalStep& la = *a.local();
-      const LocalStep& lb = *b.local();
-      LocalStep l;
-      l.concurrent = la.concurrent || lb.concurrent;
-      l.kernels = std::make_shared<const KernelProgram>(std::move(prog));
-      const size_t na = a.in.size();
-      l.fn = [fa = la.fn, fb = lb.fn, na, from = mg->from,
-              kept = mg->kept](const std::vector<Tensor>& in) {
-        const std::vector<Tensor> ia(in.begin(), in.begin() + static_cast<std::ptrdiff_t>(na));
-        std::vector<Tensor> ra = fa(ia);
-        std::vector<Tensor> ib;
-        for (int f : from)
-          ib.push_back(f >= 0 ? in[static_cast<size_t>(f)] : ra[static_cast<size_t>(-1 - f)]);
-        std::vector<Tensor> out;
-        for (size_t r = 0; r < ra.size(); ++r) {
-          if (kept[r]) out.push_back(std::move(ra[r]));
-        }
-        for (Tensor& t : fb(ib)) out.push_back(std::move(t));
-        return out;
-      };
-      JitStep s;
-      s.op = std::move(l);
-      s.mesh = a.mesh;
-      s.in = a.in;
-      for (size_t o : mg->b_own) s.in.push_back(b.in[o]);
-      for (size_t r = 0; r < a.out.size(); ++r) {
-        if (mg->kept[r]) s.out.push_back(a.out[r]);
-      }
-      s.out.insert(s.out.end(), b.out.begin(), b.out.end());
-      p.steps[i] = std::move(s);
-      p.steps.erase(p.steps.begin() + static_cast<std::ptrdiff_t>(i) + 1);
-      ++merged;
-      again = true;
+      ++i;
     }
   }
   return merged;

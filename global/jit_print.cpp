@@ -60,7 +60,7 @@ std::string jit_text(const JitProgram& p, const std::vector<bool>& donated) {
         break;
     }
   }
-  size_t compiled = 0, kernels = 0, fused = 0, epilogues = 0, chains = 0, chained = 0,
+  size_t compiled = 0, kernels = 0, fused = 0, epilogues = 0, drelus = 0, chains = 0, chained = 0,
          chain_outputs = 0, chain_constants = 0, buffers = 0, buffer_bytes = 0;
   std::map<std::string, size_t> why_not;  // of device-local steps not compiled
   for (const JitStep& st : p.steps) {
@@ -72,6 +72,7 @@ std::string jit_text(const JitProgram& p, const std::vector<bool>& donated) {
         using K = detail::KernelCall::Kind;
         fused += c.kind == K::binary_unary || c.kind == K::compare_select ? 1 : 0;
         epilogues += c.kind == K::matmul_bias ? 1 : 0;
+        drelus += c.kind == K::matmul_drelu ? 1 : 0;
         if (c.kind == K::chain) {
           ++chains;
           for (const backend::ChainOp& o : c.chain->ops) {
@@ -123,6 +124,10 @@ std::string jit_text(const JitProgram& p, const std::vector<bool>& donated) {
   if (epilogues != 0) {
     s += cat("  fused: ", epilogues,
              " products carry their layer's bias add (and relu) as one call (matmul_bias)\n");
+  }
+  if (drelus != 0) {
+    s += cat("  fused: ", drelus,
+             " products carry relu's gradient after them as one call (matmul_drelu)\n");
   }
   // Only what a call with these donations can do: a step counts when one of the operands whose
   // buffer it may take is a donated input.

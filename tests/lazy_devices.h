@@ -105,6 +105,17 @@ class LazyDevices final : public backend::Backend {
     if (relu) ++matmul_bias_relu_calls_;
     Backend::matmul_bias(device, dtype, m, n, k, a, trans_a, b, trans_b, precision, bias, relu, y);
   }
+  // Whether jit fuses products with relu's gradient here (the backend's default then runs each
+  // fused call as the product, then compare_select), and the matmul_drelu calls so far.
+  void set_fuses_matmul_drelu(bool on) { fuses_matmul_drelu_ = on; }
+  bool fuses_matmul_drelu() const override { return fuses_matmul_drelu_; }
+  void matmul_drelu(int device, DType dtype, int64_t m, int64_t n, int64_t k, const void* a,
+                    bool trans_a, const void* b, bool trans_b, Precision precision,
+                    const void* relu_out, void* y) override {
+    ++matmul_drelu_calls_;
+    Backend::matmul_drelu(device, dtype, m, n, k, a, trans_a, b, trans_b, precision, relu_out, y);
+  }
+  int matmul_drelu_calls() const { return matmul_drelu_calls_.load(); }
   int matmul_bias_calls() const { return matmul_bias_calls_.load(); }
   int matmul_bias_relu_calls() const { return matmul_bias_relu_calls_.load(); }
   // Work graphs, as CUDA graphs (MESHRT_CUDA_GRAPHS=1): with set_graphs(true), run_graph
@@ -274,8 +285,8 @@ class LazyDevices final : public backend::Backend {
   std::atomic<int> ran_{0}, syncs_{0}, folds_{0}, batches_{0}, batched_copies_{0};
   std::atomic<bool> fail_next_{false};
   std::atomic<bool> fuses_{false};
-  std::atomic<bool> fuses_matmul_bias_{false};
-  std::atomic<int> matmul_bias_calls_{0}, matmul_bias_relu_calls_{0};
+  std::atomic<bool> fuses_matmul_bias_{false}, fuses_matmul_drelu_{false};
+  std::atomic<int> matmul_bias_calls_{0}, matmul_bias_relu_calls_{0}, matmul_drelu_calls_{0};
   struct GraphKey {
     int device;
     uint64_t key;

@@ -193,10 +193,11 @@ MESHRT_TREE(Mlp, w1, b1, w2, b2, w3);
 
 // A jitted data-parallel MLP step on the stand-in, fusing what it is asked to: checks that the step
 // gives eager's bits every round and returns its program's text.
-std::string fused_mlp_step_text(bool pairs, bool epilogues) {
+std::string fused_mlp_step_text(bool pairs, bool epilogues, bool drelu = false) {
   test::LazyDevices& fake = lazy();
   fake.set_fuses_pairs(pairs);
   fake.set_fuses_matmul_bias(epilogues);
+  fake.set_fuses_matmul_drelu(drelu);
   Mesh mesh = make_mesh({kDevices}, {"x"}, "cuda");
   const NamedSharding dp(mesh, P("x")), rep(mesh, P());
   auto loss = [](const Mlp& p, const Array& x) {
@@ -228,6 +229,7 @@ std::string fused_mlp_step_text(bool pairs, bool epilogues) {
   std::string text = step.lower(p, x).as_text();
   fake.set_fuses_pairs(false);
   fake.set_fuses_matmul_bias(false);
+  fake.set_fuses_matmul_drelu(false);
   return text;
 }
 
@@ -252,6 +254,34 @@ TEST(JitOnADevicePlatform, FusesALayersProductBiasAndReluWithEagerBits) {
       << text;
   // What is left of the pairs: relu's gradients.
   EXPECT_NE(text.find("fused: 2 kernel calls are fused"), std::string::npos) << text;
+}
+
+// Where the platform also fuses products with relu's gradient (Backend::fuses_matmul_drelu; the
+// stand-in here when asked), the backward's dx product moves past dW's to meet relu's gradient
+// (its comparison and select already one compare_select, its zero a scalar constant autodiff
+// made), each becomes one matmul_drelu call, and the step still gives eager's bits (the default
+// runs the same kernels).
+TEST(JitOnADevicePlatform, FusesProductsWithReluGradientsWithEagerBits) {
+  const int before = lazy().matmul_drelu_calls();
+  const std::string text = fused_mlp_step_text(true, true, true);
+  EXPECT_NE(text.find("fused: 2 products carry relu's gradient after them as one call"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("fused: 2 products carry their layer's bias add (and relu)"),
+            std::string::npos)
+      << text;
+  // No pair is left: relu's gradients went into their products.
+  EXPECT_EQ(text.find("kernel calls are fused elementwise pairs"), std::string::npos) << text;
+  // The jitted step replays its program in rounds 2 and 3 (the first call traces): two layers
+  // each, on every device.
+  EXPECT_EQ(lazy().matmul_drelu_calls() - before, 2 * 2 * kDevices);
+  // Without the bias fusion, the same relu gradients; the bias adds and relus stay pairs.
+  const std::string alone = fused_mlp_step_text(true, false, true);
+  EXPECT_NE(alone.find("fused: 2 products carry relu's gradient after them as one call"),
+            std::string::npos)
+      << alone;
+  EXPECT_NE(alone.find("fused: 2 kernel calls are fused elementwise pairs"), std::string::npos)
+      << alone;
 }
 
 }  // namespace

@@ -7,6 +7,7 @@
 #include <cstring>
 #include <limits>
 #include <memory>
+#include <optional>
 #include <stdexcept>
 #include <vector>
 
@@ -246,6 +247,178 @@ TEST(KernelTape, FusesProductsWithTheirBiasAddAndRelu) {
       ASSERT_EQ(got.size(), 1u);
       ASSERT_EQ(got[0].size(), want[0].nbytes());
       EXPECT_EQ(0, std::memcmp(got[0].data(), want[0].data(), got[0].size()));
+    }
+  }
+}
+
+// relu's gradient after a product, as autodiff writes it (where(y > 0, g @ W^T, 0), its zero a
+// scalar), becomes one matmul_drelu call reading y, whether the comparison and select are apart or
+// already one compare_select, the zero a fill or an operand jit knows, either operand transposed;
+// the comparison left without a reader goes. The backend's default runs it as the kernels it
+// replaces, so replayed on other operands it equals fn bit for bit.
+TEST(KernelTape, FusesProductsWithReluGradientAfterThem) {
+  using K = detail::KernelCall::Kind;
+  auto zero = [](const Tensor& t) { return full({}, 0.0, DType::f32, t.device()); };
+  struct Case {
+    const char* what;
+    Fn fn;
+    bool pairs_first;  // fuse_elementwise_pairs runs first (as record_kernels does on cuda)
+    int fusions;       // calls fuse_relu_gradients fuses away
+  };
+  const std::vector<Case> cases = {
+      {"where(y > 0, g @ w^T, 0)",
+       [&](const std::vector<Tensor>& t) {
+         return std::vector<Tensor>{
+             where(t[0] > 0.0, matmul_transposed(t[1], t[2], false, true), zero(t[1]))};
+       },
+       false, 2},
+      {"the same as a compare_select",
+       [&](const std::vector<Tensor>& t) {
+         return std::vector<Tensor>{
+             where(t[0] > 0.0, matmul_transposed(t[1], t[2], false, true), zero(t[1]))};
+       },
+       true, 1},
+      {"the comparison first, g @ w with w stored transposed twice over",
+       [&](const std::vector<Tensor>& t) {
+         const Tensor c = t[0] > 0.0;
+         return std::vector<Tensor>{
+             where(c, matmul_transposed(t[1], transpose(t[2]), false, false), zero(t[1]))};
+       },
+       false, 2},
+  };
+  const std::vector<Tensor> a = {
+      vec({1, -2, 0, 3, std::numeric_limits<float>::quiet_NaN(), 0.5, -0.0f, 2, -1, 4, 0, 1},
+          {3, 4}),
+      vec(ramp(3 * 5, 0.3f, -2.0f), {3, 5}), vec(ramp(4 * 5, -0.2f, 1.0f), {4, 5})};
+  std::vector<float> g = ramp(3 * 5, -0.4f, 1.5f);
+  g[2] = std::numeric_limits<float>::infinity();
+  g[7] = std::numeric_limits<float>::quiet_NaN();
+  const std::vector<Tensor> b = {vec({0, 2, -1, 1, 1, 0, 3, -0.5, 2, 2, -2, 0.25}, {3, 4}),
+                                 vec(g, {3, 5}), vec(ramp(4 * 5, 0.7f, -3.0f), {4, 5})};
+  const Unfused unfused;
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.what);
+    KernelRecord r = record_kernels(c.fn, a);
+    ASSERT_NE(r.program, nullptr) << r.why_not;
+    EXPECT_EQ(count_kind(*r.program, K::matmul_drelu), 0);  // cpu fuses no product
+    KernelProgram fused = *r.program;
+    if (c.pairs_first) (void)detail::fuse_elementwise_pairs(fused);
+    const size_t before = fused.calls.size();
+    EXPECT_EQ(detail::fuse_relu_gradients(fused), c.fusions);
+    ASSERT_EQ(count_kind(fused, K::matmul_drelu), 1);
+    EXPECT_EQ(count_kind(fused, K::matmul), 0);
+    EXPECT_EQ(count_kind(fused, K::select) + count_kind(fused, K::compare_select), 0);
+    EXPECT_EQ(count_kind(fused, K::binary), 0);  // the comparison went
+    // The zeros' fills no call reads any more went too.
+    EXPECT_EQ(count_kind(fused, K::fill), 0);
+    EXPECT_LE(fused.calls.size() + static_cast<size_t>(c.fusions), before);
+    for (const auto& ops : {a, b}) {
+      const std::vector<Tensor> want = c.fn(ops);
+      const std::vector<std::vector<char>> got = run(fused, ops);
+      ASSERT_EQ(got.size(), 1u);
+      ASSERT_EQ(got[0].size(), want[0].nbytes());
+      EXPECT_EQ(0, std::memcmp(got[0].data(), want[0].data(), got[0].size()));
+    }
+  }
+}
+
+// The zero as an operand (jit's constant): fused only where the program knows it is +0.0
+// (KernelProgram::operand_scalars).
+TEST(KernelTape, ReluGradientsZeroOperandMustBeAKnownPlusZero) {
+  using K = detail::KernelCall::Kind;
+  Fn fn = [](const std::vector<Tensor>& t) {
+    return std::vector<Tensor>{where(t[0] > 0.0, matmul(t[1], t[2]), t[3])};
+  };
+  const std::vector<Tensor> ops = {vec({1, -2, 0, 3, 2, -1}, {2, 3}),
+                                   vec(ramp(2 * 4, 0.3f, -2.0f), {2, 4}),
+                                   vec(ramp(4 * 3, -0.2f, 1.0f), {4, 3}), vec({0.0f}, {})};
+  const Unfused unfused;
+  KernelRecord r = record_kernels(fn, ops);
+  ASSERT_NE(r.program, nullptr) << r.why_not;
+  struct Known {
+    const char* what;
+    std::vector<std::optional<double>> scalars;
+    int fusions;
+  };
+  const std::vector<Known> cases = {
+      {"unknown", {}, 0},
+      {"known +0", {std::nullopt, std::nullopt, std::nullopt, 0.0}, 2},
+      {"known -0", {std::nullopt, std::nullopt, std::nullopt, -0.0}, 0},
+      {"known 1", {std::nullopt, std::nullopt, std::nullopt, 1.0}, 0},
+  };
+  for (const Known& k : cases) {
+    SCOPED_TRACE(k.what);
+    KernelProgram p = *r.program;
+    p.operand_scalars = k.scalars;
+    EXPECT_EQ(detail::fuse_relu_gradients(p), k.fusions);
+    EXPECT_EQ(count_kind(p, K::matmul_drelu), k.fusions > 0 ? 1 : 0);
+    if (k.fusions > 0) {
+      const std::vector<Tensor> want = fn(ops);
+      const std::vector<std::vector<char>> got = run(p, ops);
+      EXPECT_EQ(0, std::memcmp(got[0].data(), want[0].data(), got[0].size()));
+    }
+  }
+}
+
+// Anything but relu's gradient after a product whose result nothing else reads stays apart.
+TEST(KernelTape, KeepsProductsThatAreNotFollowedByReluGradient) {
+  using K = detail::KernelCall::Kind;
+  auto scalar = [](const Tensor& t, double v) { return full({}, v, DType::f32, t.device()); };
+  const std::vector<std::pair<const char*, Fn>> cases = {
+      {"the else branch is not zero",
+       [&](const std::vector<Tensor>& t) {
+         return std::vector<Tensor>{where(t[0] > 0.0, matmul(t[1], t[2]), scalar(t[1], 0.5))};
+       }},
+      {"the else branch is -0",
+       [&](const std::vector<Tensor>& t) {
+         return std::vector<Tensor>{where(t[0] > 0.0, matmul(t[1], t[2]), scalar(t[1], -0.0))};
+       }},
+      {"y >= 0",
+       [&](const std::vector<Tensor>& t) {
+         return std::vector<Tensor>{where(t[0] >= 0.0, matmul(t[1], t[2]), scalar(t[1], 0.0))};
+       }},
+      {"y > 1",
+       [&](const std::vector<Tensor>& t) {
+         return std::vector<Tensor>{where(t[0] > 1.0, matmul(t[1], t[2]), scalar(t[1], 0.0))};
+       }},
+      {"the product in the else branch",
+       [&](const std::vector<Tensor>& t) {
+         return std::vector<Tensor>{where(t[0] > 0.0, scalar(t[1], 0.0), matmul(t[1], t[2]))};
+       }},
+      {"the product is a result too",
+       [&](const std::vector<Tensor>& t) {
+         const Tensor g = matmul(t[1], t[2]);
+         return std::vector<Tensor>{g, where(t[0] > 0.0, g, scalar(t[1], 0.0))};
+       }},
+      {"the comparison is a result too",
+       [&](const std::vector<Tensor>& t) {
+         const Tensor c = t[0] > 0.0;
+         return std::vector<Tensor>{c, where(c, matmul(t[1], t[2]), scalar(t[1], 0.0))};
+       }},
+      {"the comparison has another reader",
+       [&](const std::vector<Tensor>& t) {
+         const Tensor c = t[0] > 0.0;
+         return std::vector<Tensor>{where(c, matmul(t[1], t[2]), scalar(t[1], 0.0)),
+                                    where(c, t[0], scalar(t[1], 0.0))};
+       }},
+      {"y is broadcast",
+       [&](const std::vector<Tensor>& t) {
+         return std::vector<Tensor>{where(t[3] > 0.0, matmul(t[1], t[2]), scalar(t[1], 0.0))};
+       }},
+  };
+  const std::vector<Tensor> ops = {vec({1, -2, 0, 3, 2, -1}, {2, 3}),
+                                   vec(ramp(2 * 4, 0.3f, -2.0f), {2, 4}),
+                                   vec(ramp(4 * 3, -0.2f, 1.0f), {4, 3}), vec({1, -1, 2}, {3})};
+  const Unfused unfused;
+  for (const auto& [what, fn] : cases) {
+    SCOPED_TRACE(what);
+    KernelRecord r = record_kernels(fn, ops);
+    ASSERT_NE(r.program, nullptr) << r.why_not;
+    for (const bool pairs : {false, true}) {
+      KernelProgram p = *r.program;
+      if (pairs) (void)detail::fuse_elementwise_pairs(p);
+      EXPECT_EQ(detail::fuse_relu_gradients(p), 0);
+      EXPECT_EQ(count_kind(p, K::matmul_drelu), 0);
     }
   }
 }

@@ -188,6 +188,16 @@ class CudaBackend final : public backend::Backend {
   void matmul_bias(int device, DType dtype, int64_t m, int64_t n, int64_t k, const void* a,
                    bool trans_a, const void* b, bool trans_b, Precision precision, const void* bias,
                    bool relu, void* y) override;
+  // relu's gradient in the epilogue (cuBLASLt's DRELU, a relu mask made from the forward's
+  // output by one small kernel), where a probe per shape finds it gives the unfused calls' bits;
+  // elsewhere the unfused calls.
+  bool fuses_matmul_drelu() const override { return lt_; }
+  int64_t fused_matmul_drelu_calls() const override {
+    return fused_matmul_drelu_.load(std::memory_order_relaxed);
+  }
+  void matmul_drelu(int device, DType dtype, int64_t m, int64_t n, int64_t k, const void* a,
+                    bool trans_a, const void* b, bool trans_b, Precision precision,
+                    const void* relu_out, void* y) override;
 
   // ---- CUDA graphs (graphs.cpp), under MESHRT_CUDA_GRAPHS=1: body's work is captured from the
   // compute stream the second time a key meets the same addresses, and launched as one graph
@@ -259,6 +269,11 @@ class CudaBackend final : public backend::Backend {
   bool lt_gemm(int device, int64_t m, int64_t n, int64_t k, const void* a, bool trans_a,
                const void* b, bool trans_b, void* c, Precision precision, const void* bias,
                int epilogue);
+  // matmul_drelu through cuBLASLt's DRELU epilogue: false, having queued nothing the caller
+  // needs, where the shape has no plan, the plan's algorithm refuses DRELU or its probe found
+  // other bits than the unfused calls' (the caller then runs those).
+  bool lt_drelu(int device, int64_t m, int64_t n, int64_t k, const void* a, bool trans_a,
+                const void* b, bool trans_b, Precision precision, const void* relu_out, void* y);
   // A recycled (or new) event recorded on `s`, `device`'s stream.
   cudaEvent_t record_token(int device, cudaStream_t s);
   void init_peer_access();
@@ -282,6 +297,7 @@ class CudaBackend final : public backend::Backend {
   std::unique_ptr<core::FiberPool> fibers_;  // MESHRT_CUDA_EXECUTOR=fibers
   std::atomic<int64_t> graph_launches_{0};
   std::atomic<int64_t> fused_matmul_bias_{0};
+  std::atomic<int64_t> fused_matmul_drelu_{0};
   int gpus_ = 0;
   int per_gpu_ = 1;
   size_t max_pitch_ = 0;  // the smallest cudaDevAttrMaxPitch of the GPUs

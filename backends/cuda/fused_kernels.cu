@@ -122,4 +122,33 @@ cudaError_t launch_compare_select(cudaStream_t s, int cmp, DType in, DType t, in
   });
 }
 
+namespace {
+
+// One warp per 32 bits of one row: lane l tests y[i][32 w + l], the ballot is word w of row i
+// (bit l = lane l: bit b of a little-endian word is bit b % 8 of byte b / 8).
+__global__ void relu_mask_kernel(int64_t m, int64_t n, int64_t words, const float* y,
+                                 uint32_t* mask) {
+  const int64_t warp = (blockIdx.x * int64_t{blockDim.x} + threadIdx.x) / 32;
+  const int lane = static_cast<int>(threadIdx.x % 32);
+  if (warp >= m * words) return;  // whole warps leave together (blockDim is a multiple of 32)
+  const int64_t i = warp / words, j = (warp % words) * 32 + lane;
+  const bool on = j < n && y[i * n + j] > 0.0f;
+  const uint32_t bits = __ballot_sync(0xffffffffu, on);
+  if (lane == 0) mask[warp] = bits;
+}
+
+}  // namespace
+
+cudaError_t launch_relu_mask(cudaStream_t s, int64_t m, int64_t n, int64_t ld, const float* y,
+                             uint32_t* mask) {
+  if (m == 0 || n == 0) return cudaSuccess;
+  if (ld % 128 != 0 || ld < n) return cudaErrorInvalidValue;
+  const int64_t words = ld / 32;  // per row of y
+  constexpr int kThreads = 256;
+  const int64_t blocks = (m * words * 32 + kThreads - 1) / kThreads;
+  if (blocks > 0x7fffffff) return cudaErrorInvalidConfiguration;
+  relu_mask_kernel<<<static_cast<unsigned>(blocks), kThreads, 0, s>>>(m, n, words, y, mask);
+  return cudaGetLastError();
+}
+
 }  // namespace meshrt::cuda

@@ -27,4 +27,12 @@ cudaError_t launch_compare_select(cudaStream_t s, int cmp, DType in, DType t, in
                                   int64_t cols, const Operand2& x0, const Operand2& x1,
                                   const Operand2& a, const Operand2& b, void* y);
 
+// cuBLASLt's relu bit mask of a row-major (m, n) float32 y (the forward's relu output), for the
+// DRELU epilogue (matmul_lt.cpp): bit i * ld + j set where y[i][j] > 0 (NaN: clear), element
+// (j, i) of the column-major (n, m) output cuBLASLt sees, ld (a multiple of 128, at least n)
+// bits per column, bit b of the buffer in byte b / 8 at position b % 8, the bits past n clear.
+// mask holds m * ld / 8 bytes, 4-byte aligned.
+cudaError_t launch_relu_mask(cudaStream_t s, int64_t m, int64_t n, int64_t ld, const float* y,
+                             uint32_t* mask);
+
 }  // namespace meshrt::cuda

@@ -16,16 +16,28 @@
 // survive, that shape's relu runs as its own kernel after the BIAS epilogue (the same bits, one
 // pass more). CudaKernels.LtEpiloguesGiveTheUnfusedBits checks all of this on a GPU (run-gpu.sh
 // runs it with MESHRT_CUDA_MATMUL=lt).
+//
+// relu's gradient (matmul_drelu: where(y > 0, a @ b, 0), the backward of a layer) runs as the
+// DRELU epilogue of the same plan's algorithm, fed a relu bit mask one small kernel makes from the
+// forward's output y (launch_relu_mask). Neither the mask's bit order nor what DRELU writes where
+// a bit is clear (0 as a select, or the product times 0, which keeps a NaN) is spelled out in
+// cublasLt.h, so the first call of each shape runs the fused and the unfused calls on the same
+// operands (NaN and infinities among the products, y positive, zero, negative and NaN) and fuses
+// that shape only where the two agree bit for bit (CudaKernels.LtDreluGivesTheUnfusedBits).
 #include <cublasLt.h>
 #include <cuda_runtime.h>
 
 #include <compare>
 #include <cstdint>
+#include <cstring>
 #include <map>
+#include <memory>
 #include <mutex>
+#include <vector>
 
 #include "backends/cuda/cuda_backend.h"
 #include "backends/cuda/cuda_check.h"
+#include "backends/cuda/fused_kernels.h"
 
 namespace meshrt::cuda {
 
@@ -60,6 +72,13 @@ struct LtPlan {
   // Whether RELU_BIAS keeps a NaN as relu does (JAX: relu(NaN) = NaN): probed on first use
   // (relu_probe); where it does not, relu runs after the BIAS epilogue as its own kernel.
   enum class Relu { unknown, fused, separate } relu = Relu::unknown;
+  // DRELU (matmul_drelu): its descriptor, the workspace it asks, and whether the algorithm runs it
+  // with the unfused calls' bits (drelu_matches, on first use); the relu mask it reads, kept with
+  // the plan (a captured graph holds its address).
+  enum class Drelu { unknown, fused, separate } drelu = Drelu::unknown;
+  cublasLtMatmulDesc_t drelu_desc = nullptr;
+  size_t drelu_workspace = 0;
+  std::shared_ptr<backend::Buffer> mask;
 };
 
 // Frees what a plan that found no algorithm made (a plan that did is kept for the process).
@@ -68,6 +87,8 @@ void destroy(LtPlan& p) {
     if (d != nullptr) cublasLtMatmulDescDestroy(d);
     d = nullptr;
   }
+  if (p.drelu_desc != nullptr) cublasLtMatmulDescDestroy(p.drelu_desc);
+  p.drelu_desc = nullptr;
   for (cublasLtMatrixLayout_t* l : {&p.la, &p.lb, &p.lc}) {
     if (*l != nullptr) cublasLtMatrixLayoutDestroy(*l);
     *l = nullptr;
@@ -209,6 +230,98 @@ bool relu_keeps_nan(CudaBackend& be, Logical& l, int device, const LtKey& key, L
   return first != first;
 }
 
+// The relu mask's leading dimension: bits per column of cuBLASLt's column-major (n, m) output.
+int64_t mask_ld(int64_t n) { return (n + 127) / 128 * 128; }
+
+size_t mask_bytes(int64_t m, int64_t n) { return static_cast<size_t>(m * mask_ld(n) / 8); }
+
+// p's DRELU descriptor, when p's algorithm runs DRELU for `key` (cublasLtMatmulAlgoCheck) within
+// the workspace. False: the shape's relu gradients run unfused.
+bool make_drelu_desc(cublasLtHandle_t lt, const LtKey& key, LtPlan& p, int device) {
+  const cublasComputeType_t compute = key.tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+  MESHRT_CUBLAS_CHECK(cublasLtMatmulDescCreate(&p.drelu_desc, compute, CUDA_R_32F), device);
+  set_desc(p.drelu_desc, CUBLASLT_MATMUL_DESC_TRANSA, key.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N,
+           device);
+  set_desc(p.drelu_desc, CUBLASLT_MATMUL_DESC_TRANSB, key.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N,
+           device);
+  set_desc(p.drelu_desc, CUBLASLT_MATMUL_DESC_EPILOGUE, CUBLASLT_EPILOGUE_DRELU, device);
+  set_desc(p.drelu_desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, mask_ld(key.n), device);
+  // As the bias pointer in make_plan: a stand-in of the alignment the mask buffer has (256).
+  set_desc(p.drelu_desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER,
+           static_cast<void*>(reinterpret_cast<char*>(256)), device);
+  cublasLtMatmulHeuristicResult_t check{};
+  if (cublasLtMatmulAlgoCheck(lt, p.drelu_desc, p.la, p.lb, p.lc, p.lc, &p.algo, &check) !=
+          CUBLAS_STATUS_SUCCESS ||
+      check.workspaceSize > kLtWorkspaceBytes) {
+    return false;
+  }
+  p.drelu_workspace = check.workspaceSize;
+  return true;
+}
+
+// Whether p's DRELU gives the unfused calls' bits for `key`: the plain product through p, then
+// relu's gradient as its own kernel (compare_select), against the relu mask and DRELU, on the
+// same operands: a's column 0 cycling through 1, -2, NaN, +Inf, -Inf, 3, 0.5, -0.25 and b's row
+// 0 all ones (the rest zeros, so row i of the product is a's value i, NaN and infinities
+// included, whatever order the sums take), y cycling through 1, 0, -1, NaN, 2. The host waits,
+// once per shape. Makes p.mask. A shape whose operands exceed kProbeBytes is not probed (its
+// relu gradients then run unfused).
+bool drelu_matches(CudaBackend& be, Logical& l, int device, const LtKey& key, LtPlan& p,
+                   void* workspace) {
+  const int64_t m = key.m, n = key.n, k = key.k;
+  const size_t na = static_cast<size_t>(m * k), nb = static_cast<size_t>(k * n),
+               nc = static_cast<size_t>(m * n);
+  if ((na + nb + 3 * nc) * 4 + mask_bytes(m, n) > kProbeBytes) return false;
+  const float inf = __builtin_huge_valf(), nan = __builtin_nanf("");
+  const float values[8] = {1.0f, -2.0f, nan, inf, -inf, 3.0f, 0.5f, -0.25f};
+  const float ys[5] = {1.0f, 0.0f, -1.0f, nan, 2.0f};
+  std::vector<float> ha(na, 0.0f), hb(nb, 0.0f), hy(nc);
+  for (int64_t i = 0; i < m; ++i) ha[static_cast<size_t>(key.trans_a ? i : i * k)] = values[i % 8];
+  for (int64_t j = 0; j < n; ++j) hb[static_cast<size_t>(key.trans_b ? j * k : j)] = 1.0f;
+  for (int64_t i = 0; i < m; ++i) {
+    for (int64_t j = 0; j < n; ++j) hy[static_cast<size_t>(i * n + j)] = ys[(i * 7 + j * 3) % 5];
+  }
+  const cudaStream_t s = be.ops_stream(device);
+  const auto a = be.allocate(device, na * 4), b = be.allocate(device, nb * 4),
+             y = be.allocate(device, nc * 4), unfused = be.allocate(device, nc * 4),
+             fused = be.allocate(device, nc * 4), zero = be.allocate(device, 4);
+  MESHRT_CUDA_CHECK(cudaMemcpyAsync(a->data(), ha.data(), na * 4, cudaMemcpyHostToDevice, s),
+                    device);
+  MESHRT_CUDA_CHECK(cudaMemcpyAsync(b->data(), hb.data(), nb * 4, cudaMemcpyHostToDevice, s),
+                    device);
+  MESHRT_CUDA_CHECK(cudaMemcpyAsync(y->data(), hy.data(), nc * 4, cudaMemcpyHostToDevice, s),
+                    device);
+  MESHRT_CUDA_CHECK(cudaMemsetAsync(zero->data(), 0, 4, s), device);  // +0.0f
+  const float one = 1.0f, nought = 0.0f;
+  if (cublasLtMatmul(l.lt, p.desc[0], &one, b->data(), p.la, a->data(), p.lb, &nought,
+                     unfused->data(), p.lc, unfused->data(), p.lc, &p.algo, workspace, p.workspace,
+                     s) != CUBLAS_STATUS_SUCCESS) {
+    return false;
+  }
+  const std::vector<int64_t> shape{m, n};
+  const backend::Strided g{unfused->data(), {n, 1}}, z{zero->data(), {0, 0}},
+      out{y->data(), {n, 1}};
+  be.compare_select(device, backend::BinaryOp::gt, DType::f32, DType::f32, shape, out, z, g, z,
+                    unfused->data());
+  p.mask = be.allocate(device, mask_bytes(m, n));
+  MESHRT_CUDA_CHECK(launch_relu_mask(s, m, n, mask_ld(n), static_cast<const float*>(y->data()),
+                                     static_cast<uint32_t*>(p.mask->data())),
+                    device);
+  set_desc(p.drelu_desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, p.mask->data(), device);
+  if (cublasLtMatmul(l.lt, p.drelu_desc, &one, b->data(), p.la, a->data(), p.lb, &nought,
+                     fused->data(), p.lc, fused->data(), p.lc, &p.algo, workspace,
+                     p.drelu_workspace, s) != CUBLAS_STATUS_SUCCESS) {
+    return false;
+  }
+  std::vector<float> hu(nc), hf(nc);
+  MESHRT_CUDA_CHECK(cudaMemcpyAsync(hu.data(), unfused->data(), nc * 4, cudaMemcpyDeviceToHost, s),
+                    device);
+  MESHRT_CUDA_CHECK(cudaMemcpyAsync(hf.data(), fused->data(), nc * 4, cudaMemcpyDeviceToHost, s),
+                    device);
+  MESHRT_CUDA_CHECK(cudaStreamSynchronize(s), device);
+  return std::memcmp(hu.data(), hf.data(), nc * 4) == 0;
+}
+
 }  // namespace
 
 struct LtPlans {
@@ -264,6 +377,63 @@ bool CudaBackend::lt_gemm(int device, int64_t m, int64_t n, int64_t k, const voi
   }
   if (epilogue > 0) fused_matmul_bias_.fetch_add(1, std::memory_order_relaxed);
   return true;
+}
+
+bool CudaBackend::lt_drelu(int device, int64_t m, int64_t n, int64_t k, const void* a, bool trans_a,
+                           const void* b, bool trans_b, Precision precision, const void* relu_out,
+                           void* y) {
+  Logical& l = dev(device);
+  set(device);
+  std::lock_guard<std::mutex> lock(l.blas_mu);
+  if (l.lt == nullptr) {
+    MESHRT_CUBLAS_CHECK(cublasLtCreate(&l.lt), device);
+    l.lt_plans = std::make_shared<LtPlans>();
+  }
+  const bool tf32 = precision == Precision::tf32;
+  const LtKey key{m, n, k, trans_a, trans_b, tf32, alignment(a), alignment(b), alignment(y)};
+  auto it = l.lt_plans->plans.find(key);
+  if (it == l.lt_plans->plans.end())
+    it = l.lt_plans->plans.emplace(key, make_plan(l.lt, key, device)).first;
+  LtPlan& p = it->second;
+  if (!p.ok) return false;
+  if (l.lt_workspace == nullptr) l.lt_workspace = allocate(device, kLtWorkspaceBytes);
+  void* workspace = l.lt_workspace->data();
+  if (p.drelu == LtPlan::Drelu::unknown) {
+    // The probe waits on the host: never inside a CUDA graph capture (graphs.cpp), where the
+    // unfused calls run until a call outside one has probed.
+    if (t_capture != nullptr) return false;
+    const bool ok =
+        make_drelu_desc(l.lt, key, p, device) && drelu_matches(*this, l, device, key, p, workspace);
+    p.drelu = ok ? LtPlan::Drelu::fused : LtPlan::Drelu::separate;
+  }
+  if (p.drelu != LtPlan::Drelu::fused) return false;
+  const cudaStream_t s = ops_stream(device);
+  MESHRT_CUDA_CHECK(launch_relu_mask(s, m, n, mask_ld(n), static_cast<const float*>(relu_out),
+                                     static_cast<uint32_t*>(p.mask->data())),
+                    device);
+  set_desc(p.drelu_desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, p.mask->data(), device);
+  const float one = 1.0f, zero = 0.0f;
+  const cublasStatus_t st = cublasLtMatmul(l.lt, p.drelu_desc, &one, b, p.la, a, p.lb, &zero, y,
+                                           p.lc, y, p.lc, &p.algo, workspace, p.drelu_workspace, s);
+  if (st == CUBLAS_STATUS_NOT_SUPPORTED) {
+    // As lt_gemm: from now on this shape's relu gradients run unfused (the mask made is unread).
+    p.drelu = LtPlan::Drelu::separate;
+    return false;
+  }
+  if (st != CUBLAS_STATUS_SUCCESS) throw_cublas(st, "cublasLtMatmul", device);
+  fused_matmul_drelu_.fetch_add(1, std::memory_order_relaxed);
+  return true;
+}
+
+void CudaBackend::matmul_drelu(int device, DType dtype, int64_t m, int64_t n, int64_t k,
+                               const void* a, bool trans_a, const void* b, bool trans_b,
+                               Precision precision, const void* relu_out, void* y) {
+  if (lt_ && dtype == DType::f32 && m > 0 && n > 0 && k > 0 &&
+      lt_drelu(device, m, n, k, a, trans_a, b, trans_b, precision, relu_out, y)) {
+    return;
+  }
+  // The unfused calls: the product (through this shape's plan, as eager), then relu's gradient.
+  Backend::matmul_drelu(device, dtype, m, n, k, a, trans_a, b, trans_b, precision, relu_out, y);
 }
 
 void CudaBackend::matmul_bias(int device, DType dtype, int64_t m, int64_t n, int64_t k,

@@ -3,6 +3,7 @@
 
 #include <array>
 #include <atomic>
+#include <cmath>
 #include <cstring>
 #include <optional>
 #include <span>
@@ -395,6 +396,12 @@ void KernelProgram::run(backend::Backend& be, int device, char* const* base,
                        at(c.src[1]), (c.op & 2) != 0,
                        (c.op & 4) != 0 ? Precision::tf32 : Precision::highest, at(c.src[2]),
                        c.op2 != 0, at(c.dst));
+        break;
+      case KernelCall::Kind::matmul_drelu:
+        be.matmul_drelu(device, c.in, c.arg[1], c.arg[2], c.arg[3], at(c.src[0]), (c.op & 1) != 0,
+                        at(c.src[1]), (c.op & 2) != 0,
+                        (c.op & 4) != 0 ? Precision::tf32 : Precision::highest, at(c.src[2]),
+                        at(c.dst));
         break;
       case KernelCall::Kind::binary_unary: {
         Strided& a = scratch[static_cast<size_t>(c.strided)];
@@ -931,6 +938,122 @@ int fuse_into_readers(KernelProgram& p, bool (*first)(KernelCall::Kind), Find fi
   return fused;
 }
 
+// Drops the calls nothing needs any more: one-element fills (the scalars chains took as
+// constants) and comparisons (relu's gradient fused into its product: fuse_drelu), whose result is
+// no result of the program, no operand, and read by no call kept. Returns the comparisons dropped.
+int drop_dead_calls(KernelProgram& p) {
+  using K = KernelCall::Kind;
+  std::vector<bool> dead(p.calls.size(), false);
+  int compares = 0;
+  for (size_t i = p.calls.size(); i-- > 0;) {  // last first: a dropped reader frees its sources
+    const KernelCall& c = p.calls[i];
+    const bool fill = c.kind == K::fill && c.arg[0] == 1;
+    const bool compare = c.kind == K::binary && c.out == DType::bool_;
+    if (!fill && !compare) continue;
+    const int32_t t = c.dst.slot;
+    bool needed = t < p.operands;
+    for (const KernelAddr& r : p.results) needed = needed || r.slot == t;
+    for (size_t j = i + 1; j < p.calls.size() && !needed; ++j) {
+      needed = !dead[j] && p.calls[j].reads(t);
+    }
+    if (needed) continue;
+    dead[i] = true;
+    compares += compare ? 1 : 0;
+  }
+  std::vector<KernelCall> kept;
+  for (size_t i = 0; i < p.calls.size(); ++i) {
+    if (!dead[i]) kept.push_back(std::move(p.calls[i]));
+  }
+  p.calls = std::move(kept);
+  return compares;
+}
+
+// Whether `at`, read through strides `st` over `shape`, is a float32 scalar +0.0 (a one-element
+// fill only that fill writes, broadcast): the zeros of relu's gradient.
+bool plus_zero(const KernelProgram& p, const KernelAddr& at, const std::vector<int64_t>& st,
+               const std::vector<int64_t>& shape) {
+  std::optional<double> v = scalar_fill(p, at, st, shape, DType::f32);
+  if (!v && at.slot < p.operands && at.offset == 0 &&
+      static_cast<size_t>(at.slot) < p.operand_scalars.size()) {
+    // An operand jit knows (a one-element constant of the program), read broadcast.
+    bool broadcast = true;
+    for (size_t d = 0; d < shape.size(); ++d)
+      broadcast = broadcast && (shape[d] == 1 || st[d] == 0);
+    if (broadcast) v = p.operand_scalars[static_cast<size_t>(at.slot)];
+  }
+  return v && *v == 0.0 && !std::signbit(*v);
+}
+
+// Product `a` (call i) and relu's gradient after it, its sole reader `b` (call r): select(cond,
+// a's result, +0) whose cond is `y > +0` from a comparison only b reads, or that pair already
+// one compare_select. The fused matmul_drelu call (see fuse_matmul_epilogues), or nothing.
+std::optional<KernelCall> fuse_drelu(const KernelProgram& p, size_t i, size_t r) {
+  using K = KernelCall::Kind;
+  const KernelCall& a = p.calls[i];
+  const KernelCall& b = p.calls[r];
+  if (a.kind != K::matmul || a.in != DType::f32 || a.out != DType::f32 || a.arg[0] != 1) {
+    return std::nullopt;
+  }
+  const std::vector<int64_t> shape{a.arg[1], a.arg[2]};
+  if (b.shape != shape) return std::nullopt;
+  auto strides_of = [&](const KernelCall& c, int j) -> const std::vector<int64_t>& {
+    return p.strides[static_cast<size_t>(c.strided + j)];
+  };
+  auto is_product = [&](const KernelCall& c, int j) {
+    return c.src[j].slot == a.dst.slot && c.src[j].offset == a.dst.offset &&
+           dense_over(shape, strides_of(c, j));
+  };
+  // The comparison: `y > +0` over float32, y dense and not the product. Returns y's address.
+  auto relu_test = [&](const KernelCall& c, int x0, int x1) -> std::optional<KernelAddr> {
+    if (c.op != static_cast<int>(BinaryOp::gt) || c.in != DType::f32) return std::nullopt;
+    if (!dense_over(shape, strides_of(c, x0)) || !plus_zero(p, c.src[x1], strides_of(c, x1), shape))
+      return std::nullopt;
+    if (c.src[x0].slot == a.dst.slot) return std::nullopt;
+    return c.src[x0];
+  };
+  std::optional<KernelAddr> y;
+  size_t test = r;  // where y is read in the unfused program
+  if (b.kind == K::compare_select) {
+    if (b.out != DType::f32 || !is_product(b, 2) ||
+        !plus_zero(p, b.src[3], strides_of(b, 3), shape))
+      return std::nullopt;
+    y = relu_test(b, 0, 1);
+  } else if (b.kind == K::select) {
+    if (b.in != DType::f32 || !is_product(b, 1) || !plus_zero(p, b.src[2], strides_of(b, 2), shape))
+      return std::nullopt;
+    // The comparison writing the condition: the last call before b writing it, b its only reader.
+    const int32_t cond = b.src[0].slot;
+    for (size_t j = r; j-- > 0;) {
+      if (!p.calls[j].writes(cond)) continue;
+      const KernelCall& c = p.calls[j];
+      if (c.kind == K::binary && c.out == DType::bool_ && c.shape == shape &&
+          c.dst.offset == b.src[0].offset && c.more.empty() &&
+          dense_over(shape, strides_of(b, 0)) && !needed_elsewhere(p, cond, j, r)) {
+        y = relu_test(c, 0, 1);
+        test = j;
+      }
+      break;
+    }
+  }
+  if (!y) return std::nullopt;
+  // y holds at b's place what the comparison read, and the fused call does not write over it or
+  // over a's operands while it reads them.
+  for (size_t j = test + 1; j < r; ++j) {
+    if (p.calls[j].writes(y->slot)) return std::nullopt;
+  }
+  if (b.dst.slot == y->slot || b.dst.slot == a.src[0].slot || b.dst.slot == a.src[1].slot) {
+    return std::nullopt;
+  }
+  KernelCall f = a;
+  f.kind = K::matmul_drelu;
+  f.shape = shape;
+  f.dst = b.dst;
+  f.strided = -1;
+  f.nsrc = 3;
+  f.src[2] = *y;
+  return f;
+}
+
 }  // namespace
 
 int fuse_elementwise_pairs(KernelProgram& p) {
@@ -973,6 +1096,13 @@ int fuse_matmul_epilogues(KernelProgram& p) {
   });
 }
 
+int fuse_relu_gradients(KernelProgram& p) {
+  auto product = [](KernelCall::Kind k) { return k == KernelCall::Kind::matmul; };
+  const int fused = fuse_into_readers(p, product, sole_reader, fuse_drelu);
+  // The comparisons fused away with their select (and the zeros they read).
+  return fused > 0 ? fused + drop_dead_calls(p) : 0;
+}
+
 namespace {
 
 // Drops the temporaries no call touches and no result is in (a fused intermediate's), renumbering
@@ -1009,28 +1139,17 @@ void drop_unused_temporaries(KernelProgram& p) {
   p.temp_bytes = std::move(bytes);
 }
 
-// Drops the one-element fills nothing needs any more (the scalars chains took as constants).
-void drop_dead_fills(KernelProgram& p) {
-  std::vector<KernelCall> kept;
-  for (size_t i = 0; i < p.calls.size(); ++i) {
-    const KernelCall& c = p.calls[i];
-    const bool dead = c.kind == KernelCall::Kind::fill && c.arg[0] == 1 &&
-                      !needed_elsewhere(p, c.dst.slot, i, p.calls.size());
-    if (!dead) kept.push_back(c);
-  }
-  p.calls = std::move(kept);
-}
-
 }  // namespace
 
 int fuse_kernels(KernelProgram& p, const backend::Backend& be) {
   // Epilogues first: a product's bias add (and relu) then belong to the product, which a chain
   // cannot take; then chains over the other elementwise calls; pairs where a chain was refused.
   int fusions = be.fuses_matmul_bias() ? fuse_matmul_epilogues(p) : 0;
+  fusions += be.fuses_matmul_drelu() ? fuse_relu_gradients(p) : 0;
   fusions += fuse_elementwise_chains(p, be);
   if (be.fuses_pairs()) fusions += fuse_elementwise_pairs(p);
   if (fusions > 0) {
-    drop_dead_fills(p);
+    (void)drop_dead_calls(p);
     drop_unused_temporaries(p);
   }
   return fusions;

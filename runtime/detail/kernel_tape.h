@@ -41,6 +41,8 @@ struct KernelCall {
   // src1 + the row src2, relu'd when op2 is 1 (op and arg as matmul's, batch 1):
   // fuse_matmul_epilogues. chain: `chain`'s ops over src0 .. src(nsrc-1), its inputs, into dst
   // (in/out: the last output's dtype; `more` the outputs before it): fuse_elementwise_chains.
+  // matmul_drelu: where(src2 > 0, src0 @ src1, 0), src2 the forward's relu output (op and arg as
+  // matmul's, batch 1): fuse_matmul_epilogues.
   enum class Kind : uint8_t {
     unary,
     binary,
@@ -52,7 +54,8 @@ struct KernelCall {
     binary_unary,
     compare_select,
     matmul_bias,
-    chain
+    chain,
+    matmul_drelu
   };
   // The most sources a call has (a chain's inputs).
   static constexpr int kMaxSources = 16;
@@ -126,6 +129,9 @@ class KernelProgram {
   std::vector<Shape> result_shapes;           // per result
   std::vector<DType> result_dtypes;           // per result
   std::vector<std::vector<int64_t>> strides;  // per Strided scratch entry: its strides
+  // Per operand (may be shorter): the value of a one-element float32 operand that never changes
+  // (jit's constants: a scalar autodiff made), which fusion may rely on (fuse_relu_gradients).
+  std::vector<std::optional<double>> operand_scalars;
   // The recording's fused program did not reproduce the traced bits, so these calls are unfused:
   // jit's step merging leaves the program alone (it could only fuse them again, unchecked).
   bool fusion_refused = false;
@@ -181,7 +187,18 @@ int fuse_elementwise_chains(KernelProgram& p, const backend::Backend& be);
 // and jit's step fusion apply it where the platform fuses epilogues (Backend::fuses_matmul_bias).
 int fuse_matmul_epilogues(KernelProgram& p);
 
-// Every fusion the platform `be` has, applied to `p` (epilogues, chains, pairs); the temporaries
+// Fuses a float32 product with relu's gradient after it, the backward of a dense layer with relu:
+// where(y > 0, g @ W^T, 0) as autodiff writes it (both zeros float32 scalars +0.0: a one-element
+// fill, or an operand in operand_scalars), the comparison and the select apart or already one
+// compare_select, where the product's and the comparison's results have no other reader, becomes
+// one matmul_drelu call (Backend::matmul_drelu) reading y. The comparisons left without a reader
+// are dropped. The backend's default runs the same kernels as before, so the bits are the unfused
+// program's there. Returns the number of calls fused away. record_kernels and jit's step fusion
+// apply it where the platform fuses it (Backend::fuses_matmul_drelu).
+int fuse_relu_gradients(KernelProgram& p);
+
+// Every fusion the platform `be` has, applied to `p` (epilogues and relu's gradients, chains,
+// pairs); the temporaries
 // of fused intermediates, no longer written, are dropped (jit plans no buffer for them). Returns
 // the number of calls fused away.
 int fuse_kernels(KernelProgram& p, const backend::Backend& be);
