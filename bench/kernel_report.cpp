@@ -12,7 +12,9 @@
 // The layer rows time one hidden layer's relu(x @ W + b) eager op by op (a named product, then
 // the bias add and relu), eager as one expression (one product with its epilogue where the
 // platform fuses them: MESHRT_CUDA_MATMUL=lt; see the global view's docs) and jitted (the same
-// fusion by jit's matcher), at each matmul precision; --layers-only prints only those. The adam
+// fusion by jit's matcher), at each matmul precision, and one hidden layer's backward through relu,
+// where(y > 0, g @ W^T, 0), eager and jitted (relu's gradient in the product's epilogue where the
+// platform fuses it); --layers-only prints only those. The adam
 // rows time one leaf's optimizer update eager and jitted (elementwise chains where the platform
 // fuses them); --fused-only prints only the pairs and the adam rows.
 #include <meshrt/meshrt.h>
@@ -145,6 +147,37 @@ int main(int argc, char** argv) {
           static_cast<long long>(cols), std::string(precision_name(prec)).c_str(), to * 1e6,
           f / to / 1e12, te * 1e6, f / te / 1e12, tj * 1e6, f / tj / 1e12, tj / to,
           fused ? "yes" : "no");
+    }
+    std::printf("\n");
+    // One hidden layer's backward through relu, where(y > 0, g @ W^T, 0): eager (the product, then
+    // the comparison and the select) and jitted (one product with relu's gradient in its epilogue
+    // where the platform fuses it: MESHRT_CUDA_MATMUL=lt).
+    if (!fused_only) {
+      std::printf("| one layer's backward | eager | jit | jit / eager | relu's gradient fused |\n");
+      std::printf("| --- | --- | --- | --- | --- |\n");
+    }
+    for (Precision prec : {Precision::highest, Precision::tf32}) {
+      if (fused_only) break;
+      const Array ga = device_put(random::normal(random::key(33), {rows, cols}, d), rep);
+      const Array wa = device_put(random::normal(random::key(34), {cols, cols}, d), rep);
+      const Array ya = device_put(relu(random::normal(random::key(35), {rows, cols}, d)), rep);
+      const Array zero = full({}, 0.0, DType::f32, rep);
+      auto backward = [prec, zero](const Array& g, const Array& w, const Array& y) {
+        return where(y > 0.0, matmul_transposed(g, w, false, true, OpOptions{.precision = prec}),
+                     zero);
+      };
+      auto jit_backward = jit(backward);
+      const std::string text = jit_backward.lower(ga, wa, ya).as_text();
+      const bool fused = text.find("carry relu's gradient") != std::string::npos;
+      const double f = 2.0 * static_cast<double>(rows * cols * cols);
+      const double te = time_op([&] { return block(backward(ga, wa, ya)); }, iters, repeats);
+      const double tj = time_op([&] { return block(jit_backward(ga, wa, ya)); }, iters, repeats);
+      std::printf(
+          "| where(y > 0, g @ W^T, 0), (%lld x %lld) @ (%lld x %lld)^T, %s | %.1f us (%.2f "
+          "TFLOP/s) | %.1f us (%.2f TFLOP/s) | %.3f | %s |\n",
+          static_cast<long long>(rows), static_cast<long long>(cols), static_cast<long long>(cols),
+          static_cast<long long>(cols), std::string(precision_name(prec)).c_str(), te * 1e6,
+          f / te / 1e12, tj * 1e6, f / tj / 1e12, tj / te, fused ? "yes" : "no");
     }
     std::printf("\n");
     if (layers_only) return 0;

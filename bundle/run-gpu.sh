@@ -318,7 +318,7 @@ if [ "$run_bench" = 1 ] && [ "$cuda_unusable" = 0 ]; then
       env MESHRT_CUDA_MATMUL=lt ./bin/meshrt-mlp-bench --resident-only --strategy single --repeats "$reps" "${q[@]}"
     bench "Seed MLP step, 1 logical device, MESHRT_CUDA_MATMUL=lt at tf32" 2 120 \
       env MESHRT_CUDA_MATMUL=lt MESHRT_MATMUL_PRECISION=tf32 ./bin/meshrt-mlp-bench --resident-only --strategy single --repeats "$reps" "${q[@]}"
-    bench "A layer's product, bias and relu: eager op by op, eager as one expression, jit; MESHRT_CUDA_MATMUL=lt" 2 120 \
+    bench "A layer's product, bias and relu: eager op by op, eager as one expression, jit; its backward through relu, eager and jit; MESHRT_CUDA_MATMUL=lt" 2 120 \
       env MESHRT_CUDA_MATMUL=lt ./bin/meshrt-kernel-report --layers-only "${q[@]}"
   fi
   # CUDA graphs (MESHRT_CUDA_GRAPHS=1): jit's compiled steps captured where their addresses

@@ -83,6 +83,9 @@ struct Logical {
   cublasLtHandle_t lt = nullptr;
   std::shared_ptr<backend::Buffer> lt_workspace;
   std::shared_ptr<LtPlans> lt_plans;
+  // A float32 +0.0 for matmul_drelu's unfused relu gradient (made by its first call, outside any
+  // graph capture), guarded by blas_mu.
+  std::shared_ptr<backend::Buffer> zero_f32;
   // CUDA graphs of jit's compiled steps (MESHRT_CUDA_GRAPHS=1), guarded by graphs_mu; captures
   // run one at a time per device (capture_mu, try-locked) on `capture`, made with the first.
   std::mutex graphs_mu;

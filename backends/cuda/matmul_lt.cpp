@@ -27,6 +27,7 @@
 #include <cublasLt.h>
 #include <cuda_runtime.h>
 
+#include <cmath>
 #include <compare>
 #include <cstdint>
 #include <cstring>
@@ -239,7 +240,9 @@ size_t mask_bytes(int64_t m, int64_t n) { return static_cast<size_t>(m * mask_ld
 // the workspace. False: the shape's relu gradients run unfused.
 bool make_drelu_desc(cublasLtHandle_t lt, const LtKey& key, LtPlan& p, int device) {
   const cublasComputeType_t compute = key.tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
-  MESHRT_CUBLAS_CHECK(cublasLtMatmulDescCreate(&p.drelu_desc, compute, CUDA_R_32F), device);
+  if (p.drelu_desc == nullptr) {  // (once: a probe that threw leaves it for the next call)
+    MESHRT_CUBLAS_CHECK(cublasLtMatmulDescCreate(&p.drelu_desc, compute, CUDA_R_32F), device);
+  }
   set_desc(p.drelu_desc, CUBLASLT_MATMUL_DESC_TRANSA, key.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N,
            device);
   set_desc(p.drelu_desc, CUBLASLT_MATMUL_DESC_TRANSB, key.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N,
@@ -261,65 +264,103 @@ bool make_drelu_desc(cublasLtHandle_t lt, const LtKey& key, LtPlan& p, int devic
 
 // Whether p's DRELU gives the unfused calls' bits for `key`: the plain product through p, then
 // relu's gradient as its own kernel (compare_select), against the relu mask and DRELU, on the
-// same operands: a's column 0 cycling through 1, -2, NaN, +Inf, -Inf, 3, 0.5, -0.25 and b's row
-// 0 all ones (the rest zeros, so row i of the product is a's value i, NaN and infinities
-// included, whatever order the sums take), y cycling through 1, 0, -1, NaN, 2. The host waits,
-// once per shape. Makes p.mask. A shape whose operands exceed kProbeBytes is not probed (its
-// relu gradients then run unfused).
+// same operands, twice. First the products are NaN, both infinities, zeros and numbers of either
+// sign along both dimensions (a's columns 0 and 1 and b's rows 0 and 1 hold values whose two-term
+// sums are exact, the rest zeros), y positive, zero, negative and NaN: what DRELU writes where a
+// bit is clear, and the mask's bit order. Then pseudo-random finite operands whose magnitudes span
+// 2^-20 .. 2^20: the order of the sums. The host waits, once per shape. Makes p.mask. Shapes with
+// k < 2 or fewer than 16 outputs (too small to tell a select from a product with 0), and shapes
+// whose operands exceed kProbeBytes, are not probed: their relu gradients run unfused.
 bool drelu_matches(CudaBackend& be, Logical& l, int device, const LtKey& key, LtPlan& p,
                    void* workspace) {
   const int64_t m = key.m, n = key.n, k = key.k;
+  if (k < 2 || m * n < 16) return false;
   const size_t na = static_cast<size_t>(m * k), nb = static_cast<size_t>(k * n),
                nc = static_cast<size_t>(m * n);
   if ((na + nb + 3 * nc) * 4 + mask_bytes(m, n) > kProbeBytes) return false;
-  const float inf = __builtin_huge_valf(), nan = __builtin_nanf("");
-  const float values[8] = {1.0f, -2.0f, nan, inf, -inf, 3.0f, 0.5f, -0.25f};
-  const float ys[5] = {1.0f, 0.0f, -1.0f, nan, 2.0f};
-  std::vector<float> ha(na, 0.0f), hb(nb, 0.0f), hy(nc);
-  for (int64_t i = 0; i < m; ++i) ha[static_cast<size_t>(key.trans_a ? i : i * k)] = values[i % 8];
-  for (int64_t j = 0; j < n; ++j) hb[static_cast<size_t>(key.trans_b ? j * k : j)] = 1.0f;
-  for (int64_t i = 0; i < m; ++i) {
-    for (int64_t j = 0; j < n; ++j) hy[static_cast<size_t>(i * n + j)] = ys[(i * 7 + j * 3) % 5];
-  }
+  // Element (r, c) of a logical (rows, cols) operand, stored transposed or not.
+  auto at = [](bool trans, int64_t r, int64_t c, int64_t rows, int64_t cols) {
+    return static_cast<size_t>(trans ? c * rows + r : r * cols + c);
+  };
   const cudaStream_t s = be.ops_stream(device);
   const auto a = be.allocate(device, na * 4), b = be.allocate(device, nb * 4),
              y = be.allocate(device, nc * 4), unfused = be.allocate(device, nc * 4),
              fused = be.allocate(device, nc * 4), zero = be.allocate(device, 4);
-  MESHRT_CUDA_CHECK(cudaMemcpyAsync(a->data(), ha.data(), na * 4, cudaMemcpyHostToDevice, s),
-                    device);
-  MESHRT_CUDA_CHECK(cudaMemcpyAsync(b->data(), hb.data(), nb * 4, cudaMemcpyHostToDevice, s),
-                    device);
-  MESHRT_CUDA_CHECK(cudaMemcpyAsync(y->data(), hy.data(), nc * 4, cudaMemcpyHostToDevice, s),
-                    device);
-  MESHRT_CUDA_CHECK(cudaMemsetAsync(zero->data(), 0, 4, s), device);  // +0.0f
+  if (p.mask == nullptr) p.mask = be.allocate(device, mask_bytes(m, n));
   const float one = 1.0f, nought = 0.0f;
-  if (cublasLtMatmul(l.lt, p.desc[0], &one, b->data(), p.la, a->data(), p.lb, &nought,
-                     unfused->data(), p.lc, unfused->data(), p.lc, &p.algo, workspace, p.workspace,
-                     s) != CUBLAS_STATUS_SUCCESS) {
-    return false;
-  }
   const std::vector<int64_t> shape{m, n};
   const backend::Strided g{unfused->data(), {n, 1}}, z{zero->data(), {0, 0}},
       out{y->data(), {n, 1}};
-  be.compare_select(device, backend::BinaryOp::gt, DType::f32, DType::f32, shape, out, z, g, z,
-                    unfused->data());
-  p.mask = be.allocate(device, mask_bytes(m, n));
-  MESHRT_CUDA_CHECK(launch_relu_mask(s, m, n, mask_ld(n), static_cast<const float*>(y->data()),
-                                     static_cast<uint32_t*>(p.mask->data())),
-                    device);
-  set_desc(p.drelu_desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, p.mask->data(), device);
-  if (cublasLtMatmul(l.lt, p.drelu_desc, &one, b->data(), p.la, a->data(), p.lb, &nought,
-                     fused->data(), p.lc, fused->data(), p.lc, &p.algo, workspace,
-                     p.drelu_workspace, s) != CUBLAS_STATUS_SUCCESS) {
-    return false;
+  auto same_bits = [&](const std::vector<float>& ha, const std::vector<float>& hb,
+                       const std::vector<float>& hy) {
+    MESHRT_CUDA_CHECK(cudaMemcpyAsync(a->data(), ha.data(), na * 4, cudaMemcpyHostToDevice, s),
+                      device);
+    MESHRT_CUDA_CHECK(cudaMemcpyAsync(b->data(), hb.data(), nb * 4, cudaMemcpyHostToDevice, s),
+                      device);
+    MESHRT_CUDA_CHECK(cudaMemcpyAsync(y->data(), hy.data(), nc * 4, cudaMemcpyHostToDevice, s),
+                      device);
+    MESHRT_CUDA_CHECK(cudaMemsetAsync(zero->data(), 0, 4, s), device);  // +0.0f
+    if (cublasLtMatmul(l.lt, p.desc[0], &one, b->data(), p.la, a->data(), p.lb, &nought,
+                       unfused->data(), p.lc, unfused->data(), p.lc, &p.algo, workspace,
+                       p.workspace, s) != CUBLAS_STATUS_SUCCESS) {
+      return false;
+    }
+    be.compare_select(device, backend::BinaryOp::gt, DType::f32, DType::f32, shape, out, z, g, z,
+                      unfused->data());
+    MESHRT_CUDA_CHECK(launch_relu_mask(s, m, n, mask_ld(n), static_cast<const float*>(y->data()),
+                                       static_cast<uint32_t*>(p.mask->data())),
+                      device);
+    set_desc(p.drelu_desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, p.mask->data(), device);
+    if (cublasLtMatmul(l.lt, p.drelu_desc, &one, b->data(), p.la, a->data(), p.lb, &nought,
+                       fused->data(), p.lc, fused->data(), p.lc, &p.algo, workspace,
+                       p.drelu_workspace, s) != CUBLAS_STATUS_SUCCESS) {
+      return false;
+    }
+    std::vector<float> hu(nc), hf(nc);
+    MESHRT_CUDA_CHECK(
+        cudaMemcpyAsync(hu.data(), unfused->data(), nc * 4, cudaMemcpyDeviceToHost, s), device);
+    MESHRT_CUDA_CHECK(cudaMemcpyAsync(hf.data(), fused->data(), nc * 4, cudaMemcpyDeviceToHost, s),
+                      device);
+    MESHRT_CUDA_CHECK(cudaStreamSynchronize(s), device);
+    return std::memcmp(hu.data(), hf.data(), nc * 4) == 0;
+  };
+  // Round 1: product (i, j) = values[i % 8] + values[(j + 3) % 8], exact in any order.
+  const float inf = __builtin_huge_valf(), nan = __builtin_nanf("");
+  const float values[8] = {1.0f, -2.0f, nan, inf, -inf, 3.0f, 0.5f, -0.25f};
+  const float ys[5] = {1.0f, 0.0f, -1.0f, nan, 2.0f};
+  std::vector<float> ha(na, 0.0f), hb(nb, 0.0f), hy(nc);
+  for (int64_t i = 0; i < m; ++i) {
+    ha[at(key.trans_a, i, 0, m, k)] = values[i % 8];
+    ha[at(key.trans_a, i, 1, m, k)] = 1.0f;
   }
-  std::vector<float> hu(nc), hf(nc);
-  MESHRT_CUDA_CHECK(cudaMemcpyAsync(hu.data(), unfused->data(), nc * 4, cudaMemcpyDeviceToHost, s),
-                    device);
-  MESHRT_CUDA_CHECK(cudaMemcpyAsync(hf.data(), fused->data(), nc * 4, cudaMemcpyDeviceToHost, s),
-                    device);
-  MESHRT_CUDA_CHECK(cudaStreamSynchronize(s), device);
-  return std::memcmp(hu.data(), hf.data(), nc * 4) == 0;
+  for (int64_t j = 0; j < n; ++j) {
+    hb[at(key.trans_b, 0, j, k, n)] = 1.0f;
+    hb[at(key.trans_b, 1, j, k, n)] = values[(j + 3) % 8];
+  }
+  for (int64_t i = 0; i < m; ++i) {
+    for (int64_t j = 0; j < n; ++j) hy[static_cast<size_t>(i * n + j)] = ys[(i * 7 + j * 3) % 5];
+  }
+  if (!same_bits(ha, hb, hy)) return false;
+  // Round 2: finite pseudo-random operands (a 64-bit LCG), either sign, magnitudes 2^-20 ..
+  // 2^20; y with a fifth of its elements zero and a fifth negative.
+  uint64_t state = 0x9e3779b97f4a7c15ull;
+  auto next = [&state] {
+    state = state * 6364136223846793005ull + 1442695040888963407ull;
+    return static_cast<uint32_t>(state >> 32);
+  };
+  auto number = [&next] {
+    const uint32_t r = next();
+    const float mantissa = 1.0f + static_cast<float>(r & 0xffffu) / 65536.0f;
+    const int exponent = static_cast<int>((r >> 16) % 41) - 20;
+    return ((r >> 31) != 0 ? -1.0f : 1.0f) * std::ldexp(mantissa, exponent);
+  };
+  for (float& v : ha) v = number();
+  for (float& v : hb) v = number();
+  for (float& v : hy) {
+    const uint32_t r = next() % 5;
+    v = r == 0 ? 0.0f : r == 1 ? -1.0f : 1.0f + static_cast<float>(r);
+  }
+  return same_bits(ha, hb, hy);
 }
 
 }  // namespace
@@ -395,18 +436,23 @@ bool CudaBackend::lt_drelu(int device, int64_t m, int64_t n, int64_t k, const vo
   if (it == l.lt_plans->plans.end())
     it = l.lt_plans->plans.emplace(key, make_plan(l.lt, key, device)).first;
   LtPlan& p = it->second;
+  if (l.zero_f32 == nullptr && t_capture == nullptr) {  // the unfused calls' zero (matmul_drelu)
+    l.zero_f32 = allocate(device, sizeof(float));
+    MESHRT_CUDA_CHECK(cudaMemsetAsync(l.zero_f32->data(), 0, sizeof(float), ops_stream(device)),
+                      device);
+  }
   if (!p.ok) return false;
-  if (l.lt_workspace == nullptr) l.lt_workspace = allocate(device, kLtWorkspaceBytes);
-  void* workspace = l.lt_workspace->data();
   if (p.drelu == LtPlan::Drelu::unknown) {
-    // The probe waits on the host: never inside a CUDA graph capture (graphs.cpp), where the
-    // unfused calls run until a call outside one has probed.
+    // The probe allocates and waits on the host: never inside a CUDA graph capture (graphs.cpp),
+    // where the unfused calls run until a call outside one has probed.
     if (t_capture != nullptr) return false;
-    const bool ok =
-        make_drelu_desc(l.lt, key, p, device) && drelu_matches(*this, l, device, key, p, workspace);
+    if (l.lt_workspace == nullptr) l.lt_workspace = allocate(device, kLtWorkspaceBytes);
+    const bool ok = make_drelu_desc(l.lt, key, p, device) &&
+                    drelu_matches(*this, l, device, key, p, l.lt_workspace->data());
     p.drelu = ok ? LtPlan::Drelu::fused : LtPlan::Drelu::separate;
   }
   if (p.drelu != LtPlan::Drelu::fused) return false;
+  void* workspace = l.lt_workspace->data();
   const cudaStream_t s = ops_stream(device);
   MESHRT_CUDA_CHECK(launch_relu_mask(s, m, n, mask_ld(n), static_cast<const float*>(relu_out),
                                      static_cast<uint32_t*>(p.mask->data())),
@@ -432,8 +478,22 @@ void CudaBackend::matmul_drelu(int device, DType dtype, int64_t m, int64_t n, in
       lt_drelu(device, m, n, k, a, trans_a, b, trans_b, precision, relu_out, y)) {
     return;
   }
-  // The unfused calls: the product (through this shape's plan, as eager), then relu's gradient.
-  Backend::matmul_drelu(device, dtype, m, n, k, a, trans_a, b, trans_b, precision, relu_out, y);
+  // The unfused calls: the product (through this shape's plan, as eager), then relu's gradient,
+  // its zero the scalar lt_drelu made (no allocation per call, so the step stays capturable as a
+  // CUDA graph); without one, the backend's default.
+  std::shared_ptr<backend::Buffer> zero;
+  if (dtype == DType::f32) {
+    Logical& l = dev(device);
+    std::lock_guard<std::mutex> lock(l.blas_mu);
+    zero = l.zero_f32;
+  }
+  if (zero == nullptr) {
+    Backend::matmul_drelu(device, dtype, m, n, k, a, trans_a, b, trans_b, precision, relu_out, y);
+    return;
+  }
+  product(device, dtype, 1, m, n, k, a, trans_a, b, trans_b, y, precision);
+  const backend::Strided g{y, {n, 1}}, z{zero->data(), {0, 0}}, out{relu_out, {n, 1}};
+  compare_select(device, backend::BinaryOp::gt, dtype, dtype, {m, n}, out, z, g, z, y);
 }
 
 void CudaBackend::matmul_bias(int device, DType dtype, int64_t m, int64_t n, int64_t k,
