@@ -136,12 +136,20 @@ void Backend::matmul_bias(int device, DType dtype, int64_t m, int64_t n, int64_t
 void Backend::matmul_drelu(int device, DType dtype, int64_t m, int64_t n, int64_t k, const void* a,
                            bool trans_a, const void* b, bool trans_b, Precision precision,
                            const void* relu_out, void* y) {
-  product(device, dtype, 1, m, n, k, a, trans_a, b, trans_b, y, precision);  // the unfused bits
-  // relu's gradient as autodiff writes it: where(relu_out > 0, g, 0), both zeros scalars.
   const std::shared_ptr<Buffer> zero = allocate(device, dtype_size(dtype));
   fill(device, dtype, 1, 0.0, false, zero->data());
+  matmul_drelu_unfused(device, dtype, m, n, k, a, trans_a, b, trans_b, precision, relu_out,
+                       zero->data(), y);
+}
+
+void Backend::matmul_drelu_unfused(int device, DType dtype, int64_t m, int64_t n, int64_t k,
+                                   const void* a, bool trans_a, const void* b, bool trans_b,
+                                   Precision precision, const void* relu_out, const void* zero,
+                                   void* y) {
+  product(device, dtype, 1, m, n, k, a, trans_a, b, trans_b, y, precision);  // the unfused bits
+  // relu's gradient as autodiff writes it: where(relu_out > 0, g, 0), both zeros scalars.
   const std::vector<int64_t> shape{m, n};
-  const Strided g{y, {n, 1}}, out{relu_out, {n, 1}}, z{zero->data(), {0, 0}};
+  const Strided g{y, {n, 1}}, out{relu_out, {n, 1}}, z{zero, {0, 0}};
   compare_select(device, BinaryOp::gt, dtype, dtype, shape, out, z, g, z, y);
 }
 

@@ -235,6 +235,11 @@ class Backend {
   virtual void matmul_drelu(int device, DType dtype, int64_t m, int64_t n, int64_t k, const void* a,
                             bool trans_a, const void* b, bool trans_b, Precision precision,
                             const void* relu_out, void* y);
+  // matmul_drelu's unfused calls with `zero` a float32 +0.0 in device memory (a platform keeping
+  // one calls it without allocating).
+  void matmul_drelu_unfused(int device, DType dtype, int64_t m, int64_t n, int64_t k, const void* a,
+                            bool trans_a, const void* b, bool trans_b, Precision precision,
+                            const void* relu_out, const void* zero, void* y);
   virtual bool fuses_matmul_drelu() const { return false; }
   // How many matmul_drelu calls so far applied relu's gradient in the product's epilogue (the
   // rest ran the unfused calls).

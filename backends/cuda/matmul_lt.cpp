@@ -369,13 +369,13 @@ struct LtPlans {
   std::map<LtKey, LtPlan> plans;
 };
 
-bool CudaBackend::lt_gemm(int device, int64_t m, int64_t n, int64_t k, const void* a, bool trans_a,
-                          const void* b, bool trans_b, void* c, Precision precision,
-                          const void* bias, int epilogue) {
-  if (epilogue > 0 && (bias == nullptr || alignment(bias) < 16)) return false;
-  Logical& l = dev(device);
-  set(device);
-  std::lock_guard<std::mutex> lock(l.blas_mu);
+namespace {
+
+// The plan (and its key) of the product of (m, n, k) with these transposes, precision and operand
+// addresses on logical device l, made on first use. The caller holds l.blas_mu.
+std::pair<const LtKey, LtPlan>& plan_of(Logical& l, int device, int64_t m, int64_t n, int64_t k,
+                                        const void* a, bool trans_a, const void* b, bool trans_b,
+                                        const void* c, Precision precision) {
   if (l.lt == nullptr) {
     MESHRT_CUBLAS_CHECK(cublasLtCreate(&l.lt), device);
     l.lt_plans = std::make_shared<LtPlans>();
@@ -385,7 +385,19 @@ bool CudaBackend::lt_gemm(int device, int64_t m, int64_t n, int64_t k, const voi
   auto it = l.lt_plans->plans.find(key);
   if (it == l.lt_plans->plans.end())
     it = l.lt_plans->plans.emplace(key, make_plan(l.lt, key, device)).first;
-  LtPlan& p = it->second;
+  return *it;
+}
+
+}  // namespace
+
+bool CudaBackend::lt_gemm(int device, int64_t m, int64_t n, int64_t k, const void* a, bool trans_a,
+                          const void* b, bool trans_b, void* c, Precision precision,
+                          const void* bias, int epilogue) {
+  if (epilogue > 0 && (bias == nullptr || alignment(bias) < 16)) return false;
+  Logical& l = dev(device);
+  set(device);
+  std::lock_guard<std::mutex> lock(l.blas_mu);
+  auto& [key, p] = plan_of(l, device, m, n, k, a, trans_a, b, trans_b, c, precision);
   if (!p.ok || (epilogue > 0 && !p.epilogues)) return false;
   if (p.workspace > 0 && l.lt_workspace == nullptr)
     l.lt_workspace = allocate(device, kLtWorkspaceBytes);
@@ -426,16 +438,7 @@ bool CudaBackend::lt_drelu(int device, int64_t m, int64_t n, int64_t k, const vo
   Logical& l = dev(device);
   set(device);
   std::lock_guard<std::mutex> lock(l.blas_mu);
-  if (l.lt == nullptr) {
-    MESHRT_CUBLAS_CHECK(cublasLtCreate(&l.lt), device);
-    l.lt_plans = std::make_shared<LtPlans>();
-  }
-  const bool tf32 = precision == Precision::tf32;
-  const LtKey key{m, n, k, trans_a, trans_b, tf32, alignment(a), alignment(b), alignment(y)};
-  auto it = l.lt_plans->plans.find(key);
-  if (it == l.lt_plans->plans.end())
-    it = l.lt_plans->plans.emplace(key, make_plan(l.lt, key, device)).first;
-  LtPlan& p = it->second;
+  auto& [key, p] = plan_of(l, device, m, n, k, a, trans_a, b, trans_b, y, precision);
   if (l.zero_f32 == nullptr && t_capture == nullptr) {  // the unfused calls' zero (matmul_drelu)
     l.zero_f32 = allocate(device, sizeof(float));
     MESHRT_CUDA_CHECK(cudaMemsetAsync(l.zero_f32->data(), 0, sizeof(float), ops_stream(device)),
@@ -489,11 +492,10 @@ void CudaBackend::matmul_drelu(int device, DType dtype, int64_t m, int64_t n, in
   }
   if (zero == nullptr) {
     Backend::matmul_drelu(device, dtype, m, n, k, a, trans_a, b, trans_b, precision, relu_out, y);
-    return;
+  } else {
+    matmul_drelu_unfused(device, dtype, m, n, k, a, trans_a, b, trans_b, precision, relu_out,
+                         zero->data(), y);
   }
-  product(device, dtype, 1, m, n, k, a, trans_a, b, trans_b, y, precision);
-  const backend::Strided g{y, {n, 1}}, z{zero->data(), {0, 0}}, out{relu_out, {n, 1}};
-  compare_select(device, backend::BinaryOp::gt, dtype, dtype, {m, n}, out, z, g, z, y);
 }
 
 void CudaBackend::matmul_bias(int device, DType dtype, int64_t m, int64_t n, int64_t k,
