@@ -56,6 +56,17 @@ std::vector<std::vector<char>> run(const KernelProgram& p, const std::vector<Ten
   return out;
 }
 
+// Expects `p`, run on `ops`, to give fn(ops)'s results bit for bit.
+void expect_runs_as(const KernelProgram& p, const Fn& fn, const std::vector<Tensor>& ops) {
+  const std::vector<Tensor> want = fn(ops);
+  const std::vector<std::vector<char>> got = run(p, ops);
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < want.size(); ++i) {
+    ASSERT_EQ(got[i].size(), want[i].nbytes());
+    EXPECT_EQ(0, std::memcmp(got[i].data(), want[i].data(), got[i].size())) << "result " << i;
+  }
+}
+
 void expect_reproduces(const Fn& fn, const std::vector<Tensor>& traced,
                        const std::vector<Tensor>& other) {
   KernelRecord r = record_kernels(fn, traced);
@@ -145,15 +156,7 @@ TEST(KernelTape, FusesBiasReluAndReluGradientPairs) {
   EXPECT_EQ(count_kind(fused, K::compare_select), 1);
   EXPECT_EQ(count_kind(fused, K::select), 0);
   EXPECT_EQ(fused.calls.size() + 2, r.program->calls.size());
-  for (const auto& ops : {a, b}) {
-    const std::vector<Tensor> want = fn(ops);
-    const std::vector<std::vector<char>> got = run(fused, ops);
-    ASSERT_EQ(got.size(), want.size());
-    for (size_t i = 0; i < want.size(); ++i) {
-      ASSERT_EQ(got[i].size(), want[i].nbytes());
-      EXPECT_EQ(0, std::memcmp(got[i].data(), want[i].data(), got[i].size())) << "result " << i;
-    }
-  }
+  for (const auto& ops : {a, b}) expect_runs_as(fused, fn, ops);
 }
 
 // Pairs whose intermediate something else needs stay apart: a result, or a second reader.
@@ -241,13 +244,7 @@ TEST(KernelTape, FusesProductsWithTheirBiasAddAndRelu) {
     for (const detail::KernelCall& call : fused.calls) {
       if (call.kind == K::matmul_bias) EXPECT_EQ(call.op2, c.relu);
     }
-    for (const auto& ops : {a, b}) {
-      const std::vector<Tensor> want = c.fn(ops);
-      const std::vector<std::vector<char>> got = run(fused, ops);
-      ASSERT_EQ(got.size(), 1u);
-      ASSERT_EQ(got[0].size(), want[0].nbytes());
-      EXPECT_EQ(0, std::memcmp(got[0].data(), want[0].data(), got[0].size()));
-    }
+    for (const auto& ops : {a, b}) expect_runs_as(fused, c.fn, ops);
   }
 }
 
@@ -312,13 +309,7 @@ TEST(KernelTape, FusesProductsWithReluGradientAfterThem) {
     // The zeros' fills no call reads any more went too.
     EXPECT_EQ(count_kind(fused, K::fill), 0);
     EXPECT_LE(fused.calls.size() + static_cast<size_t>(c.fusions), before);
-    for (const auto& ops : {a, b}) {
-      const std::vector<Tensor> want = c.fn(ops);
-      const std::vector<std::vector<char>> got = run(fused, ops);
-      ASSERT_EQ(got.size(), 1u);
-      ASSERT_EQ(got[0].size(), want[0].nbytes());
-      EXPECT_EQ(0, std::memcmp(got[0].data(), want[0].data(), got[0].size()));
-    }
+    for (const auto& ops : {a, b}) expect_runs_as(fused, c.fn, ops);
   }
 }
 
@@ -352,11 +343,7 @@ TEST(KernelTape, ReluGradientsZeroOperandMustBeAKnownPlusZero) {
     p.operand_scalars = k.scalars;
     EXPECT_EQ(detail::fuse_relu_gradients(p), k.fusions);
     EXPECT_EQ(count_kind(p, K::matmul_drelu), k.fusions > 0 ? 1 : 0);
-    if (k.fusions > 0) {
-      const std::vector<Tensor> want = fn(ops);
-      const std::vector<std::vector<char>> got = run(p, ops);
-      EXPECT_EQ(0, std::memcmp(got[0].data(), want[0].data(), got[0].size()));
-    }
+    if (k.fusions > 0) expect_runs_as(p, fn, ops);
   }
 }
 
