@@ -187,9 +187,17 @@ std::vector<std::optional<double>> constant_scalars(const JitProgram& p,
   return out;
 }
 
+size_t drelu_calls(const KernelProgram& k) {
+  return static_cast<size_t>(std::count_if(k.calls.begin(), k.calls.end(), [](const KernelCall& c) {
+    return c.kind == KernelCall::Kind::matmul_drelu;
+  }));
+}
+
 // Merges steps i and i + 1 into one step when they are compiled, the second reads results of the
-// first, and the merged kernel program has kernels to fuse. Returns whether it did.
-bool merge_at(JitProgram& p, size_t i, std::map<int, std::optional<double>>& known) {
+// first, and the merged kernel program has kernels to fuse (with `drelu_only`: a product with
+// relu's gradient among them). Returns whether it did.
+bool merge_at(JitProgram& p, size_t i, std::map<int, std::optional<double>>& known,
+              bool drelu_only = false) {
   JitStep& a = p.steps[i];
   JitStep& b = p.steps[i + 1];
   const std::optional<Merge> mg = fusable_steps(a, b) ? plan_merge(p, i) : std::nullopt;
@@ -201,6 +209,7 @@ bool merge_at(JitProgram& p, size_t i, std::map<int, std::optional<double>>& kno
   for (size_t o : mg->b_own) in.push_back(b.in[o]);
   if (be.fuses_matmul_drelu()) prog.operand_scalars = constant_scalars(p, in, known);
   if (fuse_kernels(prog, be) == 0) return false;
+  if (drelu_only && drelu_calls(prog) <= drelu_calls(*b.kernels())) return false;
   const LocalStep& la = *a.local();
   const LocalStep& lb = *b.local();
   LocalStep l;
@@ -236,10 +245,11 @@ bool merge_at(JitProgram& p, size_t i, std::map<int, std::optional<double>>& kno
 
 // Where the platform fuses products with relu's gradient: step i, a compiled product alone, moved
 // down to just before the first later step reading its results (no step between reads them) and
-// merged with it, when that merge fuses. The backward of a layer computes dx = g @ W^T, then
-// dW = x^T @ g, then relu's gradient of dx: dx's product moves past dW's. Steps are pure functions
-// of their operands, so the order of independent ones does not change what they compute. Returns
-// whether it moved and merged (else the order is as it was).
+// merged with it, when that merge fuses the product with relu's gradient (and no other merge:
+// programs that fused nothing new before keep their steps as they were). The backward of a layer
+// computes dx = g @ W^T, then dW = x^T @ g, then relu's gradient of dx: dx's product moves past
+// dW's. Steps are pure functions of their operands, so the order of independent ones does not
+// change what they compute. Returns whether it moved and merged (else the order is as it was).
 bool sink_product(JitProgram& p, size_t i, std::map<int, std::optional<double>>& known) {
   const KernelProgram* k = p.steps[i].kernels();
   if (k == nullptr || k->calls.size() != 1 || k->calls.front().kind != KernelCall::Kind::matmul) {
@@ -261,7 +271,7 @@ bool sink_product(JitProgram& p, size_t i, std::map<int, std::optional<double>>&
   const auto at = p.steps.begin();
   std::rotate(at + static_cast<std::ptrdiff_t>(i), at + static_cast<std::ptrdiff_t>(i) + 1,
               at + static_cast<std::ptrdiff_t>(j));
-  if (merge_at(p, j - 1, known)) return true;
+  if (merge_at(p, j - 1, known, true)) return true;
   std::rotate(at + static_cast<std::ptrdiff_t>(i), at + static_cast<std::ptrdiff_t>(j) - 1,
               at + static_cast<std::ptrdiff_t>(j));
   return false;

@@ -284,6 +284,37 @@ TEST(JitOnADevicePlatform, FusesProductsWithReluGradientsWithEagerBits) {
       << alone;
 }
 
+// A product moves to meet relu's gradient only: a product whose later reader is a bias add (a
+// step between) keeps its place, and the program its steps, with the relu-gradient fusion on or
+// off.
+TEST(JitOnADevicePlatform, MovesAProductOnlyToMeetReluGradient) {
+  test::LazyDevices& fake = lazy();
+  Mesh mesh = make_mesh({kDevices}, {"x"}, "cuda");
+  const NamedSharding dp(mesh, P("x")), rep(mesh, P());
+  auto f = [](const Array& x, const Array& w, const Array& c, const Array& z) {
+    const Array p = matmul(x, w);
+    const Array o = sin(z);
+    return std::vector<Array>{c + p, o};
+  };
+  const Array x = device_put(iota(8 * 4, -0.4f, 0.03f), {8, 4}, dp);
+  const Array w = device_put(iota(4 * 4, 0.2f, -0.01f), {4, 4}, rep);
+  const Array c = device_put(iota(4, 0.1f, 0.2f), {4}, rep);
+  const Array z = device_put(iota(8 * 4, 0.0f, 0.1f), {8, 4}, dp);
+  auto text = [&](bool drelu) {
+    fake.set_fuses_pairs(true);
+    fake.set_fuses_matmul_bias(true);
+    fake.set_fuses_matmul_drelu(drelu);
+    const std::string t = jit(f).lower(x, w, c, z).as_text();
+    fake.set_fuses_pairs(false);
+    fake.set_fuses_matmul_bias(false);
+    fake.set_fuses_matmul_drelu(false);
+    return t;
+  };
+  const std::string off = text(false), on = text(true);
+  EXPECT_EQ(on, off);
+  EXPECT_EQ(on.find("carry their layer's bias add"), std::string::npos) << on;
+}
+
 }  // namespace
 }  // namespace meshrt
 
