@@ -986,7 +986,7 @@ bool plus_zero(const KernelProgram& p, const KernelAddr& at, const std::vector<i
 
 // Product `a` (call i) and relu's gradient after it, its sole reader `b` (call r): select(cond,
 // a's result, +0) whose cond is `y > +0` from a comparison only b reads, or that pair already
-// one compare_select. The fused matmul_drelu call (see fuse_matmul_epilogues), or nothing.
+// one compare_select. The fused matmul_drelu call (see fuse_relu_gradients), or nothing.
 std::optional<KernelCall> fuse_drelu(const KernelProgram& p, size_t i, size_t r) {
   using K = KernelCall::Kind;
   const KernelCall& a = p.calls[i];
