@@ -21,9 +21,11 @@
 // DRELU epilogue of the same plan's algorithm, fed a relu bit mask one small kernel makes from the
 // forward's output y (launch_relu_mask). Neither the mask's bit order nor what DRELU writes where
 // a bit is clear (0 as a select, or the product times 0, which keeps a NaN) is spelled out in
-// cublasLt.h, so the first call of each shape runs the fused and the unfused calls on the same
-// operands (NaN and infinities among the products, y positive, zero, negative and NaN) and fuses
-// that shape only where the two agree bit for bit (CudaKernels.LtDreluGivesTheUnfusedBits).
+// cublasLt.h, nor that the algorithm sums in the same order under DRELU, so the first call of
+// each shape runs the fused and the unfused calls on the same operands twice (NaN, infinities
+// and signed numbers among the products with y positive, zero, negative and NaN; then random
+// finite operands: drelu_matches) and fuses that shape only where both agree bit for bit
+// (CudaKernels.LtDreluGivesTheUnfusedBits).
 #include <cublasLt.h>
 #include <cuda_runtime.h>
 
