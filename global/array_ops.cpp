@@ -239,7 +239,7 @@ Tensor scalar_like(const Tensor& t, Scalar s) {
 Array compare_scalar(std::string_view op, OpId traced_as, const Array& a, Scalar s,
                      Tensor (*f)(const Tensor&, const Tensor&)) {
   detail::Traced<Array> tr(traced_as, {&a});
-  if (tr) tr.set_attrs(detail::ScalarAttrs{s.value});
+  if (tr) tr.set_attrs(detail::ScalarAttrs{s.value, s.integral});
   return tr(elementwise(op, traced_as, {a}, [f, s](const std::vector<Tensor>& b) {
     return f(b[0], scalar_like(b[0], s));
   }));
@@ -820,7 +820,7 @@ Array relu(Array&& x) {
 // Recorded for autodiff as <op>_scalar (rsub_/rdiv_ with the scalar first), with its value.
 Array scalar_elementwise(std::string_view op, OpId traced_as, const Array& a, Scalar s, Fn f) {
   detail::Traced<Array> tr(traced_as, {&a});
-  if (tr) tr.set_attrs(detail::ScalarAttrs{s.value});
+  if (tr) tr.set_attrs(detail::ScalarAttrs{s.value, s.integral});
   return tr(elementwise(op, traced_as, {a}, std::move(f)));
 }
 
@@ -1059,7 +1059,7 @@ Array pad(const Array& x, const std::vector<std::pair<int64_t, int64_t>>& widths
     whole[d] = widths[d].first != 0 || widths[d].second != 0;
   }
   detail::Traced<Array> tr(OpId::pad, {&x});
-  if (tr) tr.set_attrs(detail::PadAttrs{widths});
+  if (tr) tr.set_attrs(detail::PadAttrs{widths, value});
   return tr(gathered("pad", x, whole, {out}, [widths, value](const std::vector<Tensor>& b) {
               return std::vector<Tensor>{pad(b[0], widths, value)};
             }).front());

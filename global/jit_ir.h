@@ -2,7 +2,7 @@
 // and the printer read it (not installed; the public entry points are global/jit_program.h).
 //
 // A value is a set of blocks, one per mesh position, named by its index into `values` (its id);
-// a step (one of three kinds: LocalStep, BlocksStep, ReshardStep) reads values' blocks by id and
+// a step (one of four kinds: LocalStep, BlocksStep, ReshardStep, ShardMapStep) reads values' blocks by id and
 // position (`Ref`) and makes new values; a launch runs consecutive steps together. One file per
 // pass: global/jit_record.cpp (the trace: steps and lines), global/jit_plan.cpp (unused steps
 // removed, last uses, launches, psum buckets), global/jit_fuse.cpp (fused steps),
@@ -27,7 +27,11 @@
 #include "global/layout.h"
 #include "runtime/array.h"
 #include "runtime/detail/kernel_tape.h"
+#include "runtime/detail/op_apply.h"
+#include "runtime/detail/op_registry.h"
 #include "runtime/mesh.h"
+#include "runtime/partition_spec.h"
+#include "runtime/shard_map.h"
 #include "runtime/sharding.h"
 
 namespace meshrt::detail {
@@ -100,10 +104,46 @@ struct ReshardStep {
   std::vector<std::string> pending;
 };
 
-// One launch of the trace, replayed: what it ran (`op`, one of the three kinds) and the values
+// One op a shard_map body ran on one device, as its tracer saw it: replayed with apply_op.
+struct BodyOp {
+  OpId op = OpId::identity;
+  OpAttrs attrs;
+  std::vector<int> in, out;  // the body's values
+  std::vector<int> last;     // values read here for the last time (plan_body_frees)
+};
+
+// What a shard_map body did on one mesh position, as ops on values (indices into `meta`): its
+// operands, the constants it read (Tensors made outside the body or by what a tracer does not
+// see: zeros, random numbers from a key, a block captured by the body), and its ops' results.
+struct BodyProgram {
+  std::vector<int> inputs;                         // per operand of the step: its value, or -1
+  std::vector<std::pair<int, Tensor>> constants;  // (value, its Tensor)
+  std::vector<ResultMeta> meta;                   // per value
+  std::vector<BodyOp> ops;                        // in order
+  std::vector<int> results;                       // per result of the step: its value
+  // Whether another position's program has the same ops on the same values (then a value of one
+  // position is the same value at every position).
+  bool same_as(const BodyProgram& o) const;
+};
+
+// A shard_map inside the jitted function: its placement is recorded as reshard steps before it,
+// its bodies as ops per position (BodyProgram), replayed by running those ops on every device
+// (run_bodies) and assembling the results as the eager shard_map does, replication check
+// included. Operands: the `args` placed arguments, then blocks of earlier shard_map steps that
+// the bodies read (what autodiff's transpose body reads of the forward body's values). Results:
+// one Array per out_spec, then such blocks that later shard_map steps read (one value each).
+struct ShardMapStep {
+  std::vector<BodyProgram> bodies;  // per mesh position (another process's: empty)
+  std::vector<PartitionSpec> out_specs;
+  ShardMapOptions options;
+  size_t args = 0;
+  std::vector<int> exported;  // the body values (the same at every position) of extra results
+};
+
+// One launch of the trace, replayed: what it ran (`op`, one of the four kinds) and the values
 // it read and made.
 struct JitStep {
-  std::variant<LocalStep, BlocksStep, ReshardStep> op;
+  std::variant<LocalStep, BlocksStep, ReshardStep, ShardMapStep> op;
   std::optional<Mesh> mesh;  // of a local or blocks step (a reshard moves between meshes: none)
   int mesh_index = -1;       // the same, as an index into JitProgram::meshes
   std::vector<std::vector<Ref>> in;  // per operand, per position
@@ -120,6 +160,8 @@ struct JitStep {
   BlocksStep* blocks() { return std::get_if<BlocksStep>(&op); }
   const BlocksStep* blocks() const { return std::get_if<BlocksStep>(&op); }
   const ReshardStep* reshard() const { return std::get_if<ReshardStep>(&op); }
+  ShardMapStep* shard_map() { return std::get_if<ShardMapStep>(&op); }
+  const ShardMapStep* shard_map() const { return std::get_if<ShardMapStep>(&op); }
   // A compiled local step's kernels, else null.
   const KernelProgram* kernels() const {
     const LocalStep* l = local();
@@ -139,6 +181,7 @@ struct JitLaunch {
     inline_run,  // every device's steps from the caller's thread (small blocks, no collectives)
     fold,        // one host_psum step, folded from the caller's thread
     reshard,     // one reshard, run from the caller's thread
+    shard_map,   // one shard_map step: its bodies on every device, assembled from the caller
   };
   size_t begin = 0, end = 0;  // steps [begin, end)
   Kind kind = Kind::tasks;
@@ -151,6 +194,7 @@ struct JitLine {
   std::vector<CollectiveLog::Entry> collectives;
   std::vector<int> out_vids;  // its results' values, where a step made them
   bool replayed = true;       // false when plan() dropped every step making its results
+  std::vector<std::string> notes;  // printed under the line (a shard_map body's collectives)
 };
 constexpr int kConst = -1000000;
 

@@ -8,6 +8,7 @@
 #include "collectives/groups.h"
 #include "core/config.h"
 #include "global/jit_ir.h"
+#include "global/jit_shard_map.h"
 #include "runtime/detail/platform.h"
 
 namespace meshrt::detail {
@@ -113,6 +114,11 @@ void jit_plan(JitProgram& p) {
   }
 
   jit_fuse_steps(p);
+  for (JitStep& s : p.steps) {
+    if (ShardMapStep* sm = s.shard_map()) {
+      for (BodyProgram& b : sm->bodies) plan_body_frees(b);
+    }
+  }
 
   // Last reader of each value (at the reader's own position); values read across positions or by
   // reshards (which read every position from the caller) stay until the call ends.
@@ -136,15 +142,16 @@ void jit_plan(JitProgram& p) {
   }
 
   // Launches: consecutive steps on one mesh, split where a step reads another position's block
-  // made in the same launch.
+  // made in the same launch; a reshard or a shard_map step is a launch of its own.
   using Kind = JitLaunch::Kind;
   std::vector<int> made_in(p.values.size(), -1);
   for (size_t i = 0; i < p.steps.size(); ++i) {
     const JitStep& s = p.steps[i];
     bool join = false;
-    if (s.reshard() == nullptr && !p.launches.empty()) {
+    if (s.reshard() == nullptr && s.shard_map() == nullptr && !p.launches.empty()) {
       const JitLaunch& cur = p.launches.back();
-      join = cur.kind != Kind::reshard && *p.steps[cur.begin].mesh == *s.mesh;
+      join = cur.kind != Kind::reshard && cur.kind != Kind::shard_map &&
+             *p.steps[cur.begin].mesh == *s.mesh;
       for (auto& refs : s.in) {
         for (size_t pos = 0; join && pos < refs.size(); ++pos) {
           const Ref& r = refs[pos];
@@ -158,8 +165,10 @@ void jit_plan(JitProgram& p) {
     if (join) {
       p.launches.back().end = i + 1;
     } else {
-      p.launches.push_back(
-          JitLaunch{i, i + 1, s.reshard() != nullptr ? Kind::reshard : Kind::tasks});
+      const Kind kind = s.reshard() != nullptr     ? Kind::reshard
+                        : s.shard_map() != nullptr ? Kind::shard_map
+                                                   : Kind::tasks;
+      p.launches.push_back(JitLaunch{i, i + 1, kind});
     }
     for (int v : s.out) made_in[static_cast<size_t>(v)] = static_cast<int>(p.launches.size()) - 1;
   }

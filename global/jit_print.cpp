@@ -34,6 +34,7 @@ std::string jit_text(const JitProgram& p, const std::vector<bool>& donated) {
     s += ") -> ";
     for (size_t i = 0; i < l.outs.size(); ++i) s += cat(i ? ", " : "", l.outs[i]);
     s += l.replayed ? "\n" : "  (unused: not replayed)\n";
+    for (const std::string& note : l.notes) s += cat("      ", note, "\n");
     for (const CollectiveLog::Entry& e : l.collectives) {
       s += cat("      ", e.collective, " ", e.from, " -> ", e.to, ", ", e.bytes_per_device,
                " bytes per device", e.note.empty() ? "" : " (" + e.note + ")", "\n");
@@ -43,7 +44,7 @@ std::string jit_text(const JitProgram& p, const std::vector<bool>& donated) {
     s += cat("  out ", p.out_paths[i], " = ", line_ref(p, p.output_from[i]), ": ", p.out_avals[i],
              "\n");
   }
-  size_t host = 0, device = 0, inline_runs = 0, folds = 0, collectives = 0;
+  size_t host = 0, device = 0, inline_runs = 0, folds = 0, collectives = 0, shard_maps = 0;
   for (const JitLaunch& launch : p.launches) {
     switch (launch.kind) {
       case JitLaunch::Kind::tasks:
@@ -58,6 +59,9 @@ std::string jit_text(const JitProgram& p, const std::vector<bool>& donated) {
       case JitLaunch::Kind::reshard:
         ++host;
         break;
+      case JitLaunch::Kind::shard_map:
+        ++shard_maps;
+        break;
     }
   }
   size_t compiled = 0, kernels = 0, fused = 0, epilogues = 0, drelus = 0, chains = 0, chained = 0,
@@ -65,6 +69,13 @@ std::string jit_text(const JitProgram& p, const std::vector<bool>& donated) {
   std::map<std::string, size_t> why_not;  // of device-local steps not compiled
   for (const JitStep& st : p.steps) {
     collectives += st.blocks() != nullptr ? 1 : 0;
+    if (const ShardMapStep* sm = st.shard_map()) {
+      bool any = false;
+      for (const BodyProgram& b : sm->bodies) {
+        for (const BodyOp& op : b.ops) any = any || op_def(op.op).collective;
+      }
+      collectives += any ? 1 : 0;
+    }
     if (const KernelProgram* k = st.kernels()) {
       ++compiled;
       kernels += k->size();
@@ -94,7 +105,9 @@ std::string jit_text(const JitProgram& p, const std::vector<bool>& donated) {
   s += cat("  replay: ", p.steps.size(), " steps (", collectives, " with collectives) in ",
            p.launches.size(), " launches per call: ", device, " as one task per device, ",
            inline_runs, " on small blocks from the caller's thread, ", folds,
-           " small psums folded from the caller's thread, ", host, " reshards from the caller\n");
+           " small psums folded from the caller's thread, ", host, " reshards from the caller",
+           shard_maps == 0 ? "" : cat(", ", shard_maps, " shard_maps (their recorded bodies)"),
+           "\n");
   size_t buckets = 0, bucketed = 0;
   for (size_t i = 0; i < p.steps.size(); ++i) {
     const BlocksStep* b = p.steps[i].blocks();

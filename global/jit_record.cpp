@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <charconv>
 #include <map>
+#include <memory>
+#include <mutex>
 #include <optional>
 #include <span>
 #include <tuple>
@@ -17,6 +19,7 @@
 #include "global/collective_log.h"
 #include "global/jit_ir.h"
 #include "global/jit_program.h"
+#include "global/jit_shard_map.h"
 #include "global/launch.h"
 #include "global/layout.h"
 #include "runtime/detail/access.h"
@@ -78,13 +81,13 @@ class JitTracer final : public Tracer {
                     "return the value from the function and read it after the call, or compute "
                     "it outside jit"));
   }
-  std::optional<std::vector<Array>> shard_map(RunShardMap, const ErasedBody&, const Mesh&,
-                                              const std::vector<PartitionSpec>&,
-                                              const std::vector<PartitionSpec>&,
-                                              const std::vector<Array>&,
-                                              const ShardMapOptions&) override {
-    throw_shard_map_in_jit();
-  }
+  // Every shard_map of the trace comes here (runtime/shard_map.cpp): recorded as a step.
+  std::optional<std::vector<Array>> shard_map(RunShardMap, const ErasedBody& body,
+                                              const Mesh& mesh,
+                                              const std::vector<PartitionSpec>& in_specs,
+                                              const std::vector<PartitionSpec>& out_specs,
+                                              const std::vector<Array>& args,
+                                              const ShardMapOptions& options) override;
   void follow(Array& a) {
     if (detail::trace_id(a) == 0) detail::set_trace_id(a, next_trace_id());
     followed_.insert(detail::trace_id(a));
@@ -225,6 +228,25 @@ class JitRecorder final : public global::LaunchObserver {
     }
   }
 
+  // A shard_map of the trace (JitTracer::shard_map): run, with its bodies recorded, and added
+  // as a ShardMapStep after the reshards placing its arguments.
+  std::vector<Array> record_shard_map(const ErasedBody& body, const Mesh& mesh,
+                                      const std::vector<PartitionSpec>& in_specs,
+                                      const std::vector<PartitionSpec>& out_specs,
+                                      const std::vector<Array>& args,
+                                      const ShardMapOptions& options);
+  // A shard_map step recorded earlier in this trace, kept for what later bodies read of it.
+  struct ShardMapRecord {
+    size_t step = 0;  // in prog->steps
+    std::optional<Mesh> mesh;
+    std::vector<std::unique_ptr<BodyRecorder>> bodies;  // per position (another process's: null)
+    bool uniform = true;  // every position's BodyProgram the same ops (BodyProgram::same_as)
+    std::map<int, int> exported;  // body value -> the value (vid) it leaves the step as
+  };
+  // The value (vid) block `t` is as a block that earlier shard_map step `r` made or read, read
+  // at position `pos` of a step on `mesh`, or -1 when it is none.
+  int exported_from(ShardMapRecord& r, const Tensor& t, const Mesh& mesh, size_t pos);
+
   void launched_local(const Mesh& mesh, const std::vector<Array>& placed, const global::LocalFn& fn,
                       std::vector<Array>& outs, bool concurrent) override;
   void launched_blocks(const Mesh& mesh, const std::vector<Array>& placed, const global::Body& body,
@@ -250,6 +272,7 @@ class JitRecorder final : public global::LaunchObserver {
   std::unordered_map<uint64_t, Ref> named;
   std::map<ConstantKey, Ref> constants;             // constants' blocks, by constant_key
   std::unordered_map<uint64_t, int> line_by_block;  // a traced op's results' blocks: its line
+  std::vector<ShardMapRecord> shard_maps;            // in the order they ran
   CollectiveLog log;
   std::optional<CollectiveLog::Recording> recording;
   size_t log_seen = 0;
@@ -421,6 +444,205 @@ void JitRecorder::resharded(const Array& in, const Sharding& to, Array& out) {
     }
   }
   add_step(reshard_step(in, to), {in}, std::span<Array>(&out, 1));
+}
+
+// ---- shard_map inside the jitted function (global/jit_shard_map.h)
+
+std::optional<std::vector<Array>> JitTracer::shard_map(RunShardMap, const ErasedBody& body,
+                                                       const Mesh& mesh,
+                                                       const std::vector<PartitionSpec>& in_specs,
+                                                       const std::vector<PartitionSpec>& out_specs,
+                                                       const std::vector<Array>& args,
+                                                       const ShardMapOptions& options) {
+  std::vector<Array> outs = rec_->record_shard_map(body, mesh, in_specs, out_specs, args, options);
+  for (Array& y : outs) follow(y);
+  return outs;
+}
+
+namespace {
+
+size_t position_of(const Mesh& mesh, const Device& d) {
+  const std::vector<Device>& devs = mesh.devices();
+  return static_cast<size_t>(std::find(devs.begin(), devs.end(), d) - devs.begin());
+}
+
+bool same_blocks(const Array& a, const Array& b) {
+  const std::vector<Tensor>& x = ArrayAccess::blocks(a);
+  const std::vector<Tensor>& y = ArrayAccess::blocks(b);
+  if (x.size() != y.size() || a.sharding() != b.sharding()) return false;
+  for (size_t i = 0; i < x.size(); ++i) {
+    if (TensorAccess::buffer(x[i]) != TensorAccess::buffer(y[i]) ||
+        TensorAccess::byte_offset(x[i]) != TensorAccess::byte_offset(y[i]) ||
+        x[i].shape() != y[i].shape()) {
+      return false;
+    }
+  }
+  return true;
+}
+
+// "psum over ('x', 'y'): float32[4,8]" for a body's collective.
+std::string collective_note(const BodyProgram& b, const BodyOp& op) {
+  const std::vector<std::string>& axes = collective_axes(op.attrs);
+  std::string s = cat(op_name(op.op), " over (");
+  for (size_t i = 0; i < axes.size(); ++i) s += cat(i ? ", " : "", quote(axes[i]));
+  s += axes.size() == 1 ? ",)" : ")";
+  auto aval_of = [&](int v) {
+    const ResultMeta& m = b.meta[static_cast<size_t>(v)];
+    std::string t = cat(dtype_name(m.dtype), "[");
+    for (size_t i = 0; i < m.shape.size(); ++i) t += cat(i ? "," : "", m.shape[i]);
+    return t + "]";
+  };
+  s += cat(": ", aval_of(op.in.front()), " -> ", aval_of(op.out.front()), " per device");
+  return s;
+}
+
+}  // namespace
+
+int JitRecorder::exported_from(ShardMapRecord& r, const Tensor& t, const Mesh& mesh, size_t pos) {
+  if (pos >= r.bodies.size() || r.bodies[pos] == nullptr ||
+      r.mesh->devices()[pos] != mesh.devices()[pos]) {
+    return -1;
+  }
+  const int v = r.bodies[pos]->find(t);
+  if (v < 0) return -1;
+  if (auto it = r.exported.find(v); it != r.exported.end()) return it->second;
+  if (!r.uniform) {
+    throw Error(
+        "[jit] a shard_map body under jit reads a value an earlier shard_map body computed (as "
+        "value_and_grad's transpose body reads the forward's), and that earlier body ran "
+        "different ops on different devices; jit cannot yet pass such values between them: make "
+        "the body run the same ops on every device (branch with where, not with C++ control "
+        "flow on axis_index), or call the shard_map outside jit");
+  }
+  JitStep& step = prog->steps[r.step];
+  ShardMapStep& sm = *step.shard_map();
+  const int vid = new_value(static_cast<int>(r.mesh->size()));
+  size_t& bytes = prog->values[static_cast<size_t>(vid)].block_bytes;
+  for (size_t q = 0; q < r.bodies.size(); ++q) {
+    if (r.bodies[q] == nullptr) continue;
+    sm.bodies[q].results.push_back(v);
+    bytes = std::max(bytes, r.bodies[q]->held()[static_cast<size_t>(v)].nbytes());
+  }
+  sm.exported.push_back(v);
+  step.out.push_back(vid);
+  r.exported.emplace(v, vid);
+  return vid;
+}
+
+std::vector<Array> JitRecorder::record_shard_map(const ErasedBody& body, const Mesh& mesh,
+                                                 const std::vector<PartitionSpec>& in_specs,
+                                                 const std::vector<PartitionSpec>& out_specs,
+                                                 const std::vector<Array>& args,
+                                                 const ShardMapOptions& options) {
+  Untraced off;  // what runs here is the shard_map's machinery, not the function's ops
+  JitLine line;
+  line.op = options.name.empty() ? "shard_map" : cat("shard_map[", options.name, "]");
+  for (const Array& x : args) {
+    line.ins.push_back(aval(x));
+    line.in_from.push_back(from_of(x));
+  }
+  // Step 1 (eager's place_inputs): a reshard step per argument that moves.
+  std::vector<Array> placed = place_inputs(mesh, in_specs, args, options);
+  for (size_t i = 0; i < args.size(); ++i) {
+    if (!same_blocks(placed[i], args[i])) {
+      line.notes.push_back(cat("args[", i, "] moved to ", in_specs[i].str(), " for in_specs[", i,
+                               "]"));
+      Array moved = placed[i];
+      add_step(reshard_step(args[i], moved.sharding()), {args[i]}, std::span<Array>(&moved, 1));
+      placed[i] = moved;
+    }
+  }
+  const size_t moved_notes = line.notes.size();
+  // Step 2: the bodies, each recorded on its device's task.
+  const size_t n = static_cast<size_t>(mesh.size());
+  ShardMapRecord rec;
+  rec.mesh = mesh;
+  rec.bodies.resize(n);
+  std::mutex mu;                     // the lookups below, from every body's task
+  std::vector<int> outside;          // per extra operand of the step: its value (vid)
+  std::map<int, size_t> slot_of;     // value (vid) -> its operand slot
+  for (size_t pos = 0; pos < n; ++pos) {
+    if (!is_local(mesh.devices()[pos])) continue;
+    auto lookup = [this, &mu, &outside, &slot_of, &mesh, pos,
+                   args_n = placed.size()](const Tensor& t) -> int {
+      std::lock_guard<std::mutex> lock(mu);
+      for (auto r = shard_maps.rbegin(); r != shard_maps.rend(); ++r) {
+        const int vid = exported_from(*r, t, mesh, pos);
+        if (vid < 0) continue;
+        auto [it, added] = slot_of.emplace(vid, args_n + outside.size());
+        if (added) outside.push_back(vid);
+        return static_cast<int>(it->second);
+      }
+      return -1;
+    };
+    rec.bodies[pos] = std::make_unique<BodyRecorder>(lookup, &tracer);
+  }
+  ErasedBody recording = [&](Context& ctx, const std::vector<Tensor>& xs) {
+    BodyRecorder& r = *rec.bodies[position_of(mesh, ctx.device())];
+    TraceScope on(r);
+    std::vector<Tensor> ins = xs;
+    for (size_t i = 0; i < ins.size(); ++i) r.add_input(ins[i], i);
+    std::vector<Tensor> outs = body(ctx, ins);
+    r.set_results(outs);
+    return outs;
+  };
+  std::vector<std::vector<Tensor>> outputs = run_bodies(mesh, recording, placed);
+  for (std::unique_ptr<BodyRecorder>& r : rec.bodies) {
+    if (r != nullptr) r->finish();
+  }
+  // Step 3: the results, checked and assembled as eager's.
+  std::vector<Array> results = assemble_outputs(mesh, out_specs, std::move(outputs), options);
+
+  ShardMapStep sm;
+  sm.out_specs = out_specs;
+  sm.options = options;
+  sm.args = placed.size();
+  sm.bodies.resize(n);
+  const BodyProgram* first = nullptr;
+  for (size_t pos = 0; pos < n; ++pos) {
+    if (rec.bodies[pos] == nullptr) continue;
+    sm.bodies[pos] = rec.bodies[pos]->program();
+    sm.bodies[pos].inputs.resize(placed.size() + outside.size(), -1);
+    if (first == nullptr) {
+      first = &sm.bodies[pos];
+      for (const BodyOp& op : first->ops) {
+        if (op_def(op.op).collective) line.notes.push_back(collective_note(*first, op));
+      }
+      line.notes.insert(line.notes.begin() + static_cast<std::ptrdiff_t>(moved_notes),
+                        cat("body: ", first->ops.size(), " ops per device (",
+                            first->constants.size(), " constants), replayed on every device"));
+    }
+    rec.uniform = rec.uniform && sm.bodies[pos].same_as(*first);
+  }
+  JitStep s;
+  s.mesh = mesh;
+  for (const Array& a : placed) s.in.push_back(refs_of(a));
+  for (int vid : outside) {
+    std::vector<Ref> refs;
+    for (size_t pos = 0; pos < n; ++pos) refs.push_back(Ref{vid, static_cast<int>(pos)});
+    s.in.push_back(std::move(refs));
+  }
+  for (Array& y : results) {
+    const int vid = new_value(static_cast<int>(ArrayAccess::blocks(y).size()));
+    s.out.push_back(vid);
+    name_blocks(y, vid);
+  }
+  s.op = std::move(sm);
+  prog->steps.push_back(std::move(s));
+  rec.step = prog->steps.size() - 1;
+  shard_maps.push_back(std::move(rec));
+
+  const int index = static_cast<int>(prog->lines.size());
+  for (Array& y : results) {
+    line.outs.push_back(aval(y));
+    set_line(y, index);
+    if (const Ref* r = find(ArrayAccess::blocks(y).front())) line.out_vids.push_back(r->vid);
+  }
+  std::vector<CollectiveLog::Entry> entries = log.entries();
+  for (size_t i = log_seen; i < entries.size(); ++i) line.collectives.push_back(entries[i]);
+  log_seen = entries.size();
+  prog->lines.push_back(std::move(line));
+  return results;
 }
 
 // ---- the trace

@@ -1,4 +1,5 @@
 // jit's replay: the planned steps run on new inputs, launch by launch, in a reused arena.
+#include <algorithm>
 #include <array>
 #include <atomic>
 #include <memory>
@@ -10,6 +11,7 @@
 #include "global/jit_ir.h"
 #include "global/jit_program.h"
 #include "runtime/detail/access.h"
+#include "runtime/detail/op_apply.h"
 #include "runtime/detail/launch.h"
 #include "runtime/detail/platform.h"
 #include "runtime/tensor_ops.h"
@@ -267,6 +269,60 @@ void fold_psum(const JitProgram& p, size_t step, JitArena& a) {
   }
 }
 
+// A shard_map step (ShardMapStep): every position's recorded body run again on its device,
+// through the same Tensor ops and collectives (apply_op), the results assembled as the eager
+// shard_map assembles them (the replication check included), the blocks later shard_map steps
+// read set per position; then the blocks read here for the last time let go.
+void run_shard_map_step(const JitProgram& p, size_t step, JitArena& a) {
+  const JitStep& s = p.steps[step];
+  const ShardMapStep& sm = *s.shard_map();
+  const Mesh& mesh = *s.mesh;
+  const std::vector<Device>& devs = mesh.devices();
+  ErasedBody body = [&](Context& ctx, const std::vector<Tensor>&) {
+    const auto pos = static_cast<size_t>(std::find(devs.begin(), devs.end(), ctx.device()) -
+                                         devs.begin());
+    const BodyProgram& b = sm.bodies[pos];
+    std::vector<Tensor> v(b.meta.size());
+    for (size_t i = 0; i < b.inputs.size(); ++i) {
+      if (b.inputs[i] >= 0) v[static_cast<size_t>(b.inputs[i])] = a.vals[flat_of(p, s.in[i][pos])];
+    }
+    for (const auto& [id, t] : b.constants) v[static_cast<size_t>(id)] = t;
+    std::vector<Tensor> ins;
+    std::vector<ResultMeta> metas;
+    for (const BodyOp& op : b.ops) {
+      ins.clear();
+      metas.clear();
+      for (int x : op.in) ins.push_back(v[static_cast<size_t>(x)]);
+      for (int y : op.out) metas.push_back(b.meta[static_cast<size_t>(y)]);
+      std::vector<Tensor> r = apply_op(op.op, ins, op.attrs, metas, ctx);
+      if (r.size() != op.out.size()) {
+        throw Error(cat("[jit] internal: a shard_map body's op '", op_name(op.op), "' gave ",
+                        r.size(), " results, its recording ", op.out.size()));
+      }
+      for (size_t k = 0; k < r.size(); ++k) v[static_cast<size_t>(op.out[k])] = std::move(r[k]);
+      for (int x : op.last) v[static_cast<size_t>(x)] = Tensor();
+    }
+    std::vector<Tensor> out;
+    out.reserve(b.results.size());
+    for (int x : b.results) out.push_back(x >= 0 ? v[static_cast<size_t>(x)] : Tensor());
+    return out;
+  };
+  std::vector<std::vector<Tensor>> outs = run_bodies(mesh, body, {});
+  const size_t n = sm.out_specs.size();
+  for (size_t pos = 0; pos < devs.size(); ++pos) {
+    for (size_t e = n; e < outs[pos].size(); ++e) {
+      set_block(p, a, s.out[e], pos, std::move(outs[pos][e]));
+    }
+    if (outs[pos].size() > n) outs[pos].resize(n);
+  }
+  std::vector<Array> arrays = assemble_outputs(mesh, sm.out_specs, std::move(outs), sm.options);
+  for (size_t k = 0; k < arrays.size(); ++k) {
+    const std::vector<Tensor>& blocks = ArrayAccess::blocks(arrays[k]);
+    for (size_t pos = 0; pos < blocks.size(); ++pos) set_block(p, a, s.out[k], pos, blocks[pos]);
+  }
+  for (size_t pos = 0; pos < devs.size(); ++pos) drop_blocks(p, s, a, pos);
+}
+
 Array gather(const JitProgram& p, const std::vector<Ref>& refs, const JitArena& a,
              const Shape& shape, DType dtype, const Sharding& sharding,
              const std::vector<std::string>& pending) {
@@ -320,6 +376,9 @@ std::vector<Array> jit_replay(const JitProgram& p, std::vector<Array> inputs,
       }
       case JitLaunch::Kind::fold:
         fold_psum(p, launch.begin, a);
+        break;
+      case JitLaunch::Kind::shard_map:
+        run_shard_map_step(p, launch.begin, a);
         break;
       case JitLaunch::Kind::inline_run: {
         const std::vector<Device>& devs = p.steps[launch.begin].mesh->devices();

@@ -254,6 +254,11 @@ std::string why_not_native(const detail::Launch& launch, const coll::GroupLayout
   return detail::backend_of(launch.mesh.devices().front().kind()).native_unavailable(group);
 }
 
+// The options as the op's attributes record them (jit replays the call with them).
+detail::CollectiveHow how_of(const CollectiveOptions& options) {
+  return {static_cast<uint8_t>(options.algo), options.deterministic};
+}
+
 // The call's fingerprint: op, operand, axes, and how its data moves.
 coll::Call base_call(coll::Kind kind, const Tensor& x, const coll::GroupLayout& layout,
                      const CollectiveOptions& options, const detail::Launch& launch, int64_t pos) {
@@ -279,7 +284,7 @@ coll::Call base_call(coll::Kind kind, const Tensor& x, const coll::GroupLayout& 
   Tensor Context::method(const Tensor& x, const AxisNames& axes,                                 \
                          const CollectiveOptions& options) {                                     \
     detail::Traced<Tensor> tr(detail::OpId::method, {&x});                                       \
-    if (tr) tr.set_attrs(detail::CollectiveAttrs{axes.names()});                                 \
+    if (tr) tr.set_attrs(detail::CollectiveAttrs{axes.names(), how_of(options)});                 \
     if (x.valid() && x.dtype() == DType::bool_) {                                                \
       throw Error("[" #method                                                                    \
                   "] bool operands are not reduced; convert first, e.g. "                        \
@@ -364,7 +369,7 @@ GatherPlan plan_ppermute(int64_t pos, const Tensor& x, const coll::GroupLayout& 
 Tensor Context::all_gather(const Tensor& x, const AxisNames& axes, int axis, bool tiled,
                            const CollectiveOptions& options) {
   detail::Traced<Tensor> tr(detail::OpId::all_gather, {&x});
-  if (tr) tr.set_attrs(detail::GatherAttrs{axes.names(), axis, tiled});
+  if (tr) tr.set_attrs(detail::GatherAttrs{axes.names(), axis, tiled, how_of(options)});
   return tr(all_gather_start(x, axes, axis, tiled, options).wait());
 }
 
@@ -401,7 +406,8 @@ PendingTensor Context::ppermute_start(const Tensor& x, const AxisNames& axes,
 Tensor Context::psum_scatter(const Tensor& x, const AxisNames& axes, int scatter_dimension,
                              bool tiled, const CollectiveOptions& options) {
   detail::Traced<Tensor> tr(detail::OpId::psum_scatter, {&x});
-  if (tr) tr.set_attrs(detail::GatherAttrs{axes.names(), scatter_dimension, tiled});
+  if (tr) tr.set_attrs(
+        detail::GatherAttrs{axes.names(), scatter_dimension, tiled, how_of(options)});
   Prepared p = prepare(*state_, x, axes, "psum_scatter");
   const int64_t n = p.group_size;
   const auto rank = static_cast<int64_t>(x.shape().size());
@@ -438,7 +444,8 @@ Tensor Context::psum_scatter(const Tensor& x, const AxisNames& axes, int scatter
 Tensor Context::all_to_all(const Tensor& x, const AxisNames& axes, int split_axis, int concat_axis,
                            bool tiled, const CollectiveOptions& options) {
   detail::Traced<Tensor> tr(detail::OpId::all_to_all, {&x});
-  if (tr) tr.set_attrs(detail::AllToAllAttrs{axes.names(), split_axis, concat_axis, tiled});
+  if (tr) tr.set_attrs(detail::AllToAllAttrs{axes.names(), split_axis, concat_axis, tiled,
+                                               how_of(options)});
   Prepared p = prepare(*state_, x, axes, "all_to_all");
   const int64_t n = p.group_size;
   const auto rank = static_cast<int64_t>(x.shape().size());

@@ -23,6 +23,22 @@ std::vector<Array> run_untraced(const detail::ErasedBody& body, const Mesh& mesh
   std::vector<std::vector<Tensor>> outputs = detail::run_bodies(mesh, body, inputs);
   return detail::assemble_outputs(mesh, out_specs, std::move(outputs), options);
 }
+
+// Under a jit trace: jit's tracer (the first) records the call, with `body` as given (a tape's
+// tracing body, when a tape inside the jitted function differentiates it).
+std::vector<Array> run_in_jit(const detail::ErasedBody& body, const Mesh& mesh,
+                              const std::vector<PartitionSpec>& in_specs,
+                              const std::vector<PartitionSpec>& out_specs,
+                              const std::vector<Array>& args, const ShardMapOptions& options) {
+  detail::TraceState* s = detail::trace_state();
+  std::optional<std::vector<Array>> out;
+  if (s != nullptr && s->jit && !s->tracers.empty()) {
+    out = s->tracers.front()->shard_map(&run_untraced, body, mesh, in_specs, out_specs, args,
+                                        options);
+  }
+  if (!out) throw Error("[jit] internal: a shard_map under jit that jit's tracer did not record");
+  return std::move(*out);
+}
 }  // namespace
 
 std::vector<Array> detail::run_shard_map(const ErasedBody& body, const Mesh& mesh,
@@ -30,15 +46,20 @@ std::vector<Array> detail::run_shard_map(const ErasedBody& body, const Mesh& mes
                                          const std::vector<PartitionSpec>& out_specs,
                                          const std::vector<Array>& args,
                                          const ShardMapOptions& options) {
-  if (tracing()) {  // differentiated: the innermost tracer following an argument runs it
-    if (trace_state()->jit) throw_shard_map_in_jit();
+  const TraceState* s = trace_state();
+  const bool jit = s != nullptr && s->jit;
+  if (tracing() || jit) {
+    // Differentiated: the innermost tracer following an argument runs it; under jit, through
+    // jit's tracer (the outermost), which records it.
     check_call(mesh, in_specs, out_specs, args.size());
-    const std::vector<Tracer*> tracers = trace_state()->tracers;
+    const std::vector<Tracer*> tracers = tracing() ? s->tracers : std::vector<Tracer*>{};
+    const RunShardMap run = jit ? &run_in_jit : &run_untraced;
     for (auto t = tracers.rbegin(); t != tracers.rend(); ++t) {
       std::optional<std::vector<Array>> out =
-          (*t)->shard_map(&run_untraced, body, mesh, in_specs, out_specs, args, options);
+          (*t)->shard_map(run, body, mesh, in_specs, out_specs, args, options);
       if (out) return std::move(*out);
     }
+    if (jit) return run_in_jit(body, mesh, in_specs, out_specs, args, options);
   }
   return run_untraced(body, mesh, in_specs, out_specs, args, options);
 }

@@ -103,7 +103,7 @@ Tensor binary_op(OpId id, const Tensor& a0, const Tensor& b0) {
 // work is the tensor-tensor op `as` with the scalar as a 0-d operand.
 Tensor scalar_op(OpId id, OpId as, const Tensor& x, Scalar s, bool scalar_first) {
   detail::Traced<Tensor> tr(id, {&x});
-  if (tr) tr.set_attrs(detail::ScalarAttrs{s.value});
+  if (tr) tr.set_attrs(detail::ScalarAttrs{s.value, s.integral});
   check_valid(x, detail::op_name(as).data());
   DType t = weak_result(x.dtype(), s);
   Tensor xs = cast(x, t);
@@ -666,7 +666,7 @@ Tensor expand_dims(const Tensor& x, int axis) {
 
 Tensor pad(const Tensor& x, const std::vector<std::pair<int64_t, int64_t>>& widths, double value) {
   detail::Traced<Tensor> tr(OpId::pad, {&x});
-  if (tr) tr.set_attrs(detail::PadAttrs{widths});
+  if (tr) tr.set_attrs(detail::PadAttrs{widths, value});
   check_valid(x, "pad");
   const Shape out = detail::pad_shape(x.shape(), widths, detail::Form::tensor);
   Shape at(widths.size());

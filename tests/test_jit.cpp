@@ -587,15 +587,6 @@ TEST(Jit, ReadingInsideValueAndGradInsideJitIsAnError) {
   EXPECT_MESHRT_ERROR(step(w), "not known at trace time");
 }
 
-TEST(Jit, ShardMapInsideIsAClearError) {
-  Mesh m = mesh8();
-  auto step = jit([&](const Array& x) {
-    return shard_map([](Context&, const Tensor& t) { return t; }, m, {P("x")}, P("x"))(x);
-  });
-  Array x = put(iota(8), {8}, NamedSharding(m, P("x")));
-  EXPECT_MESHRT_ERROR(step(x), "[jit] shard_map inside a jitted function");
-}
-
 TEST(Jit, ConstantsAndCreationInside) {
   Mesh m = mesh8();
   NamedSharding s(m, P("x"));

@@ -115,6 +115,7 @@ inline constexpr size_t kOpCount = static_cast<size_t>(OpId::shard_map) + 1;
 struct NoAttrs {};
 struct ScalarAttrs {  // the scalar operand of a *_scalar op
   double value = 0.0;
+  bool integral = false;  // a weak integer (Scalar::integral), else a weak float
 };
 struct ReduceAttrs {
   std::optional<int> axis;  // nullopt: every dimension
@@ -135,6 +136,7 @@ struct SliceAttrs {
 };
 struct PadAttrs {
   std::vector<std::pair<int64_t, int64_t>> widths;
+  double value = 0.0;  // what the padding holds
 };
 struct RowAttrs {
   int64_t index = 0;  // non-negative
@@ -142,13 +144,21 @@ struct RowAttrs {
 struct UpdateSliceAttrs {
   Shape starts;  // after clamping
 };
+// A collective call's CollectiveOptions (runtime/context.h), kept so that jit replays the call
+// as it ran: `algo` is the CollectiveAlgo's value.
+struct CollectiveHow {
+  uint8_t algo = 0;
+  bool deterministic = false;
+};
 struct CollectiveAttrs {  // psum, pmean, pmax, pmin
   std::vector<std::string> axes;
+  CollectiveHow how = {};
 };
 struct GatherAttrs {  // all_gather (axis: where the gathered dim goes), psum_scatter (its dim)
   std::vector<std::string> axes;
   int axis = 0;
   bool tiled = false;
+  CollectiveHow how = {};
 };
 struct PpermuteAttrs {
   std::vector<std::string> axes;
@@ -158,6 +168,7 @@ struct AllToAllAttrs {
   std::vector<std::string> axes;
   int split_axis = 0, concat_axis = 0;
   bool tiled = false;
+  CollectiveHow how = {};
 };
 using OpAttrs = std::variant<NoAttrs, ScalarAttrs, ReduceAttrs, AxisAttrs, MatmulAttrs, PermAttrs,
                              SliceAttrs, PadAttrs, RowAttrs, UpdateSliceAttrs, CollectiveAttrs,

@@ -51,12 +51,6 @@ uint64_t next_trace_id() {
   return next.fetch_add(1, std::memory_order_relaxed);
 }
 
-void throw_shard_map_in_jit() {
-  throw Error(
-      "[jit] shard_map inside a jitted function is not supported yet: jit cannot replay its body; "
-      "call the shard_map outside jit (jit the global-view code before and after it)");
-}
-
 void check_host_read(uint64_t trace_id, std::string_view what) {
   if (trace_id == 0 || !tracing()) return;
   for (Tracer* t : trace_state()->tracers) t->check_read(trace_id, what);

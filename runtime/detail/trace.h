@@ -74,7 +74,9 @@ class Tracer {
 struct TraceState {
   std::vector<Tracer*> tracers;
   int suppressed = 0;
-  bool jit = false;  // a jit trace is recording: shard_map is refused (throw_shard_map_in_jit)
+  // A jit trace is recording: tracers[0] is jit's, and every shard_map goes through it (inner
+  // tracers, autodiff's tape, get a `run` that does; see run_shard_map).
+  bool jit = false;
 };
 // This task's state (a device body on a fiber has its own), or nullptr when none was installed.
 // TraceScope is the one way to change it.
@@ -88,9 +90,6 @@ inline bool tracing() {
   return s != nullptr && s->suppressed == 0 && !s->tracers.empty();
 }
 
-// The Error for a shard_map called while a jit trace records (jit cannot replay it yet).
-[[noreturn]] void throw_shard_map_in_jit();
-
 // A host read of a traced value: lets the tracers refuse it (see Tracer::check_read).
 void check_host_read(uint64_t trace_id, std::string_view what);
 
@@ -98,8 +97,9 @@ void check_host_read(uint64_t trace_id, std::string_view what);
 // traced it before once it ends (exceptions included). The one way tracing state changes:
 //
 //   TraceScope on(tape);                          // autodiff: tape becomes the innermost tracer
-//   TraceScope on(TraceScope::jit, recorder);     // a jit trace: its tracer alone, shard_map
-//   refused TraceScope off(TraceScope::none);             // nothing traces (a kernel recording)
+//   TraceScope on(TraceScope::jit, recorder);     // a jit trace: its tracer first, and every
+//                                                 // shard_map through it
+//   TraceScope off(TraceScope::none);             // nothing traces (a kernel recording)
 //
 // Scopes nest and end in reverse order (they live on the stack, or in an object that does).
 class TraceScope {
@@ -111,7 +111,8 @@ class TraceScope {
 
   // `tracer` becomes the innermost tracer of this task; outer ones keep tracing (grad of grad).
   explicit TraceScope(Tracer& tracer);
-  // A jit trace: `tracer` is the task's only tracer, and shard_map is refused inside.
+  // A jit trace: `tracer` is the task's only tracer (tapes started inside push after it), and
+  // every shard_map inside is recorded by it.
   TraceScope(Jit, Tracer& tracer);
   // No tracer sees this task's ops.
   explicit TraceScope(None);

@@ -1,0 +1,150 @@
+// A shard_map inside a jitted function: the body recorder (global/jit_shard_map.h).
+#include "global/jit_shard_map.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "core/error.h"
+#include "core/strings.h"
+#include "runtime/detail/access.h"
+
+namespace meshrt::detail {
+
+bool BodyProgram::same_as(const BodyProgram& o) const {
+  if (inputs != o.inputs || results != o.results || meta.size() != o.meta.size() ||
+      ops.size() != o.ops.size() || constants.size() != o.constants.size()) {
+    return false;
+  }
+  for (size_t v = 0; v < meta.size(); ++v) {
+    if (meta[v].shape != o.meta[v].shape || meta[v].dtype != o.meta[v].dtype) return false;
+  }
+  for (size_t i = 0; i < constants.size(); ++i) {
+    if (constants[i].first != o.constants[i].first) return false;
+  }
+  for (size_t i = 0; i < ops.size(); ++i) {
+    if (ops[i].op != o.ops[i].op || ops[i].in != o.ops[i].in || ops[i].out != o.ops[i].out)
+      return false;
+  }
+  return true;
+}
+
+BodyRecorder::BodyRecorder(Outside outside, Tracer* jit) : outside_(std::move(outside)), jit_(jit) {}
+
+BodyRecorder::ViewKey BodyRecorder::view_key(const Tensor& t) {
+  return {TensorAccess::buffer(t).get(), TensorAccess::byte_offset(t), t.shape(), t.dtype()};
+}
+
+int BodyRecorder::new_value(const Tensor& t) {
+  const int v = static_cast<int>(prog_.meta.size());
+  prog_.meta.push_back(ResultMeta{t.shape(), t.dtype()});
+  held_.push_back(t);
+  if (t.valid()) by_view_.emplace(view_key(t), v);
+  return v;
+}
+
+void BodyRecorder::add_input(Tensor& t, size_t slot) {
+  set_trace_id(t, next_trace_id());
+  const int v = new_value(t);
+  by_id_[trace_id(t)] = v;
+  if (prog_.inputs.size() <= slot) prog_.inputs.resize(slot + 1, -1);
+  prog_.inputs[slot] = v;
+}
+
+int BodyRecorder::add_outside(const Tensor& t, size_t slot) {
+  if (prog_.inputs.size() <= slot) prog_.inputs.resize(slot + 1, -1);
+  if (prog_.inputs[slot] < 0) prog_.inputs[slot] = new_value(t);
+  return prog_.inputs[slot];
+}
+
+int BodyRecorder::find(const Tensor& t) const {
+  if (const uint64_t id = trace_id(t); id != 0) {
+    auto it = by_id_.find(id);
+    if (it != by_id_.end()) return it->second;
+  }
+  if (!t.valid()) return -1;
+  auto it = by_view_.find(view_key(t));
+  return it == by_view_.end() ? -1 : it->second;
+}
+
+int BodyRecorder::resolve(const Tensor& t) {
+  if (const int v = find(t); v >= 0) return v;
+  if (!t.valid()) {
+    throw Error("[jit] internal: an empty Tensor reached an op of a shard_map body");
+  }
+  if (const int slot = outside_ ? outside_(t) : -1; slot >= 0) return add_outside(t, slot);
+  const int v = new_value(t);
+  prog_.constants.emplace_back(v, t);
+  return v;
+}
+
+void BodyRecorder::set_results(const std::vector<Tensor>& outs) {
+  prog_.results.clear();
+  for (const Tensor& t : outs) prog_.results.push_back(t.valid() ? resolve(t) : -1);
+}
+
+void BodyRecorder::record(OpId op, std::span<const Tensor* const> inputs,
+                          std::span<Tensor> outputs, const OpAttrs& attrs) {
+  if (!op_def(op).on_tensor || op == OpId::shard_map) {
+    throw Error(cat("[jit] internal: the op '", op_name(op),
+                    "' was reported inside a shard_map body and has no Tensor form to replay"));
+  }
+  BodyOp b;
+  b.op = op;
+  b.attrs = attrs;
+  for (const Tensor* x : inputs) b.in.push_back(resolve(*x));
+  for (Tensor& y : outputs) {
+    if (trace_id(y) == 0) set_trace_id(y, next_trace_id());
+    const int v = static_cast<int>(prog_.meta.size());
+    prog_.meta.push_back(ResultMeta{y.shape(), y.dtype()});
+    held_.push_back(y);
+    // The result may view an operand's memory again (a reshape to the same shape, identity):
+    // found by its id first, so each name stays with its own value.
+    if (y.valid()) by_view_.emplace(view_key(y), v);
+    by_id_[trace_id(y)] = v;
+    b.out.push_back(v);
+  }
+  prog_.ops.push_back(std::move(b));
+}
+
+void BodyRecorder::record(OpId op, std::span<const Array* const>, std::span<Array>,
+                          const OpAttrs&) {
+  throw Error(cat("[jit] the global-view op '", op_name(op),
+                  "' ran inside a shard_map body under jit; a body computes on its Tensors "
+                  "(call global-view ops outside the shard_map)"));
+}
+
+void BodyRecorder::check_read(uint64_t id, std::string_view what) {
+  if (what == "ppermute_start" || what == "all_gather_start") {
+    throw Error(cat("[jit] ", what,
+                    " inside a shard_map body under jit is not supported yet: jit replays the "
+                    "body's recorded ops and cannot replay an asynchronous collective (nor "
+                    "collective_matmul, made of them); use the synchronous ",
+                    what.substr(0, what.size() - 6),
+                    " (the same results, without the overlap), or call the shard_map outside "
+                    "jit"));
+  }
+  if (id != 0 && by_id_.count(id) != 0) {
+    throw Error(cat("[jit] ", what,
+                    " of a value computed inside a shard_map body under jit: its value is not "
+                    "known at trace time (jit records the body once and replays its ops on new "
+                    "inputs); return the value from the body and read it after the call, or "
+                    "call the shard_map outside jit"));
+  }
+  if (jit_ != nullptr) jit_->check_read(id, what);
+}
+
+void plan_body_frees(BodyProgram& b) {
+  std::vector<int> last(b.meta.size(), -1);  // per value: the last op reading it
+  for (size_t i = 0; i < b.ops.size(); ++i) {
+    for (int v : b.ops[i].in) last[static_cast<size_t>(v)] = static_cast<int>(i);
+  }
+  for (int v : b.results) {
+    if (v >= 0) last[static_cast<size_t>(v)] = -1;
+  }
+  for (BodyOp& op : b.ops) op.last.clear();
+  for (size_t v = 0; v < last.size(); ++v) {
+    if (last[v] >= 0) b.ops[static_cast<size_t>(last[v])].last.push_back(static_cast<int>(v));
+  }
+}
+
+}  // namespace meshrt::detail
