@@ -6,6 +6,10 @@
 //   TinyOp/eager      add(x, x) on the same Array (one op's overhead, for the ratio)
 //   Sin/eager, Sin/jit  2 * sin(x) + 1 on (8, 8)
 //   MlpStep/{eager,jit}  value_and_grad of a small DP MLP's loss (the gradients' psums inside)
+//   ShardMapPsum/{eager,jit}  a shard_map call whose body is one psum of one float, and the same
+//                     call inside jit (its body recorded once, replayed as ops: docs/jit.md)
+//   ShardMapGrad/{eager,jit}  value_and_grad of a per-device (shard_map) two-layer loss over 8
+//                     devices, (64, 32) inputs: the forward and transpose bodies replayed
 //   AdamUpdate/{eager,jit,jit_unfused}/rows, Memcpy/rows  adam's update of a (rows, 1024) leaf
 //                     over 8 devices, fused into elementwise chains or not, against a memcpy of
 //                     the bytes it must move
@@ -148,6 +152,36 @@ Adam adam_update(const Adam& s, const Array& g) {
   return {s.p - 1e-3 * (mhat / (sqrt(vhat) + 1e-8)), m, v};
 }
 
+void ShardMapPsum(benchmark::State& st, bool jitted) {
+  const Mesh mesh = mesh8();
+  Array x = device_put(std::vector<float>(8, 1.f), {8}, NamedSharding(mesh, P("x")));
+  auto f = [mesh](const Array& a) {
+    return shard_map([](Context& c, const Tensor& t) { return c.psum(t, "x"); }, mesh, {P("x")},
+                     P())(a);
+  };
+  auto j = jit(f);
+  for (auto _ : st) benchmark::DoNotOptimize(jitted ? j(x) : f(x));
+}
+
+void ShardMapGrad(benchmark::State& st, bool jitted) {
+  const Mesh mesh = mesh8();
+  auto loss = [mesh](const Array& w1, const Array& w2, const Array& x) {
+    auto body = [](Context& c, const Tensor& a, const Tensor& b, const Tensor& xb) {
+      Tensor h = relu(matmul(xb, a));
+      Tensor y = tanh(matmul(h, b));
+      return c.pmean(sum(y * y), "x");
+    };
+    return shard_map(body, mesh, {P(), P(), P("x")}, P())(w1, w2, x);
+  };
+  auto f = value_and_grad<0, 1>(loss);
+  auto j = jit(f);
+  NamedSharding rep(mesh, P()), rows(mesh, P("x"));
+  Array w1 = full({32, 32}, 0.03, DType::f32, rep);
+  Array w2 = full({32, 8}, 0.02, DType::f32, rep);
+  Array x = full({64, 32}, 0.5, DType::f32, rows);
+  for (auto _ : st) benchmark::DoNotOptimize(jitted ? j(w1, w2, x) : f(w1, w2, x));
+}
+
 Array big(int64_t rows, double v) {
   return full({rows, 1024}, v, DType::f32, NamedSharding(mesh8(), P("x")));
 }
@@ -189,6 +223,10 @@ void Memcpy(benchmark::State& st) {
 
 }  // namespace
 
+BENCHMARK_CAPTURE(ShardMapPsum, eager, false)->Name("ShardMapPsum/eager")->UseRealTime();
+BENCHMARK_CAPTURE(ShardMapPsum, jit, true)->Name("ShardMapPsum/jit")->UseRealTime();
+BENCHMARK_CAPTURE(ShardMapGrad, eager, false)->Name("ShardMapGrad/eager")->UseRealTime();
+BENCHMARK_CAPTURE(ShardMapGrad, jit, true)->Name("ShardMapGrad/jit")->UseRealTime();
 BENCHMARK_CAPTURE(AdamUpdate, eager, 0)
     ->Name("AdamUpdate/eager")
     ->Arg(1024)

@@ -2,10 +2,10 @@
 // and the printer read it (not installed; the public entry points are global/jit_program.h).
 //
 // A value is a set of blocks, one per mesh position, named by its index into `values` (its id);
-// a step (one of four kinds: LocalStep, BlocksStep, ReshardStep, ShardMapStep) reads values' blocks by id and
-// position (`Ref`) and makes new values; a launch runs consecutive steps together. One file per
-// pass: global/jit_record.cpp (the trace: steps and lines), global/jit_plan.cpp (unused steps
-// removed, last uses, launches, psum buckets), global/jit_fuse.cpp (fused steps),
+// a step (one of four kinds: LocalStep, BlocksStep, ReshardStep, ShardMapStep) reads values' blocks
+// by id and position (`Ref`) and makes new values; a launch runs consecutive steps together. One
+// file per pass: global/jit_record.cpp (the trace: steps and lines), global/jit_plan.cpp (unused
+// steps removed, last uses, launches, psum buckets), global/jit_fuse.cpp (fused steps),
 // global/jit_buffers.cpp (which values live in planned buffers, and the buffers),
 // global/jit_replay.cpp (running the steps on new inputs), global/jit_print.cpp (as_text,
 // as_dot).
@@ -116,7 +116,7 @@ struct BodyOp {
 // operands, the constants it read (Tensors made outside the body or by what a tracer does not
 // see: zeros, random numbers from a key, a block captured by the body), and its ops' results.
 struct BodyProgram {
-  std::vector<int> inputs;                         // per operand of the step: its value, or -1
+  std::vector<int> inputs;                        // per operand of the step: its value, or -1
   std::vector<std::pair<int, Tensor>> constants;  // (value, its Tensor)
   std::vector<ResultMeta> meta;                   // per value
   std::vector<BodyOp> ops;                        // in order
@@ -192,8 +192,8 @@ struct JitLine {
   std::vector<std::string> ins, outs;
   std::vector<int> in_from;  // per operand: producing line, -1 - k for input k, kConst
   std::vector<CollectiveLog::Entry> collectives;
-  std::vector<int> out_vids;  // its results' values, where a step made them
-  bool replayed = true;       // false when plan() dropped every step making its results
+  std::vector<int> out_vids;       // its results' values, where a step made them
+  bool replayed = true;            // false when plan() dropped every step making its results
   std::vector<std::string> notes;  // printed under the line (a shard_map body's collectives)
 };
 constexpr int kConst = -1000000;

@@ -82,8 +82,7 @@ class JitTracer final : public Tracer {
                     "it outside jit"));
   }
   // Every shard_map of the trace comes here (runtime/shard_map.cpp): recorded as a step.
-  std::optional<std::vector<Array>> shard_map(RunShardMap, const ErasedBody& body,
-                                              const Mesh& mesh,
+  std::optional<std::vector<Array>> shard_map(RunShardMap, const ErasedBody& body, const Mesh& mesh,
                                               const std::vector<PartitionSpec>& in_specs,
                                               const std::vector<PartitionSpec>& out_specs,
                                               const std::vector<Array>& args,
@@ -272,7 +271,7 @@ class JitRecorder final : public global::LaunchObserver {
   std::unordered_map<uint64_t, Ref> named;
   std::map<ConstantKey, Ref> constants;             // constants' blocks, by constant_key
   std::unordered_map<uint64_t, int> line_by_block;  // a traced op's results' blocks: its line
-  std::vector<ShardMapRecord> shard_maps;            // in the order they ran
+  std::vector<ShardMapRecord> shard_maps;           // in the order they ran
   CollectiveLog log;
   std::optional<CollectiveLog::Recording> recording;
   size_t log_seen = 0;
@@ -545,8 +544,8 @@ std::vector<Array> JitRecorder::record_shard_map(const ErasedBody& body, const M
   std::vector<Array> placed = place_inputs(mesh, in_specs, args, options);
   for (size_t i = 0; i < args.size(); ++i) {
     if (!same_blocks(placed[i], args[i])) {
-      line.notes.push_back(cat("args[", i, "] moved to ", in_specs[i].str(), " for in_specs[", i,
-                               "]"));
+      line.notes.push_back(
+          cat("args[", i, "] moved to ", in_specs[i].str(), " for in_specs[", i, "]"));
       Array moved = placed[i];
       add_step(reshard_step(args[i], moved.sharding()), {args[i]}, std::span<Array>(&moved, 1));
       placed[i] = moved;
@@ -558,9 +557,9 @@ std::vector<Array> JitRecorder::record_shard_map(const ErasedBody& body, const M
   ShardMapRecord rec;
   rec.mesh = mesh;
   rec.bodies.resize(n);
-  std::mutex mu;                     // the lookups below, from every body's task
-  std::vector<int> outside;          // per extra operand of the step: its value (vid)
-  std::map<int, size_t> slot_of;     // value (vid) -> its operand slot
+  std::mutex mu;                  // the lookups below, from every body's task
+  std::vector<int> outside;       // per extra operand of the step: its value (vid)
+  std::map<int, size_t> slot_of;  // value (vid) -> its operand slot
   for (size_t pos = 0; pos < n; ++pos) {
     if (!is_local(mesh.devices()[pos])) continue;
     auto lookup = [this, &mu, &outside, &slot_of, &mesh, pos,
@@ -613,6 +612,11 @@ std::vector<Array> JitRecorder::record_shard_map(const ErasedBody& body, const M
                             first->constants.size(), " constants), replayed on every device"));
     }
     rec.uniform = rec.uniform && sm.bodies[pos].same_as(*first);
+  }
+  if (!outside.empty()) {
+    line.notes.push_back(cat("reads ", outside.size(),
+                             " values of earlier shard_map bodies (a transpose body reads its "
+                             "forward's), passed to it as operands"));
   }
   JitStep s;
   s.mesh = mesh;

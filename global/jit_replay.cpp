@@ -11,8 +11,8 @@
 #include "global/jit_ir.h"
 #include "global/jit_program.h"
 #include "runtime/detail/access.h"
-#include "runtime/detail/op_apply.h"
 #include "runtime/detail/launch.h"
+#include "runtime/detail/op_apply.h"
 #include "runtime/detail/platform.h"
 #include "runtime/tensor_ops.h"
 
@@ -279,8 +279,8 @@ void run_shard_map_step(const JitProgram& p, size_t step, JitArena& a) {
   const Mesh& mesh = *s.mesh;
   const std::vector<Device>& devs = mesh.devices();
   ErasedBody body = [&](Context& ctx, const std::vector<Tensor>&) {
-    const auto pos = static_cast<size_t>(std::find(devs.begin(), devs.end(), ctx.device()) -
-                                         devs.begin());
+    const auto pos =
+        static_cast<size_t>(std::find(devs.begin(), devs.end(), ctx.device()) - devs.begin());
     const BodyProgram& b = sm.bodies[pos];
     std::vector<Tensor> v(b.meta.size());
     for (size_t i = 0; i < b.inputs.size(); ++i) {

@@ -28,7 +28,8 @@ bool BodyProgram::same_as(const BodyProgram& o) const {
   return true;
 }
 
-BodyRecorder::BodyRecorder(Outside outside, Tracer* jit) : outside_(std::move(outside)), jit_(jit) {}
+BodyRecorder::BodyRecorder(Outside outside, Tracer* jit)
+    : outside_(std::move(outside)), jit_(jit) {}
 
 BodyRecorder::ViewKey BodyRecorder::view_key(const Tensor& t) {
   return {TensorAccess::buffer(t).get(), TensorAccess::byte_offset(t), t.shape(), t.dtype()};
@@ -82,8 +83,8 @@ void BodyRecorder::set_results(const std::vector<Tensor>& outs) {
   for (const Tensor& t : outs) prog_.results.push_back(t.valid() ? resolve(t) : -1);
 }
 
-void BodyRecorder::record(OpId op, std::span<const Tensor* const> inputs,
-                          std::span<Tensor> outputs, const OpAttrs& attrs) {
+void BodyRecorder::record(OpId op, std::span<const Tensor* const> inputs, std::span<Tensor> outputs,
+                          const OpAttrs& attrs) {
   if (!op_def(op).on_tensor || op == OpId::shard_map) {
     throw Error(cat("[jit] internal: the op '", op_name(op),
                     "' was reported inside a shard_map body and has no Tensor form to replay"));

@@ -284,7 +284,7 @@ coll::Call base_call(coll::Kind kind, const Tensor& x, const coll::GroupLayout& 
   Tensor Context::method(const Tensor& x, const AxisNames& axes,                                 \
                          const CollectiveOptions& options) {                                     \
     detail::Traced<Tensor> tr(detail::OpId::method, {&x});                                       \
-    if (tr) tr.set_attrs(detail::CollectiveAttrs{axes.names(), how_of(options)});                 \
+    if (tr) tr.set_attrs(detail::CollectiveAttrs{axes.names(), how_of(options)});                \
     if (x.valid() && x.dtype() == DType::bool_) {                                                \
       throw Error("[" #method                                                                    \
                   "] bool operands are not reduced; convert first, e.g. "                        \
@@ -406,8 +406,8 @@ PendingTensor Context::ppermute_start(const Tensor& x, const AxisNames& axes,
 Tensor Context::psum_scatter(const Tensor& x, const AxisNames& axes, int scatter_dimension,
                              bool tiled, const CollectiveOptions& options) {
   detail::Traced<Tensor> tr(detail::OpId::psum_scatter, {&x});
-  if (tr) tr.set_attrs(
-        detail::GatherAttrs{axes.names(), scatter_dimension, tiled, how_of(options)});
+  if (tr)
+    tr.set_attrs(detail::GatherAttrs{axes.names(), scatter_dimension, tiled, how_of(options)});
   Prepared p = prepare(*state_, x, axes, "psum_scatter");
   const int64_t n = p.group_size;
   const auto rank = static_cast<int64_t>(x.shape().size());
@@ -444,8 +444,9 @@ Tensor Context::psum_scatter(const Tensor& x, const AxisNames& axes, int scatter
 Tensor Context::all_to_all(const Tensor& x, const AxisNames& axes, int split_axis, int concat_axis,
                            bool tiled, const CollectiveOptions& options) {
   detail::Traced<Tensor> tr(detail::OpId::all_to_all, {&x});
-  if (tr) tr.set_attrs(detail::AllToAllAttrs{axes.names(), split_axis, concat_axis, tiled,
-                                               how_of(options)});
+  if (tr)
+    tr.set_attrs(
+        detail::AllToAllAttrs{axes.names(), split_axis, concat_axis, tiled, how_of(options)});
   Prepared p = prepare(*state_, x, axes, "all_to_all");
   const int64_t n = p.group_size;
   const auto rank = static_cast<int64_t>(x.shape().size());

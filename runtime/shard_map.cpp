@@ -46,20 +46,21 @@ std::vector<Array> detail::run_shard_map(const ErasedBody& body, const Mesh& mes
                                          const std::vector<PartitionSpec>& out_specs,
                                          const std::vector<Array>& args,
                                          const ShardMapOptions& options) {
-  const TraceState* s = trace_state();
-  const bool jit = s != nullptr && s->jit;
-  if (tracing() || jit) {
-    // Differentiated: the innermost tracer following an argument runs it; under jit, through
-    // jit's tracer (the outermost), which records it.
+  // A shard_map the runtime makes for itself (the global view's, under Untraced) is no op of the
+  // user's: it runs as it is (jit records its launches through the global view's observer).
+  if (tracing()) {
+    // Differentiated: the innermost tracer following an argument runs it. Under jit, through
+    // jit's tracer (the outermost), which records it: it is the last tracer asked, and the `run`
+    // the others get.
     check_call(mesh, in_specs, out_specs, args.size());
-    const std::vector<Tracer*> tracers = tracing() ? s->tracers : std::vector<Tracer*>{};
+    const bool jit = trace_state()->jit;
+    const std::vector<Tracer*> tracers = trace_state()->tracers;
     const RunShardMap run = jit ? &run_in_jit : &run_untraced;
     for (auto t = tracers.rbegin(); t != tracers.rend(); ++t) {
       std::optional<std::vector<Array>> out =
           (*t)->shard_map(run, body, mesh, in_specs, out_specs, args, options);
       if (out) return std::move(*out);
     }
-    if (jit) return run_in_jit(body, mesh, in_specs, out_specs, args, options);
   }
   return run_untraced(body, mesh, in_specs, out_specs, args, options);
 }

@@ -67,16 +67,16 @@ std::vector<Tensor> every_family(Context& ctx, const Tensor& xb, const Tensor& w
   Tensor c = concatenate({transpose(h), slice(h, {0, 1}, {4, 3})}, 1);  // (4, 6)
   c = pad(c, {{1, 0}, {0, 2}}, -0.75);                                  // (5, 8)
   Tensor i = astype(argmax(h, 0), DType::f32) + astype(h > 0, DType::f32);
-  Tensor g = ctx.all_gather(reshape(c, {40}), "y", 0, true);            // (80,)
+  Tensor g = ctx.all_gather(reshape(c, {40}), "y", 0, true);  // (80,)
   Tensor p = ctx.psum(s + r, AxisNames({"x", "y"}));
   Tensor m = ctx.pmean(sqrt(abs_via_square(h) + 1), "x");
   Tensor q = ctx.ppermute(i, "x", {{0, 1}, {1, 2}, {2, 3}, {3, 0}});
-  Tensor sc = ctx.psum_scatter(h, "x", 0, true);                        // (1, 4)
-  Tensor a2a = ctx.all_to_all(h, "y", 1, 0, true);                      // (8, 2), varies on y
+  Tensor sc = ctx.psum_scatter(h, "x", 0, true);    // (1, 4)
+  Tensor a2a = ctx.all_to_all(h, "y", 1, 0, true);  // (8, 2), varies on y
   Tensor mx = ctx.pmax(min(h, 1) - 3, "y");
-  Tensor row0 = h[2] * 3 + 1.5;                                         // row
+  Tensor row0 = h[2] * 3 + 1.5;  // row
   Tensor du = dynamic_update_slice(h, ones({2, 2}, DType::f32, ctx.device()), {1, 1});
-  Tensor ints = astype(h * 4, DType::i32) + 3;                          // weak int scalar
+  Tensor ints = astype(h * 4, DType::i32) + 3;  // weak int scalar
   Tensor back = astype(ints, DType::f32) / 2;
   return {p + m + q + mx + du + back, g, sc, a2a, reshape(row0, {2, 2}), -c, ints};
 }
@@ -227,8 +227,8 @@ TEST(JitShardMap, ConstantsInsideTheBodyAreKept) {
     auto body = [](Context& ctx, const Tensor& b) {
       const double i = static_cast<double>(ctx.axis_index("x"));
       Tensor noise = random::normal(random::key(7), b.shape(), ctx.device());
-      return b * full(b.shape(), i, DType::f32, ctx.device()) + noise + arange(4, DType::f32,
-                                                                              ctx.device());
+      return b * full(b.shape(), i, DType::f32, ctx.device()) + noise +
+             arange(4, DType::f32, ctx.device());
     };
     return shard_map(body, m, {P("x")}, P("x"))(x);
   };

@@ -343,6 +343,45 @@ TEST(Multiprocess, GlobalViewOps) {
   EXPECT_EQ(gathered<float>(m), mm);
 }
 
+// shard_map inside jit (docs/jit.md): each process records its own devices' bodies at trace time
+// and replays them; the gradient's transpose body reads the forward body's blocks (x's and w's),
+// which jit passes between the two steps on every process.
+TEST(Multiprocess, JitOfShardMapAndItsGradient) {
+  Mesh mesh = make_mesh({8}, {"x"});
+  NamedSharding rows(mesh, P("x")), rep(mesh, P());
+  auto f = [&](const Array& x) {
+    auto body = [](Context& c, const Tensor& t) { return c.psum(t * t, "x") + t; };
+    return shard_map(body, mesh, {P("x")}, P("x"))(x);
+  };
+  auto step = jit(f);
+  auto loss = [&](const Array& w, const Array& x) {
+    auto body = [](Context& c, const Tensor& wb, const Tensor& xb) {
+      return c.psum(sum(xb * (wb * wb)), "x");
+    };
+    return shard_map(body, mesh, {P(), P("x")}, P())(w, x);
+  };
+  auto grad_step = jit(value_and_grad(loss));
+  for (float start : {-3.f, 5.f}) {
+    const std::vector<float> v = iota(16, start);
+    std::vector<float> squares(2, 0.f), col(2, 0.f);
+    for (size_t i = 0; i < v.size(); ++i) {
+      squares[i % 2] += v[i] * v[i];
+      col[i % 2] += v[i];
+    }
+    std::vector<float> want(v.size());
+    for (size_t i = 0; i < v.size(); ++i) want[i] = squares[i % 2] + v[i];
+    const Array x = device_put(v, {16}, rows);
+    EXPECT_EQ(gathered<float>(step(x)), want);
+    const std::vector<float> wv = {start, 2.f - start};
+    auto [l, g] = grad_step(device_put(wv, {2}, rep), x);
+    EXPECT_EQ(gathered<float>(l),
+              std::vector<float>{col[0] * wv[0] * wv[0] + col[1] * wv[1] * wv[1]});
+    EXPECT_EQ(gathered<float>(g), (std::vector<float>{2 * wv[0] * col[0], 2 * wv[1] * col[1]}));
+  }
+  EXPECT_EQ(step.trace_count(), 1u);
+  EXPECT_EQ(grad_step.trace_count(), 1u);
+}
+
 // The tensor-parallel layer's products placed by bytes (docs/global-view.md, "How a matmul is
 // placed") across processes: the forward product as rows (a deferred pending sum taken by moving
 // them, or read through its addends), the input gradient as rows, the weight gradient split_k.

@@ -154,8 +154,8 @@ std::vector<Tensor> apply_op(OpId op, std::span<const Tensor> in, const OpAttrs&
       return one(pad(in[0], p.widths, p.value));
     }
     case OpId::concatenate:
-      return one(concatenate(std::vector<Tensor>(in.begin(), in.end()),
-                             std::get<AxisAttrs>(attrs).axis));
+      return one(
+          concatenate(std::vector<Tensor>(in.begin(), in.end()), std::get<AxisAttrs>(attrs).axis));
     case OpId::stack:
       return one(stack(std::vector<Tensor>(in.begin(), in.end()), std::get<AxisAttrs>(attrs).axis));
     case OpId::split:
