@@ -193,7 +193,9 @@ std::string jit_dot(const JitProgram& p) {
     const JitLine& l = p.lines[k];
     std::string outs;
     for (size_t i = 0; i < l.outs.size(); ++i) outs += (i ? "\\n" : "") + esc(l.outs[i]);
-    s += cat("  op", k, " [label=\"%", k, " ", esc(l.op), "\\n", outs, "\"];\n");
+    std::string notes;  // a shard_map's body: its op count and collectives
+    for (const std::string& n : l.notes) notes += "\\n" + esc(n);
+    s += cat("  op", k, " [label=\"%", k, " ", esc(l.op), "\\n", outs, notes, "\"];\n");
     for (size_t c = 0; c < l.collectives.size(); ++c) {
       const CollectiveLog::Entry& e = l.collectives[c];
       s += cat("  op", k, "_c", c,

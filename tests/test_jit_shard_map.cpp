@@ -156,6 +156,8 @@ TEST(JitShardMap, GlobalViewOpsAroundTheShardMapAndArgumentsPlacedAsEager) {
   EXPECT_NE(text.find("args[0] moved to P('x', 'y') for in_specs[0]"), std::string::npos) << text;
   EXPECT_NE(text.find("(1 with collectives)"), std::string::npos) << text;
   EXPECT_NE(text.find("1 shard_maps (their recorded bodies)"), std::string::npos) << text;
+  const std::string dot = step.lower(x, y).as_dot();
+  EXPECT_NE(dot.find("psum over ('y',)"), std::string::npos) << dot;
 }
 
 // A data-parallel step in the per-device style: the loss's shard_map differentiated inside jit.
