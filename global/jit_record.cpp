@@ -498,9 +498,18 @@ std::string collective_note(const BodyProgram& b, const BodyOp& op) {
 }  // namespace
 
 int JitRecorder::exported_from(ShardMapRecord& r, const Tensor& t, const Mesh& mesh, size_t pos) {
-  if (pos >= r.bodies.size() || r.bodies[pos] == nullptr ||
-      r.mesh->devices()[pos] != mesh.devices()[pos]) {
-    return -1;
+  // Only the position of r's mesh on this device can hold `t` (a body's Tensors are its device's).
+  const std::vector<Device>& devs = r.mesh->devices();
+  const auto q =
+      static_cast<size_t>(std::find(devs.begin(), devs.end(), mesh.devices()[pos]) - devs.begin());
+  if (q == devs.size() || r.bodies[q] == nullptr) return -1;
+  if (q != pos) {
+    if (r.bodies[q]->find(t) < 0) return -1;
+    throw Error(
+        "[jit] a shard_map body under jit reads a value an earlier shard_map body computed over a "
+        "mesh that orders the devices differently; jit passes such values between bodies only "
+        "at the same mesh positions: use the same mesh for both shard_maps, or call them outside "
+        "jit");
   }
   const int v = r.bodies[pos]->find(t);
   if (v < 0) return -1;

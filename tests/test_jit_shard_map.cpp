@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 #include <meshrt/meshrt.h>
 
+#include <algorithm>
 #include <atomic>
 #include <string>
 #include <vector>
@@ -308,4 +309,43 @@ TEST(JitShardMap, WhatARecordingCannotRepeatIsAClearError) {
     return shard_map(body, m, {P("x")}, P("x"))(a);
   });
   EXPECT_MESHRT_ERROR(captured(x), "not known at trace time");
+}
+
+// A value one body computes and a later body reads (captured by reference): jit passes it from
+// the first step to the second, so the replay reads the new call's value, not the trace's.
+TEST(JitShardMap, ValuesOfAnEarlierBodyPassToALaterOne) {
+  Mesh m = mesh8();
+  std::vector<Tensor> stash(8);
+  auto first = [&](Context& ctx, const Tensor& b) {
+    stash[static_cast<size_t>(ctx.axis_index("x"))] = exp(b * 0.5);
+    return b;
+  };
+  auto second = [&](Context& ctx, const Tensor& b) {
+    return b + stash[static_cast<size_t>(ctx.axis_index("x"))];
+  };
+  auto f = [&](const Array& x) {
+    Array kept = shard_map(first, m, {P("x")}, P("x"))(x);
+    return shard_map(second, m, {P("x")}, P("x"))(kept * 2.0);
+  };
+  auto step = jit(f);
+  NamedSharding s(m, P("x"));
+  for (float seed : {1.0f, -2.0f, 0.5f}) {
+    Array x = put(values(32, seed), {32}, s);
+    expect_same(step(x), f(x));
+  }
+  // The second body over a mesh that orders the devices the other way: refused, not guessed.
+  std::vector<Device> reversed = m.devices();
+  std::reverse(reversed.begin(), reversed.end());
+  Mesh r(reversed, {8}, {"x"});
+  auto on_device = [&](Context& ctx, const Tensor& b) {  // the stash of this body's device
+    const auto at = std::find(m.devices().begin(), m.devices().end(), ctx.device());
+    return b + stash[static_cast<size_t>(at - m.devices().begin())];
+  };
+  auto g = [&](const Array& x) {
+    Array kept = shard_map(first, m, {P("x")}, P("x"))(x);
+    return shard_map(on_device, r, {P("x")}, P("x"))(device_put(kept, NamedSharding(r, P("x"))));
+  };
+  Array x = put(values(32, 1), {32}, s);
+  (void)g(x);  // eager: fine
+  EXPECT_MESHRT_ERROR(jit(g)(x), "orders the devices differently");
 }
