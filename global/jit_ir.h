@@ -126,6 +126,15 @@ struct BodyProgram {
   bool same_as(const BodyProgram& o) const;
 };
 
+// A run of a shard_map body's ops without collectives, compiled by the kernel tape (the same ops
+// at every position): replayed as its recorded kernels instead of op by op.
+struct BodySegment {
+  size_t begin = 0, end = 0;  // ops [begin, end) of every position's body
+  std::vector<int> operands;  // values it reads that were made before it (kernel operands)
+  std::vector<int> results;   // values it makes that are read after it or are results
+  std::shared_ptr<const KernelProgram> kernels;
+};
+
 // A shard_map inside the jitted function: its placement is recorded as reshard steps before it,
 // its bodies as ops per position (BodyProgram), replayed by running those ops on every device
 // (run_bodies) and assembling the results as the eager shard_map does, replication check
@@ -138,6 +147,9 @@ struct ShardMapStep {
   ShardMapOptions options;
   size_t args = 0;
   std::vector<int> exported;  // the body values (the same at every position) of extra results
+  // Compiled runs of ops, in op order (compile_body_segments); empty: every op runs as a Tensor
+  // op. Shared by the positions, whose programs are then the same.
+  std::vector<BodySegment> segments;
 };
 
 // One launch of the trace, replayed: what it ran (`op`, one of the four kinds) and the values

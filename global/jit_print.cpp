@@ -123,6 +123,27 @@ std::string jit_text(const JitProgram& p, const std::vector<bool>& donated) {
   s += cat("  compiled: ", compiled, " device-local steps as ", kernels,
            " kernel calls; intermediates in ", buffers, " planned buffers per device (",
            buffer_bytes, " bytes), reused by every call\n");
+  size_t segments = 0, segment_ops = 0, segment_calls = 0, body_ops = 0;
+  for (const JitStep& st : p.steps) {
+    const ShardMapStep* sm = st.shard_map();
+    if (sm == nullptr) continue;
+    for (const BodyProgram& b : sm->bodies) {
+      if (!b.ops.empty() || !b.results.empty()) {
+        body_ops += b.ops.size();
+        break;
+      }
+    }
+    for (const BodySegment& seg : sm->segments) {
+      ++segments;
+      segment_ops += seg.end - seg.begin;
+      segment_calls += seg.kernels->size();
+    }
+  }
+  if (body_ops != 0) {
+    s += cat("  shard_map bodies: ", segment_ops, " of their ", body_ops, " ops per device in ",
+             segments, " compiled runs (", segment_calls,
+             " kernel calls), the others and the collectives one by one\n");
+  }
   if (fused != 0) {
     s += cat("  fused: ", fused,
              " kernel calls are fused elementwise pairs (bias add + relu, comparison + select), "

@@ -711,6 +711,15 @@ std::shared_ptr<const JitProgram> JitTrace::build_program(const std::vector<Arra
     p.out_avals.push_back(aval(y));
     p.output_from.push_back(rec_->from_of(y));
   }
+  // The shard_map bodies' runs of ops compiled, now that every result of their steps is known.
+  for (JitRecorder::ShardMapRecord& r : rec_->shard_maps) {
+    if (!r.uniform) continue;
+    for (size_t pos = 0; pos < r.bodies.size(); ++pos) {
+      if (r.bodies[pos] == nullptr) continue;
+      compile_body_segments(*p.steps[r.step].shard_map(), pos, *r.bodies[pos]);
+      break;
+    }
+  }
   jit_plan(p);
   std::shared_ptr<const JitProgram> out = rec_->prog;
   rec_->uninstall();

@@ -10,6 +10,7 @@
 #include "core/strings.h"
 #include "global/jit_ir.h"
 #include "global/jit_program.h"
+#include "global/jit_shard_map.h"
 #include "runtime/detail/access.h"
 #include "runtime/detail/launch.h"
 #include "runtime/detail/op_apply.h"
@@ -269,6 +270,36 @@ void fold_psum(const JitProgram& p, size_t step, JitArena& a) {
   }
 }
 
+// A compiled run of a body's ops at one position (BodySegment): its kernels on the operands'
+// blocks, into buffers allocated now (Tensors of the body, as the ops would have made), then the
+// values its ops read for the last time let go.
+void run_segment(const JitPlace& place, const BodyProgram& b, const BodySegment& seg,
+                 std::vector<Tensor>& v) {
+  const KernelProgram& k = *seg.kernels;
+  backend::Backend& be = *place.backend;
+  std::vector<char*> base(static_cast<size_t>(k.operands) + k.temp_bytes.size());
+  for (size_t o = 0; o < seg.operands.size(); ++o) {
+    base[o] = static_cast<char*>(v[static_cast<size_t>(seg.operands[o])].data());
+  }
+  std::vector<std::shared_ptr<backend::Buffer>> temps;
+  temps.reserve(k.temp_bytes.size());
+  for (size_t t = 0; t < k.temp_bytes.size(); ++t) {
+    temps.push_back(be.allocate(place.local, k.temp_bytes[t]));
+    base[static_cast<size_t>(k.operands) + t] = static_cast<char*>(temps.back()->data());
+  }
+  std::vector<backend::Strided> scratch = k.make_scratch();
+  k.run(be, place.local, base.data(), scratch);
+  for (size_t r = 0; r < k.results.size(); ++r) {
+    const KernelAddr& a = k.results[r];
+    v[static_cast<size_t>(seg.results[r])] = TensorAccess::make(
+        temps[static_cast<size_t>(a.slot - k.operands)], static_cast<size_t>(a.offset),
+        k.result_shapes[r], k.result_dtypes[r], place.device);
+  }
+  for (size_t i = seg.begin; i < seg.end; ++i) {
+    for (int x : b.ops[i].last) v[static_cast<size_t>(x)] = Tensor();
+  }
+}
+
 // A shard_map step (ShardMapStep): every position's recorded body run again on its device,
 // through the same Tensor ops and collectives (apply_op), the results assembled as the eager
 // shard_map assembles them (the replication check included), the blocks later shard_map steps
@@ -287,21 +318,13 @@ void run_shard_map_step(const JitProgram& p, size_t step, JitArena& a) {
       if (b.inputs[i] >= 0) v[static_cast<size_t>(b.inputs[i])] = a.vals[flat_of(p, s.in[i][pos])];
     }
     for (const auto& [id, t] : b.constants) v[static_cast<size_t>(id)] = t;
-    std::vector<Tensor> ins;
-    std::vector<ResultMeta> metas;
-    for (const BodyOp& op : b.ops) {
-      ins.clear();
-      metas.clear();
-      for (int x : op.in) ins.push_back(v[static_cast<size_t>(x)]);
-      for (int y : op.out) metas.push_back(b.meta[static_cast<size_t>(y)]);
-      std::vector<Tensor> r = apply_op(op.op, ins, op.attrs, metas, ctx);
-      if (r.size() != op.out.size()) {
-        throw Error(cat("[jit] internal: a shard_map body's op '", op_name(op.op), "' gave ",
-                        r.size(), " results, its recording ", op.out.size()));
-      }
-      for (size_t k = 0; k < r.size(); ++k) v[static_cast<size_t>(op.out[k])] = std::move(r[k]);
-      for (int x : op.last) v[static_cast<size_t>(x)] = Tensor();
+    size_t at = 0;  // the next op
+    for (const BodySegment& seg : sm.segments) {
+      run_body_ops(b, at, seg.begin, v, &ctx);
+      run_segment(p.places[static_cast<size_t>(s.mesh_index)][pos], b, seg, v);
+      at = seg.end;
     }
+    run_body_ops(b, at, b.ops.size(), v, &ctx);
     std::vector<Tensor> out;
     out.reserve(b.results.size());
     for (int x : b.results) out.push_back(x >= 0 ? v[static_cast<size_t>(x)] : Tensor());

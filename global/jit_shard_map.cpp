@@ -7,6 +7,8 @@
 #include "core/error.h"
 #include "core/strings.h"
 #include "runtime/detail/access.h"
+#include "runtime/detail/kernel_tape.h"
+#include "runtime/detail/op_apply.h"
 
 namespace meshrt::detail {
 
@@ -132,6 +134,89 @@ void BodyRecorder::check_read(uint64_t id, std::string_view what) {
                     "call the shard_map outside jit"));
   }
   if (jit_ != nullptr) jit_->check_read(id, what);
+}
+
+size_t compile_body_segments(ShardMapStep& sm, size_t pos, const BodyRecorder& r) {
+  sm.segments.clear();
+  const BodyProgram& b = sm.bodies[pos];
+  const size_t n = b.ops.size();
+  constexpr size_t kNone = static_cast<size_t>(-1);
+  std::vector<size_t> made_by(b.meta.size(), kNone);  // the op making each value
+  std::vector<size_t> last_read(b.meta.size(), 0);    // after the last op reading it
+  for (size_t i = 0; i < n; ++i) {
+    for (int v : b.ops[i].in) last_read[static_cast<size_t>(v)] = i + 1;
+    for (int v : b.ops[i].out) made_by[static_cast<size_t>(v)] = i;
+  }
+  for (int v : b.results) {
+    if (v >= 0) last_read[static_cast<size_t>(v)] = kNone;
+  }
+  auto collective = [&](size_t i) { return op_def(b.ops[i].op).collective; };
+  size_t compiled = 0;
+  for (size_t i = 0; i < n;) {
+    if (collective(i)) {
+      ++i;
+      continue;
+    }
+    size_t j = i;
+    while (j < n && !collective(j)) ++j;
+    BodySegment seg;
+    seg.begin = i;
+    seg.end = j;
+    for (size_t k = i; k < j; ++k) {
+      for (int v : b.ops[k].in) {
+        const size_t m = made_by[static_cast<size_t>(v)];
+        if ((m == kNone || m < i) &&
+            std::find(seg.operands.begin(), seg.operands.end(), v) == seg.operands.end()) {
+          seg.operands.push_back(v);
+        }
+      }
+      for (int v : b.ops[k].out) {
+        if (last_read[static_cast<size_t>(v)] > j) seg.results.push_back(v);
+      }
+    }
+    i = j;
+    if (seg.results.empty() || seg.operands.empty()) continue;
+    std::vector<Tensor> operands;
+    for (int v : seg.operands) operands.push_back(r.held()[static_cast<size_t>(v)]);
+    auto fn = [&b, &seg](const std::vector<Tensor>& ins) {
+      std::vector<Tensor> v(b.meta.size());
+      for (size_t k = 0; k < ins.size(); ++k) v[static_cast<size_t>(seg.operands[k])] = ins[k];
+      run_body_ops(b, seg.begin, seg.end, v, nullptr);
+      std::vector<Tensor> out;
+      for (int x : seg.results) out.push_back(v[static_cast<size_t>(x)]);
+      return out;
+    };
+    KernelRecord rec;
+    {
+      TraceScope off(TraceScope::none);  // the recording's runs are no ops of the function
+      rec = record_kernels(fn, operands);
+    }
+    if (rec.program == nullptr) continue;
+    seg.kernels = std::move(rec.program);
+    sm.segments.push_back(std::move(seg));
+    ++compiled;
+  }
+  return compiled;
+}
+
+void run_body_ops(const BodyProgram& b, size_t begin, size_t end, std::vector<Tensor>& v,
+                  Context* ctx) {
+  std::vector<Tensor> ins;
+  std::vector<ResultMeta> metas;
+  for (size_t i = begin; i < end; ++i) {
+    const BodyOp& op = b.ops[i];
+    ins.clear();
+    metas.clear();
+    for (int x : op.in) ins.push_back(v[static_cast<size_t>(x)]);
+    for (int y : op.out) metas.push_back(b.meta[static_cast<size_t>(y)]);
+    std::vector<Tensor> r = apply_op(op.op, ins, op.attrs, metas, ctx);
+    if (r.size() != op.out.size()) {
+      throw Error(cat("[jit] internal: a shard_map body's op '", op_name(op.op), "' gave ",
+                      r.size(), " results, its recording ", op.out.size()));
+    }
+    for (size_t k = 0; k < r.size(); ++k) v[static_cast<size_t>(op.out[k])] = std::move(r[k]);
+    for (int x : op.last) v[static_cast<size_t>(x)] = Tensor();
+  }
 }
 
 void plan_body_frees(BodyProgram& b) {

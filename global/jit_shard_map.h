@@ -89,6 +89,19 @@ class BodyRecorder final : public Tracer {
   std::map<ViewKey, int> by_view_;
 };
 
+// Compiles the runs of ops without collectives of `sm`'s bodies with the kernel tape
+// (record_kernels), recorded on one position's values at trace time (`r`, the recorder of
+// position `pos`), into ShardMapStep::segments; a run the tape refuses keeps its ops. Only where
+// every position's program is the same (BodyProgram::same_as), and only once every result of the
+// step is known (those exported to later steps too). Returns the number of runs compiled.
+size_t compile_body_segments(ShardMapStep& sm, size_t pos, const BodyRecorder& r);
+
+// Runs ops [begin, end) of `b` on the values `v` (indexed by value; the ops' results are written
+// there, and what they read for the last time let go): through apply_op, `ctx` the body's context
+// (null outside a body: then a collective is an internal Error).
+void run_body_ops(const BodyProgram& b, size_t begin, size_t end, std::vector<Tensor>& v,
+                  Context* ctx);
+
 // Sets each op's BodyOp::last: the values it reads that no later op reads and that are not
 // results (the replay lets them go there, as the eager body's Tensors go out of scope). Called
 // by the plan, once every result (those exported to later steps too) is known.

@@ -35,7 +35,10 @@ Scalar scalar_of(const ScalarAttrs& a) {
 }  // namespace
 
 std::vector<Tensor> apply_op(OpId op, std::span<const Tensor> in, const OpAttrs& attrs,
-                             std::span<const ResultMeta> outs, Context& ctx) {
+                             std::span<const ResultMeta> outs, Context* body) {
+  if (op_def(op).collective && body == nullptr) {
+    throw Error(cat("[jit] internal: the collective '", op_name(op), "' outside a body"));
+  }
   auto one = [](Tensor t) { return std::vector<Tensor>{std::move(t)}; };
   auto scalar = [&] { return scalar_of(std::get<ScalarAttrs>(attrs)); };
   auto reduce = [&] { return std::get<ReduceAttrs>(attrs); };
@@ -171,27 +174,27 @@ std::vector<Tensor> apply_op(OpId op, std::span<const Tensor> in, const OpAttrs&
       const CollectiveAttrs& c = std::get<CollectiveAttrs>(attrs);
       const AxisNames axes = axes_of(c.axes);
       const CollectiveOptions o = options_of(c.how);
-      if (op == OpId::psum) return one(ctx.psum(in[0], axes, o));
-      if (op == OpId::pmean) return one(ctx.pmean(in[0], axes, o));
-      if (op == OpId::pmax) return one(ctx.pmax(in[0], axes, o));
-      return one(ctx.pmin(in[0], axes, o));
+      if (op == OpId::psum) return one(body->psum(in[0], axes, o));
+      if (op == OpId::pmean) return one(body->pmean(in[0], axes, o));
+      if (op == OpId::pmax) return one(body->pmax(in[0], axes, o));
+      return one(body->pmin(in[0], axes, o));
     }
     case OpId::all_gather: {
       const GatherAttrs& g = std::get<GatherAttrs>(attrs);
-      return one(ctx.all_gather(in[0], axes_of(g.axes), g.axis, g.tiled, options_of(g.how)));
+      return one(body->all_gather(in[0], axes_of(g.axes), g.axis, g.tiled, options_of(g.how)));
     }
     case OpId::psum_scatter: {
       const GatherAttrs& g = std::get<GatherAttrs>(attrs);
-      return one(ctx.psum_scatter(in[0], axes_of(g.axes), g.axis, g.tiled, options_of(g.how)));
+      return one(body->psum_scatter(in[0], axes_of(g.axes), g.axis, g.tiled, options_of(g.how)));
     }
     case OpId::ppermute: {
       const PpermuteAttrs& p = std::get<PpermuteAttrs>(attrs);
-      return one(ctx.ppermute(in[0], axes_of(p.axes), p.perm));
+      return one(body->ppermute(in[0], axes_of(p.axes), p.perm));
     }
     case OpId::all_to_all: {
       const AllToAllAttrs& a = std::get<AllToAllAttrs>(attrs);
-      return one(ctx.all_to_all(in[0], axes_of(a.axes), a.split_axis, a.concat_axis, a.tiled,
-                                options_of(a.how)));
+      return one(body->all_to_all(in[0], axes_of(a.axes), a.split_axis, a.concat_axis, a.tiled,
+                                  options_of(a.how)));
     }
     case OpId::with_sharding_constraint:
     case OpId::device_put:

@@ -28,9 +28,10 @@ struct ResultMeta {
 };
 
 // Runs `op` on `ins` with `attrs`; `outs` are the recorded results' shapes and dtypes (one per
-// result); `ctx` is the body's context (collectives). Ops with no Tensor form (the placement
-// ops, a differentiated shard_map's node) are an internal Error.
+// result); `ctx` is the body's context (collectives; null where the ops run outside a body, as
+// when the kernel tape records them: a collective is then an internal Error). Ops with no Tensor
+// form (the placement ops, a differentiated shard_map's node) are an internal Error.
 std::vector<Tensor> apply_op(OpId op, std::span<const Tensor> ins, const OpAttrs& attrs,
-                             std::span<const ResultMeta> outs, Context& ctx);
+                             std::span<const ResultMeta> outs, Context* ctx);
 
 }  // namespace meshrt::detail
