@@ -122,8 +122,9 @@ struct BodyProgram {
   std::vector<BodyOp> ops;                        // in order
   std::vector<int> results;                       // per result of the step: its value
   // Whether another position's program has the same ops on the same values (then a value of one
-  // position is the same value at every position).
-  bool same_as(const BodyProgram& o) const;
+  // position is the same value at every position); `attrs`: with the same attributes too (then
+  // one position's compiled runs serve every position).
+  bool same_as(const BodyProgram& o, bool attrs = false) const;
 };
 
 // A run of a shard_map body's ops without collectives, compiled by the kernel tape (the same ops

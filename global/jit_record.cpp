@@ -239,7 +239,8 @@ class JitRecorder final : public global::LaunchObserver {
     size_t step = 0;  // in prog->steps
     std::optional<Mesh> mesh;
     std::vector<std::unique_ptr<BodyRecorder>> bodies;  // per position (another process's: null)
-    bool uniform = true;  // every position's BodyProgram the same ops (BodyProgram::same_as)
+    bool uniform = true;     // every position's BodyProgram the same ops (BodyProgram::same_as)
+    bool same_attrs = true;  // and with the same attributes (one compiled run serves all)
     std::map<int, int> exported;  // body value -> the value (vid) it leaves the step as
   };
   // The value (vid) block `t` is as a block that earlier shard_map step `r` made or read, read
@@ -621,6 +622,7 @@ std::vector<Array> JitRecorder::record_shard_map(const ErasedBody& body, const M
                             first->constants.size(), " constants), replayed on every device"));
     }
     rec.uniform = rec.uniform && sm.bodies[pos].same_as(*first);
+    rec.same_attrs = rec.same_attrs && sm.bodies[pos].same_as(*first, true);
   }
   if (!outside.empty()) {
     line.notes.push_back(cat("reads ", outside.size(),
@@ -713,7 +715,7 @@ std::shared_ptr<const JitProgram> JitTrace::build_program(const std::vector<Arra
   }
   // The shard_map bodies' runs of ops compiled, now that every result of their steps is known.
   for (JitRecorder::ShardMapRecord& r : rec_->shard_maps) {
-    if (!r.uniform) continue;
+    if (!r.same_attrs) continue;
     for (size_t pos = 0; pos < r.bodies.size(); ++pos) {
       if (r.bodies[pos] == nullptr) continue;
       compile_body_segments(*p.steps[r.step].shard_map(), pos, *r.bodies[pos]);

@@ -12,7 +12,7 @@
 
 namespace meshrt::detail {
 
-bool BodyProgram::same_as(const BodyProgram& o) const {
+bool BodyProgram::same_as(const BodyProgram& o, bool attrs) const {
   if (inputs != o.inputs || results != o.results || meta.size() != o.meta.size() ||
       ops.size() != o.ops.size() || constants.size() != o.constants.size()) {
     return false;
@@ -26,6 +26,7 @@ bool BodyProgram::same_as(const BodyProgram& o) const {
   for (size_t i = 0; i < ops.size(); ++i) {
     if (ops[i].op != o.ops[i].op || ops[i].in != o.ops[i].in || ops[i].out != o.ops[i].out)
       return false;
+    if (attrs && !(ops[i].attrs == o.ops[i].attrs)) return false;
   }
   return true;
 }

@@ -243,6 +243,26 @@ TEST(JitShardMap, ConstantsInsideTheBodyAreKept) {
   }
 }
 
+// Ops whose attributes differ per device (a scalar or a slice taken from axis_index): each device
+// replays its own, never one device's compiled for all.
+TEST(JitShardMap, PerDeviceAttributesAreEachDevicesOwn) {
+  Mesh m = mesh8();
+  auto f = [&](const Array& x) {
+    auto body = [](Context& ctx, const Tensor& b) {
+      const int64_t i = ctx.axis_index("x");
+      Tensor y = exp(b * static_cast<double>(i) + 1.0);
+      return concatenate({slice(y, {i % 2}, {i % 2 + 2}), y}, 0);
+    };
+    return shard_map(body, m, {P("x")}, P("x"))(x);
+  };
+  auto step = jit(f);
+  NamedSharding s(m, P("x"));
+  for (float seed : {1.0f, -0.5f}) {
+    Array x = put(values(32, seed), {32}, s);
+    expect_same(step(x), f(x));
+  }
+}
+
 TEST(JitShardMap, CollectiveOptionsAreReplayed) {
   Mesh m = mesh8();
   auto f = [&](const Array& x) {

@@ -112,63 +112,79 @@ enum class OpId : uint8_t {
 inline constexpr size_t kOpCount = static_cast<size_t>(OpId::shard_map) + 1;
 
 // ---- attributes: one struct per kind; an op names the kind it carries (OpDef::attrs)
-struct NoAttrs {};
+struct NoAttrs {
+  bool operator==(const NoAttrs&) const = default;
+};
 struct ScalarAttrs {  // the scalar operand of a *_scalar op
   double value = 0.0;
   bool integral = false;  // a weak integer (Scalar::integral), else a weak float
+  bool operator==(const ScalarAttrs&) const = default;
 };
 struct ReduceAttrs {
   std::optional<int> axis;  // nullopt: every dimension
   bool keepdims = false;
+  bool operator==(const ReduceAttrs&) const = default;
 };
 struct AxisAttrs {  // softmax, log_softmax, concatenate, stack, split
   int axis = 0;
+  bool operator==(const AxisAttrs&) const = default;
 };
 struct MatmulAttrs {  // the backward products use the forward product's precision
   bool transpose_a = false, transpose_b = false;
   Precision precision = Precision::highest;
+  bool operator==(const MatmulAttrs&) const = default;
 };
 struct PermAttrs {
   std::vector<int64_t> perm;
+  bool operator==(const PermAttrs&) const = default;
 };
 struct SliceAttrs {
   Shape start, limit, strides;  // strides always given (1 where the call gave none)
+  bool operator==(const SliceAttrs&) const = default;
 };
 struct PadAttrs {
   std::vector<std::pair<int64_t, int64_t>> widths;
   double value = 0.0;  // what the padding holds
+  bool operator==(const PadAttrs&) const = default;
 };
 struct RowAttrs {
   int64_t index = 0;  // non-negative
+  bool operator==(const RowAttrs&) const = default;
 };
 struct UpdateSliceAttrs {
   Shape starts;  // after clamping
+  bool operator==(const UpdateSliceAttrs&) const = default;
 };
 // A collective call's CollectiveOptions (runtime/context.h), kept so that jit replays the call
 // as it ran: `algo` is the CollectiveAlgo's value.
 struct CollectiveHow {
   uint8_t algo = 0;
   bool deterministic = false;
+  bool operator==(const CollectiveHow&) const = default;
 };
 struct CollectiveAttrs {  // psum, pmean, pmax, pmin
   std::vector<std::string> axes;
   CollectiveHow how = {};
+  bool operator==(const CollectiveAttrs&) const = default;
 };
 struct GatherAttrs {  // all_gather (axis: where the gathered dim goes), psum_scatter (its dim)
   std::vector<std::string> axes;
   int axis = 0;
   bool tiled = false;
   CollectiveHow how = {};
+  bool operator==(const GatherAttrs&) const = default;
 };
 struct PpermuteAttrs {
   std::vector<std::string> axes;
   std::vector<std::pair<int64_t, int64_t>> perm;  // (source, destination)
+  bool operator==(const PpermuteAttrs&) const = default;
 };
 struct AllToAllAttrs {
   std::vector<std::string> axes;
   int split_axis = 0, concat_axis = 0;
   bool tiled = false;
   CollectiveHow how = {};
+  bool operator==(const AllToAllAttrs&) const = default;
 };
 using OpAttrs = std::variant<NoAttrs, ScalarAttrs, ReduceAttrs, AxisAttrs, MatmulAttrs, PermAttrs,
                              SliceAttrs, PadAttrs, RowAttrs, UpdateSliceAttrs, CollectiveAttrs,
