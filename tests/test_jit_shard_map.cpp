@@ -256,10 +256,16 @@ TEST(JitShardMap, PerDeviceAttributesAreEachDevicesOwn) {
     return shard_map(body, m, {P("x")}, P("x"))(x);
   };
   auto step = jit(f);
+  auto loss = [&](const Array& x) { return sum(f(x) * f(x)); };
+  auto grad_step = jit(value_and_grad(loss));
   NamedSharding s(m, P("x"));
   for (float seed : {1.0f, -0.5f}) {
     Array x = put(values(32, seed), {32}, s);
     expect_same(step(x), f(x));
+    auto [l, g] = grad_step(x);
+    auto [le, ge] = value_and_grad(loss)(x);
+    expect_same(l, le);
+    expect_same(g, ge);
   }
 }
 
