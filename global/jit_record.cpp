@@ -73,8 +73,17 @@ class JitTracer final : public Tracer {
   void record(OpId, std::span<const Tensor* const>, std::span<Tensor>, const OpAttrs&) override {}
   void record(OpId op, std::span<const Array* const> inputs, std::span<Array> outputs,
               const OpAttrs& attrs) override;
+  // A Tensor a shard_map body of this trace computed or was given (stashed by the body, read by
+  // the function after the call) is no more known at trace time than an Array the function
+  // computed.
+  void check_tensor_read(const Tensor& t, std::string_view what) override;
+  // An Array whose blocks an input or a step of the trace made (after stop_gradient too, which
+  // drops the Array's id but not its blocks').
+  void check_array_read(const Array& a, std::string_view what) override;
   void check_read(uint64_t trace_id, std::string_view what) override {
-    if (followed_.count(trace_id) == 0) return;
+    if (followed_.count(trace_id) != 0) throw_not_known(what);
+  }
+  [[noreturn]] static void throw_not_known(std::string_view what) {
     throw Error(cat("[jit] ", what,
                     " of a value computed inside a jitted function: its value is not known at "
                     "trace time (jit records the function once and replays it on new inputs); "
@@ -325,8 +334,11 @@ namespace {
 
 // Records the kernels `fn` calls on the first position this process holds, when every position
 // here has operands and results of the same shapes and dtypes (then one program serves all).
+// `loose`/`value`: per operand, whether it is an input or a constant of the program, and its
+// value (loose_operands_share_memory).
 void compile_local(LocalStep& s, const Mesh& mesh, const std::vector<Array>& placed,
-                   const std::vector<Array>& outs) {
+                   const std::vector<Array>& outs, const std::vector<char>& loose,
+                   const std::vector<int>& value) {
   const std::vector<Device>& devs = mesh.devices();
   std::optional<size_t> first;
   for (size_t pos = 0; pos < devs.size(); ++pos) {
@@ -351,6 +363,10 @@ void compile_local(LocalStep& s, const Mesh& mesh, const std::vector<Array>& pla
   if (!first) return;
   std::vector<Tensor> ins;
   for (const Array& a : placed) ins.push_back(ArrayAccess::blocks(a)[*first]);
+  if (loose_operands_share_memory(ins, loose, value)) {
+    s.why_not = "operands that share memory";
+    return;
+  }
   KernelRecord r = record_kernels(s.fn, ins);
   s.kernels = std::move(r.program);
   s.why_not = std::move(r.why_not);
@@ -364,7 +380,15 @@ void JitRecorder::launched_local(const Mesh& mesh, const std::vector<Array>& pla
   LocalStep l;
   l.fn = fn;
   l.concurrent = concurrent;
-  compile_local(l, mesh, placed, outs);
+  std::vector<char> loose;
+  std::vector<int> value;
+  for (const Array& a : placed) {
+    const Ref r = refs_of(a).front();
+    const JitValue& v = prog->values[static_cast<size_t>(r.vid)];
+    loose.push_back(v.input >= 0 || v.constant ? 1 : 0);
+    value.push_back(r.vid);
+  }
+  compile_local(l, mesh, placed, outs, loose, value);
   JitStep s;
   s.op = std::move(l);
   s.mesh = mesh;
@@ -457,6 +481,20 @@ std::optional<std::vector<Array>> JitTracer::shard_map(RunShardMap, const Erased
   std::vector<Array> outs = rec_->record_shard_map(body, mesh, in_specs, out_specs, args, options);
   for (Array& y : outs) follow(y);
   return outs;
+}
+
+void JitTracer::check_array_read(const Array& a, std::string_view what) {
+  Tracer::check_array_read(a, what);
+  if (rec_->any_known(a)) throw_not_known(what);
+}
+
+void JitTracer::check_tensor_read(const Tensor& t, std::string_view what) {
+  Tracer::check_tensor_read(t, what);
+  for (const JitRecorder::ShardMapRecord& r : rec_->shard_maps) {
+    for (const std::unique_ptr<BodyRecorder>& b : r.bodies) {
+      if (b != nullptr && b->computed(t)) throw_body_value_read(what);
+    }
+  }
 }
 
 namespace {
@@ -588,8 +626,12 @@ std::vector<Array> JitRecorder::record_shard_map(const ErasedBody& body, const M
   }
   ErasedBody recording = [&](Context& ctx, const std::vector<Tensor>& xs) {
     BodyRecorder& r = *rec.bodies[position_of(mesh, ctx.device())];
+    // The body gets copies of its blocks, in memory nothing else views: the recorder knows
+    // values by the memory they view too, and an argument passed twice, or a block the body
+    // also captures, would be one value for it (no tracer is on this task yet: not recorded).
+    std::vector<Tensor> ins;
+    for (const Tensor& x : xs) ins.push_back(copy(x));
     TraceScope on(r);
-    std::vector<Tensor> ins = xs;
     for (size_t i = 0; i < ins.size(); ++i) r.add_input(ins[i], i);
     std::vector<Tensor> outs = body(ctx, ins);
     r.set_results(outs);

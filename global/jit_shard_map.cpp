@@ -42,6 +42,7 @@ int BodyRecorder::new_value(const Tensor& t) {
   const int v = static_cast<int>(prog_.meta.size());
   prog_.meta.push_back(ResultMeta{t.shape(), t.dtype()});
   held_.push_back(t);
+  constant_.push_back(0);
   if (t.valid()) by_view_.emplace(view_key(t), v);
   return v;
 }
@@ -78,6 +79,7 @@ int BodyRecorder::resolve(const Tensor& t) {
   if (const int slot = outside_ ? outside_(t) : -1; slot >= 0) return add_outside(t, slot);
   const int v = new_value(t);
   prog_.constants.emplace_back(v, t);
+  constant_[static_cast<size_t>(v)] = 1;
   return v;
 }
 
@@ -101,6 +103,7 @@ void BodyRecorder::record(OpId op, std::span<const Tensor* const> inputs, std::s
     const int v = static_cast<int>(prog_.meta.size());
     prog_.meta.push_back(ResultMeta{y.shape(), y.dtype()});
     held_.push_back(y);
+    constant_.push_back(0);
     // The result may view an operand's memory again (a reshape to the same shape, identity):
     // found by its id first, so each name stays with its own value.
     if (y.valid()) by_view_.emplace(view_key(y), v);
@@ -117,22 +120,49 @@ void BodyRecorder::record(OpId op, std::span<const Array* const>, std::span<Arra
                   "(call global-view ops outside the shard_map)"));
 }
 
+bool BodyRecorder::computed(const Tensor& t) const {
+  const int v = find(t);
+  return v >= 0 && constant_[static_cast<size_t>(v)] == 0;
+}
+
+namespace {
+
+bool is_start(std::string_view what) {
+  return what == "ppermute_start" || what == "all_gather_start";
+}
+
+[[noreturn]] void throw_async(std::string_view what) {
+  throw Error(cat("[jit] ", what,
+                  " inside a shard_map body under jit is not supported yet: jit replays the "
+                  "body's recorded ops and cannot replay an asynchronous collective (nor "
+                  "collective_matmul, made of them); use the synchronous ",
+                  what.substr(0, what.size() - 6),
+                  " (the same results, without the overlap), or call the shard_map outside jit"));
+}
+
+}  // namespace
+
+void throw_body_value_read(std::string_view what) {
+  throw Error(cat("[jit] ", what,
+                  " of a value computed inside a shard_map body under jit: its value is not "
+                  "known at trace time (jit records the body once and replays its ops on new "
+                  "inputs); return the value from the body and read it after the call, or call "
+                  "the shard_map outside jit"));
+}
+
+void BodyRecorder::check_tensor_read(const Tensor& t, std::string_view what) {
+  if (is_start(what)) throw_async(what);
+  if (computed(t)) throw_body_value_read(what);
+  if (jit_ != nullptr) jit_->check_tensor_read(t, what);
+}
+
 void BodyRecorder::check_read(uint64_t id, std::string_view what) {
-  if (what == "ppermute_start" || what == "all_gather_start") {
-    throw Error(cat("[jit] ", what,
-                    " inside a shard_map body under jit is not supported yet: jit replays the "
-                    "body's recorded ops and cannot replay an asynchronous collective (nor "
-                    "collective_matmul, made of them); use the synchronous ",
-                    what.substr(0, what.size() - 6),
-                    " (the same results, without the overlap), or call the shard_map outside "
-                    "jit"));
-  }
-  if (id != 0 && by_id_.count(id) != 0) {
-    throw Error(cat("[jit] ", what,
-                    " of a value computed inside a shard_map body under jit: its value is not "
-                    "known at trace time (jit records the body once and replays its ops on new "
-                    "inputs); return the value from the body and read it after the call, or "
-                    "call the shard_map outside jit"));
+  if (is_start(what)) throw_async(what);
+  if (id != 0) {
+    auto it = by_id_.find(id);
+    if (it != by_id_.end() && constant_[static_cast<size_t>(it->second)] == 0) {
+      throw_body_value_read(what);
+    }
   }
   if (jit_ != nullptr) jit_->check_read(id, what);
 }
@@ -178,7 +208,12 @@ size_t compile_body_segments(ShardMapStep& sm, size_t pos, const BodyRecorder& r
     i = j;
     if (seg.results.empty() || seg.operands.empty()) continue;
     std::vector<Tensor> operands;
-    for (int v : seg.operands) operands.push_back(r.held()[static_cast<size_t>(v)]);
+    std::vector<char> loose;  // operands, constants and values of earlier bodies
+    for (int v : seg.operands) {
+      operands.push_back(r.held()[static_cast<size_t>(v)]);
+      loose.push_back(made_by[static_cast<size_t>(v)] == kNone ? 1 : 0);
+    }
+    if (loose_operands_share_memory(operands, loose, seg.operands)) continue;
     auto fn = [&b, &seg](const std::vector<Tensor>& ins) {
       std::vector<Tensor> v(b.meta.size());
       for (size_t k = 0; k < ins.size(); ++k) v[static_cast<size_t>(seg.operands[k])] = ins[k];

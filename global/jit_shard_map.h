@@ -66,6 +66,10 @@ class BodyRecorder final : public Tracer {
               const OpAttrs& attrs) override;
   void record(OpId op, std::span<const Array* const>, std::span<Array>, const OpAttrs&) override;
   void check_read(uint64_t trace_id, std::string_view what) override;
+  void check_tensor_read(const Tensor& t, std::string_view what) override;
+  // Whether `t` is a value the body computed or was given (not a constant): its value is not
+  // known at trace time.
+  bool computed(const Tensor& t) const;
   std::optional<std::vector<Array>> shard_map(RunShardMap, const ErasedBody&, const Mesh&,
                                               const std::vector<PartitionSpec>&,
                                               const std::vector<PartitionSpec>&,
@@ -84,7 +88,8 @@ class BodyRecorder final : public Tracer {
   Outside outside_;
   Tracer* jit_;
   BodyProgram prog_;
-  std::vector<Tensor> held_;  // per value: its Tensor at trace time
+  std::vector<Tensor> held_;    // per value: its Tensor at trace time
+  std::vector<char> constant_;  // per value: a constant of the program
   std::unordered_map<uint64_t, int> by_id_;
   std::map<ViewKey, int> by_view_;
 };
@@ -101,6 +106,10 @@ size_t compile_body_segments(ShardMapStep& sm, size_t pos, const BodyRecorder& r
 // (null outside a body: then a collective is an internal Error).
 void run_body_ops(const BodyProgram& b, size_t begin, size_t end, std::vector<Tensor>& v,
                   Context* ctx);
+
+// The Error for a host read (`what`: to_vector, device_put) of a value a shard_map body computed
+// or was given, under jit.
+[[noreturn]] void throw_body_value_read(std::string_view what);
 
 // Sets each op's BodyOp::last: the values it reads that no later op reads and that are not
 // results (the replay lets them go there, as the eager body's Tensors go out of scope). Called

@@ -212,6 +212,7 @@ Device Array::device() const {
 
 Array device_put(const Tensor& x, const Sharding& to) {
   if (!x.valid()) throw Error("[device_put] an empty (default-constructed) Tensor");
+  detail::check_host_read(x, "device_put");  // a traced Tensor would leave its trace here
   return device_put(
       detail::ArrayAccess::make(x.shape(), x.dtype(), SingleDeviceSharding(x.device()), {x}), to);
 }
@@ -247,7 +248,7 @@ std::vector<Shard> Array::addressable_shards() const {
   if (!valid()) {
     throw Error("[array] addressable_shards of an empty (default-constructed) Array");
   }
-  detail::check_host_read(trace_id_, "addressable_shards");
+  detail::check_host_read(*this, "addressable_shards");
   if (!pending_sum_axes_.empty()) return detail::resolve_pending_sums(*this).addressable_shards();
   std::vector<Index> idx = detail::indices(sharding_, shape_, "array");
   std::vector<Shard> out;
@@ -295,7 +296,7 @@ std::ostream& operator<<(std::ostream& os, const Array& x) {
 
 void Array::copy_to_host(void* dst, DType expected) const {
   if (!valid()) throw Error("[array] to_vector on an empty (default-constructed) Array");
-  detail::check_host_read(trace_id_, "to_vector");
+  detail::check_host_read(*this, "to_vector");
   if (!pending_sum_axes_.empty()) {
     detail::resolve_pending_sums(*this).copy_to_host(dst, expected);
     return;

@@ -375,7 +375,7 @@ Tensor Context::all_gather(const Tensor& x, const AxisNames& axes, int axis, boo
 
 PendingTensor Context::all_gather_start(const Tensor& x, const AxisNames& axes, int axis,
                                         bool tiled, const CollectiveOptions& options) {
-  detail::check_host_read(detail::trace_id(x), "all_gather_start");
+  detail::check_host_read(x, "all_gather_start");
   Prepared p = prepare(*state_, x, axes, "all_gather");
   GatherPlan g = plan_all_gather(state_->pos, x, *p.layout, axis, tiled, p.group_size, options,
                                  *state_->launch);
@@ -394,7 +394,7 @@ Tensor Context::ppermute(const Tensor& x, const AxisNames& axes,
 
 PendingTensor Context::ppermute_start(const Tensor& x, const AxisNames& axes,
                                       const std::vector<std::pair<int64_t, int64_t>>& perm) {
-  detail::check_host_read(detail::trace_id(x), "ppermute_start");
+  detail::check_host_read(x, "ppermute_start");
   Prepared p = prepare(*state_, x, axes, "ppermute");
   GatherPlan g = plan_ppermute(state_->pos, x, *p.layout, *state_->launch, perm, p.group_size);
   auto [pending, out] =

@@ -56,7 +56,7 @@ const Tensor& Tensor::block_until_ready() const {
 
 void Tensor::copy_to_host(void* dst, DType expected) const {
   if (!valid()) throw Error("[tensor] to_vector on an empty (default-constructed) Tensor");
-  detail::check_host_read(trace_id_, "to_vector");
+  detail::check_host_read(*this, "to_vector");
   if (expected != dtype_) {
     throw Error(cat("[tensor] to_vector<", dtype_cpp_name(expected), "> called on a ",
                     dtype_name(dtype_), " tensor; use to_vector<", dtype_cpp_name(dtype_),

@@ -183,7 +183,7 @@ Tensor reduce_op(ReduceOp op, const Tensor& x0, std::optional<int> axis, bool ke
   Tensor y = empty(r.out_shape, out_t, x.device());
   be(x).reduce(dev(x), op, work, r.outer, r.len, r.inner, x.data(), y.data());
   if ((op == ReduceOp::max || op == ReduceOp::min) && x0.dtype() == DType::bool_)
-    return astype(y, DType::bool_);
+    return tr(astype(y, DType::bool_));
   return tr(y);
 }
 

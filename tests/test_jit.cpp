@@ -643,3 +643,28 @@ TEST(Jit, AsDotRendersWithGraphviz) {
 }
 
 }  // namespace
+
+// stop_gradient drops an Array's trace id but not its blocks': reading it inside jit is still a
+// value jit cannot know at trace time.
+TEST(Jit, ReadingAStopGradientValueInsideIsAnError) {
+  Mesh m = mesh8();
+  auto f = jit([](const Array& x) {
+    const float v = stop_gradient(x * 2.0).to_vector<float>()[0];
+    return x * static_cast<double>(v);
+  });
+  Array x = put(iota(8), {8}, NamedSharding(m, P("x")));
+  EXPECT_MESHRT_ERROR(f(x), "not known at trace time");
+}
+
+// A captured Array that is also the argument at trace time: its block and the argument's are one
+// memory, and the compiled step must not read the argument for both later.
+TEST(Jit, ACapturedArrayPassedAsTheArgumentAtTraceTime) {
+  Mesh m = mesh8();
+  NamedSharding s(m, P("x"));
+  Array x0 = put(iota(64, 0.5f), {64}, s);
+  auto f = [&](const Array& x) { return x - x0; };
+  auto step = jit(f);
+  expect_same(step(x0), f(x0));
+  Array x1 = put(iota(64, -1.5f), {64}, s);
+  expect_same(step(x1), f(x1));
+}

@@ -375,3 +375,96 @@ TEST(JitShardMap, ValuesOfAnEarlierBodyPassToALaterOne) {
   (void)g(x);  // eager: fine
   EXPECT_MESHRT_ERROR(jit(g)(x), "orders the devices differently");
 }
+
+// One Array passed as two arguments at trace time, two different ones later: the recording keeps
+// them apart (the body gets copies of its blocks; the kernel tape refuses operands sharing
+// memory), with and without value_and_grad.
+TEST(JitShardMap, AnArgumentPassedTwiceAtTraceTimeStaysTwoValues) {
+  Mesh m = mesh8();
+  NamedSharding s(m, P("x"));
+  auto f = [&](const Array& a, const Array& c) {
+    return shard_map([](Context&, const Tensor& a, const Tensor& c) { return a - c * 2.0; }, m,
+                     {P("x"), P("x")}, P("x"))(a, c);
+  };
+  auto loss = [&](const Array& a, const Array& c) {
+    auto body = [](Context& ctx, const Tensor& a, const Tensor& c) {
+      return std::vector<Tensor>{ctx.psum(sum(sin(a) * exp(c * 0.1)), "x"), reshape(a, {2, 2})};
+    };
+    std::vector<Array> r = shard_map(body, m, {P("x"), P("x")}, {P(), P("x")})(a, c);
+    return r[0] + sum(r[1]) * 0.5;
+  };
+  auto step = jit(f);
+  auto grad_step = jit(value_and_grad<0, 1>(loss));
+  Array w = put(values(32, 1), {32}, s);
+  Array v = put(values(32, -3), {32}, s);
+  (void)step(w, w);
+  (void)grad_step(w, w);
+  expect_same(step(w, v), f(w, v));
+  auto [l, g] = grad_step(w, v);
+  auto [le, ge] = value_and_grad<0, 1>(loss)(w, v);
+  expect_same(l, le);
+  expect_same(std::get<0>(g), std::get<0>(ge));
+  expect_same(std::get<1>(g), std::get<1>(ge));
+}
+
+// max/min of a bool Tensor is reported as an op (it was a value computed without a report, kept
+// as the trace's constant); a per-device -0.0 scalar is not +0.0's compiled run.
+TEST(JitShardMap, BoolReductionsAndSignedZeroScalarsReplay) {
+  Mesh m = mesh8();
+  NamedSharding s(m, P("x"));
+  auto f = [&](const Array& x) {
+    auto body = [](Context& ctx, const Tensor& b) {
+      Tensor any = astype(max(b > 0.0, 0, true), DType::f32);
+      const double zero = ctx.axis_index("x") == 0 ? -0.0 : 0.0;
+      return exp(b) * zero + any;
+    };
+    return shard_map(body, m, {P("x")}, P("x"))(x);
+  };
+  auto step = jit(f);
+  (void)step(put(std::vector<float>(32, 1.f), {32}, s));
+  for (float seed : {-9.0f, 2.0f}) {
+    Array x = put(values(32, seed), {32}, s);
+    expect_same(step(x), f(x));
+  }
+}
+
+// Host reads of what a body computed or was given are refused wherever they happen: inside the
+// body (a copy of the handle, stop_gradient's, or a tape's view of an operand), and outside it
+// (a Tensor the body stashed, read or device_put by the jitted function).
+TEST(JitShardMap, HostReadsOfBodyValuesAreRefusedEverywhere) {
+  Mesh m = mesh8();
+  NamedSharding s(m, P("x")), rep(m, P());
+  Array x = put(values(32, 1), {32}, s);
+  auto stopped = jit([&](const Array& a) {
+    auto body = [](Context&, const Tensor& b) {
+      const float v = stop_gradient(b * 2.0).to_vector<float>()[0];
+      return b * v;
+    };
+    return shard_map(body, m, {P("x")}, P("x"))(a);
+  });
+  EXPECT_MESHRT_ERROR(stopped(x), "[jit] to_vector of a value computed inside a shard_map body");
+  auto loss = [&](const Array& w, const Array& a) {
+    auto body = [](Context& ctx, const Tensor& wb, const Tensor& ab) {
+      const float v = ab.to_vector<float>()[0];  // not differentiated: the tape re-names it
+      return ctx.psum(sum(wb * v), "x");
+    };
+    return shard_map(body, m, {P("x"), P("x")}, P())(w, a);
+  };
+  EXPECT_MESHRT_ERROR(jit(value_and_grad(loss))(x, x),
+                      "[jit] to_vector of a value computed inside a shard_map body");
+  std::vector<Tensor> stash(8);
+  auto keep = [&](Context& ctx, const Tensor& b) {
+    stash[static_cast<size_t>(ctx.axis_index("x"))] = b * 3.0;
+    return b + 1.0;
+  };
+  auto read_after = jit([&](const Array& a) {
+    Array y = shard_map(keep, m, {P("x")}, P("x"))(a);
+    return y * static_cast<double>(stash[0].to_vector<float>()[0]);
+  });
+  EXPECT_MESHRT_ERROR(read_after(x), "[jit] to_vector of a value computed inside a shard_map body");
+  auto put_after = jit([&](const Array& a) {
+    Array y = shard_map(keep, m, {P("x")}, P("x"))(a);
+    return y + device_put(stash[2], rep);
+  });
+  EXPECT_MESHRT_ERROR(put_after(x), "[jit] device_put of a value computed inside a shard_map body");
+}

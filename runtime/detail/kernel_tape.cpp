@@ -1,6 +1,7 @@
 // Recording a device-local function's kernel calls, checking the recording, and replaying it.
 #include "runtime/detail/kernel_tape.h"
 
+#include <algorithm>
 #include <array>
 #include <atomic>
 #include <cmath>
@@ -1204,6 +1205,22 @@ KernelRecord record_kernels(
         "outside the backend's kernels)");
   }
   return KernelRecord{std::make_shared<const KernelProgram>(std::move(p)), ""};
+}
+
+bool loose_operands_share_memory(const std::vector<Tensor>& operands,
+                                 const std::vector<char>& loose, const std::vector<int>& value) {
+  for (size_t i = 0; i < operands.size(); ++i) {
+    if (!loose[i] || !operands[i].valid()) continue;
+    const char* a = static_cast<const char*>(operands[i].data());
+    const size_t na = std::max<size_t>(operands[i].nbytes(), 1);
+    for (size_t j = 0; j < i; ++j) {
+      if (!loose[j] || !operands[j].valid() || value[j] == value[i]) continue;
+      const char* b = static_cast<const char*>(operands[j].data());
+      const size_t nb = std::max<size_t>(operands[j].nbytes(), 1);
+      if (a < b + nb && b < a + na) return true;
+    }
+  }
+  return false;
 }
 
 backend::Backend* kernel_tape_for(backend::Backend& real) {

@@ -214,6 +214,15 @@ KernelRecord record_kernels(
     const std::function<std::vector<Tensor>(const std::vector<Tensor>&)>& fn,
     const std::vector<Tensor>& operands);
 
+// Whether two of `operands` whose values may differ independently from call to call (`loose[i]`
+// true: an input or a constant of the caller's program, where a value one op made is a fresh
+// buffer or a view that stays a view) share memory now (an Array passed twice, a constant viewing
+// an argument's block). record_kernels maps an address to the first operand holding it, so a
+// program recorded on them would read one operand for both on a later call: callers do not record
+// then. Operands that are one value (x * x) share memory harmlessly and are not loose pairs.
+bool loose_operands_share_memory(const std::vector<Tensor>& operands,
+                                 const std::vector<char>& loose, const std::vector<int>& value);
+
 // Internal (runtime/device.cpp): the recording stand-in for `real` on this thread, or null.
 backend::Backend* kernel_tape_for(backend::Backend& real);
 

@@ -16,6 +16,7 @@
 // others with each form's wording.
 #pragma once
 
+#include <bit>
 #include <cstdint>
 #include <optional>
 #include <span>
@@ -115,10 +116,16 @@ inline constexpr size_t kOpCount = static_cast<size_t>(OpId::shard_map) + 1;
 struct NoAttrs {
   bool operator==(const NoAttrs&) const = default;
 };
+// Doubles of attributes compare by their bits (-0.0 and +0.0 give different results).
+inline bool same_bits(double a, double b) {
+  return std::bit_cast<uint64_t>(a) == std::bit_cast<uint64_t>(b);
+}
 struct ScalarAttrs {  // the scalar operand of a *_scalar op
   double value = 0.0;
   bool integral = false;  // a weak integer (Scalar::integral), else a weak float
-  bool operator==(const ScalarAttrs&) const = default;
+  bool operator==(const ScalarAttrs& o) const {
+    return same_bits(value, o.value) && integral == o.integral;
+  }
 };
 struct ReduceAttrs {
   std::optional<int> axis;  // nullopt: every dimension
@@ -145,7 +152,9 @@ struct SliceAttrs {
 struct PadAttrs {
   std::vector<std::pair<int64_t, int64_t>> widths;
   double value = 0.0;  // what the padding holds
-  bool operator==(const PadAttrs&) const = default;
+  bool operator==(const PadAttrs& o) const {
+    return widths == o.widths && same_bits(value, o.value);
+  }
 };
 struct RowAttrs {
   int64_t index = 0;  // non-negative

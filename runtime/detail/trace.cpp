@@ -5,6 +5,8 @@
 
 #include "core/error.h"
 #include "core/threads/fiber_executor.h"
+#include "runtime/array.h"
+#include "runtime/tensor.h"
 
 namespace meshrt::detail {
 
@@ -49,6 +51,24 @@ TraceScope::~TraceScope() {
 uint64_t next_trace_id() {
   static std::atomic<uint64_t> next{1};
   return next.fetch_add(1, std::memory_order_relaxed);
+}
+
+void Tracer::check_tensor_read(const Tensor& t, std::string_view what) {
+  if (trace_id(t) != 0) check_read(trace_id(t), what);
+}
+
+void Tracer::check_array_read(const Array& a, std::string_view what) {
+  if (trace_id(a) != 0) check_read(trace_id(a), what);
+}
+
+void check_host_read(const Array& a, std::string_view what) {
+  if (!tracing()) return;
+  for (Tracer* tr : trace_state()->tracers) tr->check_array_read(a, what);
+}
+
+void check_host_read(const Tensor& t, std::string_view what) {
+  if (!tracing()) return;
+  for (Tracer* tr : trace_state()->tracers) tr->check_tensor_read(t, what);
 }
 
 void check_host_read(uint64_t trace_id, std::string_view what) {

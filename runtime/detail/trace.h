@@ -60,6 +60,14 @@ class Tracer {
   // A host read (`what`: "to_vector", ...) of a value with this trace id: throws when the tracer
   // differentiates it (a gradient cannot flow through host memory).
   virtual void check_read(uint64_t trace_id, std::string_view what) = 0;
+  // A host read of Tensor `t` (to_vector, device_put of a Tensor, an asynchronous collective's
+  // start): check_read of its trace id where it has one. A tracer that also knows its values by
+  // the memory they view (jit's shard_map bodies: copies of a handle made elsewhere, with ids of
+  // their own or none, after stop_gradient) overrides it.
+  virtual void check_tensor_read(const Tensor& t, std::string_view what);
+  // The same for an Array (to_vector, addressable_shards): check_read of its trace id where it
+  // has one; jit's tracer also knows its blocks (an Array after stop_gradient has no id).
+  virtual void check_array_read(const Array& a, std::string_view what);
   // A shard_map call: the tracer runs it (through `run`, with the body wrapped to trace the
   // bodies) when it follows an argument, else returns std::nullopt and shard_map runs as usual.
   virtual std::optional<std::vector<Array>> shard_map(RunShardMap run, const ErasedBody& body,
@@ -92,6 +100,10 @@ inline bool tracing() {
 
 // A host read of a traced value: lets the tracers refuse it (see Tracer::check_read).
 void check_host_read(uint64_t trace_id, std::string_view what);
+// The same for a Tensor or an Array, whatever its trace id (Tracer::check_tensor_read,
+// check_array_read).
+void check_host_read(const Tensor& t, std::string_view what);
+void check_host_read(const Array& a, std::string_view what);
 
 // Starts and ends tracing on this task: what traces the task while the scope lives, and what
 // traced it before once it ends (exceptions included). The one way tracing state changes:
