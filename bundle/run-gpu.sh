@@ -336,7 +336,7 @@ if [ "$run_bench" = 1 ] && [ "$cuda_unusable" = 0 ]; then
   # whose bodies meet in collectives run again under it, then the psum latency and the steps.
   if want fibers; then
     env_suites fibers "MESHRT_CUDA_EXECUTOR=fibers" test_collectives:8 test_shard_map:8 test_jit:8 \
-      test_mlp:8 test_collective_matmul:8
+      test_jit_shard_map:8 test_mlp:8 test_collective_matmul:8
     bench "psum of one float over 8 logical devices, MESHRT_CUDA_EXECUTOR=fibers" 8 120 \
       env MESHRT_CUDA_EXECUTOR=fibers ./bin/meshrt-bench all_reduce -b 4 -e 4 -g 8 --platform cuda --algo direct,ring,bidi_ring -n $((n * 15)) -w $((w * 6))
     bench "Seed MLP step with MESHRT_CUDA_EXECUTOR=fibers (and with MESHRT_CUDA_GRAPHS=1 below)" 8 240 \
@@ -349,7 +349,7 @@ if [ "$run_bench" = 1 ] && [ "$cuda_unusable" = 0 ]; then
   # jit, MLP, optimizer and JAX gradient suites check jitted steps against eager bit for bit.
   if want chains; then
     env_suites chains "MESHRT_CUDA_FUSION=chains" test_cuda_kernels:1 test_jit:8 test_mlp:8 \
-      test_optim:8 test_autodiff_jax:8
+      test_optim:8 test_autodiff_jax:8 test_jit_shard_map:8
     bench "Seed MLP step with MESHRT_CUDA_FUSION=chains: 1 logical device and 8 (DP, FSDP, TP, 2-D)" 8 240 \
       env MESHRT_CUDA_FUSION=chains ./bin/meshrt-mlp-bench --resident-only --repeats "$reps" "${q[@]}"
     bench "Fused pairs and adam's update (3 chains), eager and jit, MESHRT_CUDA_FUSION=chains" 2 120 \
