@@ -147,7 +147,9 @@ struct ShardMapStep {
   std::vector<PartitionSpec> out_specs;
   ShardMapOptions options;
   size_t args = 0;
-  std::vector<int> exported;  // the body values (the same at every position) of extra results
+  // Per extra result: its body value, the same at every position, or -1 where the bodies differ
+  // (then each position's BodyProgram::results say, -1 at positions that give no block).
+  std::vector<int> exported;
   // Compiled runs of ops, in op order (compile_body_segments); empty: every op runs as a Tensor
   // op. Shared by the positions, whose programs are then the same.
   std::vector<BodySegment> segments;

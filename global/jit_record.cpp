@@ -70,7 +70,10 @@ JitStep reshard_step(const Array& in, const Sharding& to) {
 class JitTracer final : public Tracer {
  public:
   explicit JitTracer(JitRecorder* rec) : rec_(rec) {}
-  void record(OpId, std::span<const Tensor* const>, std::span<Tensor>, const OpAttrs&) override {}
+  // A Tensor op of the function itself (outside any shard_map body): refused on a value a body
+  // computed, which only the body's recording can replay.
+  void record(OpId op, std::span<const Tensor* const> inputs, std::span<Tensor>,
+              const OpAttrs&) override;
   void record(OpId op, std::span<const Array* const> inputs, std::span<Array> outputs,
               const OpAttrs& attrs) override;
   // A Tensor a shard_map body of this trace computed or was given (stashed by the body, read by
@@ -251,6 +254,9 @@ class JitRecorder final : public global::LaunchObserver {
     bool uniform = true;     // every position's BodyProgram the same ops (BodyProgram::same_as)
     bool same_attrs = true;  // and with the same attributes (one compiled run serves all)
     std::map<int, int> exported;  // body value -> the value (vid) it leaves the step as
+    // Not uniform: (position, body value) -> the value (vid) it leaves the step as at that
+    // position (the step's other positions give no block for it).
+    std::map<std::pair<size_t, int>, int> exported_at;
   };
   // The value (vid) block `t` is as a block that earlier shard_map step `r` made or read, read
   // at position `pos` of a step on `mesh`, or -1 when it is none.
@@ -282,6 +288,16 @@ class JitRecorder final : public global::LaunchObserver {
   std::map<ConstantKey, Ref> constants;             // constants' blocks, by constant_key
   std::unordered_map<uint64_t, int> line_by_block;  // a traced op's results' blocks: its line
   std::vector<ShardMapRecord> shard_maps;           // in the order they ran
+  // What body tasks touch of the recorder while a shard_map records (every body at once): the
+  // exports (prog->values, earlier steps' results), body_buffers, jit's Array read checks.
+  std::mutex body_mu;
+  // The memory of every value a shard_map body of the trace computed or was given (each held by
+  // its body's recorder until the trace ends, so no other block can come to use it).
+  std::unordered_set<const void*> body_buffers;
+  bool body_value(const Tensor& t) {
+    std::lock_guard<std::mutex> lock(body_mu);
+    return t.valid() && body_buffers.count(TensorAccess::buffer(t).get()) != 0;
+  }
   CollectiveLog log;
   std::optional<CollectiveLog::Recording> recording;
   size_t log_seen = 0;
@@ -490,10 +506,18 @@ void JitTracer::check_array_read(const Array& a, std::string_view what) {
 
 void JitTracer::check_tensor_read(const Tensor& t, std::string_view what) {
   Tracer::check_tensor_read(t, what);
-  for (const JitRecorder::ShardMapRecord& r : rec_->shard_maps) {
-    for (const std::unique_ptr<BodyRecorder>& b : r.bodies) {
-      if (b != nullptr && b->computed(t)) throw_body_value_read(what);
-    }
+  if (rec_->body_value(t)) throw_body_value_read(what);
+}
+
+void JitTracer::record(OpId op, std::span<const Tensor* const> inputs, std::span<Tensor>,
+                       const OpAttrs&) {
+  for (const Tensor* x : inputs) {
+    if (!rec_->body_value(*x)) continue;
+    throw Error(cat("[jit] the Tensor op '", op_name(op),
+                    "' ran outside any shard_map body on a value a body computed or was given; "
+                    "under jit a body's values exist only in its recording (it replays them on "
+                    "new inputs), so the op's result would be the trace's: compute it inside "
+                    "the body, or return it from the body and use the Array"));
   }
 }
 
@@ -542,37 +566,40 @@ int JitRecorder::exported_from(ShardMapRecord& r, const Tensor& t, const Mesh& m
   const auto q =
       static_cast<size_t>(std::find(devs.begin(), devs.end(), mesh.devices()[pos]) - devs.begin());
   if (q == devs.size() || r.bodies[q] == nullptr) return -1;
-  if (q != pos) {
-    if (r.bodies[q]->find(t) < 0) return -1;
+  const int v = r.bodies[q]->find(t);
+  if (v < 0) return -1;
+  if (devs != mesh.devices()) {
     throw Error(
         "[jit] a shard_map body under jit reads a value an earlier shard_map body computed over a "
-        "mesh that orders the devices differently; jit passes such values between bodies only "
-        "at the same mesh positions: use the same mesh for both shard_maps, or call them outside "
-        "jit");
-  }
-  const int v = r.bodies[pos]->find(t);
-  if (v < 0) return -1;
-  if (auto it = r.exported.find(v); it != r.exported.end()) return it->second;
-  if (!r.uniform) {
-    throw Error(
-        "[jit] a shard_map body under jit reads a value an earlier shard_map body computed (as "
-        "value_and_grad's transpose body reads the forward's), and that earlier body ran "
-        "different ops on different devices; jit cannot yet pass such values between them: make "
-        "the body run the same ops on every device (branch with where, not with C++ control "
-        "flow on axis_index), or call the shard_map outside jit");
+        "mesh of other devices or in another order; jit passes such values between bodies over "
+        "the same devices in the same order only: use one mesh for both shard_maps, or call "
+        "them outside jit");
   }
   JitStep& step = prog->steps[r.step];
   ShardMapStep& sm = *step.shard_map();
-  const int vid = new_value(static_cast<int>(r.mesh->size()));
-  size_t& bytes = prog->values[static_cast<size_t>(vid)].block_bytes;
-  for (size_t q = 0; q < r.bodies.size(); ++q) {
-    if (r.bodies[q] == nullptr) continue;
-    sm.bodies[q].results.push_back(v);
-    bytes = std::max(bytes, r.bodies[q]->held()[static_cast<size_t>(v)].nbytes());
+  if (r.uniform) {  // the same value at every position: one value of the program
+    if (auto it = r.exported.find(v); it != r.exported.end()) return it->second;
+  } else if (auto it = r.exported_at.find({pos, v}); it != r.exported_at.end()) {
+    return it->second;
   }
-  sm.exported.push_back(v);
+  // A new result of the earlier step: at every position when the bodies ran the same ops (the
+  // value is then the same at each), else at this position only (the others give no block).
+  const int vid = new_value(static_cast<int>(devs.size()));
+  size_t& bytes = prog->values[static_cast<size_t>(vid)].block_bytes;
+  for (size_t p = 0; p < r.bodies.size(); ++p) {
+    if (r.bodies[p] == nullptr) continue;
+    const bool here = r.uniform || p == pos;
+    sm.bodies[p].results.push_back(here ? v : -1);
+    if (here) bytes = std::max(bytes, r.bodies[p]->held()[static_cast<size_t>(v)].nbytes());
+  }
   step.out.push_back(vid);
-  r.exported.emplace(v, vid);
+  if (r.uniform) {
+    sm.exported.push_back(v);
+    r.exported.emplace(v, vid);
+  } else {
+    sm.exported.push_back(-1);
+    r.exported_at.emplace(std::make_pair(pos, v), vid);
+  }
   return vid;
 }
 
@@ -605,14 +632,14 @@ std::vector<Array> JitRecorder::record_shard_map(const ErasedBody& body, const M
   ShardMapRecord rec;
   rec.mesh = mesh;
   rec.bodies.resize(n);
-  std::mutex mu;                  // the lookups below, from every body's task
   std::vector<int> outside;       // per extra operand of the step: its value (vid)
   std::map<int, size_t> slot_of;  // value (vid) -> its operand slot
   for (size_t pos = 0; pos < n; ++pos) {
     if (!is_local(mesh.devices()[pos])) continue;
-    auto lookup = [this, &mu, &outside, &slot_of, &mesh, pos,
-                   args_n = placed.size()](const Tensor& t) -> int {
-      std::lock_guard<std::mutex> lock(mu);
+    BodyRecorder::Hooks hooks;
+    hooks.outside = [this, &outside, &slot_of, &mesh, pos,
+                     args_n = placed.size()](const Tensor& t) -> int {
+      std::lock_guard<std::mutex> lock(body_mu);
       for (auto r = shard_maps.rbegin(); r != shard_maps.rend(); ++r) {
         const int vid = exported_from(*r, t, mesh, pos);
         if (vid < 0) continue;
@@ -622,7 +649,16 @@ std::vector<Array> JitRecorder::record_shard_map(const ErasedBody& body, const M
       }
       return -1;
     };
-    rec.bodies[pos] = std::make_unique<BodyRecorder>(lookup, &tracer);
+    hooks.note = [this](const Tensor& t) {
+      std::lock_guard<std::mutex> lock(body_mu);
+      body_buffers.insert(TensorAccess::buffer(t).get());
+    };
+    hooks.noted = [this](const Tensor& t) { return body_value(t); };
+    hooks.array_read = [this](const Array& a, std::string_view what) {
+      std::lock_guard<std::mutex> lock(body_mu);
+      tracer.check_array_read(a, what);
+    };
+    rec.bodies[pos] = std::make_unique<BodyRecorder>(std::move(hooks), &tracer);
   }
   ErasedBody recording = [&](Context& ctx, const std::vector<Tensor>& xs) {
     BodyRecorder& r = *rec.bodies[position_of(mesh, ctx.device())];

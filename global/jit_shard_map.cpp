@@ -31,8 +31,7 @@ bool BodyProgram::same_as(const BodyProgram& o, bool attrs) const {
   return true;
 }
 
-BodyRecorder::BodyRecorder(Outside outside, Tracer* jit)
-    : outside_(std::move(outside)), jit_(jit) {}
+BodyRecorder::BodyRecorder(Hooks hooks, Tracer* jit) : hooks_(std::move(hooks)), jit_(jit) {}
 
 BodyRecorder::ViewKey BodyRecorder::view_key(const Tensor& t) {
   return {TensorAccess::buffer(t).get(), TensorAccess::byte_offset(t), t.shape(), t.dtype()};
@@ -50,6 +49,7 @@ int BodyRecorder::new_value(const Tensor& t) {
 void BodyRecorder::add_input(Tensor& t, size_t slot) {
   set_trace_id(t, next_trace_id());
   const int v = new_value(t);
+  if (hooks_.note) hooks_.note(t);
   by_id_[trace_id(t)] = v;
   if (prog_.inputs.size() <= slot) prog_.inputs.resize(slot + 1, -1);
   prog_.inputs[slot] = v;
@@ -76,7 +76,9 @@ int BodyRecorder::resolve(const Tensor& t) {
   if (!t.valid()) {
     throw Error("[jit] internal: an empty Tensor reached an op of a shard_map body");
   }
-  if (const int slot = outside_ ? outside_(t) : -1; slot >= 0) return add_outside(t, slot);
+  if (const int slot = hooks_.outside ? hooks_.outside(t) : -1; slot >= 0) {
+    return add_outside(t, slot);
+  }
   const int v = new_value(t);
   prog_.constants.emplace_back(v, t);
   constant_[static_cast<size_t>(v)] = 1;
@@ -108,6 +110,7 @@ void BodyRecorder::record(OpId op, std::span<const Tensor* const> inputs, std::s
     // found by its id first, so each name stays with its own value.
     if (y.valid()) by_view_.emplace(view_key(y), v);
     by_id_[trace_id(y)] = v;
+    if (y.valid() && hooks_.note) hooks_.note(y);
     b.out.push_back(v);
   }
   prog_.ops.push_back(std::move(b));
@@ -152,8 +155,12 @@ void throw_body_value_read(std::string_view what) {
 
 void BodyRecorder::check_tensor_read(const Tensor& t, std::string_view what) {
   if (is_start(what)) throw_async(what);
-  if (computed(t)) throw_body_value_read(what);
-  if (jit_ != nullptr) jit_->check_tensor_read(t, what);
+  if (computed(t) || (t.valid() && hooks_.noted && hooks_.noted(t))) throw_body_value_read(what);
+  if (jit_ != nullptr) jit_->check_read(trace_id(t), what);
+}
+
+void BodyRecorder::check_array_read(const Array& a, std::string_view what) {
+  if (hooks_.array_read) hooks_.array_read(a, what);
 }
 
 void BodyRecorder::check_read(uint64_t id, std::string_view what) {

@@ -12,8 +12,8 @@
 // recorder gave it; by the memory it views (the recorder holds every value it knows, so no other
 // Tensor can come to view that memory while it records; autodiff's tape views the body's
 // operands again under ids of its own); as a block an earlier shard_map step of the same trace
-// made or read (`Outside`: what the transpose body of value_and_grad reads of the forward body);
-// else it is a constant of the program (made by what tracers do not see: zeros, full, random
+// made or read (Hooks::outside: what the transpose body of value_and_grad reads of the forward
+// body); else it is a constant of the program (made by what tracers do not see: zeros, full, random
 // numbers from a key, a Tensor the body captured).
 //
 // What a straight list of ops cannot repeat is refused with an Error: an asynchronous
@@ -37,11 +37,22 @@ namespace meshrt::detail {
 
 class BodyRecorder final : public Tracer {
  public:
-  // A block of an earlier shard_map step that `t` views: the operand slot of this step it comes
-  // in through (the step adds it), or -1 when it is none.
-  using Outside = std::function<int(const Tensor& t)>;
+  // What the recorder asks of jit's recorder, from the body's task (each takes the recorder's
+  // lock: every body of the shard_map records at once).
+  struct Hooks {
+    // A block of an earlier shard_map step that `t` views: the operand slot of this step it comes
+    // in through (the step adds it), or -1 when it is none.
+    std::function<int(const Tensor& t)> outside;
+    // `t` is a value the body computed or was given: its memory is noted for the whole trace.
+    std::function<void(const Tensor& t)> note;
+    // Whether the memory `t` views is a value some body of the trace computed or was given (this
+    // body's siblings on other devices included).
+    std::function<bool(const Tensor& t)> noted;
+    // jit's check of a host read of an Array (one the jitted function computed).
+    std::function<void(const Array& a, std::string_view what)> array_read;
+  };
   // `jit`: the jitted function's tracer, asked about host reads of the values it follows.
-  BodyRecorder(Outside outside, Tracer* jit);
+  BodyRecorder(Hooks hooks, Tracer* jit);
 
   // The body's operand `slot` is `t`: gives it a fresh trace id.
   void add_input(Tensor& t, size_t slot);
@@ -52,9 +63,9 @@ class BodyRecorder final : public Tracer {
   // The value `t` is, when the body made or read it (by trace id or by the memory it views);
   // else -1.
   int find(const Tensor& t) const;
-  // The recording ended: no more Outside lookups (their state is gone) or host-read checks.
+  // The recording ended: no more lookups (their state is gone) or host-read checks.
   void finish() {
-    outside_ = nullptr;
+    hooks_ = {};
     jit_ = nullptr;
   }
   const BodyProgram& program() const { return prog_; }
@@ -67,6 +78,7 @@ class BodyRecorder final : public Tracer {
   void record(OpId op, std::span<const Array* const>, std::span<Array>, const OpAttrs&) override;
   void check_read(uint64_t trace_id, std::string_view what) override;
   void check_tensor_read(const Tensor& t, std::string_view what) override;
+  void check_array_read(const Array& a, std::string_view what) override;
   // Whether `t` is a value the body computed or was given (not a constant): its value is not
   // known at trace time.
   bool computed(const Tensor& t) const;
@@ -85,7 +97,7 @@ class BodyRecorder final : public Tracer {
   // The value `t` is, found (find, then Outside) or made a constant.
   int resolve(const Tensor& t);
 
-  Outside outside_;
+  Hooks hooks_;
   Tracer* jit_;
   BodyProgram prog_;
   std::vector<Tensor> held_;    // per value: its Tensor at trace time

@@ -373,7 +373,20 @@ TEST(JitShardMap, ValuesOfAnEarlierBodyPassToALaterOne) {
   };
   Array x = put(values(32, 1), {32}, s);
   (void)g(x);  // eager: fine
-  EXPECT_MESHRT_ERROR(jit(g)(x), "orders the devices differently");
+  EXPECT_MESHRT_ERROR(jit(g)(x), "over a mesh of other devices or in another order");
+  // The second body over more devices than the first: refused too (the first holds no block on
+  // the others).
+  Mesh m4(std::vector<Device>(m.devices().begin(), m.devices().begin() + 4), {4}, {"x"});
+  auto wider = [&](const Array& a) {
+    Array kept = shard_map(first, m4, {P("x")}, P("x"))(device_put(a, NamedSharding(m4, P("x"))));
+    auto body = [&](Context& ctx, const Tensor& b) {
+      const auto i = static_cast<size_t>(ctx.axis_index("x"));
+      return i < 4 ? b + slice(stash[i], {0}, {4}) : b;
+    };
+    return std::vector<Array>{kept, shard_map(body, m, {P("x")}, P("x"))(a)};
+  };
+  (void)wider(x);
+  EXPECT_MESHRT_ERROR(jit(wider)(x), "over a mesh of other devices or in another order");
 }
 
 // One Array passed as two arguments at trace time, two different ones later: the recording keeps
@@ -467,4 +480,67 @@ TEST(JitShardMap, HostReadsOfBodyValuesAreRefusedEverywhere) {
     return y + device_put(stash[2], rep);
   });
   EXPECT_MESHRT_ERROR(put_after(x), "[jit] device_put of a value computed inside a shard_map body");
+}
+
+// A forward body whose ops differ per device (C++ control flow on axis_index) under
+// value_and_grad: each position's values pass to the transpose body on their own.
+TEST(JitShardMap, ValueAndGradThroughABodyThatBranchesPerDevice) {
+  Mesh m = mesh8();
+  auto loss = [&](const Array& x) {
+    auto body = [](Context& ctx, const Tensor& b) {
+      const int64_t i = ctx.axis_index("x");
+      Tensor h = i % 2 == 0 ? tanh(b) * 2.0 : exp(b * 0.5) + sin(b);
+      if (i == 3) h = h * h;
+      return ctx.psum(sum(h), "x");
+    };
+    return shard_map(body, m, {P("x")}, P())(x);
+  };
+  auto step = jit(value_and_grad(loss));
+  NamedSharding s(m, P("x"));
+  for (float seed : {1.0f, -2.5f, 0.75f}) {
+    Array x = put(values(32, seed), {32}, s);
+    auto [l, g] = step(x);
+    auto [le, ge] = value_and_grad(loss)(x);
+    expect_same(l, le);
+    expect_same(g, ge);
+  }
+}
+
+// What the review found besides: a body reading a value its sibling on another device computed,
+// a body reading an Array the function computed (after stop_gradient), and a Tensor op of the
+// function on a value a body computed: each an Error, not the trace's value kept.
+TEST(JitShardMap, BodyValuesReachNoHostOrOutsideOp) {
+  Mesh m = mesh8();
+  NamedSharding s(m, P("x"));
+  Array x = put(values(32, 1), {32}, s);
+  std::vector<Tensor> stash(8);
+  auto sibling = jit([&](const Array& a) {
+    auto body = [&](Context& ctx, const Tensor& b) {
+      const auto i = static_cast<size_t>(ctx.axis_index("x"));
+      stash[i] = b * 2.0;
+      Tensor total = ctx.psum(sum(b), "x");  // every device has stashed once this returns
+      return total + b * static_cast<double>(stash[(i + 1) % 8].to_vector<float>()[0]);
+    };
+    return shard_map(body, m, {P("x")}, P("x"))(a);
+  });
+  EXPECT_MESHRT_ERROR(sibling(x), "[jit] to_vector of a value computed inside a shard_map body");
+  auto stopped = jit([&](const Array& a) {
+    Array twice = stop_gradient(a * 2.0);
+    auto body = [&](Context&, const Tensor& b) {
+      return b * static_cast<double>(twice.to_vector<float>()[0]);
+    };
+    return shard_map(body, m, {P("x")}, P("x"))(a);
+  });
+  EXPECT_MESHRT_ERROR(stopped(x), "not known at trace time");
+  auto outside_op = jit([&](const Array& a) {
+    auto body = [&](Context& ctx, const Tensor& b) {
+      stash[static_cast<size_t>(ctx.axis_index("x"))] = b * 3.0;
+      return b;
+    };
+    Array y = shard_map(body, m, {P("x")}, P("x"))(a);
+    Tensor t = stash[0] * 1.0;
+    return y + device_put(t, NamedSharding(m, P()));
+  });
+  EXPECT_MESHRT_ERROR(outside_op(x),
+                      "[jit] the Tensor op 'mul_scalar' ran outside any shard_map body");
 }
