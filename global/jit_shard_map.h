@@ -16,9 +16,13 @@
 // body); else it is a constant of the program (made by what tracers do not see: zeros, full, random
 // numbers from a key, a Tensor the body captured).
 //
+// The body gets copies of its blocks (memory nothing else views), so two arguments sharing a
+// block, or a block the body also captures, stay separate values.
+//
 // What a straight list of ops cannot repeat is refused with an Error: an asynchronous
 // collective (ppermute_start, all_gather_start; the synchronous ones record), a host read of a
-// value the body computed, global-view ops inside a body.
+// value any body of the trace computed or was given (Hooks::noted: by its memory, whoever reads
+// it), global-view ops inside a body.
 #pragma once
 
 #include <cstddef>
