@@ -32,20 +32,7 @@ Array put(const std::vector<float>& v, Shape shape, const Sharding& s) {
   return device_put(v, std::move(shape), s);
 }
 
-// Same dtype, shape, sharding, pending sums and bits.
-void expect_same(const Array& a, const Array& b) {
-  ASSERT_EQ(a.dtype(), b.dtype());
-  ASSERT_EQ(a.shape(), b.shape());
-  EXPECT_TRUE(a.sharding() == b.sharding()) << a.sharding().str() << " vs " << b.sharding().str();
-  EXPECT_EQ(a.pending_sum_axes(), b.pending_sum_axes());
-  ASSERT_EQ(detail::ArrayAccess::blocks(a).size(), detail::ArrayAccess::blocks(b).size());
-  for (size_t i = 0; i < detail::ArrayAccess::blocks(a).size(); ++i) {
-    const Tensor& x = detail::ArrayAccess::blocks(a)[i];
-    const Tensor& y = detail::ArrayAccess::blocks(b)[i];
-    ASSERT_EQ(x.nbytes(), y.nbytes());
-    EXPECT_TRUE(test::host_bytes(x) == test::host_bytes(y)) << "block " << i;
-  }
-}
+using test::expect_same;  // Arrays: dtype, shape, sharding, pending sums and bits
 
 void expect_same(const std::vector<Array>& a, const std::vector<Array>& b) {
   ASSERT_EQ(a.size(), b.size());

@@ -17,6 +17,8 @@
 #include <type_traits>
 #include <vector>
 
+#include "runtime/detail/access.h"
+
 namespace meshrt::test {
 
 // Asserts that `stmt` throws meshrt::Error whose message contains every fragment.
@@ -60,6 +62,22 @@ inline std::vector<unsigned char> host_bytes(const Tensor& t) {
   std::vector<unsigned char> out(t.nbytes());
   if (!out.empty()) t.copy_to_host(out.data(), t.dtype());
   return out;
+}
+
+// Same dtype, shape, sharding, pending sums and bits (block by block, read back to the host):
+// a jitted result against eager's.
+inline void expect_same(const Array& a, const Array& b) {
+  ASSERT_EQ(a.dtype(), b.dtype());
+  ASSERT_EQ(a.shape(), b.shape());
+  EXPECT_TRUE(a.sharding() == b.sharding()) << a.sharding().str() << " vs " << b.sharding().str();
+  EXPECT_EQ(a.pending_sum_axes(), b.pending_sum_axes());
+  const std::vector<Tensor>& xs = detail::ArrayAccess::blocks(a);
+  const std::vector<Tensor>& ys = detail::ArrayAccess::blocks(b);
+  ASSERT_EQ(xs.size(), ys.size());
+  for (size_t i = 0; i < xs.size(); ++i) {
+    ASSERT_EQ(xs[i].nbytes(), ys[i].nbytes());
+    EXPECT_TRUE(host_bytes(xs[i]) == host_bytes(ys[i])) << "block " << i;
+  }
 }
 
 // How many representable values lie between a and b: 0 for the same value (+0 and -0 too), 1
